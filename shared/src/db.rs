@@ -1,0 +1,227 @@
+//! The `.pirdb` page database file (SPEC §2): header, reader (mmap), writer, synthetic pages.
+
+pub mod synthetic;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+/// First 8 bytes of every `.pirdb` file.
+pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
+/// Bytes before page 0.
+pub const HEADER_LEN: usize = 4096;
+pub const MIN_PAGE_SIZE: u32 = 256;
+pub const MAX_PAGE_SIZE: u32 = 65536;
+/// Keys have at most 40 domain bits, so a database holds at most 2^40 pages.
+pub const MAX_PAGES: u64 = 1 << 40;
+
+/// The header fields of a `.pirdb` file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Header {
+    pub page_size: u32,
+    pub num_pages: u64,
+    pub epoch: u64,
+}
+
+/// Why a database file or header was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("file is {len} bytes, shorter than the {HEADER_LEN}-byte header")]
+    ShortHeader { len: u64 },
+    #[error("bad magic {found:02x?}: not a .pirdb v1 file")]
+    BadMagic { found: [u8; 8] },
+    #[error("page size {0} is not a power of two in 256..=65536")]
+    PageSize(u32),
+    #[error("num_pages {0} outside 1..=2^40")]
+    NumPages(u64),
+    #[error("reserved header bytes at offset {offset} are not zero")]
+    Reserved { offset: usize },
+    #[error("file is {actual} bytes, header says {expected} ({num_pages} pages of {page_size})")]
+    Length {
+        expected: u64,
+        actual: u64,
+        num_pages: u64,
+        page_size: u32,
+    },
+}
+
+impl Header {
+    /// Checks the fields against SPEC §2.
+    pub fn validate(&self) -> Result<(), DbError> {
+        let ps = self.page_size;
+        if !ps.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&ps) {
+            return Err(DbError::PageSize(ps));
+        }
+        if !(1..=MAX_PAGES).contains(&self.num_pages) {
+            return Err(DbError::NumPages(self.num_pages));
+        }
+        Ok(())
+    }
+
+    /// Parses and validates the first [`HEADER_LEN`] bytes of a file.
+    pub fn parse(bytes: &[u8]) -> Result<Header, DbError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(DbError::ShortHeader {
+                len: bytes.len() as u64,
+            });
+        }
+        let found: [u8; 8] = bytes[..8].try_into().unwrap();
+        if found != MAGIC {
+            return Err(DbError::BadMagic { found });
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+        let header = Header {
+            page_size: u32_at(8),
+            num_pages: u64_at(16),
+            epoch: u64_at(24),
+        };
+        header.validate()?;
+        if u32_at(12) != 0 {
+            return Err(DbError::Reserved { offset: 12 });
+        }
+        if let Some(i) = bytes[32..HEADER_LEN].iter().position(|b| *b != 0) {
+            return Err(DbError::Reserved { offset: 32 + i });
+        }
+        Ok(header)
+    }
+
+    /// The 4096 header bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![0u8; HEADER_LEN];
+        out[..8].copy_from_slice(&MAGIC);
+        out[8..12].copy_from_slice(&self.page_size.to_le_bytes());
+        out[16..24].copy_from_slice(&self.num_pages.to_le_bytes());
+        out[24..32].copy_from_slice(&self.epoch.to_le_bytes());
+        out
+    }
+
+    /// Domain bits `n = max(1, ceil(log2(num_pages)))`: keys for this database must have it.
+    pub fn domain_bits(&self) -> u8 {
+        domain_bits(self.num_pages)
+    }
+
+    /// Bytes of all pages.
+    pub fn pages_len(&self) -> u64 {
+        self.num_pages * self.page_size as u64
+    }
+
+    /// Bytes of the whole file.
+    pub fn file_len(&self) -> u64 {
+        HEADER_LEN as u64 + self.pages_len()
+    }
+}
+
+/// Domain bits for a database of `num_pages` pages (SPEC §2).
+pub fn domain_bits(num_pages: u64) -> u8 {
+    (u64::BITS - num_pages.saturating_sub(1).leading_zeros()).max(1) as u8
+}
+
+/// A `.pirdb` file mapped read-only. Page bytes are read straight from the page cache.
+pub struct PirDb {
+    header: Header,
+    map: Mmap,
+    path: PathBuf,
+}
+
+impl PirDb {
+    /// Opens, maps and validates a database file (header and exact length).
+    pub fn open(path: impl AsRef<Path>) -> Result<PirDb, DbError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| DbError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        if len < HEADER_LEN as u64 {
+            return Err(DbError::ShortHeader { len });
+        }
+        // SAFETY: the file is opened read-only; pirq never writes a database in place, and the
+        // operations guide says not to modify a file a worker is serving.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let header = Header::parse(&map[..HEADER_LEN])?;
+        if len != header.file_len() {
+            return Err(DbError::Length {
+                expected: header.file_len(),
+                actual: len,
+                num_pages: header.num_pages,
+                page_size: header.page_size,
+            });
+        }
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(PirDb { header, map, path })
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.header.page_size as usize
+    }
+
+    pub fn num_pages(&self) -> u64 {
+        self.header.num_pages
+    }
+
+    /// All pages back to back, page `p` at `p * page_size`.
+    pub fn pages(&self) -> &[u8] {
+        &self.map[HEADER_LEN..]
+    }
+
+    /// Page `p`; pages at or past `num_pages` do not exist (they read as zero in answers).
+    pub fn page(&self, p: u64) -> Option<&[u8]> {
+        (p < self.header.num_pages).then(|| {
+            let ps = self.page_size();
+            &self.pages()[p as usize * ps..(p as usize + 1) * ps]
+        })
+    }
+}
+
+/// Writes a database file: the header, then `num_pages` pages produced by `fill(p, page)` in
+/// order. `progress(bytes_written)` is called after each chunk so tools can draw a bar.
+pub fn write(
+    path: impl AsRef<Path>,
+    header: &Header,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    mut progress: impl FnMut(u64),
+) -> Result<(), DbError> {
+    use rayon::prelude::*;
+    header.validate()?;
+    let path = path.as_ref();
+    let io = |source| DbError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io)?);
+    out.write_all(&header.to_bytes()).map_err(io)?;
+    let ps = header.page_size as usize;
+    let pages_per_chunk = ((16usize << 20) / ps) as u64;
+    let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
+    let mut first = 0u64;
+    while first < header.num_pages {
+        let count = pages_per_chunk.min(header.num_pages - first);
+        let buf = &mut chunk[..count as usize * ps];
+        buf.par_chunks_mut(ps)
+            .enumerate()
+            .for_each(|(i, page)| fill(first + i as u64, page));
+        out.write_all(buf).map_err(io)?;
+        first += count;
+        progress(first * ps as u64);
+    }
+    out.into_inner()
+        .map_err(|e| io(e.into_error()))?
+        .sync_all()
+        .map_err(io)?;
+    Ok(())
+}

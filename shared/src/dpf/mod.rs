@@ -1,0 +1,23 @@
+//! DPF v1: a distributed point function with early termination (SPEC §1).
+//!
+//! A client calls [`gen::generate`] to split the point function "1 at α" into two
+//! [`DpfKey`]s; each party expands its key with [`eval::eval_full`] into one selection bit per
+//! index. The two bitmaps differ exactly at α, and either key alone looks random.
+
+pub mod eval;
+pub mod gen;
+pub mod key;
+pub mod prg;
+
+pub use eval::{bitmap_words, eval_full, eval_full_into, eval_point, OutOfDomain};
+pub use gen::generate;
+pub use key::{CorrectionWord, DpfKey, KeyError, MAX_DOMAIN_BITS};
+pub use prg::Seed;
+
+/// Leaves carry 128 selection bits each: the tree has `n - 7` levels.
+pub const LEAF_BITS_LOG2: u32 = 7;
+
+/// Depth `m` of the GGM tree for a domain of `n` bits (SPEC §1.2).
+pub fn tree_depth(n: u8) -> u32 {
+    (n as u32).saturating_sub(LEAF_BITS_LOG2)
+}

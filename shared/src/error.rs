@@ -1,0 +1,1 @@
+//! Error codes shared by the gateway and the worker.

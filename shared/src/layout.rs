@@ -1,0 +1,1 @@
+//! Every Redis key name pirq uses, in one place.

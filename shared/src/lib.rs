@@ -1,0 +1,16 @@
+//! `pirq-shared`: everything that crosses a process boundary in pirq, per `SPEC.md`.
+//!
+//! - [`dpf`]: DPF v1 keys (SPEC §1): generation, strict parsing, point and full-domain evaluation.
+//! - [`db`]: the `.pirdb` page database file (SPEC §2) and its deterministic synthetic pages.
+//! - [`wire`]: HTTP request/result bodies (SPEC §4), JSON and bincode.
+//! - [`layout`]: every Redis key name, in one place.
+//! - [`error`]: error codes shared by gateway and worker.
+//!
+//! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
+
+pub mod bits;
+pub mod db;
+pub mod dpf;
+pub mod error;
+pub mod layout;
+pub mod wire;

@@ -1,0 +1,1 @@
+//! HTTP request and result bodies (SPEC §4).

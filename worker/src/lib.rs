@@ -1,0 +1,6 @@
+//! `pirq-worker`: answers PIR queries by scanning the page database.
+//!
+//! [`scan`] holds the [`scan::Scanner`] boundary and its backends; the queue loop that feeds it
+//! from Redis lives beside it and never knows which backend runs.
+
+pub mod scan;
