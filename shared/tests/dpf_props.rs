@@ -1,0 +1,95 @@
+//! Property tests of DPF v1: correctness of the pair, serialization, and evaluator agreement.
+
+use pirq_shared::bits::bit;
+use pirq_shared::dpf::{bitmap_words, eval_full, eval_point, generate, DpfKey, KeyError};
+use proptest::prelude::*;
+use rand::{rngs::StdRng, SeedableRng};
+
+fn pair(n: u8, alpha: u64, seed: u64) -> (DpfKey, DpfKey) {
+    generate(n, alpha, &mut StdRng::seed_from_u64(seed)).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// XOR of the two bitmaps is exactly the unit vector at α.
+    #[test]
+    fn bitmaps_xor_to_unit_vector(n in 1u8..=16, alpha_frac in 0.0f64..1.0, seed in any::<u64>()) {
+        let alpha = ((1u64 << n) as f64 * alpha_frac) as u64;
+        let (k0, k1) = pair(n, alpha, seed);
+        let (b0, b1) = (eval_full(&k0), eval_full(&k1));
+        prop_assert_eq!(b0.len(), bitmap_words(n));
+        for (w, (x, y)) in b0.iter().zip(&b1).enumerate() {
+            let expect = if alpha / 64 == w as u64 { 1u64 << (alpha % 64) } else { 0 };
+            prop_assert_eq!(x ^ y, expect, "word {}", w);
+        }
+    }
+
+    #[test]
+    fn parse_of_serialize_is_identity(n in 1u8..=40, seed in any::<u64>()) {
+        let alpha = seed >> (64 - n as u32);
+        let (k0, k1) = pair(n, alpha, seed);
+        for k in [k0, k1] {
+            let bytes = k.to_bytes();
+            prop_assert_eq!(bytes.len(), 35 + 17 * (n as usize).saturating_sub(7));
+            prop_assert_eq!(DpfKey::parse(&bytes).unwrap(), k);
+        }
+    }
+
+    /// Point evaluation agrees with the full-domain bitmap everywhere it is sampled.
+    #[test]
+    fn point_matches_full_domain(n in 1u8..=18, seed in any::<u64>(), samples in prop::collection::vec(any::<u64>(), 32)) {
+        let alpha = seed % (1u64 << n);
+        let (k0, _) = pair(n, alpha, seed);
+        let bits = eval_full(&k0);
+        for x in samples.into_iter().map(|s| s % (1u64 << n)).chain([alpha]) {
+            prop_assert_eq!(eval_point(&k0, x).unwrap(), bit(&bits, x as usize));
+        }
+        prop_assert!(eval_point(&k0, 1u64 << n).is_err());
+    }
+
+    /// Large domains, checked by point evaluation at α and nearby indices.
+    #[test]
+    fn large_domains_are_correct(n in 19u8..=40, seed in any::<u64>()) {
+        let alpha = seed >> (64 - n as u32);
+        let (k0, k1) = pair(n, alpha, seed);
+        for x in [alpha, alpha ^ 1, alpha ^ 128, alpha ^ (1 << (n - 1)), 0] {
+            let v = eval_point(&k0, x).unwrap() ^ eval_point(&k1, x).unwrap();
+            prop_assert_eq!(v, x == alpha, "x={}", x);
+        }
+    }
+
+    /// Any byte string either parses into a key that re-serializes to it, or is rejected.
+    #[test]
+    fn parse_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        if let Ok(k) = DpfKey::parse(&bytes) {
+            prop_assert_eq!(k.to_bytes(), bytes);
+        }
+    }
+}
+
+#[test]
+fn generate_rejects_out_of_domain_inputs() {
+    let mut rng = StdRng::seed_from_u64(7);
+    assert!(generate(0, 0, &mut rng).is_err());
+    assert!(generate(41, 0, &mut rng).is_err());
+    assert!(generate(8, 256, &mut rng).is_err());
+}
+
+#[test]
+fn error_codes_are_distinct() {
+    let errors = [
+        KeyError::TooShort { len: 0 },
+        KeyError::Version(2),
+        KeyError::Party(2),
+        KeyError::DomainBits(0),
+        KeyError::Length {
+            n: 8,
+            expected: 52,
+            actual: 51,
+        },
+        KeyError::ControlByte { level: 0, value: 4 },
+    ];
+    let codes: std::collections::HashSet<_> = errors.iter().map(|e| e.code()).collect();
+    assert_eq!(codes.len(), errors.len());
+}

@@ -1,0 +1,199 @@
+//! The CPU scanner: expand every key, then one pass over the pages for the whole batch.
+//!
+//! Threads split the page range; each keeps one accumulator per key (Q × page_size bytes, small
+//! enough to stay in L2 for the batch sizes the worker uses) and XORs every page into the
+//! accumulators of the keys that select it. Pages that no key selects are skipped without being
+//! read. At the end the threads' partial accumulators are XOR-merged.
+//!
+//! Which keys select a page comes from a per-64-page transpose of the key bitmaps: one u64 mask
+//! of keys per page (per group of 64 keys), so the inner loop is "for each set bit, XOR the page
+//! into that key's accumulator", which the compiler turns into 32-byte AVX2 loads and stores.
+
+use std::sync::Arc;
+
+use pirq_shared::db::PirDb;
+use pirq_shared::dpf::{bitmap_words, eval_full_into, DpfKey};
+use rayon::prelude::*;
+
+use super::{check_keys, Answers, Geometry, ScanError, Scanner};
+
+/// Default largest batch; the scan is linear in Q, this only bounds memory per pass.
+pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
+
+/// Pages are split into ranges of at least this many pages per thread task: a multiple of 64 so
+/// ranges start on bitmap words.
+const MIN_PAGES_PER_TASK: u64 = 64 * 16;
+
+/// Scans a memory-mapped `.pirdb` on the CPU with its own rayon thread pool.
+pub struct CpuScanner {
+    db: Arc<PirDb>,
+    pool: rayon::ThreadPool,
+    max_batch_keys: usize,
+}
+
+impl CpuScanner {
+    /// A scanner over `db` using `threads` threads (0 = one per core).
+    pub fn new(db: Arc<PirDb>, threads: usize) -> Result<CpuScanner, ScanError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("pirq-scan-{i}"))
+            .build()
+            .map_err(|e| ScanError::Device(format!("cannot start scan threads: {e}")))?;
+        Ok(CpuScanner {
+            db,
+            pool,
+            max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
+        })
+    }
+
+    /// Changes the largest batch one pass accepts.
+    pub fn with_max_batch_keys(mut self, max: usize) -> CpuScanner {
+        self.max_batch_keys = max.max(1);
+        self
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// Expands every key's full-domain bitmap (in parallel over keys).
+    pub fn expand(&self, keys: &[DpfKey]) -> Vec<Vec<u64>> {
+        let n = self.geometry().domain_bits;
+        self.pool.install(|| {
+            keys.par_iter()
+                .map(|key| {
+                    let mut bits = vec![0u64; bitmap_words(n)];
+                    eval_full_into(key, &mut bits);
+                    bits
+                })
+                .collect()
+        })
+    }
+
+    /// The scan alone, given expanded bitmaps (exposed for benches that time the phases).
+    pub fn scan(&self, bitmaps: &[Vec<u64>]) -> Answers {
+        let ps = self.db.page_size();
+        let q = bitmaps.len();
+        let num_pages = self.db.num_pages();
+        let threads = self.threads() as u64;
+        let per_task = num_pages
+            .div_ceil(threads)
+            .next_multiple_of(64)
+            .max(MIN_PAGES_PER_TASK);
+        let ranges: Vec<(u64, u64)> = (0..num_pages)
+            .step_by(per_task as usize)
+            .map(|start| (start, (start + per_task).min(num_pages)))
+            .collect();
+        let pages = self.db.pages();
+        let bytes = self.pool.install(|| {
+            ranges
+                .par_iter()
+                .map(|&(start, end)| {
+                    let mut acc = vec![0u8; q * ps];
+                    scan_range(pages, ps, bitmaps, start, end, &mut acc);
+                    acc
+                })
+                .reduce_with(|mut a, b| {
+                    xor(&mut a, &b);
+                    a
+                })
+                .unwrap_or_else(|| vec![0u8; q * ps])
+        });
+        Answers::new(ps, bytes)
+    }
+}
+
+impl Scanner for CpuScanner {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn geometry(&self) -> Geometry {
+        let h = self.db.header();
+        Geometry {
+            num_pages: h.num_pages,
+            page_size: h.page_size as usize,
+            domain_bits: h.domain_bits(),
+        }
+    }
+
+    fn max_batch_keys(&self) -> usize {
+        self.max_batch_keys
+    }
+
+    fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
+        check_keys(&self.geometry(), keys, self.max_batch_keys)?;
+        let bitmaps = self.expand(keys);
+        Ok(self.scan(&bitmaps))
+    }
+}
+
+/// XORs pages `start..end` into `acc` (key `q`'s accumulator at `q * ps`).
+fn scan_range(pages: &[u8], ps: usize, bitmaps: &[Vec<u64>], start: u64, end: u64, acc: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { scan_range_avx2(pages, ps, bitmaps, start, end, acc) };
+        return;
+    }
+    scan_range_portable(pages, ps, bitmaps, start, end, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scan_range_avx2(
+    pages: &[u8],
+    ps: usize,
+    bitmaps: &[Vec<u64>],
+    start: u64,
+    end: u64,
+    acc: &mut [u8],
+) {
+    scan_range_portable(pages, ps, bitmaps, start, end, acc)
+}
+
+#[inline(always)]
+fn scan_range_portable(
+    pages: &[u8],
+    ps: usize,
+    bitmaps: &[Vec<u64>],
+    start: u64,
+    end: u64,
+    acc: &mut [u8],
+) {
+    let groups = bitmaps.len().div_ceil(64);
+    // masks[g * 64 + i]: which keys of group g select page word*64 + i.
+    let mut masks = vec![0u64; groups * 64];
+    for word in (start / 64) as usize..(end as usize).div_ceil(64) {
+        masks.fill(0);
+        for (q, bits) in bitmaps.iter().enumerate() {
+            let mut w = bits[word];
+            let (g, key_bit) = (q / 64, 1u64 << (q % 64));
+            while w != 0 {
+                masks[g * 64 + w.trailing_zeros() as usize] |= key_bit;
+                w &= w - 1;
+            }
+        }
+        let first = (word as u64 * 64).max(start);
+        let last = (word as u64 * 64 + 64).min(end);
+        for p in first..last {
+            let i = (p % 64) as usize;
+            let page = &pages[p as usize * ps..(p as usize + 1) * ps];
+            for g in 0..groups {
+                let mut m = masks[g * 64 + i];
+                while m != 0 {
+                    let q = g * 64 + m.trailing_zeros() as usize;
+                    xor(&mut acc[q * ps..(q + 1) * ps], page);
+                    m &= m - 1;
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn xor(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d ^= *s;
+    }
+}
