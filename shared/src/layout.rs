@@ -1,1 +1,181 @@
 //! Every Redis key name pirq uses, in one place.
+//!
+//! All keys of one party live under its prefix `P` wrapped in a hash tag, `{P}:...`, so that in
+//! a Redis Cluster they share one slot: the gateway's `MULTI` (status hash + `XADD`) and the
+//! worker's result pipelines touch several keys at once. `docs/redis.md` describes each key's
+//! type, TTL and writers; keep the two in step.
+
+use std::fmt;
+
+/// Consumer group every worker of a party reads the job stream through.
+pub const GROUP: &str = "workers";
+
+/// Fields of a job stream entry.
+pub mod job_field {
+    /// Request id (32 lowercase hex digits).
+    pub const ID: &str = "id";
+    /// bincode [`crate::wire::Job`].
+    pub const JOB: &str = "job";
+}
+
+/// Fields of the per-query status hash `{P}:q:<id>`.
+pub mod query_field {
+    /// `queued`, `running`, `done` or `failed`.
+    pub const STATUS: &str = "status";
+    /// Epoch the answers are for (done only).
+    pub const EPOCH: &str = "epoch";
+    /// Page size in bytes (done only).
+    pub const PAGE_SIZE: &str = "page_size";
+    /// The answers, `keys` pages of `page_size` bytes back to back (done only).
+    pub const PAGES: &str = "pages";
+    /// Error code (failed only).
+    pub const ERROR_CODE: &str = "error_code";
+    /// Human-readable error message (failed only).
+    pub const ERROR_MESSAGE: &str = "error_message";
+    /// Index of the offending key, when there is one (failed only).
+    pub const KEY_INDEX: &str = "key_index";
+    /// Number of keys in the query.
+    pub const KEYS: &str = "keys";
+    /// Milliseconds since the Unix epoch when the gateway accepted the query.
+    pub const ACCEPTED_MS: &str = "accepted_ms";
+    /// Microseconds the scanner pass that answered this query took (done only).
+    pub const SCAN_US: &str = "scan_us";
+    /// Microseconds between the worker reading the job and writing its result (done/failed).
+    pub const WORKER_US: &str = "worker_us";
+}
+
+/// Fields of the database registration hash `{P}:db`.
+pub mod db_field {
+    pub const NUM_PAGES: &str = "num_pages";
+    pub const PAGE_SIZE: &str = "page_size";
+    pub const DOMAIN_BITS: &str = "domain_bits";
+    /// Newest epoch served.
+    pub const EPOCH: &str = "epoch";
+    /// Oldest epoch still answered exactly (equal to `epoch` until epoch windows exist).
+    pub const MIN_EPOCH: &str = "min_epoch";
+}
+
+/// Why a prefix was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid prefix {0:?}: use 1..=64 characters from [A-Za-z0-9_.-]")]
+pub struct PrefixError(pub String);
+
+/// The key names of one party, built from its prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// `{P}`: the prefix inside its hash tag.
+    tag: String,
+}
+
+impl Layout {
+    /// Checks the prefix: braces, spaces or colons would break the hash tag or the key grammar.
+    pub fn new(prefix: &str) -> Result<Layout, PrefixError> {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 64
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !ok {
+            return Err(PrefixError(prefix.to_string()));
+        }
+        Ok(Layout {
+            tag: format!("{{{prefix}}}"),
+        })
+    }
+
+    /// The prefix as given.
+    pub fn prefix(&self) -> &str {
+        &self.tag[1..self.tag.len() - 1]
+    }
+
+    /// Stream of jobs (`XADD` by gateways, read by the [`GROUP`] consumer group).
+    pub fn jobs(&self) -> String {
+        format!("{}:jobs", self.tag)
+    }
+
+    /// Hash with one query's status and, once done, its answers. Has a TTL.
+    pub fn query(&self, id: &str) -> String {
+        format!("{}:q:{id}", self.tag)
+    }
+
+    /// Pub/sub channel where workers announce status changes as `"<id> <status>"`.
+    pub fn events(&self) -> String {
+        format!("{}:done", self.tag)
+    }
+
+    /// Hash describing the database the party serves ([`db_field`]); written by workers.
+    pub fn db(&self) -> String {
+        format!("{}:db", self.tag)
+    }
+
+    /// Set of worker ids that have registered; members whose heartbeat key is gone are dead.
+    pub fn workers(&self) -> String {
+        format!("{}:workers", self.tag)
+    }
+
+    /// One worker's heartbeat (JSON registration), expiring unless refreshed.
+    pub fn worker(&self, worker_id: &str) -> String {
+        format!("{}:worker:{worker_id}", self.tag)
+    }
+
+    /// Dead-letter stream for jobs that could not be answered (reliability work).
+    pub fn dead_letters(&self) -> String {
+        format!("{}:dead", self.tag)
+    }
+
+    /// Idempotency-Key record (reliability work).
+    pub fn idempotency(&self, key: &str) -> String {
+        format!("{}:idem:{key}", self.tag)
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.prefix())
+    }
+}
+
+/// Request ids are 128 random bits as 32 lowercase hex digits; anything else is not an id.
+pub fn is_request_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let l = Layout::new("party-a").unwrap();
+        assert_eq!(l.prefix(), "party-a");
+        assert_eq!(l.jobs(), "{party-a}:jobs");
+        assert_eq!(l.query("ab"), "{party-a}:q:ab");
+        assert_eq!(l.events(), "{party-a}:done");
+        assert_eq!(l.db(), "{party-a}:db");
+        assert_eq!(l.workers(), "{party-a}:workers");
+        assert_eq!(l.worker("w1"), "{party-a}:worker:w1");
+        for key in [
+            l.jobs(),
+            l.query("x"),
+            l.db(),
+            l.workers(),
+            l.dead_letters(),
+        ] {
+            assert!(key.starts_with("{party-a}:"));
+        }
+    }
+
+    #[test]
+    fn bad_prefixes_are_rejected() {
+        for p in ["", "a b", "a{b", "a}b", "a:b", &"x".repeat(65)] {
+            assert!(Layout::new(p).is_err(), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn request_ids() {
+        assert!(is_request_id(&"0123456789abcdef".repeat(2)));
+        assert!(!is_request_id(&"0123456789ABCDEF".repeat(2)));
+        assert!(!is_request_id("abc"));
+    }
+}
