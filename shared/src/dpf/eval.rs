@@ -79,29 +79,128 @@ pub fn eval_full_into(key: &DpfKey, out: &mut [u64]) {
         return;
     }
     let sub = m.min(SUBTREE_LEVELS);
-    let top_levels = m - sub;
-    let cws = key.correction_words();
-    let top = expand_levels(vec![root], &cws[..top_levels as usize]);
+    let (top_cws, sub_cws) = key.correction_words().split_at((m - sub) as usize);
+    let mut top = Level::root(root);
+    top.expand_through(top_cws, &mut Level::default());
     let words_per_subtree = 2usize << sub;
-    let finish = |(node, out): (&(Seed, bool), &mut [u64])| {
-        let leaves = expand_levels(vec![*node], &cws[top_levels as usize..]);
-        for (leaf, words) in leaves.iter().zip(out.chunks_exact_mut(2)) {
-            words.copy_from_slice(&leaf_words(&output(&leaf.0, leaf.1, key.cw_out())));
+    let finish = |nodes: std::ops::Range<usize>, out: &mut [u64]| {
+        let (mut level, mut spare) = (Level::default(), Level::default());
+        for (j, out) in nodes.zip(out.chunks_mut(words_per_subtree)) {
+            level.reset_to(top.node(j));
+            level.expand_through(sub_cws, &mut spare);
+            level.write_leaves(key.cw_out(), out);
         }
     };
-    if top.len() >= 2 * SUBTREES_PER_TASK {
-        top.par_chunks(SUBTREES_PER_TASK)
-            .zip(out.par_chunks_mut(words_per_subtree * SUBTREES_PER_TASK))
-            .for_each(|(nodes, out)| {
-                nodes
-                    .iter()
-                    .zip(out.chunks_mut(words_per_subtree))
-                    .for_each(finish)
+    let subtrees = top.len;
+    if subtrees >= 2 * SUBTREES_PER_TASK {
+        out.par_chunks_mut(words_per_subtree * SUBTREES_PER_TASK)
+            .enumerate()
+            .for_each(|(i, out)| {
+                let first = i * SUBTREES_PER_TASK;
+                finish(first..(first + SUBTREES_PER_TASK).min(subtrees), out)
             });
     } else {
-        top.iter()
-            .zip(out.chunks_mut(words_per_subtree))
-            .for_each(finish);
+        finish(0..subtrees, out);
+    }
+}
+
+/// One level of the tree in structure-of-arrays form, so that [`LANES`] consecutive nodes load
+/// straight into SIMD registers: `w[j][i]` is word `j` of node `i`'s seed, `t[i]` its control bit
+/// as an all-ones or all-zero mask. Vectors are padded to whole lane groups.
+#[derive(Default)]
+struct Level {
+    w: [Vec<u32>; 4],
+    t: Vec<u32>,
+    len: usize,
+}
+
+impl Level {
+    fn root(node: (Seed, bool)) -> Level {
+        let mut level = Level::default();
+        level.reset_to(node);
+        level
+    }
+
+    fn reset_to(&mut self, (seed, t): (Seed, bool)) {
+        self.resize(1);
+        for j in 0..4 {
+            self.w[j][0] = seed[j];
+        }
+        self.t[0] = if t { u32::MAX } else { 0 };
+    }
+
+    fn resize(&mut self, len: usize) {
+        // Whole pairs of lane groups: the children of a padded parent group always fit.
+        let padded = len.next_multiple_of(2 * LANES);
+        for w in &mut self.w {
+            w.resize(padded, 0);
+        }
+        self.t.resize(padded, 0);
+        self.len = len;
+    }
+
+    fn node(&self, i: usize) -> (Seed, bool) {
+        (std::array::from_fn(|j| self.w[j][i]), self.t[i] != 0)
+    }
+
+    /// Expands one level per correction word; `spare` is scratch space reused across calls.
+    fn expand_through(&mut self, cws: &[CorrectionWord], spare: &mut Level) {
+        for cw in cws {
+            spare.resize(self.len * 2);
+            expand_level(self, cw, spare);
+            std::mem::swap(self, spare);
+        }
+    }
+
+    /// Writes this level's nodes as leaves (after the output correction) to bitmap words.
+    fn write_leaves(&self, cw_out: &Seed, out: &mut [u64]) {
+        for (i, words) in out.chunks_exact_mut(2).enumerate().take(self.len) {
+            let t = self.t[i];
+            let v: Seed = std::array::from_fn(|j| self.w[j][i] ^ (cw_out[j] & t));
+            words.copy_from_slice(&leaf_words(&v));
+        }
+    }
+}
+
+fn expand_level(parents: &Level, cw: &CorrectionWord, children: &mut Level) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { expand_level_avx2(parents, cw, children) };
+        return;
+    }
+    expand_level_portable(parents, cw, children);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn expand_level_avx2(parents: &Level, cw: &CorrectionWord, children: &mut Level) {
+    expand_level_portable(parents, cw, children)
+}
+
+/// Children `2i` and `2i + 1` of every parent `i`, corrected where the parent's `t` is set.
+#[inline(always)]
+fn expand_level_portable(parents: &Level, cw: &CorrectionWord, children: &mut Level) {
+    let t_left = if cw.t_left { u32::MAX } else { 0 };
+    let t_right = if cw.t_right { u32::MAX } else { 0 };
+    for g in 0..parents.len.div_ceil(LANES) {
+        let at = g * LANES;
+        let seeds: [[u32; LANES]; 4] =
+            std::array::from_fn(|j| parents.w[j][at..at + LANES].try_into().unwrap());
+        let t: [u32; LANES] = parents.t[at..at + LANES].try_into().unwrap();
+        let out = expand_lanes(&seeds);
+        for j in 0..4 {
+            let dst = &mut children.w[j][2 * at..2 * at + 2 * LANES];
+            for l in 0..LANES {
+                dst[2 * l] = out[j][l] ^ (cw.seed[j] & t[l]);
+                dst[2 * l + 1] = out[4 + j][l] ^ (cw.seed[j] & t[l]);
+            }
+        }
+        let dst = &mut children.t[2 * at..2 * at + 2 * LANES];
+        for l in 0..LANES {
+            dst[2 * l] = (out[8][l] & 1).wrapping_neg() ^ (t_left & t[l]);
+            dst[2 * l + 1] = (out[9][l] & 1).wrapping_neg() ^ (t_right & t[l]);
+        }
     }
 }
 
@@ -133,69 +232,4 @@ fn leaf_words(v: &Seed) -> [u64; 2] {
         v[0] as u64 | (v[1] as u64) << 32,
         v[2] as u64 | (v[3] as u64) << 32,
     ]
-}
-
-/// Expands `nodes` through one level per correction word, breadth-first; returns the last level.
-fn expand_levels(mut nodes: Vec<(Seed, bool)>, cws: &[CorrectionWord]) -> Vec<(Seed, bool)> {
-    let mut next = Vec::new();
-    for cw in cws {
-        next.clear();
-        next.resize(nodes.len() * 2, ([0u32; 4], false));
-        expand_level(&nodes, cw, &mut next);
-        std::mem::swap(&mut nodes, &mut next);
-    }
-    nodes
-}
-
-fn expand_level(parents: &[(Seed, bool)], cw: &CorrectionWord, children: &mut [(Seed, bool)]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        unsafe { expand_level_avx2(parents, cw, children) };
-        return;
-    }
-    expand_level_portable(parents, cw, children);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn expand_level_avx2(
-    parents: &[(Seed, bool)],
-    cw: &CorrectionWord,
-    children: &mut [(Seed, bool)],
-) {
-    expand_level_portable(parents, cw, children)
-}
-
-/// One level for all `parents`, [`LANES`] at a time; `children[2j], children[2j+1]` are the
-/// corrected left and right children of `parents[j]`.
-#[inline(always)]
-fn expand_level_portable(
-    parents: &[(Seed, bool)],
-    cw: &CorrectionWord,
-    children: &mut [(Seed, bool)],
-) {
-    for (group, out) in parents.chunks(LANES).zip(children.chunks_mut(2 * LANES)) {
-        let mut soa = [[0u32; LANES]; 4];
-        let mut mask = [0u32; LANES];
-        for (l, (seed, t)) in group.iter().enumerate() {
-            for j in 0..4 {
-                soa[j][l] = seed[j];
-            }
-            mask[l] = if *t { u32::MAX } else { 0 };
-        }
-        let w = expand_lanes(&soa);
-        for (l, pair) in out.chunks_exact_mut(2).enumerate() {
-            let m = mask[l];
-            let t = m & 1 == 1;
-            pair[0] = (
-                std::array::from_fn(|j| w[j][l] ^ (cw.seed[j] & m)),
-                (w[8][l] & 1 == 1) ^ (t & cw.t_left),
-            );
-            pair[1] = (
-                std::array::from_fn(|j| w[4 + j][l] ^ (cw.seed[j] & m)),
-                (w[9][l] & 1 == 1) ^ (t & cw.t_right),
-            );
-        }
-    }
 }

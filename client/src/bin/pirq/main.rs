@@ -1,0 +1,50 @@
+//! `pirq`: the pirq command-line tool.
+//!
+//! Offline tools (database files, keys, local answers) work without any server; `query` talks to
+//! two running parties; `bench` measures the scanner and the system.
+
+mod answer;
+mod bench;
+mod db;
+mod keys;
+mod record;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pirq",
+    version,
+    about = "Two-server private page retrieval: tools, client and benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Database files (.pirdb): generate, inspect.
+    #[command(subcommand)]
+    Db(db::DbCommand),
+    /// DPF keys: generate a pair for one index.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Answer one key locally, as one party would (raw page bytes out).
+    Answer(answer::AnswerArgs),
+    /// XOR two parties' answers into the retrieved page.
+    Combine(answer::CombineArgs),
+    /// Benchmarks (results as a table, optionally recorded under docs/bench/).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Db(cmd) => db::run(cmd),
+        Command::Keys(cmd) => keys::run(cmd),
+        Command::Answer(args) => answer::answer(args),
+        Command::Combine(args) => answer::combine(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    }
+}
