@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (.ci/run calls this). Needs only the Rust toolchain
+# and root (or sudo) to install redis-server if it is missing.
+#
+#   1. formatting and lints (also of the CUDA backend, which builds without CUDA installed)
+#   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
+#   3. a bounded fuzz run of the key and .pirdb header parsers
+#
+# GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+echo "== fmt, clippy"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p pirq-worker --all-targets --features cuda --locked -- -D warnings
+
+echo "== tests"
+cargo test --workspace --release --locked
+
+echo "== fuzz"
+scripts/fuzz.sh "${PIRQ_FUZZ_SECONDS:-20}"
