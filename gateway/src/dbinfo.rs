@@ -1,0 +1,39 @@
+//! The database the party's workers registered, cached briefly.
+//!
+//! Every `POST /v1/queries` validates keys against the database's domain bits and epochs.
+//! Reading `{P}:db` once a second instead of once a request keeps the submit path at one Redis
+//! round trip; a missing registration is never cached, so the first worker to register is seen
+//! at once.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::store::{DbInfo, Store, StoreError};
+
+pub struct DbCache {
+    store: Store,
+    max_age: Duration,
+    cached: Mutex<Option<(DbInfo, Instant)>>,
+}
+
+impl DbCache {
+    pub fn new(store: Store, max_age: Duration) -> DbCache {
+        DbCache {
+            store,
+            max_age,
+            cached: Mutex::new(None),
+        }
+    }
+
+    /// The registration, `None` when no worker has registered a database yet.
+    pub async fn get(&self) -> Result<Option<DbInfo>, StoreError> {
+        if let Some((info, at)) = *self.cached.lock().unwrap() {
+            if at.elapsed() < self.max_age {
+                return Ok(Some(info));
+            }
+        }
+        let fresh = self.store.database().await?;
+        *self.cached.lock().unwrap() = fresh.map(|info| (info, Instant::now()));
+        Ok(fresh)
+    }
+}

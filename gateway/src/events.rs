@@ -1,0 +1,158 @@
+//! The gateway's one Redis pub/sub connection, fanned out to every waiting request.
+//!
+//! Workers publish `"<id> <status>"` on `{P}:done` whenever a query changes status. A single
+//! task per gateway stays subscribed to that channel and wakes the waiters registered for the
+//! id; requests never open their own subscription.
+//!
+//! No lost wake-up: a waiter calls [`Events::subscribe`] *before* it reads the query's status
+//! from Redis. The channel subscription itself is long established, so any change published
+//! after the read is delivered to the waiter's receiver; a change published before the read is
+//! seen by the read. When the pub/sub connection drops (messages may be lost meanwhile), every
+//! waiter is woken on reconnect to read again, and waiters also re-read on a slow timer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+
+#[derive(Clone)]
+pub struct Events {
+    hub: Arc<Hub>,
+}
+
+struct Hub {
+    /// Per request id: a counter bumped on every notification; receivers see each bump.
+    waiters: Mutex<HashMap<String, watch::Sender<u64>>>,
+    connected: AtomicBool,
+}
+
+impl Hub {
+    fn notify(&self, id: &str) {
+        if let Some(tx) = self.waiters.lock().unwrap().get(id) {
+            tx.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn notify_all(&self) {
+        for tx in self.waiters.lock().unwrap().values() {
+            tx.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Interest in one request id. Dropping it unregisters.
+pub struct Subscription {
+    hub: Arc<Hub>,
+    id: String,
+    rx: watch::Receiver<u64>,
+}
+
+impl Subscription {
+    /// Resolves at the next notification for this id (or a reconnect), counting from the moment
+    /// the subscription was made.
+    pub async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            // The sender is never dropped while a receiver is registered; be safe anyway.
+            std::future::pending::<()>().await
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut waiters = self.hub.waiters.lock().unwrap();
+        if let Some(tx) = waiters.get(&self.id) {
+            // Our own receiver is still alive here: 1 means nobody else waits for this id.
+            if tx.receiver_count() <= 1 {
+                waiters.remove(&self.id);
+            }
+        }
+        metrics::gauge!("pirq_gateway_waiters").set(waiters.len() as f64);
+    }
+}
+
+impl Events {
+    /// Starts the listener task on `channel`; it reconnects with backoff for as long as the
+    /// process lives.
+    pub fn start(client: redis::Client, channel: String) -> Events {
+        let hub = Arc::new(Hub {
+            waiters: Mutex::new(HashMap::new()),
+            connected: AtomicBool::new(false),
+        });
+        tokio::spawn(listen(client, channel, hub.clone()));
+        Events { hub }
+    }
+
+    /// Registers interest in `id`. Call before reading the query's status.
+    pub fn subscribe(&self, id: &str) -> Subscription {
+        let mut waiters = self.hub.waiters.lock().unwrap();
+        let rx = match waiters.get(id) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = watch::channel(0);
+                waiters.insert(id.to_string(), tx);
+                rx
+            }
+        };
+        metrics::gauge!("pirq_gateway_waiters").set(waiters.len() as f64);
+        Subscription {
+            hub: self.hub.clone(),
+            id: id.to_string(),
+            rx,
+        }
+    }
+
+    /// Whether the pub/sub connection is up (part of readiness).
+    pub fn is_connected(&self) -> bool {
+        self.hub.connected.load(Ordering::Relaxed)
+    }
+}
+
+async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match connect(&client, &channel).await {
+            Ok(pubsub) => {
+                backoff = Duration::from_millis(50);
+                hub.connected.store(true, Ordering::Relaxed);
+                metrics::gauge!("pirq_gateway_pubsub_connected").set(1.0);
+                tracing::info!(%channel, "pub/sub subscribed");
+                // Anything published while we were away was missed: everyone reads again.
+                hub.notify_all();
+                let mut messages = pubsub.into_on_message();
+                while let Some(msg) = messages.next().await {
+                    let payload: Vec<u8> = msg.get_payload_bytes().to_vec();
+                    let id = payload.split(|b| *b == b' ').next().unwrap_or_default();
+                    if let Ok(id) = std::str::from_utf8(id) {
+                        hub.notify(id);
+                    }
+                }
+                hub.connected.store(false, Ordering::Relaxed);
+                metrics::gauge!("pirq_gateway_pubsub_connected").set(0.0);
+                tracing::warn!(%channel, "pub/sub connection lost; reconnecting");
+                hub.notify_all();
+            }
+            Err(e) => tracing::warn!(%channel, error = %e, "pub/sub connect failed; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn connect(client: &redis::Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+    let attempt = async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok(pubsub)
+    };
+    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "pub/sub connect timed out",
+        ))),
+    }
+}

@@ -1,0 +1,24 @@
+//! `pirq-gateway`: the HTTP front of one party.
+//!
+//! The gateway never scans. It validates a query, puts it on the party's Redis job stream, and
+//! hands back the result a worker wrote under the request id, by polling, long-polling or
+//! Server-Sent Events. Modules, one job each:
+//!
+//! - [`config`]: command-line flags and `PIRQ_*` environment variables.
+//! - [`store`]: every Redis command the gateway sends, over one lazily-connected manager.
+//! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
+//! - [`dbinfo`]: the registered database, cached for validation.
+//! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON.
+
+pub mod config;
+pub mod dbinfo;
+pub mod error;
+pub mod events;
+pub mod metrics;
+pub mod routes;
+pub mod state;
+pub mod store;
+
+pub use config::Config;
+pub use routes::router;
+pub use state::AppState;

@@ -1,0 +1,46 @@
+//! `pirq-gateway`: parse flags, build the state, serve until Ctrl-C or SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use pirq_gateway::{router, AppState, Config};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let config = Config::parse();
+    let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
+    let listen = config.listen;
+    let state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    tracing::info!(addr = %listener.local_addr()?, prefix = %config.prefix, redis = %config.redis_url, "pirq-gateway listening");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("pirq-gateway stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

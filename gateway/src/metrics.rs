@@ -1,0 +1,38 @@
+//! Prometheus metrics: the recorder, and a middleware that counts and times every request.
+//!
+//! Names follow `pirq_gateway_<what>_<unit>`; the route label is the matched route template
+//! (`/v1/queries/{id}`), never the raw path, so request ids do not explode the label space.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Installs the process-wide Prometheus recorder. Call once, from `main`.
+pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    const SECONDS: &[f64] = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)?
+        .install_recorder()
+}
+
+/// Counts and times every request by route, method and status.
+pub async fn track(req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("pirq_gateway_http_requests_total", "route" => route.clone(), "method" => method, "status" => status).increment(1);
+    metrics::histogram!("pirq_gateway_http_request_duration_seconds", "route" => route)
+        .record(start.elapsed().as_secs_f64());
+    resp
+}

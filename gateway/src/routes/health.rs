@@ -1,0 +1,43 @@
+//! `GET /healthz` (the process answers), `GET /readyz` (it can serve queries), `GET /metrics`.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use pirq_shared::error::ErrorCode;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// Ready when Redis answers, a database is registered and the pub/sub listener is subscribed.
+pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    st.store.ping().await?;
+    st.store
+        .database()
+        .await?
+        .ok_or_else(super::queries_no_database)?;
+    if !st.events.is_connected() {
+        return Err(ApiError::new(
+            ErrorCode::RedisUnavailable,
+            "pub/sub connection is not up yet",
+        )
+        .retry_after(1));
+    }
+    Ok(Json(json!({"status": "ready"})))
+}
+
+pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+    let text = match &st.metrics {
+        Some(handle) => {
+            handle.run_upkeep();
+            handle.render()
+        }
+        None => String::new(),
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}

@@ -1,0 +1,27 @@
+//! `GET /v1/info`: the database this party serves, as its workers registered it.
+
+use axum::extract::State;
+use axum::Json;
+use pirq_shared::wire::Info;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
+    // Read fresh rather than through the cache: clients compare parties' epochs with this.
+    let db = st
+        .store
+        .database()
+        .await?
+        .ok_or_else(super::queries_no_database)?;
+    let workers = st.store.live_workers().await?;
+    Ok(Json(Info {
+        num_pages: db.num_pages,
+        page_size: db.page_size,
+        domain_bits: db.domain_bits,
+        epoch: db.epoch,
+        min_epoch: db.min_epoch,
+        max_keys_per_query: st.config.max_keys_per_query,
+        workers,
+    }))
+}

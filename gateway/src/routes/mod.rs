@@ -1,0 +1,109 @@
+//! The HTTP routes. Handlers stay thin: parse, validate, one Redis call, answer.
+
+mod health;
+mod info;
+mod queries;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use pirq_shared::error::ErrorCode;
+use pirq_shared::wire::{QueryResult, BINCODE, JSON};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) use queries::no_database as queries_no_database;
+
+/// Builds the gateway's router over `state`.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.config.body_limit;
+    Router::new()
+        .route("/v1/queries", post(queries::submit))
+        .route("/v1/queries/{id}", get(queries::status))
+        .route("/v1/queries/{id}/events", get(queries::events))
+        .route("/v1/info", get(info::info))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route_layer(middleware::from_fn(crate::metrics::track))
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// Body encoding of a request or an answer (SPEC §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Bincode,
+}
+
+impl Format {
+    /// From `Content-Type`: JSON when absent, 415 for anything but JSON and bincode.
+    pub fn of_request(headers: &HeaderMap) -> Result<Format, ApiError> {
+        let Some(value) = headers.get(header::CONTENT_TYPE) else {
+            return Ok(Format::Json);
+        };
+        let media = value
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match media.as_str() {
+            JSON => Ok(Format::Json),
+            BINCODE => Ok(Format::Bincode),
+            _ => Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                format!("Content-Type {media:?} is not supported; use {JSON} or {BINCODE}"),
+            )),
+        }
+    }
+
+    /// From `Accept`: bincode only when asked for, JSON otherwise.
+    pub fn of_answer(headers: &HeaderMap) -> Format {
+        let wants_bincode = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|m| {
+                m.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case(BINCODE)
+            });
+        if wants_bincode {
+            Format::Bincode
+        } else {
+            Format::Json
+        }
+    }
+
+    /// A query state as a response in this format.
+    pub fn respond(self, status: StatusCode, result: &QueryResult) -> Response {
+        match self {
+            Format::Json => {
+                (status, [(header::CONTENT_TYPE, JSON)], result.to_json()).into_response()
+            }
+            Format::Bincode => (
+                status,
+                [(header::CONTENT_TYPE, BINCODE)],
+                result.to_bincode(),
+            )
+                .into_response(),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! `POST /v1/queries`, `GET /v1/queries/{id}` (with `?wait=S`), `GET /v1/queries/{id}/events`.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::Response;
+use futures::Stream;
+use pirq_shared::dpf::DpfKey;
+use pirq_shared::error::ErrorCode;
+use pirq_shared::layout::is_request_id;
+use pirq_shared::wire::{ErrorBody, ErrorEnvelope, Job, QueryRequest, QueryResult, QueryStatus};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::Format;
+use crate::error::ApiError;
+use crate::events::Subscription;
+use crate::state::AppState;
+use crate::store::{DbInfo, StoreError, StoredQuery};
+
+/// Longest `?wait=`, in seconds.
+pub const MAX_WAIT_SECS: f64 = 30.0;
+/// A waiter reads the status again at least this often, even without a notification.
+const RECHECK: Duration = Duration::from_secs(2);
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::Malformed { .. } => ApiError::new(ErrorCode::Internal, e.to_string()),
+            _ => ApiError::redis(e).retry_after(1),
+        }
+    }
+}
+
+/// `POST /v1/queries`: validate, queue, answer 202 with the request id.
+pub async fn submit(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::BodyTooLarge,
+                format!(
+                    "request body exceeds the limit of {} bytes",
+                    st.config.body_limit
+                ),
+            )
+        } else {
+            ApiError::new(
+                ErrorCode::InvalidJson,
+                format!("cannot read the request body: {r}"),
+            )
+        }
+    })?;
+    let request = match Format::of_request(&headers)? {
+        Format::Json => QueryRequest::from_json(&body)?,
+        Format::Bincode => QueryRequest::from_bincode(&body)?,
+    };
+    check_count(request.keys.len(), st.config.max_keys_per_query as usize)?;
+    let keys = parse_keys(&request.keys)?;
+    let db = st.db.get().await?.ok_or_else(no_database)?;
+    check_against_db(&keys, request.epoch, &db)?;
+
+    let id = format!("{:032x}", rand::random::<u128>());
+    let job = Job {
+        keys: request.keys,
+        epoch: request.epoch,
+        accepted_ms: now_ms(),
+    };
+    st.store
+        .submit(&id, &job, st.config.pending_ttl)
+        .instrument(tracing::debug_span!("submit", %id))
+        .await?;
+    tracing::debug!(%id, keys = job.keys.len(), "query accepted");
+    metrics::counter!("pirq_gateway_queries_accepted_total").increment(1);
+    metrics::counter!("pirq_gateway_keys_accepted_total").increment(job.keys.len() as u64);
+
+    let mut resp = Format::of_answer(&headers).respond(
+        StatusCode::ACCEPTED,
+        &QueryResult::pending(&id, QueryStatus::Queued),
+    );
+    let h = resp.headers_mut();
+    h.insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/queries/{id}")).expect("hex is a valid header"),
+    );
+    h.insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(st.config.retry_after),
+    );
+    Ok(resp)
+}
+
+fn check_count(count: usize, max: usize) -> Result<(), ApiError> {
+    if count == 0 {
+        return Err(ApiError::new(
+            ErrorCode::NoKeys,
+            "a query needs at least one key",
+        ));
+    }
+    if count > max {
+        return Err(ApiError::new(
+            ErrorCode::TooManyKeys,
+            format!("{count} keys in one query, at most {max} are accepted"),
+        ));
+    }
+    Ok(())
+}
+
+/// SPEC §1.3 parse of every key; the first bad one is named.
+fn parse_keys(raw: &[Vec<u8>]) -> Result<Vec<DpfKey>, ApiError> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            DpfKey::parse(bytes)
+                .map_err(|e| ApiError::key(ErrorCode::from(&e), i, format!("key {i}: {e}")))
+        })
+        .collect()
+}
+
+fn check_against_db(keys: &[DpfKey], epoch: Option<u64>, db: &DbInfo) -> Result<(), ApiError> {
+    if let Some((i, k)) = keys
+        .iter()
+        .enumerate()
+        .find(|(_, k)| k.domain_bits() != db.domain_bits)
+    {
+        return Err(ApiError::key(
+            ErrorCode::KeyDomainMismatch,
+            i,
+            format!(
+                "key {i} has {} domain bits, this database needs {}",
+                k.domain_bits(),
+                db.domain_bits
+            ),
+        ));
+    }
+    if let Some(e) = epoch {
+        if !(db.min_epoch..=db.epoch).contains(&e) {
+            return Err(ApiError::new(
+                ErrorCode::EpochUnavailable,
+                format!(
+                    "epoch {e} is not served; epochs {}..={} are",
+                    db.min_epoch, db.epoch
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn no_database() -> ApiError {
+    ApiError::new(
+        ErrorCode::NoDatabase,
+        "no worker has registered a database for this party yet",
+    )
+    .retry_after(1)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if is_request_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(id))
+    }
+}
+
+/// `?wait=S`: seconds to long-poll, a non-negative number, capped at [`MAX_WAIT_SECS`].
+fn parse_wait(query: Option<&str>) -> Result<Duration, ApiError> {
+    let mut wait = Duration::ZERO;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != "wait" {
+            continue;
+        }
+        let secs: f64 = value
+            .parse()
+            .ok()
+            .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidParameter,
+                    format!("wait={value:?} is not a number of seconds"),
+                )
+            })?;
+        wait = Duration::from_secs_f64(secs.min(MAX_WAIT_SECS));
+    }
+    Ok(wait)
+}
+
+/// `GET /v1/queries/{id}`: 200 when done or failed, 202 while pending; `?wait=S` long-polls.
+pub async fn status(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    check_id(&id)?;
+    let wait = parse_wait(query.as_deref())?;
+    let stored = if wait.is_zero() {
+        st.store
+            .load(&id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(&id))?
+    } else {
+        wait_final(&st, &id, wait).await?
+    };
+    let final_ = stored.result.status.is_final();
+    let code = if final_ {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let mut resp = Format::of_answer(&headers).respond(code, &stored.result);
+    if !final_ {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(st.config.retry_after),
+        );
+    }
+    if let Some(timing) = server_timing(&stored) {
+        resp.headers_mut().insert("server-timing", timing);
+    }
+    Ok(resp)
+}
+
+/// `Server-Timing` with the worker's scan and total times, for latency accounting.
+fn server_timing(q: &StoredQuery) -> Option<HeaderValue> {
+    let scan = q.scan_us?;
+    let worker = q.worker_us.unwrap_or(scan);
+    HeaderValue::from_str(&format!(
+        "scan;dur={:.3}, worker;dur={:.3}",
+        scan as f64 / 1e3,
+        worker as f64 / 1e3
+    ))
+    .ok()
+}
+
+/// Reads the query until it is final or `wait` has passed.
+async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQuery, ApiError> {
+    let deadline = Instant::now() + wait;
+    // Subscribe before the first read: a change between the read and the wait still wakes us.
+    let mut sub = st.events.subscribe(id);
+    loop {
+        let q = st
+            .store
+            .load(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(id))?;
+        let now = Instant::now();
+        if q.result.status.is_final() || now >= deadline {
+            return Ok(q);
+        }
+        let _ = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()).await;
+    }
+}
+
+/// `GET /v1/queries/{id}/events`: `status` events while pending, then one `result` event.
+pub async fn events(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    check_id(&id)?;
+    let sub = st.events.subscribe(&id);
+    let first = st
+        .store
+        .load(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(&id))?;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(follow(st, id, sub, first, tx));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|ev| (Ok(ev), rx))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Feeds one SSE stream until the query is final, the record vanishes, or the client leaves.
+async fn follow(
+    st: AppState,
+    id: String,
+    mut sub: Subscription,
+    mut current: StoredQuery,
+    tx: mpsc::Sender<Event>,
+) {
+    let mut last_sent = None;
+    loop {
+        let result = &current.result;
+        if result.status.is_final() {
+            let _ = tx.send(json_event("result", result.to_json())).await;
+            return;
+        }
+        if last_sent != Some(result.status) {
+            if tx
+                .send(json_event("status", result.to_json()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            last_sent = Some(result.status);
+        }
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = tokio::time::timeout(RECHECK, sub.changed()) => {}
+        }
+        current = match st.store.load(&id).await {
+            Ok(Some(q)) => q,
+            Ok(None) => {
+                let _ = tx
+                    .send(error_event(ErrorBody::new(
+                        ErrorCode::NotFound,
+                        "the query expired",
+                    )))
+                    .await;
+                return;
+            }
+            Err(e) => {
+                let _ = tx
+                    .send(error_event(ErrorBody::new(
+                        ErrorCode::RedisUnavailable,
+                        e.to_string(),
+                    )))
+                    .await;
+                return;
+            }
+        };
+    }
+}
+
+fn json_event(name: &str, json: Vec<u8>) -> Event {
+    Event::default()
+        .event(name)
+        .data(String::from_utf8(json).expect("serde_json writes UTF-8"))
+}
+
+fn error_event(error: ErrorBody) -> Event {
+    json_event(
+        "error",
+        serde_json::to_vec(&ErrorEnvelope { error }).expect("serializes"),
+    )
+}

@@ -1,0 +1,242 @@
+//! Every Redis command the gateway sends, in one place.
+//!
+//! One [`ConnectionManager`] (a multiplexed connection that reconnects by itself) carries all of
+//! them; the gateway never sends a blocking command, so one connection is enough. Each call is
+//! bounded by the configured timeout, so a Redis that is down or stuck becomes an error the
+//! handlers answer with 503 instead of a hung request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use pirq_shared::error::ErrorCode;
+use pirq_shared::layout::{db_field, job_field, query_field as qf, Layout};
+use pirq_shared::wire::{ErrorBody, Job, QueryResult, QueryStatus};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncCommands;
+
+/// A Redis failure: unreachable, timed out, or an answer of the wrong shape.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("malformed {what} in redis: {detail}")]
+    Malformed { what: &'static str, detail: String },
+}
+
+/// The database one party's workers registered (`{P}:db`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DbInfo {
+    pub num_pages: u64,
+    pub page_size: u32,
+    pub domain_bits: u8,
+    pub epoch: u64,
+    pub min_epoch: u64,
+}
+
+/// A query as stored under `{P}:q:<id>`, plus the worker's timings when it is done.
+#[derive(Clone, Debug)]
+pub struct StoredQuery {
+    pub result: QueryResult,
+    pub scan_us: Option<u64>,
+    pub worker_us: Option<u64>,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    layout: Layout,
+    timeout: Duration,
+}
+
+impl Store {
+    /// Creates the store without connecting: the first command connects, and a Redis that is
+    /// down at start only makes requests fail until it is up.
+    pub fn new(
+        client: redis::Client,
+        layout: Layout,
+        timeout: Duration,
+    ) -> Result<Store, StoreError> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Store {
+            conn,
+            layout,
+            timeout,
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
+            .await?;
+        Ok(())
+    }
+
+    /// Records the query as `queued` (expiring after `pending_ttl`) and appends the job to the
+    /// stream, atomically: a job is never on the stream without its status, nor the reverse.
+    pub async fn submit(&self, id: &str, job: &Job, pending_ttl: u64) -> Result<(), StoreError> {
+        let qkey = self.layout.query(id);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HSET")
+            .arg(&qkey)
+            .arg(qf::STATUS)
+            .arg(QueryStatus::Queued.as_str())
+            .arg(qf::KEYS)
+            .arg(job.keys.len())
+            .arg(qf::ACCEPTED_MS)
+            .arg(job.accepted_ms)
+            .ignore()
+            .cmd("EXPIRE")
+            .arg(&qkey)
+            .arg(pending_ttl)
+            .ignore()
+            .cmd("XADD")
+            .arg(self.layout.jobs())
+            .arg("*")
+            .arg(job_field::ID)
+            .arg(id)
+            .arg(job_field::JOB)
+            .arg(job.to_bincode())
+            .ignore();
+        let mut conn = self.conn.clone();
+        self.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    /// The query's state, `None` if the id is unknown or its record expired.
+    pub async fn load(&self, id: &str) -> Result<Option<StoredQuery>, StoreError> {
+        let mut conn = self.conn.clone();
+        let fields: HashMap<String, Vec<u8>> =
+            self.bounded(conn.hgetall(self.layout.query(id))).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse_query(id, &fields).map(Some)
+    }
+
+    /// The registered database, `None` if no worker has registered one.
+    pub async fn database(&self) -> Result<Option<DbInfo>, StoreError> {
+        let mut conn = self.conn.clone();
+        let fields: HashMap<String, String> = self.bounded(conn.hgetall(self.layout.db())).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let get = |name: &'static str| -> Result<u64, StoreError> {
+            fields
+                .get(name)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| StoreError::Malformed {
+                    what: "database registration",
+                    detail: format!("field {name} missing or not a number"),
+                })
+        };
+        let epoch = get(db_field::EPOCH)?;
+        Ok(Some(DbInfo {
+            num_pages: get(db_field::NUM_PAGES)?,
+            page_size: get(db_field::PAGE_SIZE)? as u32,
+            domain_bits: get(db_field::DOMAIN_BITS)? as u8,
+            epoch,
+            min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
+        }))
+    }
+
+    /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
+    /// worker that died without deregistering) are removed on the way.
+    pub async fn live_workers(&self) -> Result<u32, StoreError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = self.bounded(conn.smembers(self.layout.workers())).await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.exists(self.layout.worker(id));
+        }
+        let alive: Vec<bool> = self.bounded(pipe.query_async(&mut conn)).await?;
+        let dead: Vec<&String> = ids
+            .iter()
+            .zip(&alive)
+            .filter(|(_, a)| !**a)
+            .map(|(id, _)| id)
+            .collect();
+        if !dead.is_empty() {
+            let _: Result<(), _> = self.bounded(conn.srem(self.layout.workers(), dead)).await;
+        }
+        Ok(alive.iter().filter(|a| **a).count() as u32)
+    }
+}
+
+fn malformed(detail: String) -> StoreError {
+    StoreError::Malformed {
+        what: "query record",
+        detail,
+    }
+}
+
+/// Turns the fields of `{P}:q:<id>` into the result the API answers with.
+fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuery, StoreError> {
+    let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
+    let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
+    let status = text(qf::STATUS)
+        .and_then(QueryStatus::parse)
+        .ok_or_else(|| malformed(format!("query {id} has no valid status")))?;
+    let mut result = QueryResult::pending(id, status);
+    match status {
+        QueryStatus::Queued | QueryStatus::Running => {}
+        QueryStatus::Done => {
+            let page_size = number(qf::PAGE_SIZE)
+                .filter(|p| *p > 0)
+                .ok_or_else(|| malformed(format!("query {id} is done without a page size")))?;
+            let pages = fields
+                .get(qf::PAGES)
+                .ok_or_else(|| malformed(format!("query {id} is done without pages")))?;
+            if pages.len() as u64 % page_size != 0 {
+                return Err(malformed(format!(
+                    "query {id}: answers are not whole pages"
+                )));
+            }
+            result.epoch = number(qf::EPOCH);
+            result.pages = pages
+                .chunks(page_size as usize)
+                .map(<[u8]>::to_vec)
+                .collect();
+        }
+        QueryStatus::Failed => {
+            let code = text(qf::ERROR_CODE).unwrap_or(ErrorCode::Internal.as_str());
+            let mut error = ErrorBody {
+                code: code.to_string(),
+                message: text(qf::ERROR_MESSAGE).unwrap_or("").to_string(),
+                key_index: None,
+            };
+            if let Some(i) = number(qf::KEY_INDEX) {
+                error = error.with_key_index(i as usize);
+            }
+            result.error = Some(error);
+        }
+    }
+    Ok(StoredQuery {
+        result,
+        scan_us: number(qf::SCAN_US),
+        worker_us: number(qf::WORKER_US),
+    })
+}
