@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapMut, MmapOptions};
 
 /// First 8 bytes of every `.pirdb` file.
 pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
@@ -185,6 +185,56 @@ impl PirDb {
             let ps = self.page_size();
             &self.pages()[p as usize * ps..(p as usize + 1) * ps]
         })
+    }
+}
+
+impl PirDb {
+    /// A private copy-on-write mapping of the pages: a scanner folds epoch updates into it in
+    /// memory while the file stays untouched. Only pages that are written cost memory.
+    pub fn private_pages(&self) -> Result<PrivatePages, DbError> {
+        let io = |source| DbError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let file = File::open(&self.path).map_err(io)?;
+        // SAFETY: as in `open`: the file is not modified while pirq serves it; writes go to
+        // private pages of this process only.
+        let map =
+            unsafe { MmapOptions::new().offset(HEADER_LEN as u64).map_copy(&file) }.map_err(io)?;
+        if map.len() as u64 != self.header.pages_len() {
+            return Err(DbError::Length {
+                expected: self.header.file_len(),
+                actual: HEADER_LEN as u64 + map.len() as u64,
+                num_pages: self.header.num_pages,
+                page_size: self.header.page_size,
+            });
+        }
+        Ok(PrivatePages {
+            map,
+            page_size: self.page_size(),
+        })
+    }
+}
+
+/// Pages of a database in a private, writable, copy-on-write mapping (see
+/// [`PirDb::private_pages`]).
+pub struct PrivatePages {
+    map: MmapMut,
+    page_size: usize,
+}
+
+impl PrivatePages {
+    /// All pages back to back.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn page(&self, p: u64) -> &[u8] {
+        &self.map[p as usize * self.page_size..(p as usize + 1) * self.page_size]
+    }
+
+    pub fn page_mut(&mut self, p: u64) -> &mut [u8] {
+        &mut self.map[p as usize * self.page_size..(p as usize + 1) * self.page_size]
     }
 }
 

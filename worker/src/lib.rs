@@ -3,4 +3,5 @@
 //! [`scan`] holds the [`scan::Scanner`] boundary and its backends; the queue loop that feeds it
 //! from Redis lives beside it and never knows which backend runs.
 
+pub mod epochs;
 pub mod scan;

@@ -9,13 +9,17 @@
 //! of keys per page (per group of 64 keys), so the inner loop is "for each set bit, XOR the page
 //! into that key's accumulator", which the compiler turns into 32-byte AVX2 loads and stores.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-use pirq_shared::db::PirDb;
+use pirq_shared::db::{PirDb, PrivatePages};
 use pirq_shared::dpf::{bitmap_words, eval_full_into, DpfKey};
 use rayon::prelude::*;
 
 use super::{check_keys, Answers, Geometry, ScanError, Scanner};
+use crate::epochs::{DeltaWindow, PageWrite};
+
+/// Default number of epochs answered exactly (the base and 15 later ones).
+pub const DEFAULT_EPOCH_WINDOW: usize = 16;
 
 /// Default largest batch; the scan is linear in Q, this only bounds memory per pass.
 pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
@@ -25,10 +29,21 @@ pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
 const MIN_PAGES_PER_TASK: u64 = 64 * 16;
 
 /// Scans a memory-mapped `.pirdb` on the CPU with its own rayon thread pool.
+///
+/// The pages live in a private copy-on-write mapping of the file, so epoch updates are folded
+/// into them in memory (only changed pages cost RAM). Passes share a read lock; an update takes
+/// the write lock for the moment it needs to fold pages, so every pass sees one consistent base.
 pub struct CpuScanner {
-    db: Arc<PirDb>,
+    geometry: Geometry,
     pool: rayon::ThreadPool,
     max_batch_keys: usize,
+    state: RwLock<State>,
+}
+
+/// Base pages and the epoch window over them; always changed together.
+struct State {
+    pages: PrivatePages,
+    window: DeltaWindow,
 }
 
 impl CpuScanner {
@@ -39,11 +54,71 @@ impl CpuScanner {
             .thread_name(|i| format!("pirq-scan-{i}"))
             .build()
             .map_err(|e| ScanError::Device(format!("cannot start scan threads: {e}")))?;
+        let h = *db.header();
+        let geometry = Geometry {
+            num_pages: h.num_pages,
+            page_size: h.page_size as usize,
+            domain_bits: h.domain_bits(),
+        };
+        let window = DeltaWindow::new(
+            geometry.page_size,
+            h.num_pages,
+            h.epoch,
+            DEFAULT_EPOCH_WINDOW,
+        );
+        let pages = db
+            .private_pages()
+            .map_err(|e| ScanError::Device(e.to_string()))?;
         Ok(CpuScanner {
-            db,
+            geometry,
             pool,
             max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
+            state: RwLock::new(State { pages, window }),
         })
+    }
+
+    /// Changes how many epochs are answered exactly (the base included). Call before updates.
+    pub fn with_epoch_window(self, capacity: usize) -> CpuScanner {
+        {
+            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let oldest = state.window.oldest();
+            let (ps, n) = (self.geometry.page_size, self.geometry.num_pages);
+            state.window = DeltaWindow::new(ps, n, oldest, capacity);
+        }
+        self
+    }
+
+    /// Oldest and newest epoch this scanner answers exactly.
+    pub fn epoch_window(&self) -> (u64, u64) {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        (state.window.oldest(), state.window.newest())
+    }
+
+    /// Adds epoch `newest + 1` (whole-page replacements). All of it applies, or none.
+    pub fn apply_epoch(&self, epoch: u64, writes: &[PageWrite]) -> Result<(), ScanError> {
+        let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let State { pages, window } = &mut *guard;
+        let folded = window.push(epoch, writes, |p| pages.page(p).to_vec())?;
+        for (p, diff) in folded {
+            pirq_shared::bits::xor_into(pages.page_mut(p), &diff);
+        }
+        Ok(())
+    }
+
+    /// One pass answering each key at its own epoch (`epochs[q]` for `keys[q]`), all in the
+    /// window: a scan of the base, then the diffs merged per key.
+    pub fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
+        check_keys(&self.geometry, keys, self.max_batch_keys)?;
+        assert_eq!(keys.len(), epochs.len(), "one epoch per key");
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        for &e in epochs {
+            state.window.resolve(Some(e))?;
+        }
+        let bitmaps = self.expand(keys);
+        let answers = self.scan_pages(state.pages.as_slice(), &bitmaps);
+        let mut bytes = answers.into_bytes();
+        state.window.merge(&bitmaps, epochs, &mut bytes)?;
+        Ok(Answers::new(self.geometry.page_size, bytes))
     }
 
     /// Changes the largest batch one pass accepts.
@@ -58,7 +133,7 @@ impl CpuScanner {
 
     /// Expands every key's full-domain bitmap (in parallel over keys).
     pub fn expand(&self, keys: &[DpfKey]) -> Vec<Vec<u64>> {
-        let n = self.geometry().domain_bits;
+        let n = self.geometry.domain_bits;
         self.pool.install(|| {
             keys.par_iter()
                 .map(|key| {
@@ -70,11 +145,16 @@ impl CpuScanner {
         })
     }
 
-    /// The scan alone, given expanded bitmaps (exposed for benches that time the phases).
+    /// The scan of the base pages alone, given expanded bitmaps (for benches that time phases).
     pub fn scan(&self, bitmaps: &[Vec<u64>]) -> Answers {
-        let ps = self.db.page_size();
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        self.scan_pages(state.pages.as_slice(), bitmaps)
+    }
+
+    fn scan_pages(&self, pages: &[u8], bitmaps: &[Vec<u64>]) -> Answers {
+        let ps = self.geometry.page_size;
         let q = bitmaps.len();
-        let num_pages = self.db.num_pages();
+        let num_pages = self.geometry.num_pages;
         let threads = self.threads() as u64;
         let per_task = num_pages
             .div_ceil(threads)
@@ -84,7 +164,6 @@ impl CpuScanner {
             .step_by(per_task as usize)
             .map(|start| (start, (start + per_task).min(num_pages)))
             .collect();
-        let pages = self.db.pages();
         let bytes = self.pool.install(|| {
             ranges
                 .par_iter()
@@ -109,12 +188,7 @@ impl Scanner for CpuScanner {
     }
 
     fn geometry(&self) -> Geometry {
-        let h = self.db.header();
-        Geometry {
-            num_pages: h.num_pages,
-            page_size: h.page_size as usize,
-            domain_bits: h.domain_bits(),
-        }
+        self.geometry
     }
 
     fn max_batch_keys(&self) -> usize {
@@ -122,9 +196,8 @@ impl Scanner for CpuScanner {
     }
 
     fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
-        check_keys(&self.geometry(), keys, self.max_batch_keys)?;
-        let bitmaps = self.expand(keys);
-        Ok(self.scan(&bitmaps))
+        let newest = self.epoch_window().1;
+        self.pass_at(keys, &vec![newest; keys.len()])
     }
 }
 

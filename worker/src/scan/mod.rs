@@ -63,6 +63,8 @@ pub enum ScanError {
     DomainBits { index: usize, got: u8, want: u8 },
     #[error("batch of {got} keys exceeds this scanner's maximum of {max}")]
     BatchTooLarge { got: usize, max: usize },
+    #[error(transparent)]
+    Epoch(#[from] crate::epochs::EpochError),
     #[error("device error: {0}")]
     Device(String),
 }

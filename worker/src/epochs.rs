@@ -1,0 +1,200 @@
+//! The epoch window: exact answers at any recent epoch from one base copy plus page diffs.
+//!
+//! A scanner's database holds the pages at `base_epoch`. For every later epoch `e` in the window
+//! this keeps, for each page changed since the base, `diff_e(p) = page_p(e) XOR page_p(base)`.
+//! Because answers are XORs of selected pages (SPEC §3),
+//!
+//! ```text
+//! answer(e) = scan(base) XOR  Σ_{p changed since base} bit(p) · diff_e(p)
+//! ```
+//!
+//! so one scan of the base answers keys pinned to different epochs, and [`DeltaWindow::merge`]
+//! fixes each answer up with only the changed pages. Diff sets are cumulative (a page changed at
+//! `base + 1` stays in every later set), and a diff that did not change between two epochs is
+//! shared, not copied.
+//!
+//! When the window is full, [`DeltaWindow::fold_oldest`] moves the base forward one epoch: the
+//! caller writes the returned pages into its base copy (only the pages that changed, no second
+//! copy of the database), and the later diffs are re-based onto the new base.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use pirq_shared::bits::{bit, xor_into};
+
+/// One page replacement of an epoch update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageWrite {
+    pub index: u64,
+    pub page: Vec<u8>,
+}
+
+/// Why an update or an epoch request was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EpochError {
+    #[error("epoch {got} is not the next epoch (newest is {newest})")]
+    NotNext { got: u64, newest: u64 },
+    #[error("epoch {epoch} is outside the window {oldest}..={newest}")]
+    OutsideWindow {
+        epoch: u64,
+        oldest: u64,
+        newest: u64,
+    },
+    #[error("page {index} is outside the database of {num_pages} pages")]
+    PageIndex { index: u64, num_pages: u64 },
+    #[error("page {index} is {got} bytes, pages are {page_size}")]
+    PageSize {
+        index: u64,
+        got: usize,
+        page_size: usize,
+    },
+}
+
+type Diffs = BTreeMap<u64, Arc<[u8]>>;
+
+/// Base epoch plus the cumulative page diffs of up to `capacity - 1` later epochs.
+#[derive(Clone, Debug)]
+pub struct DeltaWindow {
+    page_size: usize,
+    num_pages: u64,
+    capacity: usize,
+    base_epoch: u64,
+    /// `diffs[i]` belongs to epoch `base_epoch + 1 + i`.
+    diffs: VecDeque<Diffs>,
+}
+
+impl DeltaWindow {
+    /// An empty window over a base at `base_epoch`; `capacity` (≥ 1) epochs are answerable.
+    pub fn new(page_size: usize, num_pages: u64, base_epoch: u64, capacity: usize) -> DeltaWindow {
+        DeltaWindow {
+            page_size,
+            num_pages,
+            capacity: capacity.max(1),
+            base_epoch,
+            diffs: VecDeque::new(),
+        }
+    }
+
+    pub fn oldest(&self) -> u64 {
+        self.base_epoch
+    }
+
+    pub fn newest(&self) -> u64 {
+        self.base_epoch + self.diffs.len() as u64
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The epoch a request means: `None` is the newest; others must lie in the window.
+    pub fn resolve(&self, epoch: Option<u64>) -> Result<u64, EpochError> {
+        let e = epoch.unwrap_or(self.newest());
+        if e < self.oldest() || e > self.newest() {
+            return Err(EpochError::OutsideWindow {
+                epoch: e,
+                oldest: self.oldest(),
+                newest: self.newest(),
+            });
+        }
+        Ok(e)
+    }
+
+    /// Pages changed between the base and `epoch`, with their diffs.
+    pub fn diffs_at(&self, epoch: u64) -> Option<&BTreeMap<u64, Arc<[u8]>>> {
+        let i = epoch.checked_sub(self.base_epoch + 1)? as usize;
+        self.diffs.get(i)
+    }
+
+    /// Checks an update before anything is changed: all of it applies, or none.
+    pub fn check(&self, epoch: u64, writes: &[PageWrite]) -> Result<(), EpochError> {
+        if epoch != self.newest() + 1 {
+            return Err(EpochError::NotNext {
+                got: epoch,
+                newest: self.newest(),
+            });
+        }
+        for w in writes {
+            if w.index >= self.num_pages {
+                return Err(EpochError::PageIndex {
+                    index: w.index,
+                    num_pages: self.num_pages,
+                });
+            }
+            if w.page.len() != self.page_size {
+                return Err(EpochError::PageSize {
+                    index: w.index,
+                    got: w.page.len(),
+                    page_size: self.page_size,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds epoch `newest + 1`; `base_page(p)` reads page `p` of the base copy. A page written
+    /// twice in one update takes the last write.
+    ///
+    /// When the window was already full, the base moves forward one epoch: the returned diffs
+    /// (page index, diff) must be XORed into the base copy before the next scan, under the same
+    /// lock. Otherwise the returned list is empty.
+    pub fn push(
+        &mut self,
+        epoch: u64,
+        writes: &[PageWrite],
+        base_page: impl Fn(u64) -> Vec<u8>,
+    ) -> Result<Vec<(u64, Arc<[u8]>)>, EpochError> {
+        self.check(epoch, writes)?;
+        let mut next = self.diffs.back().cloned().unwrap_or_default();
+        for w in writes {
+            let mut diff = base_page(w.index);
+            xor_into(&mut diff, &w.page);
+            next.insert(w.index, diff.into());
+        }
+        self.diffs.push_back(next);
+        if self.diffs.len() < self.capacity {
+            return Ok(Vec::new());
+        }
+        Ok(self.fold_oldest().unwrap_or_default())
+    }
+
+    /// Moves the base forward one epoch (also done by [`push`](Self::push) when full). Returns the diffs to XOR into the base copy (page index,
+    /// diff); after the caller applied them, the base is at the new [`oldest`](Self::oldest).
+    pub fn fold_oldest(&mut self) -> Option<Vec<(u64, Arc<[u8]>)>> {
+        let first = self.diffs.pop_front()?;
+        for later in &mut self.diffs {
+            for (p, d) in &first {
+                let entry = later.get_mut(p).expect("diff sets are cumulative");
+                let mut rebased = entry.to_vec();
+                xor_into(&mut rebased, d);
+                *entry = rebased.into();
+            }
+        }
+        self.base_epoch += 1;
+        Some(first.into_iter().collect())
+    }
+
+    /// Fixes up scan-of-base answers: `answers[q]` (of key `q` with full-domain bitmap
+    /// `bitmaps[q]`) becomes the answer at `epochs[q]`.
+    pub fn merge(
+        &self,
+        bitmaps: &[Vec<u64>],
+        epochs: &[u64],
+        answers: &mut [u8],
+    ) -> Result<(), EpochError> {
+        let ps = self.page_size;
+        for (q, (bits, &epoch)) in bitmaps.iter().zip(epochs).enumerate() {
+            self.resolve(Some(epoch))?;
+            let Some(diffs) = self.diffs_at(epoch) else {
+                continue;
+            };
+            let acc = &mut answers[q * ps..(q + 1) * ps];
+            for (&p, diff) in diffs {
+                if bit(bits, p as usize) {
+                    xor_into(acc, diff);
+                }
+            }
+        }
+        Ok(())
+    }
+}
