@@ -13,4 +13,5 @@ pub mod db;
 pub mod dpf;
 pub mod error;
 pub mod layout;
+pub mod metrics;
 pub mod wire;

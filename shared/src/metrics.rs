@@ -1,0 +1,485 @@
+//! The metrics catalog: every Prometheus metric pirq exports, in one place.
+//!
+//! Gateways and workers emit metrics by these constants (`metrics::counter!(JOBS_COMPLETED)`),
+//! never by string literals, so a renamed metric breaks the build instead of a dashboard. The
+//! [`CATALOG`] describes each one (type, unit, labels, help, who emits it and when); from it come
+//! the `# HELP` lines on `/metrics` ([`describe`]), the histogram buckets ([`Metric::buckets`]),
+//! `docs/metrics.md` ([`markdown_table`], kept in step by a test), and the checks that the
+//! Grafana dashboard and the end-to-end suite only name metrics that exist.
+//!
+//! Names follow `pirq_<component>_<what>_<unit>` and Prometheus conventions: base units
+//! (`_seconds`, `_bytes`), `_total` on every counter and nowhere else, counts of things
+//! (`_jobs`, `_keys`) as plain numbers.
+
+use metrics::Unit;
+
+/// Prometheus metric type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    /// As written on a `# TYPE` line (histograms are exported with buckets, see [`Metric::buckets`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Which process exports a metric on its `/metrics` endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emitter {
+    /// `pirq-gateway`; the `pirq_queue_*` gauges are sampled from Redis by the gateway.
+    Gateway,
+    /// `pirq-worker`.
+    Worker,
+}
+
+impl Emitter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Emitter::Gateway => "gateway",
+            Emitter::Worker => "worker",
+        }
+    }
+}
+
+/// When a metric has samples, so that checks know what to expect on a given deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// From start-up on (counters are registered at zero so `rate()` works from the first scrape).
+    Always,
+    /// Once the process has answered at least one query.
+    AfterTraffic,
+    /// Only on workers running the CUDA backend.
+    Cuda,
+}
+
+/// One catalog entry.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: Unit,
+    /// Label names; the values a label takes are described in `help`.
+    pub labels: &'static [&'static str],
+    pub emitter: Emitter,
+    pub presence: Presence,
+    pub help: &'static str,
+}
+
+// ---- names ------------------------------------------------------------------------------------
+
+/// HTTP requests answered by the gateway.
+pub const GATEWAY_HTTP_REQUESTS: &str = "pirq_gateway_http_requests_total";
+/// Gateway request handling time.
+pub const GATEWAY_HTTP_REQUEST_DURATION: &str = "pirq_gateway_http_request_duration_seconds";
+/// Queries accepted and queued (one job each).
+pub const GATEWAY_QUERIES_ACCEPTED: &str = "pirq_gateway_queries_accepted_total";
+/// DPF keys in accepted queries.
+pub const GATEWAY_KEYS_ACCEPTED: &str = "pirq_gateway_keys_accepted_total";
+/// Clients waiting for a result (long-poll or SSE).
+pub const GATEWAY_WAITERS: &str = "pirq_gateway_waiters";
+/// Whether the gateway's one pub/sub connection is up.
+pub const GATEWAY_PUBSUB_CONNECTED: &str = "pirq_gateway_pubsub_connected";
+
+/// Jobs in the stream not yet delivered to any worker.
+pub const QUEUE_DEPTH: &str = "pirq_queue_depth_jobs";
+/// Jobs delivered to a worker and not yet acknowledged.
+pub const QUEUE_PENDING: &str = "pirq_queue_pending_jobs";
+/// Age of the oldest job still in the stream.
+pub const QUEUE_OLDEST_JOB_AGE: &str = "pirq_queue_oldest_job_age_seconds";
+/// Workers whose heartbeat is alive.
+pub const QUEUE_LIVE_WORKERS: &str = "pirq_queue_live_workers";
+
+/// Jobs answered.
+pub const WORKER_JOBS_COMPLETED: &str = "pirq_worker_jobs_completed_total";
+/// Jobs failed.
+pub const WORKER_JOBS_FAILED: &str = "pirq_worker_jobs_failed_total";
+/// Jobs moved to the dead-letter stream.
+pub const WORKER_JOBS_DEAD_LETTERED: &str = "pirq_worker_jobs_dead_lettered_total";
+/// DPF keys answered.
+pub const WORKER_KEYS_ANSWERED: &str = "pirq_worker_keys_answered_total";
+/// Gateway acceptance to result written.
+pub const WORKER_JOB_LATENCY: &str = "pirq_worker_job_latency_seconds";
+/// Gateway acceptance to the worker reading the job.
+pub const WORKER_QUEUE_WAIT: &str = "pirq_worker_queue_wait_seconds";
+/// Keys per scanner pass.
+pub const WORKER_BATCH_KEYS: &str = "pirq_worker_batch_size_keys";
+/// Jobs per scanner pass.
+pub const WORKER_BATCH_JOBS: &str = "pirq_worker_batch_size_jobs";
+/// One scanner pass.
+pub const WORKER_PASS_DURATION: &str = "pirq_worker_pass_duration_seconds";
+/// One phase of a pass (label `phase`).
+pub const WORKER_PHASE_DURATION: &str = "pirq_worker_phase_duration_seconds";
+/// Unix time of the worker's last heartbeat written to Redis.
+pub const WORKER_HEARTBEAT_TIMESTAMP: &str = "pirq_worker_heartbeat_timestamp_seconds";
+/// Newest database epoch the worker serves.
+pub const WORKER_EPOCH: &str = "pirq_worker_epoch";
+/// GPU memory in use on the worker's device.
+pub const WORKER_VRAM_USED: &str = "pirq_worker_vram_used_bytes";
+/// GPU memory on the worker's device.
+pub const WORKER_VRAM_TOTAL: &str = "pirq_worker_vram_total_bytes";
+
+/// Values of the `phase` label of [`WORKER_PHASE_DURATION`], in pipeline order.
+pub const PHASES: [&str; 5] = ["h2d", "expand", "scan", "d2h", "merge"];
+
+// ---- catalog ----------------------------------------------------------------------------------
+
+const fn m(
+    name: &'static str,
+    kind: Kind,
+    unit: Unit,
+    labels: &'static [&'static str],
+    emitter: Emitter,
+    presence: Presence,
+    help: &'static str,
+) -> Metric {
+    Metric {
+        name,
+        kind,
+        unit,
+        labels,
+        emitter,
+        presence,
+        help,
+    }
+}
+
+use Emitter::{Gateway, Worker};
+use Kind::{Counter, Gauge, Histogram};
+use Presence::{AfterTraffic, Always, Cuda};
+
+/// Every metric pirq exports. Order is the order of `docs/metrics.md`.
+#[rustfmt::skip]
+pub const CATALOG: &[Metric] = &[
+    m(GATEWAY_HTTP_REQUESTS, Counter, Unit::Count, &["route", "method", "status"], Gateway, AfterTraffic,
+      "HTTP requests answered, by matched route template (never the raw path), method and status code."),
+    m(GATEWAY_HTTP_REQUEST_DURATION, Histogram, Unit::Seconds, &["route"], Gateway, AfterTraffic,
+      "Time from request to response head, by route template; for SSE and long-poll this includes the wait."),
+    m(GATEWAY_QUERIES_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,
+      "Queries validated and queued (202), one job each: the jobs accepted."),
+    m(GATEWAY_KEYS_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,
+      "DPF keys in accepted queries."),
+    m(GATEWAY_WAITERS, Gauge, Unit::Count, &[], Gateway, Always,
+      "Clients waiting on this gateway for a result (long-poll or SSE)."),
+    m(GATEWAY_PUBSUB_CONNECTED, Gauge, Unit::Count, &[], Gateway, Always,
+      "1 while the gateway's one Redis pub/sub connection (completion events) is up, else 0."),
+    m(QUEUE_DEPTH, Gauge, Unit::Count, &[], Gateway, Always,
+      "Jobs in the party's stream not yet delivered to any worker (stream length minus pending), sampled from Redis."),
+    m(QUEUE_PENDING, Gauge, Unit::Count, &[], Gateway, Always,
+      "Jobs delivered to a worker and not yet acknowledged (XPENDING), sampled from Redis."),
+    m(QUEUE_OLDEST_JOB_AGE, Gauge, Unit::Seconds, &[], Gateway, Always,
+      "Age of the oldest job still in the stream, waiting or in progress (0 when empty), from its stream id."),
+    m(QUEUE_LIVE_WORKERS, Gauge, Unit::Count, &[], Gateway, Always,
+      "Registered workers whose heartbeat key has not expired."),
+    m(WORKER_JOBS_COMPLETED, Counter, Unit::Count, &[], Worker, Always,
+      "Jobs answered: result written, completion published, stream entry acknowledged."),
+    m(WORKER_JOBS_FAILED, Counter, Unit::Count, &[], Worker, Always,
+      "Jobs answered with status failed (invalid job, epoch out of window, scanner error)."),
+    m(WORKER_JOBS_DEAD_LETTERED, Counter, Unit::Count, &[], Worker, Always,
+      "Jobs moved to the dead-letter stream after too many deliveries."),
+    m(WORKER_KEYS_ANSWERED, Counter, Unit::Count, &[], Worker, Always,
+      "DPF keys answered; its rate is the party's keys/s."),
+    m(WORKER_JOB_LATENCY, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "End to end inside the party: gateway acceptance to result written (clocks of gateway and worker hosts)."),
+    m(WORKER_QUEUE_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "Gateway acceptance to the worker reading the job from the stream."),
+    m(WORKER_BATCH_KEYS, Histogram, Unit::Count, &[], Worker, AfterTraffic,
+      "Keys answered by one scanner pass (the batch size that matters for throughput)."),
+    m(WORKER_BATCH_JOBS, Histogram, Unit::Count, &[], Worker, AfterTraffic,
+      "Jobs (queries) answered by one scanner pass."),
+    m(WORKER_PASS_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "One scanner pass over the database for a whole window, all phases included."),
+    m(WORKER_PHASE_DURATION, Histogram, Unit::Seconds, &["phase"], Worker, AfterTraffic,
+      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge."),
+    m(WORKER_HEARTBEAT_TIMESTAMP, Gauge, Unit::Seconds, &[], Worker, Always,
+      "Unix time of the worker's last heartbeat written to Redis; time() minus it is the staleness."),
+    m(WORKER_EPOCH, Gauge, Unit::Count, &[], Worker, Always,
+      "Newest database epoch the worker serves."),
+    m(WORKER_VRAM_USED, Gauge, Unit::Bytes, &[], Worker, Cuda,
+      "GPU memory in use on the worker's device (database, workspaces, everything else)."),
+    m(WORKER_VRAM_TOTAL, Gauge, Unit::Bytes, &[], Worker, Cuda,
+      "GPU memory on the worker's device."),
+];
+
+/// Buckets of the `_seconds` histograms: 100 µs to 60 s, roughly ×2.5 apart.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+];
+
+/// Buckets of the batch-size histograms: powers of two up to 4096.
+pub const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
+
+impl Metric {
+    /// The bucket bounds a Prometheus exporter should use for this histogram, `None` otherwise.
+    /// Without explicit buckets `metrics-exporter-prometheus` exports summaries, which cannot be
+    /// aggregated across workers; callers pass these to `set_buckets_for_metric`.
+    pub fn buckets(&self) -> Option<&'static [f64]> {
+        match (self.kind, self.unit) {
+            (Kind::Histogram, Unit::Seconds) => Some(SECONDS_BUCKETS),
+            (Kind::Histogram, _) => Some(BATCH_BUCKETS),
+            _ => None,
+        }
+    }
+}
+
+/// Looks a metric up by name.
+pub fn get(name: &str) -> Option<&'static Metric> {
+    CATALOG.iter().find(|m| m.name == name)
+}
+
+/// The metrics one process exports.
+pub fn of(emitter: Emitter) -> impl Iterator<Item = &'static Metric> {
+    CATALOG.iter().filter(move |m| m.emitter == emitter)
+}
+
+/// Registers help text and unit of every metric `emitter` exports with the installed recorder,
+/// and registers its unlabeled counters at zero so they appear (and `rate()` works) before the
+/// first event. Call once after installing the recorder.
+pub fn describe(emitter: Emitter) {
+    for m in of(emitter) {
+        match m.kind {
+            Kind::Counter => {
+                metrics::describe_counter!(m.name, m.unit, m.help);
+                if m.labels.is_empty() {
+                    metrics::counter!(m.name).absolute(0);
+                }
+            }
+            Kind::Gauge => metrics::describe_gauge!(m.name, m.unit, m.help),
+            Kind::Histogram => metrics::describe_histogram!(m.name, m.unit, m.help),
+        }
+    }
+}
+
+/// [`describe`] for every emitter: for a process that exports all of them (tests).
+pub fn describe_all() {
+    describe(Emitter::Gateway);
+    describe(Emitter::Worker);
+}
+
+/// The catalog as the Markdown table in `docs/metrics.md` (between the `catalog` markers).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| Metric | Type | Unit | Labels | Emitted by | Present | Meaning |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for m in CATALOG {
+        let labels = if m.labels.is_empty() {
+            "–".to_string()
+        } else {
+            m.labels
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let presence = match m.presence {
+            Presence::Always => "always",
+            Presence::AfterTraffic => "after traffic",
+            Presence::Cuda => "CUDA workers",
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | {} |\n",
+            m.name,
+            m.kind.as_str(),
+            m.unit.as_str(),
+            labels,
+            m.emitter.as_str(),
+            presence,
+            m.help.replace('|', "\\|"),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn names_are_unique_and_follow_the_scheme() {
+        let mut seen = HashSet::new();
+        for m in CATALOG {
+            assert!(seen.insert(m.name), "{} listed twice", m.name);
+            let component = match m.emitter {
+                Emitter::Gateway => ["pirq_gateway_", "pirq_queue_"].as_slice(),
+                Emitter::Worker => ["pirq_worker_"].as_slice(),
+            };
+            assert!(
+                component.iter().any(|p| m.name.starts_with(p)),
+                "{} does not name its component",
+                m.name
+            );
+            assert!(
+                m.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{} is not snake_case",
+                m.name
+            );
+            assert!(
+                !m.help.is_empty() && m.help.ends_with('.'),
+                "{}: help",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn units_and_suffixes_follow_prometheus_conventions() {
+        for m in CATALOG {
+            // `_total` on counters and nowhere else.
+            assert_eq!(
+                m.kind == Kind::Counter,
+                m.name.ends_with("_total"),
+                "{}: `_total` is for counters only",
+                m.name
+            );
+            // Base units only, and spelled in the name, so that an exporter with
+            // unit suffixes turned on renders the same name.
+            match m.unit {
+                Unit::Count => {}
+                Unit::Seconds | Unit::Bytes => {
+                    let stem = m.name.trim_end_matches("_total");
+                    assert!(
+                        stem.ends_with(m.unit.as_str()),
+                        "{}: name must end in its unit {}",
+                        m.name,
+                        m.unit.as_str()
+                    );
+                }
+                other => panic!("{}: use base units, not {other:?}", m.name),
+            }
+            for word in m.name.split('_') {
+                assert!(
+                    ![
+                        "milliseconds",
+                        "microseconds",
+                        "ms",
+                        "us",
+                        "kib",
+                        "mib",
+                        "count"
+                    ]
+                    .contains(&word),
+                    "{}: {word} is not a Prometheus base unit",
+                    m.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn histograms_and_only_histograms_get_increasing_buckets() {
+        for m in CATALOG {
+            match m.buckets() {
+                Some(b) => {
+                    assert_eq!(m.kind, Kind::Histogram, "{}", m.name);
+                    assert!(b.windows(2).all(|w| w[0] < w[1]), "{}", m.name);
+                }
+                None => assert_ne!(m.kind, Kind::Histogram, "{}", m.name),
+            }
+        }
+    }
+
+    #[test]
+    fn covers_what_operations_needs() {
+        // Issue 8's list: a metric for each, so the dashboard has something to show.
+        for name in [
+            QUEUE_DEPTH,
+            QUEUE_PENDING,
+            QUEUE_OLDEST_JOB_AGE,
+            GATEWAY_QUERIES_ACCEPTED,
+            WORKER_JOBS_COMPLETED,
+            WORKER_JOBS_FAILED,
+            WORKER_JOBS_DEAD_LETTERED,
+            WORKER_JOB_LATENCY,
+            WORKER_QUEUE_WAIT,
+            WORKER_BATCH_KEYS,
+            WORKER_BATCH_JOBS,
+            WORKER_PASS_DURATION,
+            WORKER_PHASE_DURATION,
+            WORKER_HEARTBEAT_TIMESTAMP,
+            WORKER_VRAM_USED,
+            GATEWAY_HTTP_REQUESTS,
+            GATEWAY_HTTP_REQUEST_DURATION,
+        ] {
+            assert!(get(name).is_some(), "{name} is not in the catalog");
+        }
+        assert_eq!(get(WORKER_PHASE_DURATION).unwrap().labels, &["phase"]);
+        assert!(get("pirq_nope").is_none());
+    }
+
+    /// `docs/metrics.md` carries the generated table; regenerate with
+    /// `PIRQ_BLESS=1 cargo test -p pirq-shared metrics`.
+    #[test]
+    fn docs_table_matches_the_catalog() {
+        const BEGIN: &str = "<!-- catalog:begin (generated from shared/src/metrics.rs) -->\n";
+        const END: &str = "<!-- catalog:end -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        let doc = std::fs::read_to_string(path).expect("docs/metrics.md");
+        let start = doc.find(BEGIN).expect("begin marker") + BEGIN.len();
+        let end = doc.find(END).expect("end marker");
+        let want = markdown_table();
+        if doc[start..end] != want {
+            if std::env::var_os("PIRQ_BLESS").is_some() {
+                let updated = format!("{}{}{}", &doc[..start], want, &doc[end..]);
+                std::fs::write(path, updated).expect("writing docs/metrics.md");
+            } else {
+                panic!(
+                    "docs/metrics.md is out of date with the catalog; \
+                     run PIRQ_BLESS=1 cargo test -p pirq-shared metrics"
+                );
+            }
+        }
+    }
+
+    /// Through a real Prometheus render: help lines, zeroed counters, buckets.
+    #[test]
+    fn describe_registers_help_and_zeroed_counters() {
+        use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+        let mut builder = PrometheusBuilder::new();
+        for m in CATALOG {
+            if let Some(b) = m.buckets() {
+                builder = builder
+                    .set_buckets_for_metric(Matcher::Full(m.name.into()), b)
+                    .unwrap();
+            }
+        }
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe_all();
+            metrics::histogram!(WORKER_PASS_DURATION).record(0.02);
+        });
+        let text = handle.render();
+        for m in CATALOG
+            .iter()
+            .filter(|m| m.kind == Kind::Counter && m.labels.is_empty())
+        {
+            assert!(
+                text.contains(&format!("# HELP {} {}", m.name, m.help)),
+                "{}",
+                m.name
+            );
+            assert!(
+                text.contains(&format!("{} 0\n", m.name)),
+                "{} not at zero",
+                m.name
+            );
+        }
+        assert!(text.contains(&format!("# TYPE {WORKER_PASS_DURATION} histogram")));
+        assert!(text.contains(&format!("{WORKER_PASS_DURATION}_bucket{{le=\"0.025\"}} 1")));
+    }
+}
