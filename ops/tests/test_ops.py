@@ -1,0 +1,427 @@
+"""Checks of the deployment files that need no Docker: docker-compose.yml, docker/Dockerfile,
+the Prometheus and Grafana configuration, and the dashboard against the metrics catalog.
+
+Run by scripts/check-ops.sh, which installs the tools and sets PIRQ_COMPOSE_SCHEMA (the
+compose-spec JSON schema that dclint ships).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from opslib import (
+    ROOT,
+    bin_targets,
+    cargo_metadata,
+    catalog,
+    effective,
+    env_flags,
+    ignore_patterns,
+    ignored,
+    interpolate,
+    parse_dockerfile,
+    read_env_file,
+    stage_chain,
+    variables,
+)
+
+COMPOSE = ROOT / "docker-compose.yml"
+DASHBOARD = ROOT / "ops/grafana/dashboards/pirq.json"
+PROMETHEUS = ROOT / "ops/prometheus/prometheus.yml"
+PARTIES = [ROOT / "ops/party-a.env", ROOT / "ops/party-b.env"]
+
+# Which crate's flags a pirq binary reads; compose passes every setting as a PIRQ_* variable.
+BINARY_CRATE_DIR = {"pirq-gateway": "gateway", "pirq-worker": "worker", "pirq": "client"}
+
+
+def compose(env: dict[str, str] | None = None) -> dict:
+    return yaml.safe_load(interpolate(COMPOSE.read_text(), env))
+
+
+def services(env: dict[str, str] | None = None) -> dict[str, dict]:
+    return compose(env)["services"]
+
+
+def dockerfile_of(svc: dict) -> Path:
+    build = svc["build"]
+    return ROOT / build.get("context", ".") / build["dockerfile"]
+
+
+def entry_binary(svc: dict) -> str | None:
+    """The pirq binary a service runs (its entrypoint), or None for third-party images."""
+    if "build" not in svc:
+        return None
+    if "entrypoint" in svc:
+        return None  # runs a shell command; checked separately
+    _, stages = parse_dockerfile(dockerfile_of(svc))
+    ins = effective(stages, svc["build"]["target"], "ENTRYPOINT")
+    assert ins is not None, f"target {svc['build']['target']} has no ENTRYPOINT"
+    return Path(ins.words()[0]).name
+
+
+def listen_port(value: str) -> int:
+    return int(value.rsplit(":", 1)[1])
+
+
+# ---- compose ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_file", [None, *PARTIES], ids=lambda p: p.name if p else "defaults")
+def test_compose_matches_the_compose_spec_schema(env_file):
+    schema_path = os.environ.get("PIRQ_COMPOSE_SCHEMA")
+    assert schema_path, "set PIRQ_COMPOSE_SCHEMA (scripts/check-ops.sh does)"
+    schema = json.loads(Path(schema_path).read_text())
+    env = read_env_file(env_file) if env_file else {}
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(compose(env)), key=lambda e: list(e.path)
+    )
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_schema_check_rejects_a_broken_file():
+    """The schema check above is only worth something if it can fail."""
+    schema = json.loads(Path(os.environ["PIRQ_COMPOSE_SCHEMA"]).read_text())
+    broken = compose()
+    broken["services"]["redis"]["healthcheck"]["retries"] = ["many"]
+    broken["services"]["gateway"]["depends_on"]["redis"]["condition"] = "service_ready"
+    broken["services"]["gateway"]["no_such_key"] = True
+    assert len(list(jsonschema.Draft7Validator(schema).iter_errors(broken))) >= 3
+
+
+def test_redis_has_aof_a_volume_and_a_healthcheck():
+    redis = services()["redis"]
+    cmd = redis["command"]
+    assert cmd[:1] == ["redis-server"]
+    assert cmd[cmd.index("--appendonly") + 1] == "yes"
+    assert any(v.endswith(":/data") for v in redis["volumes"])
+    assert "redis-cli ping" in " ".join(redis["healthcheck"]["test"])
+    assert re.match(r"redis:\d+\.\d+", redis["image"]), "pin a Redis major.minor"
+
+
+def test_gpu_workers_reserve_one_distinct_gpu_each():
+    svcs = services()
+    gpu = {n: s for n, s in svcs.items() if n.startswith("worker-gpu")}
+    assert gpu, "no GPU worker services"
+    seen = set()
+    for name, svc in gpu.items():
+        (dev,) = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert dev["driver"] == "nvidia" and "gpu" in dev["capabilities"], name
+        assert len(dev["device_ids"]) == 1, f"{name}: one GPU per worker"
+        assert dev["device_ids"][0] not in seen, f"{name}: GPU {dev['device_ids']} taken twice"
+        seen.add(dev["device_ids"][0])
+        assert svc["environment"]["PIRQ_BACKEND"] == "cuda", name
+        assert svc["build"]["target"] == "worker", name
+    cpu = svcs["worker-cpu"]
+    assert cpu["profiles"] == ["cpu"] and cpu["environment"]["PIRQ_BACKEND"] == "cpu"
+    assert "deploy" not in cpu, "the CPU worker must not ask for a GPU"
+
+
+def test_build_targets_are_dockerfile_stages():
+    for name, svc in services().items():
+        if "build" not in svc:
+            continue
+        path = dockerfile_of(svc)
+        assert path.is_file(), f"{name}: {path} missing"
+        _, stages = parse_dockerfile(path)
+        assert svc["build"]["target"] in {s.name for s in stages}, name
+
+
+def test_pirq_settings_are_flags_the_binaries_read():
+    """Every PIRQ_* variable compose or an image sets is an `env =` of that binary's clap
+    config; a typo or a renamed flag would otherwise be silently ignored."""
+    for name, svc in services().items():
+        binary = entry_binary(svc)
+        if binary is None:
+            continue
+        known = env_flags(ROOT / BINARY_CRATE_DIR[binary])
+        _, stages = parse_dockerfile(dockerfile_of(svc))
+        image_env = {}
+        for stage in reversed(stage_chain(stages, svc["build"]["target"])):
+            image_env.update(stage.env())
+        for var in {**image_env, **svc.get("environment", {})}:
+            if var.startswith("PIRQ_"):
+                assert var in known, f"{name} sets {var}, which {binary} does not read"
+
+
+def test_db_init_runs_real_cli_flags():
+    svc = services()["db-init"]
+    script = svc["command"][0]
+    assert "pirq db gen" in script
+    gen = script[script.index("pirq db gen") :]
+    flags = {tok[2:] for tok in shlex.split(gen) if tok.startswith("--")}
+    source = (ROOT / "client/src/bin/pirq/db.rs").read_text()
+    block = source[source.index("pub struct GenArgs") :]
+    block = block[: block.index("}")]
+    fields = {f.replace("_", "-") for f in re.findall(r"^\s*(\w+):", block, re.M)}
+    assert flags and flags <= fields, f"db gen flags {flags - fields} do not exist"
+    # The workers read the file db-init writes.
+    for name, s in services().items():
+        if name.startswith("worker"):
+            assert s["environment"]["PIRQ_DB"] == "/data/pirq.pirdb", name
+    assert "/data/$${PIRQ_DB_FILE}" in COMPOSE.read_text()
+
+
+def test_every_variable_has_a_default():
+    """`docker compose up` with no environment must produce a working file."""
+    text = COMPOSE.read_text().replace("$$", "")
+    for m in re.finditer(r"\$\{([A-Za-z_]\w*)(:?-)?", text):
+        assert m.group(2), f"${{{m.group(1)}}} has no default"
+
+
+def test_two_party_env_files_differ_only_where_they_must():
+    a, b = (read_env_file(p) for p in PARTIES)
+    used = variables(COMPOSE.read_text())
+    for env in (a, b):
+        assert set(env) <= used, f"unused variables {set(env) - used}"
+    for key in ("PIRQ_DEMO_PAGES", "PIRQ_DEMO_PAGE_SIZE", "PIRQ_DEMO_SEED"):
+        assert a[key] == b[key], f"{key}: both parties must serve the same database"
+    for key in ("PIRQ_GATEWAY_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "PIRQ_PREFIX"):
+        assert a[key] != b[key], f"{key} must differ between the parties on one host"
+
+
+# ---- Dockerfile ------------------------------------------------------------------------------
+
+
+def all_dockerfiles() -> list[Path]:
+    return sorted({dockerfile_of(s) for s in services().values() if "build" in s})
+
+
+def test_entrypoints_are_binaries_the_build_produces():
+    meta = cargo_metadata()
+    bins = bin_targets(meta)
+    features = {p["name"]: set(p["features"]) for p in meta["packages"]}
+    for path in all_dockerfiles():
+        _, stages = parse_dockerfile(path)
+        build = next(s for s in stages if s.name == "build")
+        (run,) = [i for i in build.all("RUN") if "cargo build" in i.args]
+        cmd = shlex.split(run.args[run.args.index("cargo build") :].split("&&")[0])
+        assert "--locked" in cmd, "build with the committed Cargo.lock"
+        packages = {cmd[i + 1] for i, t in enumerate(cmd) if t == "-p"}
+        for i, tok in enumerate(cmd):
+            if tok == "--features":
+                for feat in cmd[i + 1].split(","):
+                    pkg, _, f = feat.partition("/")
+                    assert f in features[pkg], f"{pkg} has no feature {f}"
+        produced = {b for b, p in bins.items() if p in packages}
+        installed = set(re.findall(r"target/release/([\w-]+)", run.args))
+        assert installed <= produced, f"{installed - produced} are not built by {packages}"
+
+        for stage in stages:
+            for copy in stage.all("COPY"):
+                if copy.flags().get("from") == "build":
+                    *srcs, _dest = copy.words()
+                    for src in srcs:
+                        assert src.startswith("/out/") and src[5:] in installed, src
+            if stage.name:
+                entry = effective(stages, stage.name, "ENTRYPOINT")
+                if entry and stage.name != "build":
+                    exe = entry.words()[0]
+                    copied = {
+                        f"{c.words()[-1].rstrip('/')}/{Path(s).name}"
+                        if c.words()[-1].endswith("/")
+                        else c.words()[-1]
+                        for st in stage_chain(stages, stage.name)
+                        for c in st.all("COPY")
+                        for s in c.words()[:-1]
+                    }
+                    assert exe in copied, f"{stage.name}: ENTRYPOINT {exe} is never copied in"
+
+
+def test_build_context_keeps_what_cargo_needs():
+    """The ignore file may drop target/ and docs, but no workspace member, no file a crate
+    embeds with include_str!/include_bytes!, and nothing COPY names."""
+    for path in all_dockerfiles():
+        patterns = ignore_patterns(path.with_name(path.name + ".dockerignore"))
+        for member in ["Cargo.toml", "Cargo.lock", "kernels"]:
+            assert not ignored(member, patterns), member
+        meta = cargo_metadata()
+        for pkg in meta["packages"]:
+            rel = Path(pkg["manifest_path"]).parent.relative_to(ROOT).as_posix()
+            assert not ignored(rel, patterns), f"workspace member {rel} is ignored"
+            for rs in Path(pkg["manifest_path"]).parent.rglob("*.rs"):
+                if "target" in rs.parts:
+                    continue
+                for inc in re.findall(r'include_(?:str|bytes)!\(\s*"([^"]+)"', rs.read_text()):
+                    target = (rs.parent / inc).resolve().relative_to(ROOT).as_posix()
+                    assert not ignored(target, patterns), f"{rs}: embeds ignored {target}"
+        assert ignored("target/release/pirq", patterns), "target/ must stay out of the context"
+        _, stages = parse_dockerfile(path)
+        for stage in stages:
+            for copy in stage.all("COPY"):
+                if "from" not in copy.flags():
+                    for src in copy.words()[:-1]:
+                        assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+
+
+def test_dockerfile_policy():
+    for path in all_dockerfiles():
+        args, stages = parse_dockerfile(path)
+        names = {s.name for s in stages}
+        for stage in stages:
+            if stage.base in names:
+                continue
+            assert ":" in stage.base and not stage.base.endswith(":latest"), (
+                f"{stage.name}: pin the base image, not {stage.base}"
+            )
+            if stage.name != "build":
+                assert effective(stages, stage.name, "USER") is not None, (
+                    f"{stage.name}: runtime images run as a non-root USER"
+                )
+        for stage in stages:
+            for run in stage.all("RUN"):
+                if "apt-get install" in run.args:
+                    assert "--no-install-recommends" in run.args, f"line {run.line}"
+                    assert "rm -rf /var/lib/apt/lists" in run.args, f"line {run.line}"
+            user = effective(stages, stage.name, "USER") if stage.name else None
+            if stage.name != "build" and user is not None:
+                assert user.words()[0] not in ("root", "0"), stage.name
+        assert "nvidia/cuda" in args["CUDA_IMAGE"] and "-runtime-" in args["CUDA_IMAGE"], (
+            "the GPU worker needs the CUDA runtime flavour: it ships NVRTC, `base` does not"
+        )
+
+
+# ---- Prometheus --------------------------------------------------------------------------------
+
+
+def test_prometheus_scrapes_every_pirq_service_on_its_port():
+    prom = yaml.safe_load(PROMETHEUS.read_text())
+    scraped: dict[str, int] = {}
+    for job in prom["scrape_configs"]:
+        for sd in job.get("dns_sd_configs", []):
+            assert sd["type"] == "A"
+            for name in sd["names"]:
+                scraped[name] = sd["port"]
+    svcs = services()
+    for name, svc in svcs.items():
+        binary = entry_binary(svc)
+        if binary == "pirq-gateway":
+            assert scraped.get(name) == listen_port(svc["environment"]["PIRQ_LISTEN"]), name
+        elif binary == "pirq-worker":
+            port = listen_port(svc["environment"]["PIRQ_METRICS_LISTEN"])
+            assert scraped.get(name) == port, f"{name} is not scraped on :{port}"
+            assert str(port) in [str(p) for p in svc.get("expose", [])], name
+    for name in scraped:
+        assert name in svcs, f"prometheus scrapes {name}, which compose does not define"
+    mounts = svcs["prometheus"]["volumes"]
+    assert "./ops/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
+
+
+# ---- Grafana ------------------------------------------------------------------------------------
+
+
+def grafana_mounts() -> dict[str, str]:
+    """Repository path -> container path of the Grafana service's bind mounts."""
+    out = {}
+    for v in services()["grafana"]["volumes"]:
+        src, dst, *_ = v.split(":")
+        if src.startswith("./"):
+            out[src[2:]] = dst
+    return out
+
+
+def provisioned_datasource_uids() -> set[str]:
+    prov = ROOT / "ops/grafana/provisioning"
+    uids = set()
+    for f in (prov / "datasources").glob("*.yml"):
+        doc = yaml.safe_load(f.read_text())
+        assert doc["apiVersion"] == 1, f
+        for ds in doc["datasources"]:
+            assert {"name", "type", "uid", "url", "access"} <= set(ds), f
+            assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090"
+            uids.add(ds["uid"])
+    return uids
+
+
+def test_grafana_provisioning_format_and_mounts():
+    mounts = grafana_mounts()
+    assert mounts.get("ops/grafana/provisioning") == "/etc/grafana/provisioning"
+    dash_dir = mounts["ops/grafana/dashboards"]
+    assert provisioned_datasource_uids(), "no datasource provisioned"
+    providers = yaml.safe_load((ROOT / "ops/grafana/provisioning/dashboards/pirq.yml").read_text())
+    assert providers["apiVersion"] == 1
+    (prov,) = providers["providers"]
+    assert prov["type"] == "file" and prov["options"]["path"] == dash_dir
+    home = services()["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{dash_dir}/{DASHBOARD.name}"
+
+
+def dashboard_panels(dash: dict) -> list[dict]:
+    out = []
+    for p in dash["panels"]:
+        out.append(p)
+        out.extend(p.get("panels", []))  # collapsed rows hold their panels
+    return out
+
+
+def test_dashboard_is_a_provisionable_dashboard_model():
+    dash = json.loads(DASHBOARD.read_text())
+    # File provisioning wants the bare model, not the HTTP API's {"dashboard": ...} envelope.
+    assert "dashboard" not in dash and "meta" not in dash
+    assert dash["uid"] == "pirq" and dash["title"] and isinstance(dash["schemaVersion"], int)
+    assert dash["schemaVersion"] >= 36, "pre-9.0 schemas get migrated on load"
+    uids = provisioned_datasource_uids()
+    ids = [p["id"] for p in dashboard_panels(dash)]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    occupied = set()
+    for p in dashboard_panels(dash):
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24, p["title"]
+        cells = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & occupied, f"panel {p['title']!r} overlaps another"
+        occupied |= cells
+        if p["type"] == "row":
+            continue
+        assert p["type"] in {"timeseries", "stat", "gauge", "bargauge", "table", "heatmap"}
+        assert p["datasource"]["uid"] in uids, p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert refs and len(refs) == len(set(refs)), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] in uids and t["expr"].strip(), p["title"]
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(re.findall(r"\b(pirq_[a-z0-9_]+)", expr))
+
+
+def resolve(name: str, cat: dict[str, str]) -> str | None:
+    """Catalog metric a series name belongs to (histograms export _bucket/_sum/_count)."""
+    if name in cat:
+        return name if cat[name] != "histogram" else None  # a bare histogram name has no series
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = name.removesuffix(suffix)
+        if base != name and cat.get(base) == "histogram":
+            return base
+    return None
+
+
+def test_every_dashboard_query_names_catalog_metrics():
+    cat = catalog()
+    dash = json.loads(DASHBOARD.read_text())
+    shown = set()
+    for p in dashboard_panels(dash):
+        for t in p.get("targets", []):
+            names = metric_names(t["expr"])
+            assert names, f"{p['title']}: query names no pirq metric: {t['expr']}"
+            for n in names:
+                base = resolve(n, cat)
+                assert base, f"{p['title']}: {n} is not a series of any catalog metric"
+                shown.add(base)
+            if "histogram_quantile" in t["expr"]:
+                assert "_bucket" in t["expr"] and "le" in t["expr"], p["title"]
+    assert set(cat) - shown == set(), f"catalog metrics with no panel: {set(cat) - shown}"
+
+
+def test_catalog_reader_and_resolver_reject_unknown_names():
+    cat = catalog()
+    assert resolve("pirq_worker_pass_duration_seconds_bucket", cat)
+    assert not resolve("pirq_worker_pass_duration_seconds", cat)
+    assert not resolve("pirq_worker_jobs_completed_total_bucket", cat)
+    assert not resolve("pirq_worker_nonexistent_total", cat)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Checks of the deployment files without Docker (Docker cannot run on CI machines):
+#
+#   1. docker/Dockerfile linted by dockerfile-utils (npm): unknown instructions and flags, bad
+#      ports, duplicate CMD/ENTRYPOINT, ...
+#   2. docker-compose.yml, as Compose sees it with the defaults and with each party's env file,
+#      linted by dclint (npm), which also validates it against the compose-spec JSON schema.
+#   3. ops/tests (pytest): the schema check again on our side, images' binaries, paths and flags
+#      against the Cargo build, Prometheus targets against the services, Grafana provisioning,
+#      and every dashboard query against the metrics catalog.
+#
+# Installs its own tools, pinned, under target/ops-tools (npm and a Python venv); needs node/npm
+# and python3, and installs them with apt-get when missing. Run from anywhere.
+set -euo pipefail
+export PYTHONDONTWRITEBYTECODE=1
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TOOLS=$ROOT/target/ops-tools
+
+NPM_PACKAGES=(dclint@3.1.0 dockerfile-utils@0.16.3)
+PY_PACKAGES=(PyYAML==6.0.3 jsonschema==4.26.0 pytest==9.2.0)
+
+need_apt() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq "$@"
+}
+
+command -v npm >/dev/null || need_apt nodejs npm
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt python3-venv
+
+stamp="${NPM_PACKAGES[*]} ${PY_PACKAGES[*]}"
+if [ "$(cat "$TOOLS/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "== installing ops tools into $TOOLS"
+    rm -rf "$TOOLS"
+    mkdir -p "$TOOLS"
+    npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" "${NPM_PACKAGES[@]}"
+    python3 -m venv "$TOOLS/venv"
+    "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+    echo "$stamp" >"$TOOLS/.stamp"
+fi
+BIN=$TOOLS/node/node_modules/.bin
+PY=$TOOLS/venv/bin/python
+
+echo "== dockerfile lint"
+for f in docker/Dockerfile; do
+    "$BIN/dockerfile-utils" lint "$f"
+    echo "$f: ok"
+done
+
+echo "== compose lint (dclint, compose-spec schema)"
+# dclint reads the file literally and does not interpolate ${VAR:-default}; lint what Compose
+# would run: the file rendered with the defaults and with each party's env file.
+rendered=$TOOLS/rendered
+rm -rf "$rendered" && mkdir -p "$rendered"
+(cd ops/tests && "$PY" - "$rendered" <<'PY'
+import sys
+from pathlib import Path
+from opslib import ROOT, interpolate, read_env_file
+
+out = Path(sys.argv[1])
+text = (ROOT / "docker-compose.yml").read_text()
+(out / "docker-compose.defaults.yml").write_text(interpolate(text))
+for env in sorted((ROOT / "ops").glob("party-*.env")):
+    (out / f"docker-compose.{env.stem}.yml").write_text(interpolate(text, read_env_file(env)))
+PY
+)
+"$BIN/dclint" --config ops/dclint.yml --color false "$rendered"/*.yml
+echo "dclint: ok ($(ls "$rendered" | wc -l) renderings)"
+
+echo "== ops tests"
+export PIRQ_COMPOSE_SCHEMA=$TOOLS/node/node_modules/dclint/schemas/compose.schema.json
+cd ops/tests
+"$PY" -m pytest -q -p no:cacheprovider
