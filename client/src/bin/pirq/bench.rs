@@ -79,6 +79,7 @@ fn random_keys(n: u8, num_pages: u64, q: usize) -> anyhow::Result<Vec<DpfKey>> {
 }
 
 fn scan(args: ScanArgs) -> anyhow::Result<()> {
+    let load = record::load_average();
     let db = Arc::new(PirDb::open(&args.db)?);
     let header = *db.header();
     let scanner = CpuScanner::new(db.clone(), args.threads)?;
@@ -124,10 +125,11 @@ fn scan(args: ScanArgs) -> anyhow::Result<()> {
         bytes / (1u64 << 30) as f64,
         scanner.threads()
     );
-    finish(&title, &table, args.record)
+    finish(&title, &table, args.record, &load)
 }
 
 fn dpf(args: DpfArgs) -> anyhow::Result<()> {
+    let load = record::load_average();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
         .build()?;
@@ -159,14 +161,19 @@ fn dpf(args: DpfArgs) -> anyhow::Result<()> {
         "DPF full-domain evaluation, {} thread(s)",
         pool.current_num_threads()
     );
-    finish(&title, &table, args.record)
+    finish(&title, &table, args.record, &load)
 }
 
-fn finish(title: &str, table: &Table, record_to: Option<PathBuf>) -> anyhow::Result<()> {
+fn finish(
+    title: &str,
+    table: &Table,
+    record_to: Option<PathBuf>,
+    load: &str,
+) -> anyhow::Result<()> {
     let md = table.to_markdown();
     println!("{title}\n\n{md}");
     if let Some(file) = record_to {
-        record::append(&file, title, &md)?;
+        record::append(&file, title, &md, load)?;
     }
     Ok(())
 }

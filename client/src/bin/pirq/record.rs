@@ -38,12 +38,16 @@ impl Table {
 }
 
 /// Appends `title`, the provenance block and `body` to `file`.
-pub fn append(file: &Path, title: &str, body: &str) -> anyhow::Result<()> {
+///
+/// The load average is read when the run started ([`load_average`]), so a reader can tell a
+/// quiet machine from one shared with builds.
+pub fn append(file: &Path, title: &str, body: &str, load_before: &str) -> anyhow::Result<()> {
     let command: Vec<String> = std::env::args().collect();
     let entry = format!(
-        "\n## {title}\n\n- date: {}\n- machine: {}\n- commit: {}\n- command: `{}`\n\n{body}",
+        "\n## {title}\n\n- date: {}\n- machine: {}\n- load average before the run: {}\n- commit: {}\n- command: `{}`\n\n{body}",
         utc_date(),
         machine(),
+        load_before,
         commit(),
         command.join(" "),
     );
@@ -81,6 +85,13 @@ fn utc_date() -> String {
         rem / 3600,
         rem % 3600 / 60
     )
+}
+
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// CPU model and core count (and GPU when the caller adds it).
