@@ -9,12 +9,15 @@
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
 //! - [`dbinfo`]: the registered database, cached for validation.
 //! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON.
+//! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
+//!   `pirq_queue_*` gauges sampled from Redis.
 
 pub mod config;
 pub mod dbinfo;
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod queue_metrics;
 pub mod routes;
 pub mod state;
 pub mod store;

@@ -16,6 +16,11 @@ async fn main() -> anyhow::Result<()> {
     let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
     let listen = config.listen;
     let state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
+    pirq_gateway::queue_metrics::spawn(
+        redis::Client::open(config.redis_url.as_str()).context("redis url")?,
+        pirq_shared::layout::Layout::new(&config.prefix)?,
+        config.redis_timeout(),
+    );
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -15,9 +15,12 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     const SECONDS: &[f64] = &[
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     ];
-    PrometheusBuilder::new()
+    let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)?
-        .install_recorder()
+        .install_recorder()?;
+    // Help text from the catalog, and the counters at zero before the first request.
+    pirq_shared::metrics::describe(pirq_shared::metrics::Emitter::Gateway);
+    Ok(handle)
 }
 
 /// Counts and times every request by route, method and status.

@@ -210,7 +210,7 @@ fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuer
             let pages = fields
                 .get(qf::PAGES)
                 .ok_or_else(|| malformed(format!("query {id} is done without pages")))?;
-            if pages.len() as u64 % page_size != 0 {
+            if !(pages.len() as u64).is_multiple_of(page_size) {
                 return Err(malformed(format!(
                     "query {id}: answers are not whole pages"
                 )));

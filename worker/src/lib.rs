@@ -3,5 +3,12 @@
 //! [`scan`] holds the [`scan::Scanner`] boundary and its backends; the queue loop that feeds it
 //! from Redis lives beside it and never knows which backend runs.
 
+pub mod backend;
+pub mod batcher;
+pub mod config;
 pub mod epochs;
+pub mod metrics_export;
+pub mod queue;
+pub mod registry;
 pub mod scan;
+pub mod serve;

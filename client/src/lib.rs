@@ -1,0 +1,229 @@
+//! `pirq-client`: fetch pages privately from two pirq parties.
+//!
+//! [`Client::fetch`] is the whole protocol in one async call: read both parties' `/v1/info`
+//! and refuse databases that differ, generate a DPF key pair per wanted index, submit one half
+//! to each party concurrently, wait for both answers (Server-Sent Events by default, or
+//! polling), and XOR them into the pages. Neither party alone learns which pages were fetched.
+//!
+//! [`Party`] is one party's HTTP API, for callers (and tests) that want the steps one by one.
+
+mod party;
+
+use std::time::Duration;
+
+use pirq_shared::bits::xor_into;
+use pirq_shared::dpf::generate;
+use pirq_shared::wire::{ErrorBody, Info, QueryRequest};
+
+pub use party::{Encoding, Party, Submitted, Wait};
+
+/// Why a fetch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{party}: {source}")]
+    Http {
+        party: String,
+        source: reqwest::Error,
+    },
+    /// The party answered with an error body.
+    #[error("{party}: HTTP {status}: {} ({})", .error.message, .error.code)]
+    Api {
+        party: String,
+        status: u16,
+        error: ErrorBody,
+    },
+    /// The query was accepted but failed on the party.
+    #[error("{party}: query {id} failed: {} ({})", .error.message, .error.code)]
+    Failed {
+        party: String,
+        id: String,
+        error: ErrorBody,
+    },
+    /// The two parties do not serve the same database.
+    #[error("the parties serve different databases: {0}")]
+    Mismatch(String),
+    #[error("index {index} is outside the database of {num_pages} pages")]
+    IndexOutOfRange { index: u64, num_pages: u64 },
+    /// The party answered something that does not follow the API.
+    #[error("{party}: {detail}")]
+    Protocol { party: String, detail: String },
+    #[error("{party}: no result within {after:?}")]
+    Timeout { party: String, after: Duration },
+}
+
+/// How [`Client::fetch`] talks to the parties.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub wait: Wait,
+    pub encoding: Encoding,
+    /// Longest wait for one query's answers.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            wait: Wait::Events,
+            encoding: Encoding::Json,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Pages fetched together, with the epoch they are from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pages {
+    pub epoch: u64,
+    /// `pages[i]` is the page at `indices[i]`.
+    pub pages: Vec<Vec<u8>>,
+}
+
+/// A client of two parties that serve the same database.
+#[derive(Clone, Debug)]
+pub struct Client {
+    a: Party,
+    b: Party,
+    options: Options,
+}
+
+impl Client {
+    /// A client of the parties at these base URLs (`http://host:port`).
+    pub fn new(party_a: &str, party_b: &str) -> Result<Client, ClientError> {
+        Client::with_options(party_a, party_b, Options::default())
+    }
+
+    pub fn with_options(
+        party_a: &str,
+        party_b: &str,
+        options: Options,
+    ) -> Result<Client, ClientError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|source| ClientError::Http {
+                party: "client".into(),
+                source,
+            })?;
+        Ok(Client {
+            a: Party::new(http.clone(), party_a),
+            b: Party::new(http, party_b),
+            options,
+        })
+    }
+
+    pub fn parties(&self) -> (&Party, &Party) {
+        (&self.a, &self.b)
+    }
+
+    /// Both parties' info, checked to describe the same database; returns the epoch to pin
+    /// (the newest one both serve) and the smaller per-query key limit.
+    pub async fn agree(&self) -> Result<(Info, u64, usize), ClientError> {
+        let (ia, ib) = futures::try_join!(self.a.info(), self.b.info())?;
+        let differ = |what: &str, x: &dyn std::fmt::Display, y: &dyn std::fmt::Display| {
+            ClientError::Mismatch(format!("{what}: party A has {x}, party B has {y}"))
+        };
+        if ia.num_pages != ib.num_pages {
+            return Err(differ("num_pages", &ia.num_pages, &ib.num_pages));
+        }
+        if ia.page_size != ib.page_size {
+            return Err(differ("page_size", &ia.page_size, &ib.page_size));
+        }
+        if ia.domain_bits != ib.domain_bits {
+            return Err(differ("domain_bits", &ia.domain_bits, &ib.domain_bits));
+        }
+        let epoch = ia.epoch.min(ib.epoch);
+        if epoch < ia.min_epoch.max(ib.min_epoch) {
+            return Err(ClientError::Mismatch(format!(
+                "no common epoch: party A serves {}..={}, party B {}..={}",
+                ia.min_epoch, ia.epoch, ib.min_epoch, ib.epoch
+            )));
+        }
+        let max_keys = ia.max_keys_per_query.min(ib.max_keys_per_query).max(1) as usize;
+        Ok((ia, epoch, max_keys))
+    }
+
+    /// Fetches the pages at `indices` without telling either party which ones.
+    pub async fn fetch(&self, indices: &[u64]) -> Result<Pages, ClientError> {
+        let (info, epoch, max_keys) = self.agree().await?;
+        if let Some(&index) = indices.iter().find(|&&i| i >= info.num_pages) {
+            return Err(ClientError::IndexOutOfRange {
+                index,
+                num_pages: info.num_pages,
+            });
+        }
+        let chunks = indices
+            .chunks(max_keys)
+            .map(|chunk| self.fetch_chunk(chunk, info.domain_bits, epoch));
+        let parts = futures::future::try_join_all(chunks).await?;
+        Ok(Pages {
+            epoch,
+            pages: parts.into_iter().flatten().collect(),
+        })
+    }
+
+    /// One query per party for up to `max_keys` indices.
+    async fn fetch_chunk(
+        &self,
+        indices: &[u64],
+        domain_bits: u8,
+        epoch: u64,
+    ) -> Result<Vec<Vec<u8>>, ClientError> {
+        let mut keys_a = Vec::with_capacity(indices.len());
+        let mut keys_b = Vec::with_capacity(indices.len());
+        {
+            let mut rng = rand::rng();
+            for &index in indices {
+                let (k0, k1) =
+                    generate(domain_bits, index, &mut rng).map_err(|e| ClientError::Protocol {
+                        party: "client".into(),
+                        detail: e.to_string(),
+                    })?;
+                keys_a.push(k0.to_bytes());
+                keys_b.push(k1.to_bytes());
+            }
+        }
+        let req_a = QueryRequest {
+            keys: keys_a,
+            epoch: Some(epoch),
+        };
+        let req_b = QueryRequest {
+            keys: keys_b,
+            epoch: Some(epoch),
+        };
+        let o = &self.options;
+        let (ra, rb) = futures::try_join!(
+            self.a.query(&req_a, o.encoding, o.wait, o.timeout),
+            self.b.query(&req_b, o.encoding, o.wait, o.timeout),
+        )?;
+        for (party, r) in [(&self.a, &ra), (&self.b, &rb)] {
+            if r.epoch != Some(epoch) {
+                return Err(party.protocol(format!(
+                    "answered epoch {:?}, {epoch} was asked for",
+                    r.epoch
+                )));
+            }
+            if r.pages.len() != indices.len() {
+                return Err(party.protocol(format!(
+                    "{} answers for {} keys",
+                    r.pages.len(),
+                    indices.len()
+                )));
+            }
+        }
+        ra.pages
+            .into_iter()
+            .zip(rb.pages)
+            .map(|(mut pa, pb)| {
+                if pa.len() != pb.len() {
+                    return Err(ClientError::Mismatch(format!(
+                        "answer sizes {} and {}",
+                        pa.len(),
+                        pb.len()
+                    )));
+                }
+                xor_into(&mut pa, &pb);
+                Ok(pa)
+            })
+            .collect()
+    }
+}

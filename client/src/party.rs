@@ -1,0 +1,345 @@
+//! One party's HTTP API: info, submit, and the three ways to wait for a result.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use pirq_shared::wire::{
+    ErrorEnvelope, Info, QueryRequest, QueryResult, QueryStatus, BINCODE, JSON,
+};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use reqwest::StatusCode;
+
+use crate::ClientError;
+
+/// Body encoding used for requests and answers (SSE events are always JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Json,
+    Bincode,
+}
+
+impl Encoding {
+    fn media_type(self) -> &'static str {
+        match self {
+            Encoding::Json => JSON,
+            Encoding::Bincode => BINCODE,
+        }
+    }
+}
+
+/// How to wait for a result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// `GET /v1/queries/{id}/events` (Server-Sent Events).
+    Events,
+    /// `GET /v1/queries/{id}` every `interval`.
+    Poll { interval: Duration },
+    /// `GET /v1/queries/{id}?wait=S`, repeated until final.
+    LongPoll,
+}
+
+/// A query accepted by a party.
+#[derive(Clone, Debug)]
+pub struct Submitted {
+    pub id: String,
+    /// The `Location` header.
+    pub location: String,
+}
+
+/// One party's base URL and the HTTP client to reach it.
+#[derive(Clone, Debug)]
+pub struct Party {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Party {
+    pub fn new(http: reqwest::Client, base: &str) -> Party {
+        Party {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub(crate) fn protocol(&self, detail: String) -> ClientError {
+        ClientError::Protocol {
+            party: self.base.clone(),
+            detail,
+        }
+    }
+
+    fn http_err(&self, source: reqwest::Error) -> ClientError {
+        ClientError::Http {
+            party: self.base.clone(),
+            source,
+        }
+    }
+
+    /// Turns a non-success answer into [`ClientError::Api`].
+    async fn api_error(&self, resp: reqwest::Response) -> ClientError {
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.unwrap_or_default();
+        match serde_json::from_slice::<ErrorEnvelope>(&body) {
+            Ok(env) => ClientError::Api {
+                party: self.base.clone(),
+                status,
+                error: env.error,
+            },
+            Err(_) => self.protocol(format!("HTTP {status} without an error body")),
+        }
+    }
+
+    pub async fn info(&self) -> Result<Info, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/info", self.base))
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        if !resp.status().is_success() {
+            return Err(self.api_error(resp).await);
+        }
+        resp.json().await.map_err(|e| self.http_err(e))
+    }
+
+    /// `POST /v1/queries`; the body and the answer in `encoding`.
+    pub async fn submit(
+        &self,
+        request: &QueryRequest,
+        encoding: Encoding,
+    ) -> Result<Submitted, ClientError> {
+        let body = match encoding {
+            Encoding::Json => request.to_json(),
+            Encoding::Bincode => request.to_bincode(),
+        };
+        let resp = self
+            .http
+            .post(format!("{}/v1/queries", self.base))
+            .header(CONTENT_TYPE, encoding.media_type())
+            .header(ACCEPT, encoding.media_type())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        if resp.status() != StatusCode::ACCEPTED {
+            return Err(self.api_error(resp).await);
+        }
+        let location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let result = self.decode(resp, encoding).await?;
+        if result.status != QueryStatus::Queued {
+            return Err(self.protocol(format!("202 with status {:?}", result.status)));
+        }
+        Ok(Submitted {
+            id: result.id,
+            location,
+        })
+    }
+
+    async fn decode(
+        &self,
+        resp: reqwest::Response,
+        encoding: Encoding,
+    ) -> Result<QueryResult, ClientError> {
+        let bytes = resp.bytes().await.map_err(|e| self.http_err(e))?;
+        let decoded = match encoding {
+            Encoding::Json => QueryResult::from_json(&bytes),
+            Encoding::Bincode => QueryResult::from_bincode(&bytes),
+        };
+        decoded.map_err(|e| self.protocol(format!("undecodable result: {e}")))
+    }
+
+    /// `GET /v1/queries/{id}` once, optionally long-polling `wait_secs`.
+    pub async fn status(
+        &self,
+        id: &str,
+        encoding: Encoding,
+        wait_secs: Option<u32>,
+    ) -> Result<QueryResult, ClientError> {
+        let mut url = format!("{}/v1/queries/{id}", self.base);
+        if let Some(w) = wait_secs {
+            url.push_str(&format!("?wait={w}"));
+        }
+        let resp = self
+            .http
+            .get(url)
+            .header(ACCEPT, encoding.media_type())
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        match resp.status() {
+            StatusCode::OK | StatusCode::ACCEPTED => self.decode(resp, encoding).await,
+            _ => Err(self.api_error(resp).await),
+        }
+    }
+
+    /// Waits for the final result of `id`; a `failed` result is an error.
+    pub async fn wait(
+        &self,
+        id: &str,
+        encoding: Encoding,
+        how: Wait,
+        timeout: Duration,
+    ) -> Result<QueryResult, ClientError> {
+        let fut = async {
+            match how {
+                Wait::Events => self.wait_events(id).await,
+                Wait::Poll { interval } => loop {
+                    let r = self.status(id, encoding, None).await?;
+                    if r.status.is_final() {
+                        break Ok(r);
+                    }
+                    tokio::time::sleep(interval).await;
+                },
+                Wait::LongPoll => loop {
+                    let r = self.status(id, encoding, Some(30)).await?;
+                    if r.status.is_final() {
+                        break Ok(r);
+                    }
+                },
+            }
+        };
+        let result =
+            tokio::time::timeout(timeout, fut)
+                .await
+                .map_err(|_| ClientError::Timeout {
+                    party: self.base.clone(),
+                    after: timeout,
+                })??;
+        if result.status == QueryStatus::Failed {
+            let error = result.error.unwrap_or_else(|| {
+                pirq_shared::wire::ErrorBody::new(
+                    pirq_shared::error::ErrorCode::Internal,
+                    "failed without an error",
+                )
+            });
+            return Err(ClientError::Failed {
+                party: self.base.clone(),
+                id: id.to_string(),
+                error,
+            });
+        }
+        Ok(result)
+    }
+
+    /// Follows the SSE stream until its `result` event.
+    async fn wait_events(&self, id: &str) -> Result<QueryResult, ClientError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/queries/{id}/events", self.base))
+            .header(ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        if !resp.status().is_success() {
+            return Err(self.api_error(resp).await);
+        }
+        let mut stream = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            buf.extend_from_slice(&chunk.map_err(|e| self.http_err(e))?);
+            while let Some(end) = find_event_end(&buf) {
+                let raw: Vec<u8> = buf.drain(..end.1).collect();
+                let (event, data) = parse_event(&raw[..end.0]);
+                match event.as_str() {
+                    "result" => {
+                        return QueryResult::from_json(data.as_bytes())
+                            .map_err(|e| self.protocol(format!("undecodable result event: {e}")))
+                    }
+                    "error" => {
+                        return Err(match serde_json::from_str::<ErrorEnvelope>(&data) {
+                            Ok(env) => ClientError::Api {
+                                party: self.base.clone(),
+                                status: 200,
+                                error: env.error,
+                            },
+                            Err(_) => self.protocol(format!("undecodable error event: {data}")),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Err(self.protocol("event stream ended without a result".into()))
+    }
+
+    /// Submits and waits: one party's half of a fetch.
+    pub async fn query(
+        &self,
+        request: &QueryRequest,
+        encoding: Encoding,
+        how: Wait,
+        timeout: Duration,
+    ) -> Result<QueryResult, ClientError> {
+        let start = Instant::now();
+        let submitted = self.submit(request, encoding).await?;
+        self.wait(
+            &submitted.id,
+            encoding,
+            how,
+            timeout.saturating_sub(start.elapsed()),
+        )
+        .await
+    }
+}
+
+/// `(end of the event's text, end including the blank line)` of the first complete event.
+fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|i| (i, i + 2));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, i + 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The `event` name and the joined `data` lines of one SSE event.
+fn parse_event(raw: &[u8]) -> (String, String) {
+    let text = String::from_utf8_lossy(raw);
+    let mut event = String::from("message");
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "event" => event = value.to_string(),
+            "data" => data.push(value),
+            _ => {}
+        }
+    }
+    (event, data.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_events_parse() {
+        let buf = b"event: status\ndata: {\"a\":1}\n\n: keep-alive\n\nevent:result\r\ndata:x\r\ndata:y\r\n\r\n";
+        let (end, next) = find_event_end(buf).unwrap();
+        assert_eq!(
+            parse_event(&buf[..end]),
+            ("status".into(), "{\"a\":1}".into())
+        );
+        let rest = &buf[next..];
+        let (_, next2) = find_event_end(rest).unwrap();
+        let rest = &rest[next2..];
+        let (end, _) = find_event_end(rest).unwrap();
+        assert_eq!(parse_event(&rest[..end]), ("result".into(), "x\ny".into()));
+    }
+}

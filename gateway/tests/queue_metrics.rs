@@ -1,0 +1,135 @@
+//! The queue sampler against a real `redis-server` (installed by scripts/install-deps.sh).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pirq_gateway::queue_metrics::{sample, QueueSample};
+use pirq_shared::layout::{Layout, GROUP};
+use redis::aio::ConnectionManager;
+
+/// A throwaway redis-server on a free port, killed on drop.
+struct Redis {
+    child: Child,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("pirq-qm-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/install-deps.sh)");
+        Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    async fn connect(&self) -> ConnectionManager {
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        for _ in 0..100 {
+            if let Ok(c) = ConnectionManager::new(client.clone()).await {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server did not come up at {}", self.url);
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn cmd<T: redis::FromRedisValue>(conn: &mut ConnectionManager, args: &[&str]) -> T {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query_async(conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn sampler_reads_depth_pending_age_and_live_workers() {
+    let redis = Redis::start();
+    let mut conn = redis.connect().await;
+    let layout = Layout::new("party-q").unwrap();
+    let jobs = layout.jobs();
+
+    // Nothing there yet: no stream, no group, no workers.
+    assert_eq!(
+        sample(&mut conn, &layout).await.unwrap(),
+        QueueSample::default()
+    );
+
+    // Three jobs, the first appended a minute ago (explicit id), then a worker group that has
+    // read one of them.
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let old_id = format!("{}-0", now_ms - 60_000);
+    let _: String = cmd(&mut conn, &["XADD", &jobs, &old_id, "id", "a"]).await;
+    let _: String = cmd(&mut conn, &["XADD", &jobs, "*", "id", "b"]).await;
+    let _: String = cmd(&mut conn, &["XADD", &jobs, "*", "id", "c"]).await;
+    let _: () = cmd(&mut conn, &["XGROUP", "CREATE", &jobs, GROUP, "0"]).await;
+    let _: redis::Value = cmd(
+        &mut conn,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            GROUP,
+            "w1",
+            "COUNT",
+            "1",
+            "STREAMS",
+            &jobs,
+            ">",
+        ],
+    )
+    .await;
+
+    // Two registered workers, one of which has lost its heartbeat.
+    let _: () = cmd(&mut conn, &["SADD", &layout.workers(), "w1", "w2"]).await;
+    let _: () = cmd(&mut conn, &["SET", &layout.worker("w1"), "{}", "EX", "30"]).await;
+
+    let s = sample(&mut conn, &layout).await.unwrap();
+    assert_eq!(s.depth, 2, "{s:?}");
+    assert_eq!(s.pending, 1, "{s:?}");
+    assert_eq!(s.live_workers, 1, "{s:?}");
+    assert!(
+        s.oldest_age >= Duration::from_secs(59) && s.oldest_age < Duration::from_secs(120),
+        "{s:?}"
+    );
+
+    // The oldest job answered and deleted: the age is now the next job's, seconds at most.
+    let _: i64 = cmd(&mut conn, &["XACK", &jobs, GROUP, &old_id]).await;
+    let _: i64 = cmd(&mut conn, &["XDEL", &jobs, &old_id]).await;
+    let s = sample(&mut conn, &layout).await.unwrap();
+    assert_eq!((s.depth, s.pending), (2, 0), "{s:?}");
+    assert!(s.oldest_age < Duration::from_secs(10), "{s:?}");
+}

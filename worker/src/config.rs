@@ -1,0 +1,113 @@
+//! Worker configuration: every flag is also a `PIRQ_*` environment variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Which scanner answers the passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// The CPU scanner (always available).
+    Cpu,
+    /// The CUDA scanner (needs the `cuda` cargo feature and a GPU).
+    Cuda,
+    /// CUDA when compiled in and a GPU is present, else CPU.
+    Auto,
+}
+
+/// A pirq worker: answers the queries of one party by scanning its page database.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "pirq-worker", version, about, long_about = None)]
+pub struct Config {
+    /// Redis URL of this party.
+    #[arg(
+        long = "redis",
+        env = "PIRQ_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// Key prefix of this party in Redis; must match the gateway's.
+    #[arg(long, env = "PIRQ_PREFIX", default_value = "pirq")]
+    pub prefix: String,
+
+    /// The `.pirdb` page database file to serve.
+    #[arg(long, env = "PIRQ_DB")]
+    pub db: PathBuf,
+
+    /// Scanner backend.
+    #[arg(long, env = "PIRQ_BACKEND", value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+
+    /// CPU scanner threads (0 = one per core).
+    #[arg(long, env = "PIRQ_THREADS", default_value_t = 0)]
+    pub threads: usize,
+
+    /// Most keys in one window (one scanner pass answers them all). A job is never split
+    /// between windows; a job larger than this forms a window of its own.
+    #[arg(long, env = "PIRQ_MAX_BATCH_KEYS", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_batch_keys: u32,
+
+    /// Longest a window waits for more jobs after its first one arrived, in milliseconds. A
+    /// full window never waits. Jobs that arrive during a pass are batched anyway, so 0 (the
+    /// default) costs no throughput under load and adds no latency at idle.
+    #[arg(long, env = "PIRQ_MAX_WAIT_MS", default_value_t = 0)]
+    pub max_wait_ms: u64,
+
+    /// Seconds a finished result is kept in Redis for clients to fetch.
+    #[arg(long, env = "PIRQ_RESULT_TTL", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub result_ttl: u64,
+
+    /// Milliseconds between heartbeats; a worker whose heartbeat is 3 intervals old counts as
+    /// gone.
+    #[arg(long, env = "PIRQ_HEARTBEAT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    pub heartbeat_ms: u64,
+
+    /// Milliseconds one `XREADGROUP` blocks waiting for jobs before it is sent again.
+    #[arg(long, env = "PIRQ_BLOCK_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub block_ms: u64,
+
+    /// Serve Prometheus metrics on this address (`GET /metrics`); off when not given.
+    #[arg(long, env = "PIRQ_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// Consumer name in the group (default: host name, process id and a random suffix).
+    #[arg(long, env = "PIRQ_CONSUMER")]
+    pub consumer: Option<String>,
+}
+
+impl Config {
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.max_wait_ms)
+    }
+
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms)
+    }
+
+    pub fn block(&self) -> Duration {
+        Duration::from_millis(self.block_ms)
+    }
+
+    /// The consumer name: the flag, or `<host>-<pid>-<random>`.
+    pub fn consumer_name(&self) -> String {
+        if let Some(c) = &self.consumer {
+            return c.clone();
+        }
+        let host = std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "worker".into());
+        format!(
+            "{host}-{}-{:04x}",
+            std::process::id(),
+            rand::random::<u16>()
+        )
+    }
+}

@@ -1,0 +1,126 @@
+//! `pirq-worker`: open the database, pick a backend, register, then serve windows until
+//! Ctrl-C or SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use pirq_shared::db::PirDb;
+use pirq_shared::layout::Layout;
+use pirq_worker::config::Config;
+use pirq_worker::queue::Queue;
+use pirq_worker::registry::{self, Registration};
+use pirq_worker::serve::{self, Worker};
+use tokio::sync::watch;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let config = Config::parse();
+    let layout = Layout::new(&config.prefix)?;
+    if let Some(addr) = config.metrics_listen {
+        pirq_worker::metrics_export::install(addr).context("starting the metrics endpoint")?;
+    }
+
+    let db = Arc::new(
+        PirDb::open(&config.db).with_context(|| format!("opening {}", config.db.display()))?,
+    );
+    let header = *db.header();
+    let max_batch_keys = config.max_batch_keys as usize;
+    let scanner =
+        pirq_worker::backend::open(config.backend, db.clone(), config.threads, max_batch_keys)
+            .context("starting the scanner")?;
+    let geometry = scanner.geometry();
+
+    let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+    let consumer = config.consumer_name();
+    let queue = Arc::new(Queue::new(
+        &client,
+        layout.clone(),
+        consumer.clone(),
+        config.block(),
+        config.result_ttl,
+    )?);
+    wait_for_redis(&queue).await;
+
+    let reg = Registration {
+        worker_id: consumer.clone(),
+        backend: scanner.name(),
+        num_pages: geometry.num_pages,
+        page_size: geometry.page_size as u32,
+        domain_bits: geometry.domain_bits,
+        epoch: header.epoch,
+        max_batch_keys: config.max_batch_keys,
+        started_ms: Registration::now_ms(),
+    };
+    let mut conn = queue.connection();
+    registry::register(&mut conn, &layout, &reg, config.heartbeat() * 3)
+        .await
+        .context("registering")?;
+    let heartbeat =
+        registry::spawn_heartbeat(conn.clone(), layout.clone(), reg, config.heartbeat());
+    metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(header.epoch as f64);
+    tracing::info!(
+        worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
+        page_size = geometry.page_size, epoch = header.epoch, "pirq-worker serving"
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping: finishing the window in flight");
+        let _ = stop_tx.send(true);
+    });
+    let worker = Worker {
+        scanner,
+        queue: queue.clone(),
+        epoch: header.epoch,
+        max_batch_keys,
+        max_wait: config.max_wait(),
+        block: config.block(),
+    };
+    serve::run(worker, stop_rx).await;
+
+    heartbeat.abort();
+    if let Err(e) = registry::deregister(&mut conn, &layout, &consumer).await {
+        tracing::warn!(error = %e, "deregistering failed; the heartbeat will expire");
+    }
+    tracing::info!("pirq-worker stopped");
+    Ok(())
+}
+
+/// Waits until Redis answers and the consumer group exists, retrying with backoff.
+async fn wait_for_redis(queue: &Queue) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match queue.ensure_group().await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "redis not ready; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

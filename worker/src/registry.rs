@@ -1,0 +1,131 @@
+//! Registration: the database this worker serves (`{P}:db`) and its heartbeat
+//! (`{P}:worker:<id>` with a TTL, listed in `{P}:workers`).
+//!
+//! The database registration outlives the worker: a gateway keeps accepting queries for the
+//! party's database while no worker is up, and they are answered when one starts. Liveness is
+//! the heartbeat key alone; a worker that dies stops refreshing it and Redis expires it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pirq_shared::layout::{db_field, Layout};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use serde::Serialize;
+
+/// What a worker tells Redis about itself.
+#[derive(Clone, Debug, Serialize)]
+pub struct Registration {
+    pub worker_id: String,
+    pub backend: &'static str,
+    pub num_pages: u64,
+    pub page_size: u32,
+    pub domain_bits: u8,
+    pub epoch: u64,
+    pub max_batch_keys: u32,
+    pub started_ms: u64,
+}
+
+impl Registration {
+    pub fn now_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// Writes the database registration and the first heartbeat. Warns when another geometry was
+/// registered before: gateways then validate against this worker's database.
+pub async fn register(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    reg: &Registration,
+    heartbeat_ttl: Duration,
+) -> redis::RedisResult<()> {
+    let previous: std::collections::HashMap<String, String> = conn.hgetall(layout.db()).await?;
+    if let (Some(pages), Some(size)) = (
+        previous.get(db_field::NUM_PAGES),
+        previous.get(db_field::PAGE_SIZE),
+    ) {
+        if *pages != reg.num_pages.to_string() || *size != reg.page_size.to_string() {
+            tracing::warn!(
+                registered_pages = %pages, registered_page_size = %size,
+                "another database was registered under this prefix; replacing it with this worker's"
+            );
+        }
+    }
+    beat(conn, layout, reg, heartbeat_ttl).await
+}
+
+/// One heartbeat. It rewrites the database registration too, so a Redis that lost its data
+/// (restart without persistence) learns it again within one interval.
+pub async fn beat(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    reg: &Registration,
+    ttl: Duration,
+) -> redis::RedisResult<()> {
+    let json = serde_json::to_string(reg).expect("registration serializes");
+    redis::pipe()
+        .atomic()
+        .cmd("HSET")
+        .arg(layout.db())
+        .arg(db_field::NUM_PAGES)
+        .arg(reg.num_pages)
+        .arg(db_field::PAGE_SIZE)
+        .arg(reg.page_size)
+        .arg(db_field::DOMAIN_BITS)
+        .arg(reg.domain_bits)
+        .arg(db_field::EPOCH)
+        .arg(reg.epoch)
+        .arg(db_field::MIN_EPOCH)
+        .arg(reg.epoch)
+        .ignore()
+        .cmd("SET")
+        .arg(layout.worker(&reg.worker_id))
+        .arg(json)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .ignore()
+        .cmd("SADD")
+        .arg(layout.workers())
+        .arg(&reg.worker_id)
+        .ignore()
+        .query_async(conn)
+        .await
+}
+
+/// Heartbeats every `interval` until the task is aborted; failures are logged and retried.
+pub fn spawn_heartbeat(
+    mut conn: ConnectionManager,
+    layout: Layout,
+    reg: Registration,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = beat(&mut conn, &layout, &reg, interval * 3).await {
+                tracing::warn!(error = %e, "heartbeat failed");
+            }
+        }
+    })
+}
+
+/// Removes this worker's heartbeat (the database registration stays).
+pub async fn deregister(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    worker_id: &str,
+) -> redis::RedisResult<()> {
+    redis::pipe()
+        .atomic()
+        .del(layout.worker(worker_id))
+        .ignore()
+        .srem(layout.workers(), worker_id)
+        .ignore()
+        .query_async(conn)
+        .await
+}

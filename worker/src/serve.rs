@@ -1,0 +1,318 @@
+//! The worker's loop: Redis → windows → scanner passes → results.
+//!
+//! A reader task pulls entries with `XREADGROUP` into a bounded channel (it only reads when
+//! there is room, so a busy worker leaves jobs to its peers). The [`Batcher`] forms windows from
+//! the channel. Each window runs as scanner passes on a blocking thread while the reader keeps
+//! pulling the next jobs from Redis; the window's results are written by a task of their own
+//! while the next window is formed and scanned.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pirq_shared::dpf::DpfKey;
+use pirq_shared::error::ErrorCode;
+use pirq_shared::metrics as m;
+use pirq_shared::wire::{ErrorBody, Job, WireError};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::batcher::{Batcher, Window};
+use crate::queue::{Delivery, Outcome, Queue};
+use crate::scan::{Geometry, Scanner};
+
+/// Everything the loop needs.
+pub struct Worker {
+    pub scanner: Arc<dyn Scanner>,
+    pub queue: Arc<Queue>,
+    /// Epoch of the database the scanner serves.
+    pub epoch: u64,
+    pub max_batch_keys: usize,
+    pub max_wait: Duration,
+    pub block: Duration,
+}
+
+/// Runs until `stop` turns true: then stops reading, finishes the window in flight and writes
+/// its results.
+pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
+    let (tx, rx) = mpsc::channel(worker.max_batch_keys.max(1));
+    let reader = tokio::spawn(read_loop(
+        worker.queue.clone(),
+        tx,
+        worker.block,
+        stop.clone(),
+    ));
+    let mut batcher = Batcher::new(rx, worker.max_batch_keys, worker.max_wait);
+    let mut writing: Option<JoinHandle<()>> = None;
+    let mut stop_wait = stop.clone();
+    loop {
+        let window = tokio::select! {
+            w = batcher.next_window() => match w { Some(w) => w, None => break },
+            _ = stop_wait.wait_for(|s| *s) => break,
+        };
+        let outcomes = run_window(&worker, window).await;
+        // At most one write in flight: results of consecutive windows never pile up.
+        if let Some(w) = writing.take() {
+            let _ = w.await;
+        }
+        let queue = worker.queue.clone();
+        writing = Some(tokio::spawn(async move {
+            write_outcomes(&queue, outcomes).await
+        }));
+    }
+    reader.abort();
+    if let Some(w) = writing.take() {
+        let _ = w.await;
+    }
+}
+
+/// Keeps the channel fed from the stream until `stop`.
+async fn read_loop(
+    queue: Arc<Queue>,
+    tx: mpsc::Sender<Delivery>,
+    block: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        // Wait for room before reading: what we read is ours until acknowledged.
+        if tx.capacity() == 0 {
+            tokio::select! {
+                permit = tx.reserve() => match permit { Ok(p) => drop(p), Err(_) => return },
+                _ = stop.changed() => return,
+            }
+        }
+        match queue.read(tx.capacity(), block).await {
+            Ok(deliveries) => {
+                backoff = Duration::from_millis(50);
+                for d in deliveries {
+                    if tx.send(d).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the job stream failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Marks the window running, runs its passes on a blocking thread, and returns the outcomes.
+async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
+    let ids: Vec<String> = window
+        .deliveries
+        .iter()
+        .filter_map(|d| d.request_id.clone())
+        .collect();
+    let span = tracing::debug_span!("window", jobs = window.deliveries.len(), keys = window.keys);
+    let _enter = span.enter();
+    metrics::histogram!(m::WORKER_BATCH_JOBS).record(window.deliveries.len() as f64);
+    metrics::histogram!(m::WORKER_BATCH_KEYS).record(window.keys as f64);
+    let running = {
+        let queue = worker.queue.clone();
+        tokio::spawn(async move {
+            if let Err(e) = queue.mark_running(&ids).await {
+                tracing::warn!(error = %e, "marking jobs running failed");
+            }
+        })
+    };
+    // Keep what is needed to report a failure if the pass panics.
+    let entries: Vec<(String, Option<String>, Instant)> = window
+        .deliveries
+        .iter()
+        .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
+        .collect();
+    let scanner = worker.scanner.clone();
+    let epoch = worker.epoch;
+    let outcomes =
+        match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), epoch, window)).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                tracing::error!(error = %e, "scanner pass panicked; failing its window");
+                entries
+                    .into_iter()
+                    .map(|(entry_id, request_id, received)| match request_id {
+                        Some(request_id) => Outcome::Failed {
+                            entry_id,
+                            request_id,
+                            error: ErrorBody::new(ErrorCode::ScanFailed, "the scanner pass failed"),
+                            worker: received.elapsed(),
+                        },
+                        None => Outcome::Discard { entry_id },
+                    })
+                    .collect()
+            }
+        };
+    // "running" must land before "done", or it could overwrite it.
+    let _ = running.await;
+    outcomes
+}
+
+/// Writes outcomes, retrying while Redis is unreachable. If it stays unreachable the entries
+/// stay pending in the group and are delivered again.
+async fn write_outcomes(queue: &Queue, outcomes: Vec<Outcome>) {
+    let mut backoff = Duration::from_millis(50);
+    for attempt in 1..=10 {
+        match queue.finish(&outcomes).await {
+            Ok(()) => {
+                record_outcomes(&outcomes);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "writing results failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    tracing::error!(
+        jobs = outcomes.len(),
+        "giving up writing results; the jobs stay pending"
+    );
+}
+
+fn record_outcomes(outcomes: &[Outcome]) {
+    for o in outcomes {
+        match o {
+            Outcome::Done {
+                pages,
+                page_size,
+                worker,
+                ..
+            } => {
+                metrics::counter!(m::WORKER_JOBS_COMPLETED).increment(1);
+                metrics::counter!(m::WORKER_KEYS_ANSWERED)
+                    .increment((pages.len() / page_size) as u64);
+                metrics::histogram!(m::WORKER_JOB_LATENCY).record(worker.as_secs_f64());
+            }
+            Outcome::Failed { .. } => metrics::counter!(m::WORKER_JOBS_FAILED).increment(1),
+            Outcome::Discard { .. } => {}
+        }
+    }
+}
+
+/// A job that passed the checks: its keys are in the window's key list at `first..first+count`.
+struct Valid {
+    entry_id: String,
+    request_id: String,
+    received: Instant,
+    first: usize,
+    count: usize,
+}
+
+/// Validates every job, answers all valid keys in as few passes as the scanner allows, and
+/// splits the answers back per job. Runs on a blocking thread.
+pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome> {
+    let geometry = scanner.geometry();
+    let mut outcomes = Vec::with_capacity(window.deliveries.len());
+    let mut valid = Vec::new();
+    let mut keys = Vec::with_capacity(window.keys);
+    for d in window.deliveries {
+        let Some(request_id) = d.request_id else {
+            tracing::warn!(entry = %d.entry_id, "stream entry without a request id; discarding it");
+            outcomes.push(Outcome::Discard {
+                entry_id: d.entry_id,
+            });
+            continue;
+        };
+        match check_job(d.job, &geometry, epoch) {
+            Ok(job_keys) => {
+                valid.push(Valid {
+                    entry_id: d.entry_id,
+                    request_id,
+                    received: d.received,
+                    first: keys.len(),
+                    count: job_keys.len(),
+                });
+                keys.extend(job_keys);
+            }
+            Err(error) => outcomes.push(Outcome::Failed {
+                entry_id: d.entry_id,
+                request_id,
+                error,
+                worker: d.received.elapsed(),
+            }),
+        }
+    }
+    if valid.is_empty() {
+        return outcomes;
+    }
+    let start = Instant::now();
+    let page_size = geometry.page_size;
+    let mut answers = Vec::with_capacity(keys.len() * page_size);
+    let result = keys
+        .chunks(scanner.max_batch_keys().max(1))
+        .try_for_each(|chunk| {
+            let pass_start = Instant::now();
+            let a = scanner.pass(chunk)?;
+            metrics::histogram!(m::WORKER_PASS_DURATION).record(pass_start.elapsed().as_secs_f64());
+            answers.extend_from_slice(a.as_bytes());
+            Ok::<_, crate::scan::ScanError>(())
+        });
+    let scan = start.elapsed();
+    match result {
+        Ok(()) => outcomes.extend(valid.into_iter().map(|v| Outcome::Done {
+            pages: answers[v.first * page_size..(v.first + v.count) * page_size].to_vec(),
+            entry_id: v.entry_id,
+            request_id: v.request_id,
+            epoch,
+            page_size,
+            scan,
+            worker: v.received.elapsed(),
+        })),
+        Err(e) => {
+            tracing::error!(error = %e, "scanner pass failed");
+            outcomes.extend(valid.into_iter().map(|v| Outcome::Failed {
+                entry_id: v.entry_id,
+                request_id: v.request_id,
+                error: ErrorBody::new(ErrorCode::ScanFailed, format!("scanner pass failed: {e}")),
+                worker: v.received.elapsed(),
+            }))
+        }
+    }
+    outcomes
+}
+
+/// The worker's own check of a job: the gateway validated it, but the stream is not trusted.
+fn check_job(
+    job: Result<Job, WireError>,
+    geometry: &Geometry,
+    epoch: u64,
+) -> Result<Vec<DpfKey>, ErrorBody> {
+    let job = job.map_err(|e| ErrorBody::new(e.code, e.message))?;
+    if job.keys.is_empty() {
+        return Err(ErrorBody::new(ErrorCode::NoKeys, "the job has no keys"));
+    }
+    if let Some(e) = job.epoch.filter(|e| *e != epoch) {
+        return Err(ErrorBody::new(
+            ErrorCode::EpochUnavailable,
+            format!("epoch {e} is not served; this worker serves epoch {epoch}"),
+        ));
+    }
+    job.keys
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            let key = DpfKey::parse(bytes).map_err(|e| {
+                ErrorBody::new(ErrorCode::from(&e), format!("key {i}: {e}")).with_key_index(i)
+            })?;
+            if key.domain_bits() != geometry.domain_bits {
+                return Err(ErrorBody::new(
+                    ErrorCode::KeyDomainMismatch,
+                    format!(
+                        "key {i} has {} domain bits, the database needs {}",
+                        key.domain_bits(),
+                        geometry.domain_bits
+                    ),
+                )
+                .with_key_index(i));
+            }
+            Ok(key)
+        })
+        .collect()
+}
