@@ -233,6 +233,25 @@ impl Metric {
     }
 }
 
+/// Seconds from a Unix time in milliseconds (as carried in a job's `accepted_ms`) to now, by
+/// this host's clock; 0 when the clocks disagree the other way. For [`WORKER_QUEUE_WAIT`] and
+/// [`WORKER_JOB_LATENCY`], whose start was stamped by the gateway.
+pub fn seconds_since_unix_ms(ms: u64) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.saturating_sub(std::time::Duration::from_millis(ms))
+        .as_secs_f64()
+}
+
+/// Unix time now in seconds, for [`WORKER_HEARTBEAT_TIMESTAMP`].
+pub fn unix_now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
 /// Looks a metric up by name.
 pub fn get(name: &str) -> Option<&'static Metric> {
     CATALOG.iter().find(|m| m.name == name)
@@ -391,6 +410,15 @@ mod tests {
                 None => assert_ne!(m.kind, Kind::Histogram, "{}", m.name),
             }
         }
+    }
+
+    #[test]
+    fn elapsed_since_a_unix_timestamp() {
+        let now_ms = (unix_now_seconds() * 1000.0) as u64;
+        let ten_s_ago = seconds_since_unix_ms(now_ms - 10_000);
+        assert!((9.9..11.0).contains(&ten_s_ago), "{ten_s_ago}");
+        // A gateway clock ahead of ours reads as no wait, not a negative one.
+        assert_eq!(seconds_since_unix_ms(now_ms + 60_000), 0.0);
     }
 
     #[test]
