@@ -4,6 +4,7 @@
 //! - [`db`]: the `.pirdb` page database file (SPEC §2) and its deterministic synthetic pages.
 //! - [`wire`]: HTTP request/result bodies (SPEC §4), JSON and bincode.
 //! - [`layout`]: every Redis key name, in one place.
+//! - [`update`]: epoch updates (whole-page replacements), JSON and bincode.
 //! - [`error`]: error codes shared by gateway and worker.
 //!
 //! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
@@ -14,4 +15,5 @@ pub mod dpf;
 pub mod error;
 pub mod layout;
 pub mod metrics;
+pub mod update;
 pub mod wire;

@@ -21,13 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use pirq_shared::bits::{bit, xor_into};
-
-/// One page replacement of an epoch update.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PageWrite {
-    pub index: u64,
-    pub page: Vec<u8>,
-}
+pub use pirq_shared::update::PageWrite;
 
 /// Why an update or an epoch request was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
