@@ -244,6 +244,12 @@ pub fn seconds_since_unix_ms(ms: u64) -> f64 {
         .as_secs_f64()
 }
 
+/// Records one phase of a pass in [`WORKER_PHASE_DURATION`]; `phase` is one of [`PHASES`].
+pub fn record_phase(phase: &'static str, took: std::time::Duration) {
+    debug_assert!(PHASES.contains(&phase), "unknown phase {phase}");
+    metrics::histogram!(WORKER_PHASE_DURATION, "phase" => phase).record(took.as_secs_f64());
+}
+
 /// Unix time now in seconds, for [`WORKER_HEARTBEAT_TIMESTAMP`].
 pub fn unix_now_seconds() -> f64 {
     std::time::SystemTime::now()

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use pirq_shared::layout::{job_field, query_field as qf, Layout, GROUP};
+use pirq_shared::metrics as m;
 use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
@@ -44,6 +45,8 @@ pub enum Outcome {
         pages: Vec<u8>,
         scan: Duration,
         worker: Duration,
+        /// The gateway's acceptance time (Unix ms), for the end-to-end latency metric.
+        accepted_ms: u64,
     },
     Failed {
         entry_id: String,
@@ -172,10 +175,15 @@ impl Queue {
             other => other?,
         };
         let received = Instant::now();
-        Ok(parse_read_reply(reply)
+        let deliveries: Vec<Delivery> = parse_read_reply(reply)
             .into_iter()
             .map(|(entry_id, fields)| delivery(entry_id, fields, received))
-            .collect())
+            .collect();
+        for job in deliveries.iter().filter_map(|d| d.job.as_ref().ok()) {
+            metrics::histogram!(m::WORKER_QUEUE_WAIT)
+                .record(m::seconds_since_unix_ms(job.accepted_ms));
+        }
+        Ok(deliveries)
     }
 
     /// Marks the queries of a window `running` and announces it.

@@ -107,8 +107,10 @@ pub fn spawn_heartbeat(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = beat(&mut conn, &layout, &reg, interval * 3).await {
-                tracing::warn!(error = %e, "heartbeat failed");
+            match beat(&mut conn, &layout, &reg, interval * 3).await {
+                Ok(()) => metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
+                    .set(pirq_shared::metrics::unix_now_seconds()),
+                Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
             }
         }
     })

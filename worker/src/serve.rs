@@ -182,13 +182,15 @@ fn record_outcomes(outcomes: &[Outcome]) {
             Outcome::Done {
                 pages,
                 page_size,
-                worker,
+                accepted_ms,
                 ..
             } => {
                 metrics::counter!(m::WORKER_JOBS_COMPLETED).increment(1);
                 metrics::counter!(m::WORKER_KEYS_ANSWERED)
                     .increment((pages.len() / page_size) as u64);
-                metrics::histogram!(m::WORKER_JOB_LATENCY).record(worker.as_secs_f64());
+                // Written just now: acceptance at the gateway to result in Redis.
+                metrics::histogram!(m::WORKER_JOB_LATENCY)
+                    .record(m::seconds_since_unix_ms(*accepted_ms));
             }
             Outcome::Failed { .. } => metrics::counter!(m::WORKER_JOBS_FAILED).increment(1),
             Outcome::Discard { .. } => {}
@@ -201,6 +203,7 @@ struct Valid {
     entry_id: String,
     request_id: String,
     received: Instant,
+    accepted_ms: u64,
     first: usize,
     count: usize,
 }
@@ -220,12 +223,14 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
             });
             continue;
         };
+        let accepted_ms = d.job.as_ref().map(|j| j.accepted_ms).unwrap_or(0);
         match check_job(d.job, &geometry, epoch) {
             Ok(job_keys) => {
                 valid.push(Valid {
                     entry_id: d.entry_id,
                     request_id,
                     received: d.received,
+                    accepted_ms,
                     first: keys.len(),
                     count: job_keys.len(),
                 });
@@ -264,6 +269,7 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
             page_size,
             scan,
             worker: v.received.elapsed(),
+            accepted_ms: v.accepted_ms,
         })),
         Err(e) => {
             tracing::error!(error = %e, "scanner pass failed");

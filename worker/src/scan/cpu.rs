@@ -10,9 +10,11 @@
 //! into that key's accumulator", which the compiler turns into 32-byte AVX2 loads and stores.
 
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use pirq_shared::db::{PirDb, PrivatePages};
 use pirq_shared::dpf::{bitmap_words, eval_full_into, DpfKey};
+use pirq_shared::metrics::record_phase;
 use rayon::prelude::*;
 
 use super::{check_keys, Answers, Geometry, ScanError, Scanner};
@@ -114,10 +116,16 @@ impl CpuScanner {
         for &e in epochs {
             state.window.resolve(Some(e))?;
         }
+        let t = Instant::now();
         let bitmaps = self.expand(keys);
+        record_phase("expand", t.elapsed());
+        let t = Instant::now();
         let answers = self.scan_pages(state.pages.as_slice(), &bitmaps);
+        record_phase("scan", t.elapsed());
+        let t = Instant::now();
         let mut bytes = answers.into_bytes();
         state.window.merge(&bitmaps, epochs, &mut bytes)?;
+        record_phase("merge", t.elapsed());
         Ok(Answers::new(self.geometry.page_size, bytes))
     }
 
