@@ -40,10 +40,9 @@ fn cpu(
 
 #[cfg(feature = "cuda")]
 fn cuda(db: Arc<PirDb>, max_batch_keys: usize) -> Result<Arc<dyn Scanner>, ScanError> {
-    Ok(Arc::new(crate::scan::cuda::CudaScanner::new(
-        db,
-        max_batch_keys,
-    )?))
+    let scanner = crate::scan::cuda::CudaScanner::new(db, max_batch_keys)
+        .map_err(|e| ScanError::Device(e.to_string()))?;
+    Ok(Arc::new(scanner))
 }
 
 #[cfg(not(feature = "cuda"))]

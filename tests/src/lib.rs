@@ -1,0 +1,424 @@
+//! The end-to-end harness: real `redis-server`, `pirq-gateway` and `pirq-worker` processes on
+//! free loopback ports and in temporary directories, grouped into parties.
+//!
+//! Binaries: the harness runs `cargo build -p pirq-gateway -p pirq-worker` once per test
+//! process (a no-op when they are fresh) into the same target directory and profile as the
+//! test itself, found from the test executable's path. Set `PIRQ_E2E_BIN_DIR` to use prebuilt
+//! binaries instead. Every process is killed when its handle drops; its log stays in the
+//! temporary directory and is printed when a readiness wait fails.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use pirq_shared::db::{self, synthetic, PirDb};
+use tempfile::TempDir;
+
+/// Directory holding `pirq-gateway` and `pirq-worker`, built on first use.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Ok(dir) = std::env::var("PIRQ_E2E_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
+        // target/<profile>/deps/<test exe> → target/<profile>
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps")
+            .to_path_buf();
+        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "pirq-gateway", "-p", "pirq-worker"])
+            .args(["--bin", "pirq-gateway", "--bin", "pirq-worker"])
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build");
+        assert!(
+            status.success(),
+            "cargo build of pirq-gateway/pirq-worker failed"
+        );
+        profile_dir
+    })
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the caller binds it right away).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding port 0")
+}
+
+/// A child process killed on drop, with its log file.
+pub struct Proc {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub name: String,
+}
+
+impl Proc {
+    fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> anyhow::Result<Proc> {
+        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        Ok(Proc {
+            child: Some(child),
+            log,
+            name: name.to_string(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// SIGTERM, then wait up to `grace` for a clean exit (SIGKILL after).
+    pub fn terminate(&mut self, grace: Duration) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL now.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `redis-server` on a free port, without persistence, in its own directory.
+pub struct Redis {
+    pub proc: Proc,
+    pub port: u16,
+    dir: TempDir,
+}
+
+impl Redis {
+    pub async fn start() -> anyhow::Result<Redis> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port();
+        let redis = Redis {
+            proc: Redis::spawn(dir.path(), port)?,
+            port,
+            dir,
+        };
+        redis.wait_ready().await?;
+        Ok(redis)
+    }
+
+    fn spawn(dir: &Path, port: u16) -> anyhow::Result<Proc> {
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir);
+        Proc::spawn("redis-server", cmd, dir.join("redis.log"))
+            .context("is redis-server installed?")
+    }
+
+    /// Starts it again on the same port (after [`Proc::kill`]).
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.proc.kill();
+        self.proc = Redis::spawn(self.dir.path(), self.port)?;
+        self.wait_ready().await
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn client(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        Ok(redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?)
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = self.client().await {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("redis-server did not start:\n{}", self.proc.log_text());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A database file with deterministic synthetic pages.
+pub struct TestDb {
+    pub path: PathBuf,
+    pub db: PirDb,
+    _dir: TempDir,
+}
+
+impl TestDb {
+    pub fn create(num_pages: u64, page_size: u32, seed: u64) -> anyhow::Result<TestDb> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("test.pirdb");
+        let header = db::Header {
+            page_size,
+            num_pages,
+            epoch: 0,
+        };
+        db::write(
+            &path,
+            &header,
+            |p, page| synthetic::fill_page(seed, p, page),
+            |_| {},
+        )?;
+        let db = PirDb::open(&path)?;
+        Ok(TestDb {
+            path,
+            db,
+            _dir: dir,
+        })
+    }
+
+    pub fn page(&self, index: u64) -> &[u8] {
+        self.db.page(index).expect("index inside the database")
+    }
+}
+
+/// Flags for a party's processes beyond the essentials.
+#[derive(Clone, Debug, Default)]
+pub struct PartyOptions {
+    pub gateway_args: Vec<String>,
+    pub worker_args: Vec<String>,
+    /// Start no worker (a test starts one later with [`Party::start_worker`]).
+    pub no_worker: bool,
+}
+
+/// One party: its own Redis, one gateway, and its workers.
+pub struct Party {
+    pub redis: Redis,
+    pub gateway: Proc,
+    pub workers: Vec<Proc>,
+    pub url: String,
+    pub prefix: String,
+    db_path: PathBuf,
+    options: PartyOptions,
+    dir: TempDir,
+}
+
+impl Party {
+    pub async fn start(db: &Path, prefix: &str, options: PartyOptions) -> anyhow::Result<Party> {
+        let redis = Redis::start().await?;
+        let dir = tempfile::tempdir()?;
+        let (gateway, url) =
+            Party::spawn_gateway(dir.path(), &redis.url(), prefix, &options.gateway_args).await?;
+        let mut party = Party {
+            redis,
+            gateway,
+            workers: Vec::new(),
+            url,
+            prefix: prefix.to_string(),
+            db_path: db.to_path_buf(),
+            options,
+            dir,
+        };
+        if !party.options.no_worker {
+            party.start_worker().await?;
+        }
+        Ok(party)
+    }
+
+    async fn spawn_gateway(
+        dir: &Path,
+        redis: &str,
+        prefix: &str,
+        extra: &[String],
+    ) -> anyhow::Result<(Proc, String)> {
+        let mut last_log = String::new();
+        for _attempt in 0..3 {
+            let port = free_port();
+            let mut cmd = Command::new(bin_dir().join("pirq-gateway"));
+            cmd.args([
+                "--redis",
+                redis,
+                "--prefix",
+                prefix,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info");
+            let mut proc =
+                Proc::spawn("pirq-gateway", cmd, dir.join(format!("gateway-{port}.log")))?;
+            let url = format!("http://127.0.0.1:{port}");
+            if wait_http_ok(
+                &format!("{url}/healthz"),
+                Duration::from_secs(10),
+                &mut proc,
+            )
+            .await
+            {
+                return Ok((proc, url));
+            }
+            last_log = proc.log_text();
+        }
+        bail!("pirq-gateway did not start:\n{last_log}")
+    }
+
+    /// Starts one more worker and waits until the gateway counts it.
+    pub async fn start_worker(&mut self) -> anyhow::Result<()> {
+        let n = self.workers.len();
+        let mut cmd = Command::new(bin_dir().join("pirq-worker"));
+        cmd.args([
+            "--redis",
+            &self.redis.url(),
+            "--prefix",
+            &self.prefix,
+            "--backend",
+            "cpu",
+            "--threads",
+            "1",
+        ])
+        .arg("--db")
+        .arg(&self.db_path)
+        .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
+        .args(&self.options.worker_args)
+        .env("RUST_LOG", "info");
+        let proc = Proc::spawn(
+            "pirq-worker",
+            cmd,
+            self.dir.path().join(format!("worker-{n}.log")),
+        )?;
+        self.workers.push(proc);
+        let want = self
+            .workers
+            .iter_mut()
+            .map(Proc::is_running)
+            .filter(|r| *r)
+            .count() as u64;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if self.live_workers().await.unwrap_or(0) >= want {
+                return Ok(());
+            }
+            if Instant::now() > deadline || !self.workers.last_mut().unwrap().is_running() {
+                bail!(
+                    "pirq-worker did not register:\n{}",
+                    self.workers.last().unwrap().log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `workers` from `/v1/info`, `None` while the party has no database registered.
+    pub async fn live_workers(&self) -> Option<u64> {
+        let resp = reqwest::get(format!("{}/v1/info", self.url)).await.ok()?;
+        let info: serde_json::Value = resp.json().await.ok()?;
+        info["workers"].as_u64()
+    }
+
+    /// Stops every worker gracefully (they deregister).
+    pub fn stop_workers(&mut self) {
+        for w in &mut self.workers {
+            w.terminate(Duration::from_secs(10));
+        }
+        self.workers.clear();
+    }
+}
+
+async fn wait_http_ok(url: &str, within: Duration, proc: &mut Proc) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if !proc.is_running() {
+            return false;
+        }
+        if let Ok(r) = reqwest::get(url).await {
+            if r.status().is_success() {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Two parties serving the same database: the whole system.
+pub struct Cluster {
+    pub db: TestDb,
+    pub a: Party,
+    pub b: Party,
+}
+
+impl Cluster {
+    pub async fn start(
+        num_pages: u64,
+        page_size: u32,
+        options: PartyOptions,
+    ) -> anyhow::Result<Cluster> {
+        let db = TestDb::create(num_pages, page_size, rand::random())?;
+        let (a, b) = tokio::try_join!(
+            Party::start(&db.path, "party-a", options.clone()),
+            Party::start(&db.path, "party-b", options),
+        )?;
+        Ok(Cluster { db, a, b })
+    }
+
+    pub fn client(&self, options: pirq_client::Options) -> pirq_client::Client {
+        pirq_client::Client::with_options(&self.a.url, &self.b.url, options).expect("client")
+    }
+}
