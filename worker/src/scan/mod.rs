@@ -5,6 +5,8 @@
 //! [`cpu`] (always) and `cuda` (cargo feature `cuda`).
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use pirq_shared::dpf::DpfKey;
 

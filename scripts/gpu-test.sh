@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# GPU tests and bench for the CUDA scanner.
+#
+#   scripts/gpu-test.sh build        # here (no GPU needed): build, strip, copy into .gpu/
+#   scripts/gpu-test.sh test         # on the GPU machine: parity tests (PIRQ_GPU_TESTS=1)
+#   scripts/gpu-test.sh bench [ARGS] # on the GPU machine: pirq-gpu-bench ARGS
+#
+# The GPU machine has no cargo: `build` puts the test and bench binaries in .gpu/ (git-ignored),
+# which travels with the working tree (`carry: [".gpu"]`). Logs go to $OUT when it is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-.gpu/out}"
+
+find_nvrtc() {
+    # cudarc loads libnvrtc / libcuda at run time; point it at the toolkit if the loader can't.
+    local lib
+    lib=$(ldconfig -p 2>/dev/null | grep -m1 -o '/.*libnvrtc\.so[.0-9]*' || true)
+    if [[ -z "$lib" ]]; then
+        lib=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnvrtc.so*' 2>/dev/null | head -1 || true)
+    fi
+    if [[ -n "$lib" ]]; then
+        export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        echo "nvrtc: $lib"
+    else
+        echo "nvrtc: not found (cudarc will search its default paths)"
+    fi
+}
+
+case "${1:-}" in
+build)
+    cargo build --release --features cuda -p pirq-worker --bin pirq-gpu-bench
+    exe=$(cargo test --release --features cuda -p pirq-worker --test gpu_parity --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu_parity"][0])')
+    mkdir -p .gpu
+    cp "$exe" .gpu/gpu_parity
+    cp target/release/pirq-gpu-bench .gpu/pirq-gpu-bench
+    strip .gpu/gpu_parity .gpu/pirq-gpu-bench
+    ls -la .gpu
+    ;;
+test)
+    mkdir -p "$out"
+    find_nvrtc
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
+    PIRQ_GPU_TESTS=1 RUST_BACKTRACE=1 .gpu/gpu_parity --test-threads=1 2>&1 | tee "$out/gpu-test.log"
+    ;;
+bench)
+    shift
+    mkdir -p "$out"
+    find_nvrtc
+    .gpu/pirq-gpu-bench "$@" 2>&1 | tee "$out/gpu-bench.log"
+    ;;
+*)
+    echo "usage: $0 build | test | bench [pirq-gpu-bench args]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,132 @@
+//! The kernels of `kernels/*.cu`, compiled with NVRTC for the device at start-up.
+//!
+//! The sources are embedded with `include_str!` and concatenated into one program (with
+//! `PIRQ_ONE_SOURCE` defined so their `#include` lines drop out): the binary carries no PTX and
+//! always runs code built for the exact GPU it finds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+
+use super::layout::{ScanPlan, MMA_VARIANTS};
+use super::CudaError;
+
+const SOURCES: &[(&str, &str)] = &[
+    (
+        "pirq_common.cuh",
+        include_str!("../../../../kernels/pirq_common.cuh"),
+    ),
+    (
+        "dpf_expand.cu",
+        include_str!("../../../../kernels/dpf_expand.cu"),
+    ),
+    (
+        "db_layout.cu",
+        include_str!("../../../../kernels/db_layout.cu"),
+    ),
+    (
+        "scan_mma.cu",
+        include_str!("../../../../kernels/scan_mma.cu"),
+    ),
+    (
+        "scan_xor.cu",
+        include_str!("../../../../kernels/scan_xor.cu"),
+    ),
+];
+
+/// Largest dynamic shared memory a scan CTA asks for (8 warps x 8 stages x 2 tiles x 512 B).
+const MAX_SCAN_SMEM: i32 = 64 * 1024;
+
+/// Handles to every kernel of the module.
+pub struct Kernels {
+    _module: Arc<CudaModule>,
+    pub expand_nodes: CudaFunction,
+    pub expand_leaves: CudaFunction,
+    pub transpose: CudaFunction,
+    pub synthetic: CudaFunction,
+    pub read_all: CudaFunction,
+    pub unpack: CudaFunction,
+    pub scan_xor: CudaFunction,
+    /// Tensor-core variants by name; empty before sm_80.
+    scan_mma: HashMap<String, CudaFunction>,
+    /// Compute capability (major, minor).
+    pub capability: (i32, i32),
+}
+
+impl Kernels {
+    /// Compiles the sources for `ctx`'s device and loads every kernel.
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<Kernels, CudaError> {
+        let capability = ctx.compute_capability()?;
+        let (major, minor) = capability;
+        // NVRTC wants a &'static str; one small leak per process.
+        let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+        let mut src = String::from("#define PIRQ_ONE_SOURCE 1\n");
+        for (name, text) in SOURCES {
+            src.push_str(&format!("// ---- {name} ----\n"));
+            src.push_str(text);
+            src.push('\n');
+        }
+        let opts = CompileOptions {
+            arch: Some(arch),
+            options: vec!["-std=c++17".into(), "-default-device".into()],
+            ..Default::default()
+        };
+        let ptx =
+            compile_ptx_with_opts(src, opts).map_err(|e| CudaError::Compile(e.to_string()))?;
+        let module = ctx.load_module(ptx)?;
+        let f = |name: &str| module.load_function(name);
+        let mut scan_mma = HashMap::new();
+        if major >= 8 {
+            for &(mt, nt, stages, wn) in MMA_VARIANTS {
+                let plan = ScanPlan::Mma {
+                    mt,
+                    nt,
+                    stages,
+                    wn,
+                    warps: 8,
+                    blocks_per_task: 1,
+                };
+                let name = plan.kernel_name();
+                let func = f(&name)?;
+                func.set_attribute(
+                    CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    MAX_SCAN_SMEM,
+                )?;
+                scan_mma.insert(name, func);
+            }
+        }
+        Ok(Kernels {
+            expand_nodes: f("dpf_expand_nodes")?,
+            expand_leaves: f("dpf_expand_leaves")?,
+            transpose: f("db_transpose")?,
+            synthetic: f("db_synthetic")?,
+            read_all: f("read_all")?,
+            unpack: f("scan_unpack")?,
+            scan_xor: f("scan_xor_m2_k8")?,
+            scan_mma,
+            capability,
+            _module: module,
+        })
+    }
+
+    /// Whether this GPU has the binary tensor-core MMA (sm_80+).
+    pub fn has_binary_mma(&self) -> bool {
+        !self.scan_mma.is_empty()
+    }
+
+    /// The function that runs `plan`.
+    pub fn scan(&self, plan: &ScanPlan) -> Result<&CudaFunction, CudaError> {
+        match plan {
+            ScanPlan::Xor { .. } => Ok(&self.scan_xor),
+            ScanPlan::Mma { .. } => self.scan_mma.get(&plan.kernel_name()).ok_or_else(|| {
+                CudaError::Unsupported(format!(
+                    "scan plan {plan} on sm_{}{}",
+                    self.capability.0, self.capability.1
+                ))
+            }),
+        }
+    }
+}

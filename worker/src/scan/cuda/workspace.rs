@@ -1,0 +1,208 @@
+//! Workspaces: everything one pass needs, allocated once and reused, each with its own stream.
+//!
+//! The seeds' lesson was that a buffer pool without its own streams gains nothing: passes on one
+//! stream serialize. Here every slot owns a CUDA stream, so while one slot's scan runs another
+//! slot's key upload, expansion and answer download proceed beside it. [`Pool`] hands slots out
+//! to callers of `pass` (which takes `&self`), blocking when all are busy.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
+
+use super::layout::{ScanPlan, Shape, KEY_WORDS};
+use super::CudaError;
+
+/// Device time of each phase of one pass, from CUDA events on the slot's stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PassTimings {
+    /// Keys in the pass (before padding).
+    pub keys: usize,
+    /// Key upload (host to device).
+    pub h2d: Duration,
+    /// DPF full-domain expansion into the selection layout.
+    pub expand: Duration,
+    /// The scan, including the parity unpack into answer pages.
+    pub scan: Duration,
+    /// Answer download (device to host).
+    pub d2h: Duration,
+    /// Wall time of the whole `pass` call, waiting for a slot included.
+    pub wall: Duration,
+}
+
+/// One slot: a stream, its events, device buffers and pinned host buffers.
+pub struct Workspace {
+    pub stream: Arc<CudaStream>,
+    /// Timing marks: before h2d, after h2d, after expand, after scan, after d2h.
+    pub marks: [CudaEvent; 5],
+    pub keys_host: PinnedHostSlice<u32>,
+    pub answers_host: PinnedHostSlice<u32>,
+    pub keys: Buffer,
+    /// Ping-pong node buffers of the upper tree levels: seeds (4 words per node) and control bits.
+    pub mid_seed: [Buffer; 2],
+    pub mid_t: [Buffer; 2],
+    pub sel: Buffer,
+    pub partial: Buffer,
+    pub answers: Buffer,
+    /// Keys the buffers were sized for (after padding).
+    pub capacity_keys: usize,
+}
+
+/// A device allocation and its address (event tracking is off: the slot's stream orders all use).
+pub struct Buffer {
+    _slice: CudaSlice<u8>,
+    pub ptr: u64,
+}
+
+impl Buffer {
+    fn new(stream: &Arc<CudaStream>, bytes: usize) -> Result<Buffer, CudaError> {
+        // SAFETY: every buffer is written by a kernel or a copy before it is read in a pass.
+        let slice = unsafe { stream.alloc::<u8>(bytes.max(16)) }?;
+        let ptr = slice.device_ptr(stream).0;
+        Ok(Buffer { _slice: slice, ptr })
+    }
+}
+
+/// Device bytes one workspace needs for batches of up to `max_keys` keys.
+pub fn workspace_bytes(shape: &Shape, max_keys: usize) -> u64 {
+    let padded = padded_capacity(max_keys) as u64;
+    let top_nodes = padded << shape.top_levels();
+    padded * KEY_WORDS as u64 * 4
+        + 2 * top_nodes * 17
+        + shape.sel_words(padded as usize) as u64 * 4
+        + shape.mtiles() as u64 * (padded / 8) * 16
+        + padded * shape.page_size as u64
+}
+
+/// Key columns every plan fits in for batches of up to `max_keys` keys.
+fn padded_capacity(max_keys: usize) -> usize {
+    (1..=max_keys)
+        .map(|q| ScanPlan::for_keys(q).padded_keys(q))
+        .max()
+        .unwrap_or(16)
+        .max(max_keys.next_multiple_of(128))
+}
+
+impl Workspace {
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        shape: &Shape,
+        max_keys: usize,
+    ) -> Result<Workspace, CudaError> {
+        let stream = ctx.new_stream()?;
+        let padded = padded_capacity(max_keys);
+        let top_nodes = padded << shape.top_levels();
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC));
+        Ok(Workspace {
+            marks: [event()?, event()?, event()?, event()?, event()?],
+            // SAFETY (both): written before use, keys by the CPU, answers by a copy.
+            keys_host: unsafe { ctx.alloc_pinned::<u32>(padded * KEY_WORDS) }?,
+            answers_host: unsafe {
+                ctx.alloc_pinned_with_flags::<u32>(padded * shape.words_per_page(), 0)
+            }?,
+            keys: Buffer::new(&stream, padded * KEY_WORDS * 4)?,
+            mid_seed: [
+                Buffer::new(&stream, top_nodes * 16)?,
+                Buffer::new(&stream, top_nodes * 16)?,
+            ],
+            mid_t: [
+                Buffer::new(&stream, top_nodes)?,
+                Buffer::new(&stream, top_nodes)?,
+            ],
+            sel: Buffer::new(&stream, shape.sel_words(padded) * 4)?,
+            partial: Buffer::new(&stream, shape.mtiles() * (padded / 8) * 16)?,
+            answers: Buffer::new(&stream, padded * shape.page_size)?,
+            capacity_keys: padded,
+            stream,
+        })
+    }
+
+    /// Phase durations from the marks of the pass that just finished on this slot.
+    pub fn timings(&self, keys: usize) -> Result<PassTimings, CudaError> {
+        let ms = |i: usize| -> Result<Duration, CudaError> {
+            let t = self.marks[i].elapsed_ms(&self.marks[i + 1])?;
+            Ok(Duration::from_secs_f64(t.max(0.0) as f64 / 1e3))
+        };
+        Ok(PassTimings {
+            keys,
+            h2d: ms(0)?,
+            expand: ms(1)?,
+            scan: ms(2)?,
+            d2h: ms(3)?,
+            wall: Duration::ZERO,
+        })
+    }
+}
+
+/// A bounded set of workspaces; `take` blocks until one is free.
+pub struct Pool {
+    free: Mutex<Vec<Workspace>>,
+    ready: Condvar,
+    size: usize,
+}
+
+impl Pool {
+    pub fn new(slots: Vec<Workspace>) -> Pool {
+        let size = slots.len();
+        Pool {
+            free: Mutex::new(slots),
+            ready: Condvar::new(),
+            size,
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Borrows a free workspace until the guard drops.
+    pub fn take(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(ws) = free.pop() {
+                return Slot {
+                    pool: self,
+                    ws: Some(ws),
+                };
+            }
+            free = self.ready.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A workspace on loan from a [`Pool`].
+pub struct Slot<'a> {
+    pool: &'a Pool,
+    ws: Option<Workspace>,
+}
+
+impl std::ops::Deref for Slot<'_> {
+    type Target = Workspace;
+    fn deref(&self) -> &Workspace {
+        self.ws
+            .as_ref()
+            .expect("slot holds a workspace until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Slot<'_> {
+    fn deref_mut(&mut self) -> &mut Workspace {
+        self.ws
+            .as_mut()
+            .expect("slot holds a workspace until dropped")
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some(ws) = self.ws.take() {
+            self.pool
+                .free
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ws);
+            self.pool.ready.notify_one();
+        }
+    }
+}
