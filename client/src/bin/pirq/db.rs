@@ -11,6 +11,8 @@ use pirq_shared::db::{self, synthetic, Header, PirDb};
 pub enum DbCommand {
     /// Write a synthetic database at epoch 0 (deterministic in --seed).
     Gen(GenArgs),
+    /// Fold epoch updates into a new database file (a snapshot at the last update's epoch).
+    Apply(crate::epoch::ApplyArgs),
     /// Print a database file's header fields as JSON.
     Info {
         /// The .pirdb file.
@@ -37,6 +39,7 @@ pub struct GenArgs {
 pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
     match cmd {
         DbCommand::Gen(args) => gen(args),
+        DbCommand::Apply(args) => crate::epoch::apply(args),
         DbCommand::Info { file } => info(file),
     }
 }

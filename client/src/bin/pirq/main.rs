@@ -6,6 +6,7 @@
 mod answer;
 mod bench;
 mod db;
+mod epoch;
 mod keys;
 mod record;
 
@@ -27,6 +28,9 @@ enum Command {
     /// Database files (.pirdb): generate, inspect.
     #[command(subcommand)]
     Db(db::DbCommand),
+    /// Epoch updates: make one.
+    #[command(subcommand)]
+    Epoch(EpochCommand),
     /// DPF keys: generate a pair for one index.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -39,10 +43,17 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+#[derive(Subcommand)]
+enum EpochCommand {
+    /// Write a random update (whole-page replacements) for a database.
+    Make(epoch::MakeArgs),
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Db(cmd) => db::run(cmd),
         Command::Keys(cmd) => keys::run(cmd),
+        Command::Epoch(EpochCommand::Make(args)) => epoch::make(args),
         Command::Answer(args) => answer::answer(args),
         Command::Combine(args) => answer::combine(args),
         Command::Bench(cmd) => bench::run(cmd),

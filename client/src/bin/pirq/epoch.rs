@@ -1,0 +1,121 @@
+//! `pirq epoch make` (a random update, for demos, tests and benches) and `pirq db apply` (fold
+//! updates into a new `.pirdb` snapshot, the way a new worker catches up after the updates
+//! stream was trimmed).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pirq_shared::db::{self, Header, PirDb};
+use pirq_shared::update::{EpochUpdate, PageWrite};
+use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
+
+#[derive(Args)]
+pub struct MakeArgs {
+    /// The database the update is for (its geometry bounds the page indices).
+    #[arg(long)]
+    db: PathBuf,
+    /// Epoch number of the update (the database's newest epoch + 1 where it is pushed).
+    #[arg(long)]
+    epoch: u64,
+    /// How many pages to replace (indices drawn at random, repeats allowed).
+    #[arg(long)]
+    pages: usize,
+    /// Seed for indices and contents.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output file: JSON if it ends in .json, else bincode.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ApplyArgs {
+    /// The database to start from.
+    #[arg(long)]
+    db: PathBuf,
+    /// Update files, in epoch order (each must be the next epoch).
+    #[arg(long = "update", required = true)]
+    updates: Vec<PathBuf>,
+    /// Where the new snapshot goes (a .pirdb at the last update's epoch).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Reads and parses an update file (JSON or bincode).
+pub fn read_update(path: &Path) -> anyhow::Result<EpochUpdate> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    EpochUpdate::parse_file(&bytes).with_context(|| format!("parsing {}", path.display()))
+}
+
+pub fn make(args: MakeArgs) -> anyhow::Result<()> {
+    let db = PirDb::open(&args.db)?;
+    let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
+    let pages = (0..args.pages)
+        .map(|_| {
+            let mut page = vec![0u8; db.page_size()];
+            rng.fill_bytes(&mut page);
+            PageWrite {
+                index: rng.random_range(0..db.num_pages()),
+                page,
+            }
+        })
+        .collect();
+    let update = EpochUpdate {
+        epoch: args.epoch,
+        pages,
+    };
+    let json = args.out.extension().is_some_and(|e| e == "json");
+    let bytes = if json {
+        update.to_json()
+    } else {
+        update.to_bincode()
+    };
+    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))
+}
+
+pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
+    let db = PirDb::open(&args.db)?;
+    let mut header = *db.header();
+    let updates = args
+        .updates
+        .iter()
+        .map(|p| read_update(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Last write of each page wins, across updates in order.
+    let mut latest = std::collections::HashMap::new();
+    for u in &updates {
+        if u.epoch != header.epoch + 1 {
+            bail!(
+                "update for epoch {} does not follow epoch {}",
+                u.epoch,
+                header.epoch
+            );
+        }
+        u.validate(header.num_pages, db.page_size())?;
+        for w in &u.pages {
+            latest.insert(w.index, &w.page);
+        }
+        header.epoch = u.epoch;
+    }
+    let out = Header {
+        epoch: header.epoch,
+        ..*db.header()
+    };
+    db::write(
+        &args.out,
+        &out,
+        |p, page| match latest.get(&p) {
+            Some(new) => page.copy_from_slice(new),
+            None => page.copy_from_slice(db.page(p).expect("p < num_pages")),
+        },
+        |_| {},
+    )?;
+    eprintln!(
+        "wrote {} at epoch {} ({} pages replaced)",
+        args.out.display(),
+        out.epoch,
+        latest.len()
+    );
+    Ok(())
+}
