@@ -42,6 +42,14 @@ pub struct CpuScanner {
     state: RwLock<State>,
 }
 
+/// Time spent in each phase of one CPU pass.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PhaseTimes {
+    pub expand: std::time::Duration,
+    pub scan: std::time::Duration,
+    pub merge: std::time::Duration,
+}
+
 /// Base pages and the epoch window over them; always changed together.
 struct State {
     pages: PrivatePages,
@@ -110,23 +118,39 @@ impl CpuScanner {
     /// One pass answering each key at its own epoch (`epochs[q]` for `keys[q]`), all in the
     /// window: a scan of the base, then the diffs merged per key.
     pub fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
+        let (answers, times) = self.pass_at_timed(keys, epochs)?;
+        record_phase("expand", times.expand);
+        record_phase("scan", times.scan);
+        record_phase("merge", times.merge);
+        Ok(answers)
+    }
+
+    /// [`pass_at`](Self::pass_at) with the time of each phase (for metrics and benches).
+    pub fn pass_at_timed(
+        &self,
+        keys: &[DpfKey],
+        epochs: &[u64],
+    ) -> Result<(Answers, PhaseTimes), ScanError> {
         check_keys(&self.geometry, keys, self.max_batch_keys)?;
         assert_eq!(keys.len(), epochs.len(), "one epoch per key");
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         for &e in epochs {
             state.window.resolve(Some(e))?;
         }
-        let t = Instant::now();
+        let t0 = Instant::now();
         let bitmaps = self.expand(keys);
-        record_phase("expand", t.elapsed());
-        let t = Instant::now();
-        let answers = self.scan_pages(state.pages.as_slice(), &bitmaps);
-        record_phase("scan", t.elapsed());
-        let t = Instant::now();
-        let mut bytes = answers.into_bytes();
+        let t1 = Instant::now();
+        let mut bytes = self
+            .scan_pages(state.pages.as_slice(), &bitmaps)
+            .into_bytes();
+        let t2 = Instant::now();
         state.window.merge(&bitmaps, epochs, &mut bytes)?;
-        record_phase("merge", t.elapsed());
-        Ok(Answers::new(self.geometry.page_size, bytes))
+        let times = PhaseTimes {
+            expand: t1 - t0,
+            scan: t2 - t1,
+            merge: t2.elapsed(),
+        };
+        Ok((Answers::new(self.geometry.page_size, bytes), times))
     }
 
     /// Changes the largest batch one pass accepts.

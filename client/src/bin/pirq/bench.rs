@@ -18,6 +18,30 @@ pub enum BenchCommand {
     Scan(ScanArgs),
     /// Time full-domain DPF evaluation of one key.
     Dpf(DpfArgs),
+    /// Time the epoch delta merge per window and the compaction (fold of the base) on the CPU.
+    Epochs(EpochsArgs),
+}
+
+#[derive(Args)]
+pub struct EpochsArgs {
+    /// Database to update (in memory only: the file is never written).
+    #[arg(long)]
+    db: PathBuf,
+    /// Changed pages per epoch, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 1000, 10000])]
+    changed: Vec<usize>,
+    /// Keys per window.
+    #[arg(long, default_value_t = 32)]
+    q: usize,
+    /// Scanner threads (0 = one per core).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Timed passes per row (the median merge time is reported).
+    #[arg(long, default_value_t = 5)]
+    passes: usize,
+    /// Append the table to this markdown file.
+    #[arg(long)]
+    record: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -59,6 +83,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Scan(args) => scan(args),
         BenchCommand::Dpf(args) => dpf(args),
+        BenchCommand::Epochs(args) => epochs(args),
     }
 }
 
@@ -160,6 +185,71 @@ fn dpf(args: DpfArgs) -> anyhow::Result<()> {
     let title = format!(
         "DPF full-domain evaluation, {} thread(s)",
         pool.current_num_threads()
+    );
+    finish(&title, &table, args.record, &load)
+}
+
+/// Per row: a scanner with a window of two epochs (base + one), so the newest epoch differs from
+/// the base in exactly `changed` pages (fewer if random indices repeat); the merge is timed inside
+/// real passes at that epoch, and the next update forces a fold of the base.
+fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
+    use pirq_shared::update::PageWrite;
+    let load = record::load_average();
+    let db = Arc::new(PirDb::open(&args.db)?);
+    let header = *db.header();
+    let mut rng = rand::rng();
+    let mut update = |k: usize| -> Vec<PageWrite> {
+        (0..k)
+            .map(|_| {
+                let mut page = vec![0u8; header.page_size as usize];
+                rng.fill_bytes(&mut page);
+                PageWrite {
+                    index: rng.next_u64() % header.num_pages,
+                    page,
+                }
+            })
+            .collect()
+    };
+    let mut table = Table::new(&[
+        "changed pages",
+        "Q",
+        "merge ms/window",
+        "scan ms/window",
+        "apply ms",
+        "apply + fold ms",
+    ]);
+    for &k in &args.changed {
+        let scanner = CpuScanner::new(db.clone(), args.threads)?.with_epoch_window(2);
+        let base = header.epoch;
+        let first = update(k);
+        let t = Instant::now();
+        scanner.apply_epoch(base + 1, &first)?;
+        let apply = t.elapsed();
+        let keys = random_keys(header.domain_bits(), header.num_pages, args.q)?;
+        let epochs = vec![base + 1; keys.len()];
+        scanner.pass_at_timed(&keys, &epochs)?; // warm-up
+        let (mut merge, mut scan) = (Vec::new(), Vec::new());
+        for _ in 0..args.passes.max(1) {
+            let (_, times) = scanner.pass_at_timed(&keys, &epochs)?;
+            merge.push(times.merge);
+            scan.push(times.scan);
+        }
+        let second = update(k);
+        let t = Instant::now();
+        scanner.apply_epoch(base + 2, &second)?;
+        let apply_fold = t.elapsed();
+        table.row(vec![
+            k.to_string(),
+            args.q.to_string(),
+            format!("{:.3}", median(merge).as_secs_f64() * 1e3),
+            ms(median(scan)),
+            format!("{:.3}", apply.as_secs_f64() * 1e3),
+            format!("{:.3}", apply_fold.as_secs_f64() * 1e3),
+        ]);
+    }
+    let title = format!(
+        "CPU epoch merge and compaction: {} pages × {} B, Q = {}, {} thread(s)",
+        header.num_pages, header.page_size, args.q, args.threads
     );
     finish(&title, &table, args.record, &load)
 }
