@@ -17,16 +17,23 @@
 #include "../db_layout.cu"
 #include "../scan_mma.cu"
 #include "../scan_xor.cu"
+#include "scan_mma_sb.cu"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(1);} } while (0)
 
 typedef void (*MmaFn)(const uint4*, const uint4*, unsigned*, unsigned, unsigned, unsigned, unsigned);
-struct Variant { const char* name; MmaFn fn; int mt, nt, st, wn; };
+struct Variant { const char* name; MmaFn fn; int mt, nt, st, wn; int sbw = 0; };
 static Variant VARIANTS[] = {
     {"m2n2s8", scan_mma_m2_n2_s8_w1, 2, 2, 8, 1},     {"m2n4s6", scan_mma_m2_n4_s6_w1, 2, 4, 6, 1},
     {"m4n4s4", scan_mma_m4_n4_s4_w1, 4, 4, 4, 1},     {"m2n8s4", scan_mma_m2_n8_s4_w1, 2, 8, 4, 1},
     {"m2n8s4w2", scan_mma_m2_n8_s4_w2, 2, 8, 4, 2},   {"m2n8s6w2", scan_mma_m2_n8_s6_w2, 2, 8, 6, 2},
     {"m1n16s4w2", scan_mma_m1_n16_s4_w2, 1, 16, 4, 2},
+    {"sb_m4n8s4w2t8", scan_mma_sb_m4_n8_s4_w2_t8, 4, 8, 4, 2, 8},
+    {"sb_m4n8s4w1t4", scan_mma_sb_m4_n8_s4_w1_t4, 4, 8, 4, 1, 4},
+    {"sb_m2n8s4w2t8", scan_mma_sb_m2_n8_s4_w2_t8, 2, 8, 4, 2, 8},
+    {"sb_m2n16s4w1t8", scan_mma_sb_m2_n16_s4_w1_t8, 2, 16, 4, 1, 8},
+    {"sb_m4n8s6w2t8", scan_mma_sb_m4_n8_s6_w2_t8, 4, 8, 6, 2, 8},
+    {"sb_m2n8s4w4t8", scan_mma_sb_m2_n8_s4_w4_t8, 2, 8, 4, 4, 8},
 };
 static const int NVAR = sizeof(VARIANTS) / sizeof(VARIANTS[0]);
 
@@ -83,9 +90,10 @@ struct Ctx {
 static void run_mma(const Ctx& c, const Variant& v, const uint4* sel, unsigned np_total, unsigned q, unsigned bpt, int warps, cudaStream_t st = 0) {
     unsigned ntiles = np_total * 2;
     CK(cudaMemsetAsync(c.partial, 0, (size_t)c.mtiles * ntiles * 16, st));
+    if (v.sbw) warps = v.sbw;
     int wm = warps / v.wn;
     dim3 grid(ntiles / (v.nt * v.wn), (c.mtiles + wm * v.mt - 1) / (wm * v.mt), (unsigned)((c.nblocks + bpt - 1) / bpt));
-    size_t smem = (size_t)warps * v.st * v.mt * 512;
+    size_t smem = v.sbw ? (size_t)v.st * (wm * v.mt + v.wn * v.nt / 2) * 512 : (size_t)warps * v.st * v.mt * 512;
     v.fn<<<grid, warps * 32, smem, st>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
     unsigned long long n = (unsigned long long)q * c.words_per_page;
     scan_unpack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(c.partial, c.answers, q, c.words_per_page, np_total);
@@ -213,13 +221,16 @@ int main(int argc, char** argv) {
     std::vector<unsigned> qs = {1, 16, 32, 64, 128, 192, 256, 512};
     if (argc > 3) { qs.clear(); for (char* s = strtok(argv[3], ","); s; s = strtok(nullptr, ",")) qs.push_back(atoi(s)); }
     std::vector<int> bpts = {256, 1024};
+    if (getenv("PIRQ_BPT")) bpts = {atoi(getenv("PIRQ_BPT"))};
     for (unsigned q : qs) {
         for (int vi = 0; vi < NVAR; ++vi) {
             const Variant& v = VARIANTS[vi];
+            if (getenv("PIRQ_VARIANT") && !strstr(v.name, getenv("PIRQ_VARIANT"))) continue;
             unsigned per = v.nt * 8 * v.wn; if (q > 32 && v.nt * 8 < 32) continue; if (per > 2 * q + 16 && per > 16) continue;
             unsigned np_total = pad_np(q, v.nt, v.wn); if (np_total > QMAX / 16) continue;
             for (int warps : {4, 8}) for (int bpt : bpts) {
                 if (warps < 2 * v.wn) continue;
+                if (v.sbw && warps != 8) continue;
                 float ms = timeit([&] { run_mma(c, v, sel, np_total, q, bpt, warps); }, reps);
                 printf("Q=%4u %-8s w=%d bpt=%4d %8.2f ms %8.0f keys/s %6.0f TOPS\n", q, v.name, warps, bpt, ms, q / ms * 1e3,
                        2.0 * c.mtiles * 16 * c.nblocks * 256.0 * np_total * 16 / ms / 1e9);
@@ -233,7 +244,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
     }
     // expansion timing at the database's domain
-    {
+    if (!getenv("PIRQ_VARIANT")) {
         int n = 0; while ((1ull << n) < c.num_pages) ++n; int m = n - 7, S = 7, T = m - S;
         for (unsigned qk : {1u, 16u, 128u, 256u}) {
             unsigned np_total = (qk + 15) / 16;

@@ -201,7 +201,7 @@ impl ScanPlan {
             warps,
             blocks_per_task,
         };
-        (warps % wn == 0 && (1..=8).contains(&warps) && blocks_per_task > 0).then_some(plan)
+        (warps.is_multiple_of(wn) && (1..=8).contains(&warps) && blocks_per_task > 0).then_some(plan)
     }
 }
 
@@ -288,7 +288,7 @@ mod tests {
         for q in 1..=600 {
             let plan = ScanPlan::for_keys(q);
             let padded = plan.padded_keys(q);
-            assert!(padded >= q && padded % 16 == 0 && padded % plan.keys_per_group() == 0);
+            assert!(padded >= q && padded.is_multiple_of(16) && padded.is_multiple_of(plan.keys_per_group()));
             assert_eq!(ScanPlan::parse(&plan.to_string()), Some(plan), "{plan}");
         }
         assert_eq!(
