@@ -25,13 +25,12 @@ pub fn bin_dir() -> &'static Path {
         if let Ok(dir) = std::env::var("PIRQ_E2E_BIN_DIR") {
             return PathBuf::from(dir);
         }
-        // target/<profile>/deps/<test exe> → target/<profile>
+        // target/<profile>/deps/<test exe> or target/<profile>/<bin> → target/<profile>
         let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps")
-            .to_path_buf();
+        let mut profile_dir = exe.parent().expect("executable directory").to_path_buf();
+        if profile_dir.file_name().is_some_and(|n| n == "deps") {
+            profile_dir.pop();
+        }
         let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
@@ -330,13 +329,13 @@ impl Party {
             &self.prefix,
             "--backend",
             "cpu",
-            "--threads",
-            "1",
         ])
         .arg("--db")
         .arg(&self.db_path)
         .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
         .args(&self.options.worker_args)
+        // One scan thread unless the test says otherwise: two parties share this machine.
+        .env("PIRQ_THREADS", "1")
         .env("RUST_LOG", "info");
         let proc = Proc::spawn(
             "pirq-worker",
