@@ -61,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
     };
     eprintln!(
         "starting two parties on a {} MiB database…",
-        args.pages * args.page_size as u64 >> 20
+        (args.pages * args.page_size as u64) >> 20
     );
     let cluster = Cluster::start(args.pages, args.page_size, options).await?;
     let client = cluster.client(Options {
