@@ -201,7 +201,8 @@ impl ScanPlan {
             warps,
             blocks_per_task,
         };
-        (warps.is_multiple_of(wn) && (1..=8).contains(&warps) && blocks_per_task > 0).then_some(plan)
+        (warps.is_multiple_of(wn) && (1..=8).contains(&warps) && blocks_per_task > 0)
+            .then_some(plan)
     }
 }
 
@@ -288,7 +289,11 @@ mod tests {
         for q in 1..=600 {
             let plan = ScanPlan::for_keys(q);
             let padded = plan.padded_keys(q);
-            assert!(padded >= q && padded.is_multiple_of(16) && padded.is_multiple_of(plan.keys_per_group()));
+            assert!(
+                padded >= q
+                    && padded.is_multiple_of(16)
+                    && padded.is_multiple_of(plan.keys_per_group())
+            );
             assert_eq!(ScanPlan::parse(&plan.to_string()), Some(plan), "{plan}");
         }
         assert_eq!(
