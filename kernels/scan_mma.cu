@@ -44,7 +44,17 @@ __device__ __forceinline__ void pirq_cp_commit() { asm volatile("cp.async.commit
 template <int N>
 __device__ __forceinline__ void pirq_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-template <int MT, int NT, int STAGES, int WN>
+// B loads through L1; B_LAST asks L1 to keep B lines over streamed A lines (evict_last).
+template <bool B_LAST>
+__device__ __forceinline__ uint4 pirq_ld_b(const uint4* p) {
+    if (!B_LAST) return __ldg(p);
+    uint4 v;
+    asm("ld.global.nc.L1::evict_last.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+template <int MT, int NT, int STAGES, int WN, bool A_L1 = (WN > 1), bool B_LAST = false>
 __device__ __forceinline__ void scan_mma_body(const uint4* __restrict__ a, const uint4* __restrict__ b,
                                               unsigned* __restrict__ partial, unsigned mtiles,
                                               unsigned nblocks, unsigned np_total,
@@ -79,7 +89,7 @@ __device__ __forceinline__ void scan_mma_body(const uint4* __restrict__ a, const
         if (kb < kb1) {
 #pragma unroll
             for (int i = 0; i < MT; ++i)
-                pirq_cp_async16<(WN > 1)>(ring + (s * MT + i) * 32, a_lane + kb * a_step + i * 32);
+                pirq_cp_async16<A_L1>(ring + (s * MT + i) * 32, a_lane + kb * a_step + i * 32);
         }
         pirq_cp_commit();
     }
@@ -91,12 +101,12 @@ __device__ __forceinline__ void scan_mma_body(const uint4* __restrict__ a, const
         for (int i = 0; i < MT; ++i) af[i] = ring[(slot * MT + i) * 32];
         uint4 bf[NT / 2];
 #pragma unroll
-        for (int j = 0; j < NT / 2; ++j) bf[j] = __ldg(b_lane + kb * b_step + j * 32);
+        for (int j = 0; j < NT / 2; ++j) bf[j] = pirq_ld_b<B_LAST>(b_lane + kb * b_step + j * 32);
         const unsigned next = kb + STAGES - 1;
         if (next < kb1) {
 #pragma unroll
             for (int i = 0; i < MT; ++i)
-                pirq_cp_async16<(WN > 1)>(ring + (fill * MT + i) * 32, a_lane + next * a_step + i * 32);
+                pirq_cp_async16<A_L1>(ring + (fill * MT + i) * 32, a_lane + next * a_step + i * 32);
         }
         pirq_cp_commit();
         slot = slot + 1 == STAGES ? 0 : slot + 1;

@@ -18,6 +18,7 @@
 #include "../scan_mma.cu"
 #include "../scan_xor.cu"
 #include "scan_mma_sb.cu"
+#include "scan_mma_hint.cu"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(1);} } while (0)
 
@@ -28,6 +29,10 @@ static Variant VARIANTS[] = {
     {"m4n4s4", scan_mma_m4_n4_s4_w1, 4, 4, 4, 1},     {"m2n8s4", scan_mma_m2_n8_s4_w1, 2, 8, 4, 1},
     {"m2n8s4w2", scan_mma_m2_n8_s4_w2, 2, 8, 4, 2},   {"m2n8s6w2", scan_mma_m2_n8_s6_w2, 2, 8, 6, 2},
     {"m1n16s4w2", scan_mma_m1_n16_s4_w2, 1, 16, 4, 2},
+    {"m2n8s4w2_acg", scan_mma_m2_n8_s4_w2_acg, 2, 8, 4, 2},
+    {"m2n8s4w2_acg_blast", scan_mma_m2_n8_s4_w2_acg_blast, 2, 8, 4, 2},
+    {"m2n8s4w2_blast", scan_mma_m2_n8_s4_w2_blast, 2, 8, 4, 2},
+    {"m2n8s4w1_blast", scan_mma_m2_n8_s4_w1_blast, 2, 8, 4, 1},
     {"sb_m4n8s4w2t8", scan_mma_sb_m4_n8_s4_w2_t8, 4, 8, 4, 2, 8},
     {"sb_m4n8s4w1t4", scan_mma_sb_m4_n8_s4_w1_t4, 4, 8, 4, 1, 4},
     {"sb_m2n8s4w2t8", scan_mma_sb_m2_n8_s4_w2_t8, 2, 8, 4, 2, 8},
