@@ -70,7 +70,7 @@ impl Drop for Subscription {
                 waiters.remove(&self.id);
             }
         }
-        metrics::gauge!("pirq_gateway_waiters").set(waiters.len() as f64);
+        metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
     }
 }
 
@@ -97,7 +97,7 @@ impl Events {
                 rx
             }
         };
-        metrics::gauge!("pirq_gateway_waiters").set(waiters.len() as f64);
+        metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
         Subscription {
             hub: self.hub.clone(),
             id: id.to_string(),
@@ -118,7 +118,7 @@ async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
             Ok(pubsub) => {
                 backoff = Duration::from_millis(50);
                 hub.connected.store(true, Ordering::Relaxed);
-                metrics::gauge!("pirq_gateway_pubsub_connected").set(1.0);
+                metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(1.0);
                 tracing::info!(%channel, "pub/sub subscribed");
                 // Anything published while we were away was missed: everyone reads again.
                 hub.notify_all();
@@ -131,7 +131,7 @@ async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
                     }
                 }
                 hub.connected.store(false, Ordering::Relaxed);
-                metrics::gauge!("pirq_gateway_pubsub_connected").set(0.0);
+                metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(0.0);
                 tracing::warn!(%channel, "pub/sub connection lost; reconnecting");
                 hub.notify_all();
             }

@@ -34,8 +34,8 @@ pub async fn track(req: Request, next: Next) -> Response {
     let method = req.method().to_string();
     let resp = next.run(req).await;
     let status = resp.status().as_u16().to_string();
-    metrics::counter!("pirq_gateway_http_requests_total", "route" => route.clone(), "method" => method, "status" => status).increment(1);
-    metrics::histogram!("pirq_gateway_http_request_duration_seconds", "route" => route)
+    metrics::counter!(pirq_shared::metrics::GATEWAY_HTTP_REQUESTS, "route" => route.clone(), "method" => method, "status" => status).increment(1);
+    metrics::histogram!(pirq_shared::metrics::GATEWAY_HTTP_REQUEST_DURATION, "route" => route)
         .record(start.elapsed().as_secs_f64());
     resp
 }

@@ -79,8 +79,8 @@ pub async fn submit(
         .instrument(tracing::debug_span!("submit", %id))
         .await?;
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
-    metrics::counter!("pirq_gateway_queries_accepted_total").increment(1);
-    metrics::counter!("pirq_gateway_keys_accepted_total").increment(job.keys.len() as u64);
+    metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
+    metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
 
     let mut resp = Format::of_answer(&headers).respond(
         StatusCode::ACCEPTED,
