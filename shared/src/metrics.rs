@@ -250,6 +250,13 @@ pub fn record_phase(phase: &'static str, took: std::time::Duration) {
     metrics::histogram!(WORKER_PHASE_DURATION, "phase" => phase).record(took.as_secs_f64());
 }
 
+/// Sets the VRAM gauges ([`WORKER_VRAM_USED`], [`WORKER_VRAM_TOTAL`]) from the device's
+/// numbers (e.g. `cuMemGetInfo`: used = total − free).
+pub fn set_vram(used_bytes: u64, total_bytes: u64) {
+    metrics::gauge!(WORKER_VRAM_USED).set(used_bytes as f64);
+    metrics::gauge!(WORKER_VRAM_TOTAL).set(total_bytes as f64);
+}
+
 /// Unix time now in seconds, for [`WORKER_HEARTBEAT_TIMESTAMP`].
 pub fn unix_now_seconds() -> f64 {
     std::time::SystemTime::now()
