@@ -290,6 +290,9 @@ impl CudaScanner {
     pub fn expand_bitmaps(&self, keys: &[DpfKey]) -> Result<Vec<Vec<u64>>, ScanError> {
         let shape = self.db.shape();
         check_keys(&self.geometry(), keys, self.config.max_batch_keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let plan = self.plan_for(keys.len());
         let padded = plan.padded_keys(keys.len());
         let mut ws = self.pool.take();
