@@ -171,7 +171,10 @@ fn key_pairs_reconstruct_pages() {
     let file = temp_db(4096, 10_000, None);
     let gpu = CudaScanner::from_pirdb(&file.db, config(64), |_, _| {}).unwrap();
     let n = gpu.geometry().domain_bits;
-    assert!(gpu.pass(&[]).unwrap().is_empty(), "an empty batch has no answers");
+    assert!(
+        gpu.pass(&[]).unwrap().is_empty(),
+        "an empty batch has no answers"
+    );
     let mut rng = rand::rng();
     let alphas: Vec<u64> = (0..64).map(|_| rng.random_range(0..10_000 + 500)).collect();
     let pairs: Vec<_> = alphas
