@@ -378,6 +378,14 @@ impl Party {
         }
         self.workers.clear();
     }
+
+    /// Kills every worker with SIGKILL: no deregistration, jobs left pending in the group.
+    pub fn kill_workers(&mut self) {
+        for w in &mut self.workers {
+            w.kill();
+        }
+        self.workers.clear();
+    }
 }
 
 async fn wait_http_ok(url: &str, within: Duration, proc: &mut Proc) -> bool {

@@ -356,3 +356,57 @@ async fn info_health_ready_and_metrics() {
         "routes are labelled by template"
     );
 }
+
+#[tokio::test]
+async fn worker_killed_mid_window_resumes_its_jobs_when_restarted() {
+    // Big enough pages that the worker is still busy when it is killed.
+    let mut cluster = Cluster::start(4096, 4096, PartyOptions::default())
+        .await
+        .unwrap();
+    let client = cluster.client(Options::default());
+    let (pa, pb) = client.parties();
+    let mut rng = rand::rng();
+    let mut queries = Vec::new();
+    for _ in 0..40 {
+        let index = rng.random_range(0..4096);
+        let (k0, k1) = generate(12, index, &mut rand::rng()).unwrap();
+        let a = pa
+            .submit(
+                &QueryRequest {
+                    keys: vec![k0.to_bytes()],
+                    epoch: None,
+                },
+                Encoding::Bincode,
+            )
+            .await
+            .unwrap();
+        let b = pb
+            .submit(
+                &QueryRequest {
+                    keys: vec![k1.to_bytes()],
+                    epoch: None,
+                },
+                Encoding::Bincode,
+            )
+            .await
+            .unwrap();
+        queries.push((index, a.id, b.id));
+    }
+    // Party A's worker dies with jobs read but not answered; it comes back under the same name.
+    cluster.a.kill_workers();
+    cluster.a.start_worker().await.unwrap();
+    for (index, a, b) in queries {
+        let (ra, rb) = tokio::join!(
+            pa.wait(
+                &a,
+                Encoding::Bincode,
+                Wait::LongPoll,
+                Duration::from_secs(60)
+            ),
+            pb.wait(&b, Encoding::Json, Wait::Events, Duration::from_secs(60)),
+        );
+        let mut page = ra.unwrap().pages.remove(0);
+        xor_into(&mut page, &rb.unwrap().pages[0]);
+        assert_eq!(page.as_slice(), cluster.db.page(index), "page {index}");
+    }
+}

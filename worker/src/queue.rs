@@ -151,20 +151,39 @@ impl Queue {
 
     /// Reads up to `count` new entries, blocking up to `block` when there are none.
     pub async fn read(&self, count: usize, block: Duration) -> redis::RedisResult<Vec<Delivery>> {
+        self.xreadgroup(count, Some(block), ">").await
+    }
+
+    /// Reads up to `count` entries already delivered to this consumer and not acknowledged,
+    /// with ids after `after` (start with `"0"`). A worker restarted under the same consumer
+    /// name picks up what it held when it stopped. Entries deleted meanwhile come back without
+    /// fields and are acknowledged as discards.
+    pub async fn read_own_pending(
+        &self,
+        count: usize,
+        after: &str,
+    ) -> redis::RedisResult<Vec<Delivery>> {
+        self.xreadgroup(count, None, after).await
+    }
+
+    async fn xreadgroup(
+        &self,
+        count: usize,
+        block: Option<Duration>,
+        id: &str,
+    ) -> redis::RedisResult<Vec<Delivery>> {
         let mut conn = self.reader.clone();
-        let reply: redis::RedisResult<Value> = redis::cmd("XREADGROUP")
-            .arg("GROUP")
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
             .arg(GROUP)
             .arg(&self.consumer)
             .arg("COUNT")
-            .arg(count.max(1))
-            .arg("BLOCK")
-            .arg(block.as_millis() as u64)
-            .arg("STREAMS")
-            .arg(self.layout.jobs())
-            .arg(">")
-            .query_async(&mut conn)
-            .await;
+            .arg(count.max(1));
+        if let Some(block) = block {
+            cmd.arg("BLOCK").arg(block.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(self.layout.jobs()).arg(id);
+        let reply: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
         let reply = match reply {
             // The stream or group vanished (Redis restarted without persistence): make it again.
             Err(e) if e.code() == Some("NOGROUP") => {

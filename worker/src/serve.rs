@@ -73,6 +73,8 @@ async fn read_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(50);
+    // First what this consumer already held (a restart under the same name), then new entries.
+    let mut own_pending = Some("0".to_string());
     loop {
         if *stop.borrow() {
             return;
@@ -84,9 +86,19 @@ async fn read_loop(
                 _ = stop.changed() => return,
             }
         }
-        match queue.read(tx.capacity(), block).await {
+        let read = match &own_pending {
+            Some(after) => queue.read_own_pending(tx.capacity(), after).await,
+            None => queue.read(tx.capacity(), block).await,
+        };
+        match read {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(50);
+                if own_pending.is_some() {
+                    own_pending = deliveries.last().map(|d| d.entry_id.clone());
+                    if let Some(n) = own_pending.as_ref().map(|_| deliveries.len()) {
+                        tracing::info!(jobs = n, "resuming jobs this consumer held before");
+                    }
+                }
                 for d in deliveries {
                     if tx.send(d).await.is_err() {
                         return;
