@@ -85,11 +85,13 @@ fn expansion_matches_eval_full() {
     if !gpu_enabled("expansion_matches_eval_full") {
         return;
     }
-    // Domains from one leaf (n <= 7) through several node launches; page counts not powers of two.
-    for n in [1u8, 3, 7, 8, 9, 12, 15, 17, 18, 21] {
+    // Domains from one leaf (n <= 7) through one and two node launches (n >= 25: 11+ top
+    // levels); page counts not powers of two. n = 25 is a 4 GiB database of 256-byte pages.
+    for n in [1u8, 3, 7, 8, 9, 12, 15, 17, 18, 21, 25] {
         let num_pages = if n == 1 { 2 } else { (1u64 << (n - 1)) + 3 };
         let gpu = CudaScanner::synthetic(256, num_pages, 7, config(40)).unwrap();
-        for q in [1usize, 5, 16, 17, 40] {
+        let batches: &[usize] = if n >= 25 { &[3] } else { &[1, 5, 16, 17, 40] };
+        for &q in batches {
             let (keys, _) = random_keys(n, q);
             let bitmaps = gpu.expand_bitmaps(&keys).unwrap();
             for (k, (key, got)) in keys.iter().zip(&bitmaps).enumerate() {
