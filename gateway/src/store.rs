@@ -12,7 +12,6 @@ use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::{db_field, job_field, query_field as qf, Layout};
 use pirq_shared::wire::{ErrorBody, Job, QueryResult, QueryStatus};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::AsyncCommands;
 
 /// A Redis failure: unreachable, timed out, or an answer of the wrong shape.
 #[derive(Debug, thiserror::Error)]
@@ -75,20 +74,33 @@ impl Store {
         &self.layout
     }
 
-    async fn bounded<T>(
-        &self,
-        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(r) => Ok(r?),
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
+    /// Sends a command or pipeline within the timeout. The first command after Redis dropped
+    /// the connection fails with an I/O error while the manager reconnects; that one is sent
+    /// again once, so a Redis restart costs no failed request when Redis is back.
+    async fn run<T: redis::FromRedisValue>(&self, what: Query<'_>) -> Result<T, StoreError> {
+        let attempt = || async {
+            let mut conn = self.conn.clone();
+            let fut = async {
+                match what {
+                    Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
+                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
+                }
+            };
+            match tokio::time::timeout(self.timeout, fut).await {
+                Ok(r) => r.map_err(StoreError::Redis),
+                Err(_) => Err(StoreError::Timeout(self.timeout)),
+            }
+        };
+        match attempt().await {
+            Err(StoreError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
+                attempt().await
+            }
+            other => other,
         }
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
-            .await?;
+        self.run::<String>(Query::Cmd(&redis::cmd("PING"))).await?;
         Ok(())
     }
 
@@ -119,15 +131,13 @@ impl Store {
             .arg(job_field::JOB)
             .arg(job.to_bincode())
             .ignore();
-        let mut conn = self.conn.clone();
-        self.bounded(pipe.query_async::<()>(&mut conn)).await
+        self.run(Query::Pipe(&pipe)).await
     }
 
     /// The query's state, `None` if the id is unknown or its record expired.
     pub async fn load(&self, id: &str) -> Result<Option<StoredQuery>, StoreError> {
-        let mut conn = self.conn.clone();
-        let fields: HashMap<String, Vec<u8>> =
-            self.bounded(conn.hgetall(self.layout.query(id))).await?;
+        let cmd = redis::Cmd::hgetall(self.layout.query(id));
+        let fields: HashMap<String, Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -136,8 +146,8 @@ impl Store {
 
     /// The registered database, `None` if no worker has registered one.
     pub async fn database(&self) -> Result<Option<DbInfo>, StoreError> {
-        let mut conn = self.conn.clone();
-        let fields: HashMap<String, String> = self.bounded(conn.hgetall(self.layout.db())).await?;
+        let cmd = redis::Cmd::hgetall(self.layout.db());
+        let fields: HashMap<String, String> = self.run(Query::Cmd(&cmd)).await?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -163,8 +173,8 @@ impl Store {
     /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
     /// worker that died without deregistering) are removed on the way.
     pub async fn live_workers(&self) -> Result<u32, StoreError> {
-        let mut conn = self.conn.clone();
-        let ids: Vec<String> = self.bounded(conn.smembers(self.layout.workers())).await?;
+        let cmd = redis::Cmd::smembers(self.layout.workers());
+        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         if ids.is_empty() {
             return Ok(0);
         }
@@ -172,7 +182,7 @@ impl Store {
         for id in &ids {
             pipe.exists(self.layout.worker(id));
         }
-        let alive: Vec<bool> = self.bounded(pipe.query_async(&mut conn)).await?;
+        let alive: Vec<bool> = self.run(Query::Pipe(&pipe)).await?;
         let dead: Vec<&String> = ids
             .iter()
             .zip(&alive)
@@ -180,10 +190,18 @@ impl Store {
             .map(|(id, _)| id)
             .collect();
         if !dead.is_empty() {
-            let _: Result<(), _> = self.bounded(conn.srem(self.layout.workers(), dead)).await;
+            let cmd = redis::Cmd::srem(self.layout.workers(), dead);
+            let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
         }
         Ok(alive.iter().filter(|a| **a).count() as u32)
     }
+}
+
+/// One command or one pipeline, as [`Store::run`] sends it.
+#[derive(Clone, Copy)]
+enum Query<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
 }
 
 fn malformed(detail: String) -> StoreError {
