@@ -24,7 +24,7 @@ fn options(encoding: Encoding, wait: Wait) -> Options {
 
 #[tokio::test]
 async fn random_pages_match_the_database_through_every_encoding_and_wait() {
-    let cluster = Cluster::start(PAGES, PAGE_SIZE, PartyOptions::default())
+    let mut cluster = Cluster::start(PAGES, PAGE_SIZE, PartyOptions::default())
         .await
         .unwrap();
     let mut rng = rand::rng();
@@ -69,7 +69,10 @@ async fn random_pages_match_the_database_through_every_encoding_and_wait() {
             "page {i} in a multi-query fetch"
         );
     }
-    // Many clients at once: jobs share windows, every answer stays its own.
+    // Many clients at once, and party A with two workers sharing its consumer group: jobs share
+    // windows and workers, every answer stays its own.
+    cluster.a.start_worker().await.unwrap();
+    assert_eq!(cluster.a.live_workers().await, Some(2));
     let fetches = (0..12).map(|_| {
         let client = cluster.client(Options::default());
         let indices: Vec<u64> = (0..rng.random_range(1..=5))
