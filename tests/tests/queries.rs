@@ -413,3 +413,42 @@ async fn worker_killed_mid_window_resumes_its_jobs_when_restarted() {
         assert_eq!(page.as_slice(), cluster.db.page(index), "page {index}");
     }
 }
+
+#[tokio::test]
+async fn waiters_are_woken_by_the_event_not_by_the_recheck_timer() {
+    // The gateway re-reads a pending query every 2 s even without a notification; a waiter whose
+    // wake-up was lost would take that long. Every wait here must end well before it.
+    let db = TestDb::create(1000, 256, 11).unwrap();
+    let party = Party::start(&db.path, "wakeups", PartyOptions::default())
+        .await
+        .unwrap();
+    let client = pirq_client::Client::new(&party.url, &party.url).unwrap();
+    let p = client.parties().0;
+    for round in 0..3 {
+        let waits = (0..24).map(|i| async move {
+            let (k0, _) = generate(10, i, &mut rand::rng()).unwrap();
+            let req = QueryRequest {
+                keys: vec![k0.to_bytes()],
+                epoch: None,
+            };
+            let how = if i % 2 == 0 {
+                Wait::Events
+            } else {
+                Wait::LongPoll
+            };
+            let submitted = p.submit(&req, Encoding::Json).await.unwrap();
+            let start = std::time::Instant::now();
+            let r = p
+                .wait(&submitted.id, Encoding::Json, how, Duration::from_secs(10))
+                .await;
+            (r.unwrap().status, start.elapsed(), how)
+        });
+        for (status, elapsed, how) in futures::future::join_all(waits).await {
+            assert_eq!(status, QueryStatus::Done);
+            assert!(
+                elapsed < Duration::from_millis(1500),
+                "round {round}: {how:?} took {elapsed:?}"
+            );
+        }
+    }
+}
