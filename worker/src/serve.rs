@@ -15,6 +15,7 @@ use pirq_shared::metrics as m;
 use pirq_shared::wire::{ErrorBody, Job, WireError};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::batcher::{Batcher, Window};
 use crate::queue::{Delivery, Outcome, Queue};
@@ -116,13 +117,16 @@ async fn read_loop(
 
 /// Marks the window running, runs its passes on a blocking thread, and returns the outcomes.
 async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
+    let span = tracing::debug_span!("window", jobs = window.deliveries.len(), keys = window.keys);
+    run_window_inner(worker, window).instrument(span).await
+}
+
+async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
     let ids: Vec<String> = window
         .deliveries
         .iter()
         .filter_map(|d| d.request_id.clone())
         .collect();
-    let span = tracing::debug_span!("window", jobs = window.deliveries.len(), keys = window.keys);
-    let _enter = span.enter();
     metrics::histogram!(m::WORKER_BATCH_JOBS).record(window.deliveries.len() as f64);
     metrics::histogram!(m::WORKER_BATCH_KEYS).record(window.keys as f64);
     let running = {
