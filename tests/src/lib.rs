@@ -136,16 +136,26 @@ pub struct Redis {
 }
 
 impl Redis {
+    /// Starts one on a free port; tries another port if the first was taken meanwhile.
     pub async fn start() -> anyhow::Result<Redis> {
-        let dir = tempfile::tempdir()?;
-        let port = free_port();
-        let redis = Redis {
-            proc: Redis::spawn(dir.path(), port)?,
-            port,
-            dir,
-        };
-        redis.wait_ready().await?;
-        Ok(redis)
+        let mut last = None;
+        for _attempt in 0..3 {
+            let dir = tempfile::tempdir()?;
+            let port = free_port();
+            let mut redis = Redis {
+                proc: Redis::spawn(dir.path(), port)?,
+                port,
+                dir,
+            };
+            match redis.wait_ready().await {
+                Ok(()) => return Ok(redis),
+                Err(e) => {
+                    redis.proc.kill();
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("three attempts"))
     }
 
     fn spawn(dir: &Path, port: u16) -> anyhow::Result<Proc> {
@@ -183,19 +193,21 @@ impl Redis {
             .await?)
     }
 
-    async fn wait_ready(&self) -> anyhow::Result<()> {
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(mut c) = self.client().await {
-                if redis::cmd("PING")
+                // Ours, not another test's server that took the port first.
+                let info = redis::cmd("INFO")
+                    .arg("server")
                     .query_async::<String>(&mut c)
-                    .await
-                    .is_ok()
-                {
+                    .await;
+                let pid = format!("process_id:{}\r", self.proc.pid());
+                if info.is_ok_and(|i| i.contains(&pid)) {
                     return Ok(());
                 }
             }
-            if Instant::now() > deadline {
+            if Instant::now() > deadline || !self.proc.is_running() {
                 bail!("redis-server did not start:\n{}", self.proc.log_text());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -311,7 +323,12 @@ impl Party {
             )
             .await
             {
-                return Ok((proc, url));
+                // A gateway that lost the port race exits at once; the answer came from
+                // another test's gateway then.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if proc.is_running() {
+                    return Ok((proc, url));
+                }
             }
             last_log = proc.log_text();
         }
