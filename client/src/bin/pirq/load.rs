@@ -14,6 +14,11 @@
 //! Every query fetches `--keys` random pages the way `pirq query` does (one DPF key pair per
 //! page, both halves submitted concurrently, answers XORed) and, with `--verify FILE`, every
 //! page is compared with the database file: a wrong page is an error, never a latency sample.
+//! `--submit-only` measures the gateway alone (its ceiling): each query is only submitted to
+//! party A (`POST /v1/queries`, answered 202 once the job is on the Redis stream) and never
+//! awaited, so no worker needs to run; latency is the POST round trip. Requests are
+//! pre-generated so that key generation does not compete with the gateway for the CPU.
+//!
 //! Latencies go into an HDR histogram (µs, 3 significant digits); the report gives p50, p90, p99,
 //! p99.9 and max, achieved queries/s and keys/s, and error counts by kind, as JSON (stdout or
 //! `--json FILE`) and optionally as a table appended to a `docs/bench/` file (`--record`).
@@ -44,8 +49,11 @@ pub struct LoadArgs {
     #[arg(long, env = "PIRQ_PARTY_A")]
     party_a: String,
     /// Base URL of party B's gateway.
-    #[arg(long, env = "PIRQ_PARTY_B")]
-    party_b: String,
+    #[arg(long, env = "PIRQ_PARTY_B", required_unless_present = "submit_only")]
+    party_b: Option<String>,
+    /// Only submit queries to party A and never wait for answers: the gateway's own ceiling.
+    #[arg(long, conflicts_with_all = ["verify", "poll"])]
+    submit_only: bool,
     /// Open loop: queries offered per second, sent on schedule regardless of answers.
     #[arg(
         long,
@@ -66,7 +74,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     keys: usize,
     /// Compare every fetched page with this database file (the one both parties serve).
-    #[arg(long, value_name = "FILE", required_unless_present = "no_verify")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["no_verify", "submit_only"])]
     verify: Option<PathBuf>,
     /// Do not check the pages (only when no copy of the database is at hand).
     #[arg(long)]
@@ -106,6 +114,8 @@ pub enum Mode {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub mode: Mode,
+    /// `fetch` (both parties, answers awaited) or `submit` (party A's gateway only).
+    pub work: &'static str,
     pub keys_per_query: usize,
     pub encoding: &'static str,
     pub wait: &'static str,
@@ -149,6 +159,9 @@ impl Latency {
 /// What the query tasks share: the parties, the database to check against, the tallies.
 struct Shared {
     client: Client,
+    /// Submit-only mode: the requests to cycle through.
+    submit: Option<Vec<QueryRequest>>,
+    next: AtomicU64,
     options: Options,
     db: Option<PirDb>,
     num_pages: u64,
@@ -171,7 +184,10 @@ struct Tally {
 impl Shared {
     /// Runs one query due at `due` and records its outcome.
     async fn one(&self, due: Instant) {
-        let outcome = self.fetch_random().await;
+        let outcome = match &self.submit {
+            Some(requests) => self.submit_one(requests).await,
+            None => self.fetch_random().await,
+        };
         let done = Instant::now();
         if due < self.measure_from {
             return;
@@ -185,6 +201,16 @@ impl Shared {
             }
             Err(kind) => *t.errors.entry(kind).or_default() += 1,
         }
+    }
+
+    /// Submits the next pre-made request to party A; `Err` names the failure.
+    async fn submit_one(&self, requests: &[QueryRequest]) -> Result<(), String> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % requests.len();
+        let (a, _) = self.client.parties();
+        a.submit(&requests[i], self.options.encoding)
+            .await
+            .map(|_| ())
+            .map_err(|e| error_kind(&e))
     }
 
     /// Fetches `keys` random pages from both parties and checks them; `Err` names the failure.
@@ -282,8 +308,20 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         },
         timeout: Duration::from_secs(args.timeout),
     };
-    let client = Client::with_options(&args.party_a, &args.party_b, options.clone())?;
-    let (info, epoch, max_keys) = client.agree().await.context("reading both parties' info")?;
+    let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
+    let client = Client::with_options(&args.party_a, party_b, options.clone())?;
+    let (info, epoch, max_keys) = if args.submit_only {
+        let info = client
+            .parties()
+            .0
+            .info()
+            .await
+            .context("reading party A's info")?;
+        let max_keys = info.max_keys_per_query as usize;
+        (info.clone(), info.epoch, max_keys)
+    } else {
+        client.agree().await.context("reading both parties' info")?
+    };
     if args.keys > max_keys {
         bail!(
             "--keys {} exceeds the parties' limit of {max_keys} keys per query",
@@ -316,11 +354,18 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         None => None,
     };
 
+    let submit = args
+        .submit_only
+        .then(|| premade_requests(&info, epoch, args.keys))
+        .transpose()?;
+
     let warmup = Duration::from_secs_f64(args.warmup);
     let measured = Duration::from_secs_f64(args.duration);
     let start = Instant::now();
     let shared = Arc::new(Shared {
         client,
+        submit,
+        next: AtomicU64::new(0),
         options,
         db,
         num_pages: info.num_pages,
@@ -354,9 +399,14 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
     let secs = measured.as_secs_f64();
     let report = Report {
         mode,
+        work: if args.submit_only { "submit" } else { "fetch" },
         keys_per_query: args.keys,
         encoding: if args.bincode { "bincode" } else { "json" },
-        wait: if args.poll { "poll" } else { "sse" },
+        wait: match (args.submit_only, args.poll) {
+            (true, _) => "none",
+            (false, true) => "poll",
+            (false, false) => "sse",
+        },
         verified: shared.db.is_some(),
         duration_s: secs,
         ok: t.ok,
@@ -373,6 +423,29 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         bail!("no query succeeded ({failed} failed)");
     }
     Ok(())
+}
+
+/// Requests for submit-only mode: party A's halves of key pairs for random indices.
+fn premade_requests(
+    info: &pirq_shared::wire::Info,
+    epoch: u64,
+    keys: usize,
+) -> anyhow::Result<Vec<QueryRequest>> {
+    let mut rng = rand::rng();
+    (0..256)
+        .map(|_| {
+            let keys = (0..keys)
+                .map(|_| {
+                    let index = rng.random_range(0..info.num_pages);
+                    Ok(generate(info.domain_bits, index, &mut rng)?.0.to_bytes())
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(QueryRequest {
+                keys,
+                epoch: Some(epoch),
+            })
+        })
+        .collect()
 }
 
 /// Sends query `i` at `start + i / rate` until `end`.
@@ -456,8 +529,8 @@ fn progress(shared: &Arc<Shared>, total: Duration, quiet: bool) -> ProgressBar {
 /// Prints a summary, writes the JSON report and the optional markdown record.
 fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
     let offered = match r.mode {
-        Mode::Open { rate } => format!("open loop, {rate} q/s offered"),
-        Mode::Closed { concurrency } => format!("closed loop, {concurrency} clients"),
+        Mode::Open { rate } => format!("{}, open loop, {rate} q/s offered", r.work),
+        Mode::Closed { concurrency } => format!("{}, closed loop, {concurrency} clients", r.work),
     };
     let mut table = Table::new(&[
         "mode",
@@ -503,10 +576,10 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
             table.to_markdown(),
             r.encoding,
             r.wait,
-            if r.verified {
-                "verified against the database file"
-            } else {
-                "not verified"
+            match (r.work, r.verified) {
+                ("submit", _) => "not awaited (submit only)",
+                (_, true) => "verified against the database file",
+                (_, false) => "not verified",
             },
             args.duration,
             args.warmup,

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Load benchmarks of the whole system with `pirq bench load` on a many-core machine (the GPU
+# machine's 16 cores; no GPU used), each process pinned to its own cores with taskset:
+#
+#   1. gateway ceiling: one gateway (1 core) + its Redis (1 core), no worker, submit-only
+#      load from 6 other cores, closed loop at several concurrencies and open loop at several
+#      offered rates;
+#   2. end to end on the CPU backend: two parties (Redis, gateway, one 2-thread worker each),
+#      256 MiB database, verified fetches at several offered rates and closed loop;
+#   3. horizontal scaling: 1, 2, 4 single-thread CPU workers per party, closed loop.
+#
+#   ops/bench/load-bench.sh build   # here: release binaries + redis-server into .gpu/ops/
+#   ops/bench/load-bench.sh run     # there (carry .gpu): JSON reports and a summary in $OUT
+#
+# `build` takes the load generator from $PIRQ_LOAD_BIN when set (a binary that runs the
+# `load` subcommand), else `pirq bench load`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+D=.gpu/ops
+
+case "${1:-}" in
+build)
+    cargo build --release -p pirq-gateway -p pirq-worker -p pirq-client \
+        --bin pirq-gateway --bin pirq-worker --bin pirq
+    rm -rf "$D" && mkdir -p "$D"
+    cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/"
+    if [ -n "${PIRQ_LOAD_BIN:-}" ]; then
+        cp "$PIRQ_LOAD_BIN" "$D/loadgen"
+    else
+        printf '#!/usr/bin/env bash\nexec "$(dirname "$0")/pirq" bench "$@"\n' >"$D/loadgen"
+    fi
+    chmod +x "$D/loadgen"
+    redis=$(command -v redis-server)
+    cp "$redis" "$D/redis-server"
+    for lib in liblzf.so.1 libjemalloc.so.2; do
+        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$D/"
+    done
+    strip "$D"/pirq* "$D/redis-server" 2>/dev/null || true
+    du -sh "$D"
+    exit 0
+    ;;
+run) ;;
+*)
+    echo "usage: $0 build | run" >&2
+    exit 2
+    ;;
+esac
+
+export PATH="$PWD/$D:$PATH" LD_LIBRARY_PATH="$PWD/$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+OUT=${OUT:-.gpu/out}
+mkdir -p "$OUT"
+W=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+DUR=${DUR:-6}
+WARM=${WARM:-2}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+
+# start CPUS NAME CMD...: a pinned background process, logged to $W/NAME.log
+start() {
+    local cpus=$1 name=$2
+    shift 2
+    taskset -c "$cpus" "$@" >"$W/$name.log" 2>&1 &
+    PIDS+=($!)
+}
+
+# ready URL: wait until GET URL answers 200 (bash /dev/tcp; the machine has no curl for sure)
+ready() {
+    local hostport=${1#http://} path=/${1#http://*/}
+    hostport=${hostport%%/*}
+    for _ in $(seq 200); do
+        if { exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; } 2>/dev/null; then
+            printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
+            if head -n1 <&3 | grep -q ' 200 '; then
+                exec 3>&-
+                return 0
+            fi
+            exec 3>&-
+        fi
+        sleep 0.1
+    done
+    echo "not ready: $1" >&2
+    tail -n 20 "$W"/*.log >&2
+    return 1
+}
+
+# fetch URL FILE: GET into FILE
+fetch() {
+    local hostport=${1#http://} path=/${1#http://*/}
+    hostport=${hostport%%/*}
+    exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"
+    printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
+    sed '1,/^\r$/d' <&3 >"$2"
+    exec 3>&-
+}
+
+redis() { # CPUS PORT
+    start "$1" "redis-$2" redis-server --port "$2" --save "" --appendonly no --dir "$W"
+}
+
+gateway() { # CPUS REDIS_PORT PREFIX PORT
+    start "$1" "gateway-$3" pirq-gateway --redis "redis://127.0.0.1:$2" --prefix "$3" \
+        --listen "127.0.0.1:$4"
+}
+
+worker() { # CPUS REDIS_PORT PREFIX THREADS NAME METRICS_PORT
+    start "$1" "worker-$5" pirq-worker --redis "redis://127.0.0.1:$2" --prefix "$3" \
+        --db "$W/db.pirdb" --backend cpu --threads "$4" --consumer "$5" \
+        --metrics-listen "127.0.0.1:$6"
+}
+
+load() { # NAME ARGS...: the generator on cores 8-15 (ceiling: 2-7)
+    local name=$1 cpus=${GEN_CPUS:-8-15}
+    shift
+    taskset -c "$cpus" loadgen load --quiet --duration "$DUR" --warmup "$WARM" \
+        --json "$OUT/$name.json" "$@" 2>"$OUT/$name.txt" || true
+    tail -n 1 "$OUT/$name.txt"
+}
+
+stop_all() {
+    cleanup
+    PIDS=()
+    sleep 0.5
+}
+
+echo "== database: 65536 pages x 4096 bytes"
+pirq db gen --pages 65536 --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
+
+echo "== 1. gateway ceiling (gateway: 1 core, Redis: 1 core, no worker)"
+redis 0 7001
+gateway 1 7001 gw 8001
+# A worker registers the database (all the gateway needs to accept queries) and leaves;
+# the registration stays, and nothing reads the jobs.
+worker 2 7001 gw 1 gw0 9001
+ready http://127.0.0.1:8001/readyz
+kill "${PIDS[-1]}"
+wait "${PIDS[-1]}" 2>/dev/null || true
+export GEN_CPUS=2-7
+for c in 16 64 256; do load "ceiling-closed-$c" --party-a http://127.0.0.1:8001 --submit-only --concurrency "$c"; done
+for r in 10000 20000 30000; do load "ceiling-open-$r" --party-a http://127.0.0.1:8001 --submit-only --rate "$r"; done
+unset GEN_CPUS
+stop_all
+
+# two_parties N THREADS: Redis + gateway on 2 cores per party, N workers of THREADS threads
+two_parties() {
+    local n=$1 t=$2 i
+    redis 0 7101
+    redis 6 7201
+    sleep 0.3
+    gateway 1 7101 party-a 8101
+    gateway 7 7201 party-b 8201
+    for i in $(seq 0 $((n - 1))); do
+        if [ "$t" -eq 2 ]; then
+            worker "$((2 + 2 * i))-$((3 + 2 * i))" 7101 party-a 2 "a$i" "$((9100 + i))"
+            worker "$((8 + 2 * i))-$((9 + 2 * i))" 7201 party-b 2 "b$i" "$((9200 + i))"
+        else
+            worker "$((2 + i))" 7101 party-a 1 "a$i" "$((9100 + i))"
+            worker "$((8 + i))" 7201 party-b 1 "b$i" "$((9200 + i))"
+        fi
+    done
+    ready http://127.0.0.1:8101/readyz
+    ready http://127.0.0.1:8201/readyz
+}
+PARTIES=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8201 --verify)
+
+echo "== 2. end to end, CPU backend, one 2-thread worker per party"
+two_parties 1 2
+export GEN_CPUS=12-15
+for r in 5 10 20 40; do load "e2e-open-$r" "${PARTIES[@]}" "$W/db.pirdb" --rate "$r"; done
+for c in 1 16 64; do load "e2e-closed-$c" "${PARTIES[@]}" "$W/db.pirdb" --concurrency "$c"; done
+fetch http://127.0.0.1:9100/metrics "$OUT/e2e-worker-a0.metrics"
+fetch http://127.0.0.1:8101/metrics "$OUT/e2e-gateway-a.metrics"
+stop_all
+
+echo "== 3. horizontal scaling: N single-thread CPU workers per party, closed loop"
+for n in 1 2 4; do
+    two_parties "$n" 1
+    load "scale-$n-workers" "${PARTIES[@]}" "$W/db.pirdb" --concurrency 64
+    for i in $(seq 0 $((n - 1))); do
+        fetch "http://127.0.0.1:$((9100 + i))/metrics" "$OUT/scale-$n-worker-a$i.metrics"
+    done
+    stop_all
+done
+echo "done: $OUT"
