@@ -46,6 +46,9 @@ pub enum EpochError {
 
 type Diffs = BTreeMap<u64, Arc<[u8]>>;
 
+/// Page diffs to XOR into the base copy when the base moves forward: (page index, diff).
+pub type Folded = Vec<(u64, Arc<[u8]>)>;
+
 /// Base epoch plus the cumulative page diffs of up to `capacity - 1` later epochs.
 #[derive(Clone, Debug)]
 pub struct DeltaWindow {
@@ -137,7 +140,7 @@ impl DeltaWindow {
         epoch: u64,
         writes: &[PageWrite],
         base_page: impl Fn(u64) -> Vec<u8>,
-    ) -> Result<Vec<(u64, Arc<[u8]>)>, EpochError> {
+    ) -> Result<Folded, EpochError> {
         self.check(epoch, writes)?;
         let mut next = self.diffs.back().cloned().unwrap_or_default();
         for w in writes {
@@ -154,7 +157,7 @@ impl DeltaWindow {
 
     /// Moves the base forward one epoch (also done by [`push`](Self::push) when full). Returns the diffs to XOR into the base copy (page index,
     /// diff); after the caller applied them, the base is at the new [`oldest`](Self::oldest).
-    pub fn fold_oldest(&mut self) -> Option<Vec<(u64, Arc<[u8]>)>> {
+    pub fn fold_oldest(&mut self) -> Option<Folded> {
         let first = self.diffs.pop_front()?;
         for later in &mut self.diffs {
             for (p, d) in &first {

@@ -148,7 +148,7 @@ fn out_of_window_and_bad_updates_are_refused() {
         .unwrap()
         .with_epoch_window(2);
     let (k, _) = generate(7, 1, &mut rand::rng()).unwrap();
-    let err = scanner.pass_at(&[k.clone()], &[1]).unwrap_err();
+    let err = scanner.pass_at(std::slice::from_ref(&k), &[1]).unwrap_err();
     assert!(matches!(
         err,
         ScanError::Epoch(EpochError::OutsideWindow {

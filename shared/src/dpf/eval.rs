@@ -123,8 +123,8 @@ impl Level {
 
     fn reset_to(&mut self, (seed, t): (Seed, bool)) {
         self.resize(1);
-        for j in 0..4 {
-            self.w[j][0] = seed[j];
+        for (w, s) in self.w.iter_mut().zip(seed) {
+            w[0] = s;
         }
         self.t[0] = if t { u32::MAX } else { 0 };
     }

@@ -8,6 +8,7 @@ mod bench;
 mod db;
 mod epoch;
 mod keys;
+mod query;
 mod record;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ enum Command {
     Answer(answer::AnswerArgs),
     /// XOR two parties' answers into the retrieved page.
     Combine(answer::CombineArgs),
+    /// Fetch pages privately from two running parties (verifies they serve the same database).
+    Query(query::QueryArgs),
     /// Benchmarks (results as a table, optionally recorded under docs/bench/).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -56,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Command::Epoch(EpochCommand::Make(args)) => epoch::make(args),
         Command::Answer(args) => answer::answer(args),
         Command::Combine(args) => answer::combine(args),
+        Command::Query(args) => query::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     }
 }
