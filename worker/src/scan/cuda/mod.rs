@@ -528,6 +528,21 @@ impl Scanner for CudaScanner {
     }
 
     fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
-        self.pass_timed(keys).map(|(answers, _)| answers)
+        let (answers, t) = self.pass_timed(keys)?;
+        if t.keys > 0 {
+            let phases = [
+                ("h2d", t.h2d),
+                ("expand", t.expand),
+                ("scan", t.scan),
+                ("d2h", t.d2h),
+            ];
+            for (phase, took) in phases {
+                pirq_shared::metrics::record_phase(phase, took);
+            }
+        }
+        if let Ok((free, total)) = self.ctx.mem_get_info() {
+            pirq_shared::metrics::set_vram((total - free) as u64, total as u64);
+        }
+        Ok(answers)
     }
 }
