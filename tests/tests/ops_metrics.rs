@@ -1,6 +1,7 @@
 //! The metrics catalog (`shared/src/metrics.rs`, `docs/metrics.md`) against what the running
-//! processes export: after a few real queries through two parties, every catalog metric that a
-//! CPU deployment emits is on the `/metrics` endpoint of the process the catalog names, with
+//! processes export: after a few real queries through two parties, every catalog metric that
+//! the workers' backend emits (CPU here; CUDA with `PIRQ_E2E_CUDA=1` on the GPU machine) is on
+//! the `/metrics` endpoint of the process the catalog names, with
 //! its help text, its type and (histograms) real buckets; and every `pirq_*` family exported is
 //! in the catalog. The Grafana dashboard is checked against the same catalog by
 //! scripts/check-ops.sh, so a metric cannot drift between code, docs and dashboard.
@@ -105,12 +106,18 @@ async fn scrape(url: &str) -> Scrape {
     Scrape::parse(&text)
 }
 
+/// Whether the workers run the CUDA backend: `PIRQ_E2E_CUDA=1`, set on the GPU machine where
+/// `pirq-worker` is a wrapper forcing `--backend cuda` (see scripts/gpu-e2e.sh).
+fn cuda() -> bool {
+    std::env::var_os("PIRQ_E2E_CUDA").is_some_and(|v| v == "1")
+}
+
 fn expected(emitter: Emitter) -> impl Iterator<Item = &'static m::Metric> {
-    // A CPU deployment: the CUDA-only metrics (VRAM) are not expected here; the GPU test
-    // script covers them.
+    // The CUDA-only metrics (VRAM) are expected only from CUDA workers.
+    let cuda = cuda();
     CATALOG
         .iter()
-        .filter(move |x| x.emitter == emitter && x.presence != Presence::Cuda)
+        .filter(move |x| x.emitter == emitter && (cuda || x.presence != Presence::Cuda))
 }
 
 #[tokio::test]
@@ -177,9 +184,14 @@ async fn every_catalog_metric_is_exported_after_traffic() {
             }
         }
 
-        // The CPU backend reports its three phases; each answered key was counted.
+        // Each backend reports its phases; each answered key was counted.
         let phase = worker.series(&format!("{}_count", m::WORKER_PHASE_DURATION));
-        for p in ["expand", "scan", "merge"] {
+        let phases: &[&str] = if cuda() {
+            &["h2d", "expand", "scan", "d2h"]
+        } else {
+            &["expand", "scan", "merge"]
+        };
+        for p in phases {
             assert!(
                 phase.iter().any(|l| l.contains(&format!("phase=\"{p}\""))),
                 "no {p} phase in {phase:?}"
