@@ -37,7 +37,8 @@ pub struct Workspace {
     /// Timing marks: before h2d, after h2d, after expand, after scan, after d2h.
     pub marks: [CudaEvent; 5],
     pub keys_host: PinnedHostSlice<u32>,
-    pub answers_host: PinnedHostSlice<u32>,
+    /// Answer bytes as the kernels wrote them (little-endian u32 words = the page bytes).
+    pub answers_host: PinnedHostSlice<u8>,
     pub keys: Buffer,
     /// Ping-pong node buffers of the upper tree levels: seeds (4 words per node) and control bits.
     pub mid_seed: [Buffer; 2],
@@ -99,7 +100,7 @@ impl Workspace {
             // SAFETY (both): written before use, keys by the CPU, answers by a copy.
             keys_host: unsafe { ctx.alloc_pinned::<u32>(padded * KEY_WORDS) }?,
             answers_host: unsafe {
-                ctx.alloc_pinned_with_flags::<u32>(padded * shape.words_per_page(), 0)
+                ctx.alloc_pinned_with_flags::<u8>(padded * shape.page_size, 0)
             }?,
             keys: Buffer::new(&stream, padded * KEY_WORDS * 4)?,
             mid_seed: [
