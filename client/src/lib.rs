@@ -30,14 +30,14 @@ pub enum ClientError {
     Api {
         party: String,
         status: u16,
-        error: ErrorBody,
+        error: Box<ErrorBody>,
     },
     /// The query was accepted but failed on the party.
     #[error("{party}: query {id} failed: {} ({})", .error.message, .error.code)]
     Failed {
         party: String,
         id: String,
-        error: ErrorBody,
+        error: Box<ErrorBody>,
     },
     /// The two parties do not serve the same database.
     #[error("the parties serve different databases: {0}")]
@@ -131,11 +131,12 @@ impl Client {
         if ia.domain_bits != ib.domain_bits {
             return Err(differ("domain_bits", &ia.domain_bits, &ib.domain_bits));
         }
-        let epoch = ia.epoch.min(ib.epoch);
-        if epoch < ia.min_epoch.max(ib.min_epoch) {
+        // Pin the newest epoch both answer: a party ahead still has it in its window.
+        let epoch = ia.epoch.newest.min(ib.epoch.newest);
+        if !ia.epoch.contains(epoch) || !ib.epoch.contains(epoch) {
             return Err(ClientError::Mismatch(format!(
                 "no common epoch: party A serves {}..={}, party B {}..={}",
-                ia.min_epoch, ia.epoch, ib.min_epoch, ib.epoch
+                ia.epoch.oldest, ia.epoch.newest, ib.epoch.oldest, ib.epoch.newest
             )));
         }
         let max_keys = ia.max_keys_per_query.min(ib.max_keys_per_query).max(1) as usize;

@@ -87,7 +87,7 @@ impl Party {
             Ok(env) => ClientError::Api {
                 party: self.base.clone(),
                 status,
-                error: env.error,
+                error: Box::new(env.error),
             },
             Err(_) => self.protocol(format!("HTTP {status} without an error body")),
         }
@@ -224,7 +224,7 @@ impl Party {
             return Err(ClientError::Failed {
                 party: self.base.clone(),
                 id: id.to_string(),
-                error,
+                error: Box::new(error),
             });
         }
         Ok(result)
@@ -259,7 +259,7 @@ impl Party {
                             Ok(env) => ClientError::Api {
                                 party: self.base.clone(),
                                 status: 200,
-                                error: env.error,
+                                error: Box::new(env.error),
                             },
                             Err(_) => self.protocol(format!("undecodable error event: {data}")),
                         })

@@ -43,6 +43,16 @@ pub struct Config {
     #[arg(long, env = "PIRQ_RETRY_AFTER", default_value_t = 1)]
     pub retry_after: u64,
 
+    /// Bearer token for `POST /v1/admin/epochs`. Without it the admin route answers 403.
+    #[arg(long, env = "PIRQ_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Largest epoch update body accepted by the admin route, in bytes (its own limit, apart
+    /// from `--body-limit`, so whole epochs of pages fit: 256 MiB = 65,536 pages of 4 KiB in
+    /// bincode). Bigger changes are pushed as several consecutive epochs.
+    #[arg(long, env = "PIRQ_MAX_UPDATE_BYTES", default_value_t = 256 << 20)]
+    pub max_update_bytes: usize,
+
     /// Timeout of one Redis command and of one connection attempt, in milliseconds. A Redis that
     /// does not answer within it turns into 503 `redis_unavailable`.
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]

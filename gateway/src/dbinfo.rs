@@ -25,6 +25,12 @@ impl DbCache {
         }
     }
 
+    /// Forgets the cached registration (after this gateway changed it: a pushed epoch is
+    /// visible to its next query at once).
+    pub fn invalidate(&self) {
+        *self.cached.lock().unwrap() = None;
+    }
+
     /// The registration, `None` when no worker has registered a database yet.
     pub async fn get(&self) -> Result<Option<DbInfo>, StoreError> {
         if let Some((info, at)) = *self.cached.lock().unwrap() {

@@ -34,6 +34,16 @@ pub struct DbInfo {
     pub min_epoch: u64,
 }
 
+impl DbInfo {
+    /// The epochs the party answers.
+    pub fn window(&self) -> pirq_shared::wire::EpochRange {
+        pirq_shared::wire::EpochRange {
+            oldest: self.min_epoch.min(self.epoch),
+            newest: self.epoch,
+        }
+    }
+}
+
 /// A query as stored under `{P}:q:<id>`, plus the worker's timings when it is done.
 #[derive(Clone, Debug)]
 pub struct StoredQuery {
@@ -72,6 +82,16 @@ impl Store {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The shared connection, for modules with their own commands (the admin route's script).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// The configured per-command timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Sends a command or pipeline within the timeout. The first command after Redis dropped
@@ -245,6 +265,7 @@ fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuer
                 code: code.to_string(),
                 message: text(qf::ERROR_MESSAGE).unwrap_or("").to_string(),
                 key_index: None,
+                window: None,
             };
             if let Some(i) = number(qf::KEY_INDEX) {
                 error = error.with_key_index(i as usize);

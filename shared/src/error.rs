@@ -53,11 +53,29 @@ pub enum ErrorCode {
     InvalidJob,
     /// A bug: something that should not happen did.
     Internal,
+    /// Admin request without the right bearer token.
+    Unauthorized,
+    /// Admin route called on a gateway started without an admin token.
+    AdminDisabled,
+    /// An epoch update whose number is not the newest epoch + 1.
+    EpochNotNext,
+    /// An epoch update that is malformed or does not fit the database.
+    InvalidUpdate,
+    /// A job delivered more than `--max-deliveries` times without an answer (dead-lettered).
+    DeliveryLimit,
+    /// An `Idempotency-Key` reused with a different request body.
+    IdempotencyKeyReused,
+    /// An `Idempotency-Key` header that is empty, too long or not printable ASCII.
+    InvalidIdempotencyKey,
+    /// The party's backlog is over `--max-backlog`: retry after `Retry-After`.
+    BacklogFull,
+    /// `--durability fsync`: Redis did not confirm the job on disk in time.
+    NotDurable,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 32] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -81,6 +99,15 @@ impl ErrorCode {
         ErrorCode::ScanFailed,
         ErrorCode::InvalidJob,
         ErrorCode::Internal,
+        ErrorCode::Unauthorized,
+        ErrorCode::AdminDisabled,
+        ErrorCode::EpochNotNext,
+        ErrorCode::InvalidUpdate,
+        ErrorCode::DeliveryLimit,
+        ErrorCode::IdempotencyKeyReused,
+        ErrorCode::InvalidIdempotencyKey,
+        ErrorCode::BacklogFull,
+        ErrorCode::NotDurable,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -109,6 +136,15 @@ impl ErrorCode {
             ErrorCode::ScanFailed => "scan_failed",
             ErrorCode::InvalidJob => "invalid_job",
             ErrorCode::Internal => "internal",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::AdminDisabled => "admin_disabled",
+            ErrorCode::EpochNotNext => "epoch_not_next",
+            ErrorCode::InvalidUpdate => "invalid_update",
+            ErrorCode::DeliveryLimit => "delivery_limit",
+            ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
+            ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
+            ErrorCode::BacklogFull => "backlog_full",
+            ErrorCode::NotDurable => "not_durable",
         }
     }
 
@@ -129,15 +165,23 @@ impl ErrorCode {
             | ErrorCode::KeyLength
             | ErrorCode::KeyControlByte
             | ErrorCode::KeyDomainMismatch
-            | ErrorCode::EpochUnavailable
             | ErrorCode::InvalidParameter
+            | ErrorCode::InvalidUpdate
+            | ErrorCode::InvalidIdempotencyKey
             | ErrorCode::InvalidJob => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::AdminDisabled => 403,
             ErrorCode::NotFound => 404,
+            ErrorCode::EpochNotNext => 409,
+            // Outside the window of epochs the party answers exactly.
+            ErrorCode::EpochUnavailable => 410,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::BodyTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
-            ErrorCode::ScanFailed | ErrorCode::Internal => 500,
-            ErrorCode::RedisUnavailable | ErrorCode::NoDatabase => 503,
+            ErrorCode::IdempotencyKeyReused => 422,
+            ErrorCode::BacklogFull => 429,
+            ErrorCode::ScanFailed | ErrorCode::DeliveryLimit | ErrorCode::Internal => 500,
+            ErrorCode::RedisUnavailable | ErrorCode::NoDatabase | ErrorCode::NotDurable => 503,
         }
     }
 

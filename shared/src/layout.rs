@@ -44,14 +44,18 @@ pub mod query_field {
     pub const WORKER_US: &str = "worker_us";
 }
 
+/// Field of an updates stream entry holding the bincode update.
+pub const UPDATE_FIELD: &str = "update";
+
 /// Fields of the database registration hash `{P}:db`.
 pub mod db_field {
     pub const NUM_PAGES: &str = "num_pages";
     pub const PAGE_SIZE: &str = "page_size";
     pub const DOMAIN_BITS: &str = "domain_bits";
-    /// Newest epoch served.
+    /// Newest epoch: raised by a gateway when it appends an update, and by workers (never
+    /// lowered while the geometry stays the same).
     pub const EPOCH: &str = "epoch";
-    /// Oldest epoch still answered exactly (equal to `epoch` until epoch windows exist).
+    /// Oldest epoch still answered exactly: raised by workers as they fold their base forward.
     pub const MIN_EPOCH: &str = "min_epoch";
 }
 
@@ -116,6 +120,13 @@ impl Layout {
     /// One worker's heartbeat (JSON registration), expiring unless refreshed.
     pub fn worker(&self, worker_id: &str) -> String {
         format!("{}:worker:{worker_id}", self.tag)
+    }
+
+    /// Stream of epoch updates: entry id `<epoch>-0`, field [`UPDATE_FIELD`] = bincode
+    /// [`crate::update::EpochUpdate`]. Appended by gateways (one entry per epoch, so an epoch is
+    /// applied whole or not at all), read in full by every worker (no consumer group).
+    pub fn updates(&self) -> String {
+        format!("{}:updates", self.tag)
     }
 
     /// Dead-letter stream for jobs that could not be answered (reliability work).

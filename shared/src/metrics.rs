@@ -84,6 +84,10 @@ pub const GATEWAY_HTTP_REQUEST_DURATION: &str = "pirq_gateway_http_request_durat
 pub const GATEWAY_QUERIES_ACCEPTED: &str = "pirq_gateway_queries_accepted_total";
 /// DPF keys in accepted queries.
 pub const GATEWAY_KEYS_ACCEPTED: &str = "pirq_gateway_keys_accepted_total";
+/// Idempotent replays: a POST with a known Idempotency-Key answered with its first request id.
+pub const GATEWAY_IDEMPOTENT_REPLAYS: &str = "pirq_gateway_idempotent_replays_total";
+/// Queries refused with 429 because the backlog is over --max-backlog.
+pub const GATEWAY_QUERIES_THROTTLED: &str = "pirq_gateway_queries_throttled_total";
 /// Clients waiting for a result (long-poll or SSE).
 pub const GATEWAY_WAITERS: &str = "pirq_gateway_waiters";
 /// Whether the gateway's one pub/sub connection is up.
@@ -104,6 +108,10 @@ pub const WORKER_JOBS_COMPLETED: &str = "pirq_worker_jobs_completed_total";
 pub const WORKER_JOBS_FAILED: &str = "pirq_worker_jobs_failed_total";
 /// Jobs moved to the dead-letter stream.
 pub const WORKER_JOBS_DEAD_LETTERED: &str = "pirq_worker_jobs_dead_lettered_total";
+/// Jobs claimed from another consumer (or handed back) after their claim-idle time.
+pub const WORKER_JOBS_RECLAIMED: &str = "pirq_worker_jobs_reclaimed_total";
+/// Jobs handed back to the group unanswered (to retry, or at shutdown).
+pub const WORKER_JOBS_RELEASED: &str = "pirq_worker_jobs_released_total";
 /// DPF keys answered.
 pub const WORKER_KEYS_ANSWERED: &str = "pirq_worker_keys_answered_total";
 /// Gateway acceptance to result written.
@@ -167,6 +175,10 @@ pub const CATALOG: &[Metric] = &[
       "Queries validated and queued (202), one job each: the jobs accepted."),
     m(GATEWAY_KEYS_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,
       "DPF keys in accepted queries."),
+    m(GATEWAY_IDEMPOTENT_REPLAYS, Counter, Unit::Count, &[], Gateway, Always,
+      "POSTs whose Idempotency-Key was known with the same body: answered with the first request's id, nothing queued."),
+    m(GATEWAY_QUERIES_THROTTLED, Counter, Unit::Count, &[], Gateway, Always,
+      "Queries refused with 429 backlog_full because the job backlog was over --max-backlog."),
     m(GATEWAY_WAITERS, Gauge, Unit::Count, &[], Gateway, Always,
       "Clients waiting on this gateway for a result (long-poll or SSE)."),
     m(GATEWAY_PUBSUB_CONNECTED, Gauge, Unit::Count, &[], Gateway, Always,
@@ -184,7 +196,11 @@ pub const CATALOG: &[Metric] = &[
     m(WORKER_JOBS_FAILED, Counter, Unit::Count, &[], Worker, Always,
       "Jobs answered with status failed (invalid job, epoch out of window, scanner error)."),
     m(WORKER_JOBS_DEAD_LETTERED, Counter, Unit::Count, &[], Worker, Always,
-      "Jobs moved to the dead-letter stream after too many deliveries."),
+      "Jobs moved to the dead-letter stream ({P}:dead): failed on their last allowed delivery, or delivered more than --max-deliveries times."),
+    m(WORKER_JOBS_RECLAIMED, Counter, Unit::Count, &[], Worker, Always,
+      "Jobs this worker claimed (XAUTOCLAIM) after they sat unacknowledged past the claim-idle time: a dead worker's, or handed back."),
+    m(WORKER_JOBS_RELEASED, Counter, Unit::Count, &[], Worker, Always,
+      "Jobs this worker handed back to the group unanswered: failed with deliveries left (retry elsewhere), or held but not started at shutdown."),
     m(WORKER_KEYS_ANSWERED, Counter, Unit::Count, &[], Worker, Always,
       "DPF keys answered; its rate is the party's keys/s."),
     m(WORKER_JOB_LATENCY, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,

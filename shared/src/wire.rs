@@ -156,6 +156,9 @@ pub struct ErrorBody {
     /// The offending key, when one key is at fault.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_index: Option<u32>,
+    /// The epochs that are served, when an epoch was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<EpochRange>,
 }
 
 impl ErrorBody {
@@ -164,7 +167,13 @@ impl ErrorBody {
             code: code.as_str().to_string(),
             message: message.into(),
             key_index: None,
+            window: None,
         }
+    }
+
+    pub fn with_window(mut self, window: EpochRange) -> ErrorBody {
+        self.window = Some(window);
+        self
     }
 
     pub fn with_key_index(mut self, index: usize) -> ErrorBody {
@@ -226,17 +235,27 @@ impl QueryResult {
     }
 }
 
+/// A window of epochs, both ends included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Encode, Decode)]
+pub struct EpochRange {
+    pub oldest: u64,
+    pub newest: u64,
+}
+
+impl EpochRange {
+    pub fn contains(&self, epoch: u64) -> bool {
+        (self.oldest..=self.newest).contains(&epoch)
+    }
+}
+
 /// `GET /v1/info`: what the party's workers registered, and the gateway's own limit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Info {
     pub num_pages: u64,
     pub page_size: u32,
     pub domain_bits: u8,
-    /// Newest epoch served.
-    pub epoch: u64,
-    /// Oldest epoch still answered exactly.
-    #[serde(default)]
-    pub min_epoch: u64,
+    /// The epochs answered exactly.
+    pub epoch: EpochRange,
     pub max_keys_per_query: u32,
     /// Workers with a live heartbeat.
     pub workers: u32,

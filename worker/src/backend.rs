@@ -9,20 +9,22 @@ use crate::scan::cpu::CpuScanner;
 use crate::scan::{ScanError, Scanner};
 
 /// Opens the scanner. `auto` takes CUDA when this build has it and a GPU answers, else CPU.
+/// `epoch_window` is how many epochs the scanner answers exactly (`--epoch-window`).
 pub fn open(
     kind: Backend,
     db: Arc<PirDb>,
     threads: usize,
     max_batch_keys: usize,
+    epoch_window: usize,
 ) -> Result<Arc<dyn Scanner>, ScanError> {
     match kind {
-        Backend::Cpu => cpu(db, threads, max_batch_keys),
+        Backend::Cpu => cpu(db, threads, max_batch_keys, epoch_window),
         Backend::Cuda => cuda(db, max_batch_keys),
         Backend::Auto => match cuda(db.clone(), max_batch_keys) {
             Ok(s) => Ok(s),
             Err(e) => {
                 tracing::info!(reason = %e, "CUDA backend unavailable; using the CPU backend");
-                cpu(db, threads, max_batch_keys)
+                cpu(db, threads, max_batch_keys, epoch_window)
             }
         },
     }
@@ -32,9 +34,12 @@ fn cpu(
     db: Arc<PirDb>,
     threads: usize,
     max_batch_keys: usize,
+    epoch_window: usize,
 ) -> Result<Arc<dyn Scanner>, ScanError> {
     Ok(Arc::new(
-        CpuScanner::new(db, threads)?.with_max_batch_keys(max_batch_keys),
+        CpuScanner::new(db, threads)?
+            .with_max_batch_keys(max_batch_keys)
+            .with_epoch_window(epoch_window),
     ))
 }
 

@@ -92,6 +92,8 @@ mod tests {
                 accepted_ms: 0,
             }),
             received: Instant::now(),
+            deliveries: 1,
+            gone: false,
         }
     }
 

@@ -72,9 +72,45 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub block_ms: u64,
 
+    /// Milliseconds a job may sit unacknowledged with a worker before another worker claims it
+    /// (`XAUTOCLAIM`): how soon the jobs of a worker that died are answered elsewhere. Default:
+    /// 10 × the longest window this worker has run, at least 5000. A live worker refreshes the
+    /// jobs it holds, so a slow pass is never taken from it.
+    #[arg(long, env = "PIRQ_CLAIM_IDLE_MS", value_parser = clap::value_parser!(u64).range(10..))]
+    pub claim_idle_ms: Option<u64>,
+
+    /// Deliveries a job gets: one that fails on its last delivery, or is found delivered more
+    /// often (it kept killing workers), goes to the dead-letter stream `{P}:dead` and its query
+    /// becomes `failed` with the reason. Failures with deliveries left are retried at once.
+    #[arg(long, env = "PIRQ_MAX_DELIVERIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_deliveries: u64,
+
+    /// Approximate cap on the dead-letter stream's length (`XADD MAXLEN ~`).
+    #[arg(long, env = "PIRQ_DEAD_LETTER_MAX", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dead_letter_max: u64,
+
     /// Serve Prometheus metrics on this address (`GET /metrics`); off when not given.
     #[arg(long, env = "PIRQ_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// Epochs answered exactly: the base and up to this many minus one later epochs. Older
+    /// epochs are folded into the base as new ones arrive.
+    #[arg(long, env = "PIRQ_EPOCH_WINDOW", default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub epoch_window: u64,
+
+    /// Milliseconds a job pinned to an epoch this worker has not applied yet waits for it
+    /// (another worker or the gateway may be a moment ahead) before it fails.
+    #[arg(long, env = "PIRQ_EPOCH_WAIT_MS", default_value_t = 2000)]
+    pub epoch_wait_ms: u64,
+
+    /// Folded epochs kept in the updates stream for workers that restart from their `.pirdb`
+    /// file; older entries, folded by every live worker, are trimmed. A worker whose file is
+    /// older than what the stream keeps starts from a snapshot (`pirq db apply`).
+    #[arg(long, env = "PIRQ_UPDATES_RETAIN", default_value_t = 1024)]
+    pub updates_retain: u64,
 
     /// Consumer name in the group (default: host name, process id and a random suffix).
     #[arg(long, env = "PIRQ_CONSUMER")]
@@ -90,8 +126,21 @@ impl Config {
         Duration::from_millis(self.heartbeat_ms)
     }
 
+    pub fn epoch_wait(&self) -> Duration {
+        Duration::from_millis(self.epoch_wait_ms)
+    }
+
     pub fn block(&self) -> Duration {
         Duration::from_millis(self.block_ms)
+    }
+
+    /// The delivery rules of [`crate::queue::Queue`].
+    pub fn policy(&self) -> crate::queue::Policy {
+        crate::queue::Policy {
+            claim_idle: self.claim_idle_ms.map(Duration::from_millis),
+            max_deliveries: self.max_deliveries,
+            dead_letter_max: self.dead_letter_max,
+        }
     }
 
     /// The consumer name: the flag, or `<host>-<pid>-<random>`.

@@ -9,6 +9,8 @@ pub mod config;
 pub mod epochs;
 pub mod metrics_export;
 pub mod queue;
+pub mod reclaim;
 pub mod registry;
 pub mod scan;
 pub mod serve;
+pub mod updates;

@@ -12,6 +12,7 @@ use pirq_worker::config::Config;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
+use pirq_worker::updates::Follower;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -33,9 +34,14 @@ async fn main() -> anyhow::Result<()> {
     );
     let header = *db.header();
     let max_batch_keys = config.max_batch_keys as usize;
-    let scanner =
-        pirq_worker::backend::open(config.backend, db.clone(), config.threads, max_batch_keys)
-            .context("starting the scanner")?;
+    let scanner = pirq_worker::backend::open(
+        config.backend,
+        db.clone(),
+        config.threads,
+        max_batch_keys,
+        config.epoch_window as usize,
+    )
+    .context("starting the scanner")?;
     let geometry = scanner.geometry();
 
     let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
@@ -46,8 +52,36 @@ async fn main() -> anyhow::Result<()> {
         consumer.clone(),
         config.block(),
         config.result_ttl,
-    )?);
+    )?
+    .with_policy(config.policy()));
     wait_for_redis(&queue).await;
+    match queue.probe().await {
+        Ok(version) => tracing::info!(
+            redis = %version, xackdel = queue.uses_xackdel(),
+            claim_idle_ms = ?config.claim_idle_ms, max_deliveries = config.max_deliveries,
+            "redis features probed"
+        ),
+        Err(e) => tracing::warn!(error = %e, "probing redis features failed; using XACK + XDEL"),
+    }
+
+    // Apply every epoch already in the updates stream before serving, on a connection of the
+    // follower's own (it blocks in XREAD).
+    let (epochs_tx, epochs_rx) = watch::channel(scanner.epoch_window());
+    let mut follower = Follower {
+        scanner: scanner.clone(),
+        conn: client
+            .get_connection_manager()
+            .await
+            .context("connecting the updates follower")?,
+        layout: layout.clone(),
+        epochs: epochs_tx,
+        block: config.block(),
+        retain: config.updates_retain,
+    };
+    let window = follower
+        .catch_up()
+        .await
+        .context("catching up with the updates stream")?;
 
     let reg = Registration {
         worker_id: consumer.clone(),
@@ -55,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
         num_pages: geometry.num_pages,
         page_size: geometry.page_size as u32,
         domain_bits: geometry.domain_bits,
-        epoch: header.epoch,
+        window,
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
     };
@@ -63,15 +97,29 @@ async fn main() -> anyhow::Result<()> {
     registry::register(&mut conn, &layout, &reg, config.heartbeat() * 3)
         .await
         .context("registering")?;
-    let heartbeat =
-        registry::spawn_heartbeat(conn.clone(), layout.clone(), reg, config.heartbeat());
-    metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(header.epoch as f64);
+    let heartbeat = registry::spawn_heartbeat(
+        conn.clone(),
+        layout.clone(),
+        reg.clone(),
+        epochs_rx.clone(),
+        config.heartbeat(),
+    );
+    metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
-        page_size = geometry.page_size, epoch = header.epoch, "pirq-worker serving"
+        page_size = geometry.page_size, file_epoch = header.epoch, oldest = window.oldest,
+        newest = window.newest, "pirq-worker serving"
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let follower_stop = stop_tx.clone();
+    let following = tokio::spawn(async move {
+        let error = follower.run(reg).await;
+        // A worker that cannot apply the party's epochs must not answer for them.
+        tracing::error!(%error, "stopping: cannot follow the updates stream");
+        let _ = follower_stop.send(true);
+        error
+    });
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("stopping: finishing the window in flight");
@@ -80,7 +128,8 @@ async fn main() -> anyhow::Result<()> {
     let worker = Worker {
         scanner,
         queue: queue.clone(),
-        epoch: header.epoch,
+        epochs: epochs_rx,
+        epoch_wait: config.epoch_wait(),
         max_batch_keys,
         max_wait: config.max_wait(),
         block: config.block(),
@@ -88,11 +137,20 @@ async fn main() -> anyhow::Result<()> {
     serve::run(worker, stop_rx).await;
 
     heartbeat.abort();
+    let follow_error = if following.is_finished() {
+        following.await.ok()
+    } else {
+        following.abort();
+        None
+    };
     if let Err(e) = registry::deregister(&mut conn, &layout, &consumer).await {
         tracing::warn!(error = %e, "deregistering failed; the heartbeat will expire");
     }
     tracing::info!("pirq-worker stopped");
-    Ok(())
+    match follow_error {
+        Some(e) => Err(e).context("following the updates stream"),
+        None => Ok(()),
+    }
 }
 
 /// Waits until Redis answers and the consumer group exists, retrying with backoff.

@@ -6,6 +6,9 @@
 //! entry is acknowledged and deleted, and writing a result twice stores the same bytes, so a
 //! job delivered again (after a crash between the two) is harmless.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pirq_shared::layout::{job_field, query_field as qf, Layout, GROUP};
@@ -24,6 +27,10 @@ pub struct Delivery {
     pub job: Result<Job, WireError>,
     /// When this worker read it (starts the batcher's wait and the worker time).
     pub received: Instant,
+    /// How many times the group has delivered this entry, this delivery included.
+    pub deliveries: u64,
+    /// The entry was deleted while pending (read again without fields).
+    pub gone: bool,
 }
 
 impl Delivery {
@@ -56,14 +63,27 @@ pub enum Outcome {
     },
     /// Not a job at all: acknowledge and delete, nobody waits for it.
     Discard { entry_id: String },
+    /// Not answered this time: give the entry back to the group at once (not acknowledged), so
+    /// any worker claims it again; `deliveries` so far stay counted.
+    Retry { entry_id: String, deliveries: u64 },
+    /// Given up: copied to the dead-letter stream with the reason, the query (if any) `failed`
+    /// with that reason, the entry acknowledged and deleted.
+    DeadLetter {
+        entry_id: String,
+        request_id: Option<String>,
+        error: ErrorBody,
+        deliveries: u64,
+    },
 }
 
 impl Outcome {
-    fn entry_id(&self) -> &str {
+    pub fn entry_id(&self) -> &str {
         match self {
             Outcome::Done { entry_id, .. }
             | Outcome::Failed { entry_id, .. }
-            | Outcome::Discard { entry_id } => entry_id,
+            | Outcome::Discard { entry_id }
+            | Outcome::Retry { entry_id, .. }
+            | Outcome::DeadLetter { entry_id, .. } => entry_id,
         }
     }
 }
@@ -80,6 +100,58 @@ end
 return 0
 "#;
 
+/// Writes a failed result unless the query is already done (a slow worker's late failure, or a
+/// dead letter racing a success, never hides an answer). KEYS[1] the record; ARGV: code, message,
+/// worker_us, key_index ('' for none), result_ttl.
+const FAIL: &str = r#"
+if redis.call('HGET', KEYS[1], 'status') == 'done' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'failed', 'error_code', ARGV[1], 'error_message', ARGV[2],
+  'worker_us', ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'key_index', ARGV[4]) end
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"#;
+
+/// Copies a job stream entry (all its fields, whatever they are) to the capped dead-letter
+/// stream, with the reason. KEYS[1] jobs, KEYS[2] dead; ARGV: entry id, cap, code, message,
+/// deliveries, consumer.
+const DEAD_LETTER: &str = r#"
+local fields = {'entry', ARGV[1], 'code', ARGV[3], 'message', ARGV[4], 'deliveries', ARGV[5],
+  'consumer', ARGV[6]}
+local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if e[1] then
+  for _, v in ipairs(e[1][2]) do table.insert(fields, v) end
+end
+return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
+"#;
+
+/// Idle time given to an entry handed back to the group: longer than any `--claim-idle-ms`, so
+/// the next `XAUTOCLAIM` of any worker takes it (about 49 days).
+const RELEASED_IDLE_MS: u64 = u32::MAX as u64;
+
+/// The delivery rules: how long an entry may sit unacknowledged with a consumer before another
+/// takes it, how often it may be delivered, and the dead-letter stream's cap.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// `None`: derived from the longest window seen ([`Queue::claim_idle`]).
+    pub claim_idle: Option<Duration>,
+    pub max_deliveries: u64,
+    pub dead_letter_max: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            claim_idle: None,
+            max_deliveries: 3,
+            dead_letter_max: 10_000,
+        }
+    }
+}
+
+/// The floor of the derived claim-idle time.
+pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
+
 pub struct Queue {
     layout: Layout,
     consumer: String,
@@ -87,6 +159,13 @@ pub struct Queue {
     writer: ConnectionManager,
     result_ttl: u64,
     mark_running: redis::Script,
+    policy: Policy,
+    /// `XACKDEL` (Redis ≥ 8.2) found at start: one command instead of `XACK` + `XDEL`.
+    ackdel: AtomicBool,
+    /// Entry ids this worker holds (read, not yet acknowledged or handed back).
+    inflight: Mutex<HashSet<String>>,
+    /// Longest window seen, in microseconds (derives the claim-idle time).
+    longest_window_us: AtomicU64,
 }
 
 impl Queue {
@@ -119,16 +198,77 @@ impl Queue {
             writer,
             result_ttl,
             mark_running: redis::Script::new(MARK_RUNNING),
+            policy: Policy::default(),
+            ackdel: AtomicBool::new(false),
+            inflight: Mutex::new(HashSet::new()),
+            longest_window_us: AtomicU64::new(0),
         })
+    }
+
+    /// Sets the delivery rules.
+    pub fn with_policy(mut self, policy: Policy) -> Queue {
+        self.policy = Policy {
+            max_deliveries: policy.max_deliveries.max(1),
+            ..policy
+        };
+        self
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     pub fn consumer(&self) -> &str {
         &self.consumer
     }
 
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// A connection for other work (registration, heartbeats).
     pub fn connection(&self) -> ConnectionManager {
         self.writer.clone()
+    }
+
+    /// How long an entry may sit with a consumer before another worker claims it: the flag, or
+    /// 10 × the longest window this worker has run, at least [`MIN_AUTO_CLAIM_IDLE`]. Entries a
+    /// live worker holds never reach it: the keeper refreshes them ([`Queue::touch_inflight`]).
+    pub fn claim_idle(&self) -> Duration {
+        self.policy.claim_idle.unwrap_or_else(|| {
+            let longest = Duration::from_micros(self.longest_window_us.load(Ordering::Relaxed));
+            (longest * 10).max(MIN_AUTO_CLAIM_IDLE)
+        })
+    }
+
+    /// Records how long a window took (read to outcomes).
+    pub fn note_window(&self, took: Duration) {
+        self.longest_window_us
+            .fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Finds what this Redis offers instead of assuming it: `XACKDEL` (8.2) is probed with
+    /// `COMMAND INFO`. Returns the server version for the log.
+    pub async fn probe(&self) -> redis::RedisResult<String> {
+        let mut conn = self.writer.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_string();
+        let ackdel = command_exists(&mut conn, "XACKDEL").await?;
+        self.ackdel.store(ackdel, Ordering::Relaxed);
+        Ok(version)
+    }
+
+    /// Whether acknowledgements use `XACKDEL`.
+    pub fn uses_xackdel(&self) -> bool {
+        self.ackdel.load(Ordering::Relaxed)
     }
 
     /// Creates the stream and the group if needed. The group starts at the stream's beginning,
@@ -194,15 +334,207 @@ impl Queue {
             other => other?,
         };
         let received = Instant::now();
-        let deliveries: Vec<Delivery> = parse_read_reply(reply)
+        let mut deliveries: Vec<Delivery> = parse_read_reply(reply)
             .into_iter()
             .map(|(entry_id, fields)| delivery(entry_id, fields, received))
             .collect();
+        self.drop_gone(&mut deliveries).await?;
+        self.hold(&deliveries);
+        // New entries are on their first delivery; entries read again are counted by Redis.
+        if id != ">" {
+            self.fill_delivery_counts(&mut deliveries).await?;
+        }
         for job in deliveries.iter().filter_map(|d| d.job.as_ref().ok()) {
             metrics::histogram!(m::WORKER_QUEUE_WAIT)
                 .record(m::seconds_since_unix_ms(job.accepted_ms));
         }
         Ok(deliveries)
+    }
+
+    /// Claims up to `count` entries that sat unacknowledged with any consumer (this one
+    /// included) for at least `min_idle`: a worker that died, or entries handed back. `cursor`
+    /// carries the `XAUTOCLAIM` scan position between calls (start with `"0-0"`). Each claim
+    /// counts as a delivery.
+    pub async fn claim(
+        &self,
+        min_idle: Duration,
+        count: usize,
+        cursor: &mut String,
+    ) -> redis::RedisResult<Vec<Delivery>> {
+        let mut conn = self.writer.clone();
+        let reply: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
+            .arg(self.layout.jobs())
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(min_idle.as_millis() as u64)
+            .arg(cursor.as_str())
+            .arg("COUNT")
+            .arg(count.max(1))
+            .query_async(&mut conn)
+            .await;
+        let reply = match reply {
+            Err(e) if e.code() == Some("NOGROUP") => {
+                self.ensure_group().await?;
+                return Ok(Vec::new());
+            }
+            other => other?,
+        };
+        let Value::Array(mut parts) = reply else {
+            return Ok(Vec::new());
+        };
+        if parts.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let entries = parts.swap_remove(1);
+        if let Some(next) = bytes(parts.swap_remove(0)).and_then(|b| String::from_utf8(b).ok()) {
+            *cursor = next;
+        }
+        let received = Instant::now();
+        let mut deliveries: Vec<Delivery> = parse_entries(entries)
+            .into_iter()
+            .map(|(entry_id, fields)| delivery(entry_id, fields, received))
+            .collect();
+        self.drop_gone(&mut deliveries).await?;
+        self.hold(&deliveries);
+        self.fill_delivery_counts(&mut deliveries).await?;
+        if !deliveries.is_empty() {
+            metrics::counter!(m::WORKER_JOBS_RECLAIMED).increment(deliveries.len() as u64);
+        }
+        Ok(deliveries)
+    }
+
+    /// Acknowledges entries that were deleted while pending (they come back without fields):
+    /// nothing is left to answer.
+    async fn drop_gone(&self, deliveries: &mut Vec<Delivery>) -> redis::RedisResult<()> {
+        let gone: Vec<String> = deliveries
+            .iter()
+            .filter(|d| d.gone)
+            .map(|d| d.entry_id.clone())
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        deliveries.retain(|d| !d.gone);
+        let mut conn = self.writer.clone();
+        redis::cmd("XACK")
+            .arg(self.layout.jobs())
+            .arg(GROUP)
+            .arg(&gone)
+            .query_async::<()>(&mut conn)
+            .await
+    }
+
+    /// Sets each delivery's count from the group's pending list (`XPENDING` per entry, one
+    /// round trip).
+    async fn fill_delivery_counts(&self, deliveries: &mut [Delivery]) -> redis::RedisResult<()> {
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for d in deliveries.iter() {
+            pipe.cmd("XPENDING")
+                .arg(self.layout.jobs())
+                .arg(GROUP)
+                .arg(&d.entry_id)
+                .arg(&d.entry_id)
+                .arg(1);
+        }
+        let mut conn = self.writer.clone();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        for (d, reply) in deliveries.iter_mut().zip(replies) {
+            if let Some((_, count)) = parse_pending(reply).into_iter().next() {
+                d.deliveries = count.max(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Entries this consumer still holds in the group, with their delivery counts.
+    pub async fn own_pending(&self, count: usize) -> redis::RedisResult<Vec<(String, u64)>> {
+        let mut conn = self.writer.clone();
+        let reply: Value = redis::cmd("XPENDING")
+            .arg(self.layout.jobs())
+            .arg(GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(count.max(1))
+            .arg(&self.consumer)
+            .query_async(&mut conn)
+            .await?;
+        Ok(parse_pending(reply))
+    }
+
+    /// Hands entries back to the group without acknowledging them: their idle time is set past
+    /// any claim-idle time, so the next `XAUTOCLAIM` of any worker takes them, and their
+    /// delivery count is set to the given value (the claim adds one).
+    pub async fn release(&self, entries: &[(String, u64)]) -> redis::RedisResult<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (id, count) in entries {
+            self.release_cmd(&mut pipe, id, *count);
+        }
+        let mut conn = self.writer.clone();
+        pipe.query_async::<()>(&mut conn).await?;
+        self.forget(entries.iter().map(|(id, _)| id.as_str()));
+        Ok(())
+    }
+
+    fn release_cmd(&self, pipe: &mut redis::Pipeline, entry_id: &str, retry_count: u64) {
+        pipe.cmd("XCLAIM")
+            .arg(self.layout.jobs())
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(0)
+            .arg(entry_id)
+            .arg("IDLE")
+            .arg(RELEASED_IDLE_MS)
+            .arg("RETRYCOUNT")
+            .arg(retry_count)
+            .arg("JUSTID")
+            .ignore();
+    }
+
+    /// Refreshes the idle time of every entry this worker holds (`XCLAIM … JUSTID` to itself,
+    /// which does not count a delivery), so no peer claims a job that is only slow.
+    pub async fn touch_inflight(&self) -> redis::RedisResult<usize> {
+        let ids: Vec<String> = self.inflight.lock().unwrap().iter().cloned().collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.writer.clone();
+        for chunk in ids.chunks(500) {
+            redis::cmd("XCLAIM")
+                .arg(self.layout.jobs())
+                .arg(GROUP)
+                .arg(&self.consumer)
+                .arg(0)
+                .arg(chunk)
+                .arg("JUSTID")
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
+        Ok(ids.len())
+    }
+
+    fn hold(&self, deliveries: &[Delivery]) {
+        let mut set = self.inflight.lock().unwrap();
+        set.extend(deliveries.iter().map(|d| d.entry_id.clone()));
+    }
+
+    /// Stops refreshing these entries (acknowledged, handed back, or given up on: then they
+    /// become claimable after the claim-idle time).
+    pub fn forget<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        let mut set = self.inflight.lock().unwrap();
+        for id in ids {
+            set.remove(id);
+        }
+    }
+
+    /// Entries currently held.
+    pub fn inflight(&self) -> usize {
+        self.inflight.lock().unwrap().len()
     }
 
     /// Marks the queries of a window `running` and announces it.
@@ -222,7 +554,8 @@ impl Queue {
         inv.invoke_async::<()>(&mut conn).await
     }
 
-    /// Writes every outcome of a window, announces it, then acknowledges and deletes the entries.
+    /// Writes every outcome of a window, announces it, then acknowledges and deletes the
+    /// entries (and hands back the ones to retry), all in one `MULTI`.
     pub async fn finish(&self, outcomes: &[Outcome]) -> redis::RedisResult<()> {
         if outcomes.is_empty() {
             return Ok(());
@@ -230,9 +563,11 @@ impl Queue {
         let events = self.layout.events();
         let mut pipe = redis::pipe();
         pipe.atomic();
+        let mut acked: Vec<&str> = Vec::new();
         for outcome in outcomes {
             match outcome {
                 Outcome::Done {
+                    entry_id,
                     request_id,
                     epoch,
                     page_size,
@@ -262,54 +597,137 @@ impl Queue {
                         .arg(&events)
                         .arg(format!("{request_id} done"))
                         .ignore();
+                    acked.push(entry_id);
                 }
                 Outcome::Failed {
+                    entry_id,
                     request_id,
                     error,
                     worker,
-                    ..
                 } => {
-                    let key = self.layout.query(request_id);
-                    pipe.cmd("HSET")
-                        .arg(&key)
-                        .arg(qf::STATUS)
-                        .arg(QueryStatus::Failed.as_str())
-                        .arg(qf::ERROR_CODE)
-                        .arg(&error.code)
-                        .arg(qf::ERROR_MESSAGE)
-                        .arg(&error.message)
-                        .arg(qf::WORKER_US)
-                        .arg(worker.as_micros() as u64)
-                        .ignore();
-                    if let Some(i) = error.key_index {
-                        pipe.cmd("HSET")
-                            .arg(&key)
-                            .arg(qf::KEY_INDEX)
-                            .arg(i)
-                            .ignore();
-                    }
-                    pipe.cmd("EXPIRE").arg(&key).arg(self.result_ttl).ignore();
-                    pipe.cmd("PUBLISH")
-                        .arg(&events)
-                        .arg(format!("{request_id} failed"))
-                        .ignore();
+                    self.fail_cmds(&mut pipe, request_id, error, *worker);
+                    acked.push(entry_id);
                 }
-                Outcome::Discard { .. } => {}
+                Outcome::Discard { entry_id } => acked.push(entry_id),
+                Outcome::Retry {
+                    entry_id,
+                    deliveries,
+                } => self.release_cmd(&mut pipe, entry_id, *deliveries),
+                Outcome::DeadLetter {
+                    entry_id,
+                    request_id,
+                    error,
+                    deliveries,
+                } => {
+                    pipe.cmd("EVAL")
+                        .arg(DEAD_LETTER)
+                        .arg(2)
+                        .arg(self.layout.jobs())
+                        .arg(self.layout.dead_letters())
+                        .arg(entry_id)
+                        .arg(self.policy.dead_letter_max)
+                        .arg(&error.code)
+                        .arg(&error.message)
+                        .arg(*deliveries)
+                        .arg(&self.consumer)
+                        .ignore();
+                    if let Some(request_id) = request_id {
+                        self.fail_cmds(&mut pipe, request_id, error, Duration::ZERO);
+                    }
+                    acked.push(entry_id);
+                }
             }
         }
-        let ids: Vec<&str> = outcomes.iter().map(Outcome::entry_id).collect();
-        pipe.cmd("XACK")
-            .arg(self.layout.jobs())
-            .arg(GROUP)
-            .arg(&ids)
-            .ignore();
-        pipe.cmd("XDEL").arg(self.layout.jobs()).arg(&ids).ignore();
+        if !acked.is_empty() {
+            if self.uses_xackdel() {
+                pipe.cmd("XACKDEL")
+                    .arg(self.layout.jobs())
+                    .arg(GROUP)
+                    .arg("IDS")
+                    .arg(acked.len())
+                    .arg(&acked)
+                    .ignore();
+            } else {
+                pipe.cmd("XACK")
+                    .arg(self.layout.jobs())
+                    .arg(GROUP)
+                    .arg(&acked)
+                    .ignore();
+                pipe.cmd("XDEL")
+                    .arg(self.layout.jobs())
+                    .arg(&acked)
+                    .ignore();
+            }
+        }
         let mut conn = self.writer.clone();
-        pipe.query_async::<()>(&mut conn).await
+        pipe.query_async::<()>(&mut conn).await?;
+        self.forget(outcomes.iter().map(Outcome::entry_id));
+        Ok(())
+    }
+
+    fn fail_cmds(
+        &self,
+        pipe: &mut redis::Pipeline,
+        request_id: &str,
+        error: &ErrorBody,
+        worker: Duration,
+    ) {
+        pipe.cmd("EVAL")
+            .arg(FAIL)
+            .arg(1)
+            .arg(self.layout.query(request_id))
+            .arg(&error.code)
+            .arg(&error.message)
+            .arg(worker.as_micros() as u64)
+            .arg(error.key_index.map(|i| i.to_string()).unwrap_or_default())
+            .arg(self.result_ttl)
+            .ignore();
+        pipe.cmd("PUBLISH")
+            .arg(self.layout.events())
+            .arg(format!("{request_id} failed"))
+            .ignore();
     }
 }
 
+/// Whether the server knows `name` (`COMMAND INFO` answers nil for unknown commands).
+pub async fn command_exists(conn: &mut ConnectionManager, name: &str) -> redis::RedisResult<bool> {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg(name)
+        .query_async(conn)
+        .await?;
+    Ok(match reply {
+        Value::Array(items) => items.iter().any(|v| !matches!(v, Value::Nil)),
+        _ => false,
+    })
+}
+
+/// `(entry id, delivery count)` from an extended `XPENDING` reply.
+fn parse_pending(reply: Value) -> Vec<(String, u64)> {
+    let Value::Array(items) = reply else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let Value::Array(f) = item else { return None };
+            let mut it = f.into_iter();
+            let id = bytes(it.next()?).and_then(|b| String::from_utf8(b).ok())?;
+            let _consumer = it.next()?;
+            let _idle = it.next()?;
+            let count = match it.next()? {
+                Value::Int(n) => n.max(0) as u64,
+                other => bytes(other)
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .and_then(|s| s.parse().ok())?,
+            };
+            Some((id, count))
+        })
+        .collect()
+}
+
 fn delivery(entry_id: String, fields: Fields, received: Instant) -> Delivery {
+    let gone = fields.is_empty();
     let field = |name: &str| {
         fields
             .iter()
@@ -333,6 +751,8 @@ fn delivery(entry_id: String, fields: Fields, received: Instant) -> Delivery {
         request_id,
         job,
         received,
+        deliveries: 1,
+        gone,
     }
 }
 
@@ -346,32 +766,39 @@ fn parse_read_reply(reply: Value) -> Vec<(String, Fields)> {
         Value::Array(items) => items.into_iter().filter_map(pair).collect(),
         _ => Vec::new(),
     };
+    streams
+        .into_iter()
+        .flat_map(|(_name, entries)| parse_entries(entries))
+        .collect()
+}
+
+/// `(entry id, fields)` of a list of stream entries; entries without fields (deleted ones, as
+/// `XAUTOCLAIM` on Redis 6.2 returns them) have none.
+fn parse_entries(entries: Value) -> Vec<(String, Fields)> {
+    let Value::Array(entries) = entries else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
-    for (_name, entries) in streams {
-        let Value::Array(entries) = entries else {
+    for entry in entries {
+        let Some((id, fields)) = pair(entry) else {
             continue;
         };
-        for entry in entries {
-            let Some((id, fields)) = pair(entry) else {
-                continue;
-            };
-            let Some(id) = bytes(id).and_then(|b| String::from_utf8(b).ok()) else {
-                continue;
-            };
-            let flat = match fields {
-                Value::Array(items) => items,
-                Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-                _ => Vec::new(),
-            };
-            let mut it = flat.into_iter();
-            let mut kv = Vec::new();
-            while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                if let (Some(k), Some(v)) = (bytes(k), bytes(v)) {
-                    kv.push((k, v));
-                }
+        let Some(id) = bytes(id).and_then(|b| String::from_utf8(b).ok()) else {
+            continue;
+        };
+        let flat = match fields {
+            Value::Array(items) => items,
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => Vec::new(),
+        };
+        let mut it = flat.into_iter();
+        let mut kv = Vec::new();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            if let (Some(k), Some(v)) = (bytes(k), bytes(v)) {
+                kv.push((k, v));
             }
-            out.push((id, kv));
         }
+        out.push((id, kv));
     }
     out
 }

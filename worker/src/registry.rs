@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::layout::{db_field, Layout};
+use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::Serialize;
@@ -20,7 +21,8 @@ pub struct Registration {
     pub num_pages: u64,
     pub page_size: u32,
     pub domain_bits: u8,
-    pub epoch: u64,
+    /// The epochs this worker answers now (refreshed at every beat).
+    pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
 }
@@ -57,6 +59,45 @@ pub async fn register(
     beat(conn, layout, reg, heartbeat_ttl).await
 }
 
+/// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
+/// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
+/// moment behind never moves a party's advertised window back. A new geometry replaces all.
+const RAISE: &str = r#"
+local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
+  and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+for i = 7, 9, 2 do
+  local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
+  if not same or tonumber(ARGV[i + 1]) > current then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+"#;
+
+/// Publishes the database and this worker's epoch window (see [`RAISE`]).
+pub async fn publish_window(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    reg: &Registration,
+) -> redis::RedisResult<()> {
+    redis::Script::new(RAISE)
+        .key(layout.db())
+        .arg(db_field::NUM_PAGES)
+        .arg(reg.num_pages)
+        .arg(db_field::PAGE_SIZE)
+        .arg(reg.page_size)
+        .arg(db_field::DOMAIN_BITS)
+        .arg(reg.domain_bits)
+        .arg(db_field::EPOCH)
+        .arg(reg.window.newest)
+        .arg(db_field::MIN_EPOCH)
+        .arg(reg.window.oldest)
+        .invoke_async::<i64>(conn)
+        .await
+        .map(drop)
+}
+
 /// One heartbeat. It rewrites the database registration too, so a Redis that lost its data
 /// (restart without persistence) learns it again within one interval.
 pub async fn beat(
@@ -65,22 +106,10 @@ pub async fn beat(
     reg: &Registration,
     ttl: Duration,
 ) -> redis::RedisResult<()> {
+    publish_window(conn, layout, reg).await?;
     let json = serde_json::to_string(reg).expect("registration serializes");
     redis::pipe()
         .atomic()
-        .cmd("HSET")
-        .arg(layout.db())
-        .arg(db_field::NUM_PAGES)
-        .arg(reg.num_pages)
-        .arg(db_field::PAGE_SIZE)
-        .arg(reg.page_size)
-        .arg(db_field::DOMAIN_BITS)
-        .arg(reg.domain_bits)
-        .arg(db_field::EPOCH)
-        .arg(reg.epoch)
-        .arg(db_field::MIN_EPOCH)
-        .arg(reg.epoch)
-        .ignore()
         .cmd("SET")
         .arg(layout.worker(&reg.worker_id))
         .arg(json)
@@ -96,10 +125,12 @@ pub async fn beat(
 }
 
 /// Heartbeats every `interval` until the task is aborted; failures are logged and retried.
+/// Each beat carries the window from `epochs` as it is then.
 pub fn spawn_heartbeat(
     mut conn: ConnectionManager,
     layout: Layout,
-    reg: Registration,
+    mut reg: Registration,
+    epochs: tokio::sync::watch::Receiver<EpochRange>,
     interval: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -107,6 +138,7 @@ pub fn spawn_heartbeat(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            reg.window = *epochs.borrow();
             match beat(&mut conn, &layout, &reg, interval * 3).await {
                 Ok(()) => metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
                     .set(pirq_shared::metrics::unix_now_seconds()),

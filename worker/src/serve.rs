@@ -6,35 +6,40 @@
 //! pulling the next jobs from Redis; the window's results are written by a task of their own
 //! while the next window is formed and scanned.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::metrics as m;
-use pirq_shared::wire::{ErrorBody, Job, WireError};
+use pirq_shared::wire::{EpochRange, ErrorBody, Job, WireError};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::batcher::{Batcher, Window};
 use crate::queue::{Delivery, Outcome, Queue};
+use crate::reclaim;
 use crate::scan::{Geometry, Scanner};
 
 /// Everything the loop needs.
 pub struct Worker {
     pub scanner: Arc<dyn Scanner>,
     pub queue: Arc<Queue>,
-    /// Epoch of the database the scanner serves.
-    pub epoch: u64,
+    /// The scanner's epoch window, as the updates follower announces it.
+    pub epochs: watch::Receiver<EpochRange>,
+    /// How long a job pinned to an epoch not applied yet waits for it.
+    pub epoch_wait: Duration,
     pub max_batch_keys: usize,
     pub max_wait: Duration,
     pub block: Duration,
 }
 
-/// Runs until `stop` turns true: then stops reading, finishes the window in flight and writes
-/// its results.
+/// Runs until `stop` turns true: then stops reading, finishes the window in flight, writes its
+/// results, and hands back to the group every job it held but had not started.
 pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
+    let keeper = reclaim::spawn_keeper(worker.queue.clone(), stop.clone());
     let (tx, rx) = mpsc::channel(worker.max_batch_keys.max(1));
     let reader = tokio::spawn(read_loop(
         worker.queue.clone(),
@@ -64,6 +69,24 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
     if let Some(w) = writing.take() {
         let _ = w.await;
     }
+    keeper.abort();
+    // What is still ours was read but never started (buffered, or cut off by the stop): back to
+    // the group now, so peers need not wait for the claim-idle time.
+    let mut backoff = Duration::from_millis(50);
+    for attempt in 1..=5 {
+        match reclaim::release_held(&worker.queue).await {
+            Ok(n) => {
+                tracing::info!(jobs = n, "handed back the jobs held but not started");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "handing back held jobs failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+        }
+    }
+    tracing::warn!("held jobs not handed back; peers claim them after the claim-idle time");
 }
 
 /// Keeps the channel fed from the stream until `stop`.
@@ -76,6 +99,10 @@ async fn read_loop(
     let mut backoff = Duration::from_millis(50);
     // First what this consumer already held (a restart under the same name), then new entries.
     let mut own_pending = Some("0".to_string());
+    // Reclaim: entries idle past the claim-idle time with any consumer (dead ones, handed back).
+    let mut cursor = "0-0".to_string();
+    let mut next_claim = tokio::time::Instant::now();
+    let max_deliveries = queue.policy().max_deliveries;
     loop {
         if *stop.borrow() {
             return;
@@ -87,9 +114,32 @@ async fn read_loop(
                 _ = stop.changed() => return,
             }
         }
+        let claim_now = own_pending.is_none() && tokio::time::Instant::now() >= next_claim;
         let read = match &own_pending {
             Some(after) => queue.read_own_pending(tx.capacity(), after).await,
-            None => queue.read(tx.capacity(), block).await,
+            None if claim_now => {
+                let idle = queue.claim_idle();
+                let r = queue.claim(idle, tx.capacity(), &mut cursor).await;
+                // A full page: more may be waiting, claim again at once; else after a while.
+                if !matches!(&r, Ok(d) if d.len() >= tx.capacity()) && cursor == "0-0" {
+                    next_claim = tokio::time::Instant::now()
+                        + (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+                }
+                if let Ok(d) = &r {
+                    if !d.is_empty() {
+                        tracing::info!(
+                            jobs = d.len(),
+                            "claimed jobs idle past the claim-idle time"
+                        );
+                    }
+                }
+                r
+            }
+            None => {
+                queue
+                    .read(tx.capacity(), block.min(Duration::from_secs(1)))
+                    .await
+            }
         };
         match read {
             Ok(deliveries) => {
@@ -99,6 +149,16 @@ async fn read_loop(
                     if let Some(n) = own_pending.as_ref().map(|_| deliveries.len()) {
                         tracing::info!(jobs = n, "resuming jobs this consumer held before");
                     }
+                }
+                let (dead, deliveries): (Vec<Delivery>, Vec<Delivery>) = deliveries
+                    .into_iter()
+                    .partition(|d| d.deliveries > max_deliveries);
+                let dead: Vec<Outcome> = dead
+                    .iter()
+                    .filter_map(|d| reclaim::over_limit(d, max_deliveries))
+                    .collect();
+                if !dead.is_empty() {
+                    write_outcomes(&queue, dead).await;
                 }
                 for d in deliveries {
                     if tx.send(d).await.is_err() {
@@ -116,9 +176,18 @@ async fn read_loop(
 }
 
 /// Marks the window running, runs its passes on a blocking thread, and returns the outcomes.
+/// Failures are then held to the delivery limit ([`reclaim::apply_policy`]).
 async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
     let span = tracing::debug_span!("window", jobs = window.deliveries.len(), keys = window.keys);
-    run_window_inner(worker, window).instrument(span).await
+    let deliveries: HashMap<String, u64> = window
+        .deliveries
+        .iter()
+        .map(|d| (d.entry_id.clone(), d.deliveries))
+        .collect();
+    let start = Instant::now();
+    let outcomes = run_window_inner(worker, window).instrument(span).await;
+    worker.queue.note_window(start.elapsed());
+    reclaim::apply_policy(outcomes, &deliveries, worker.queue.policy().max_deliveries)
 }
 
 async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
@@ -143,10 +212,10 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         .iter()
         .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
         .collect();
+    wait_for_pinned_epochs(worker, &window).await;
     let scanner = worker.scanner.clone();
-    let epoch = worker.epoch;
     let outcomes =
-        match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), epoch, window)).await {
+        match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 tracing::error!(error = %e, "scanner pass panicked; failing its window");
@@ -169,6 +238,30 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
     outcomes
 }
 
+/// A job may pin an epoch the gateway already accepted but this worker's follower has not
+/// applied yet: wait for it (bounded by `epoch_wait`) rather than fail the job.
+async fn wait_for_pinned_epochs(worker: &Worker, window: &Window) {
+    let Some(pinned) = window
+        .deliveries
+        .iter()
+        .filter_map(|d| d.job.as_ref().ok().and_then(|j| j.epoch))
+        .max()
+    else {
+        return;
+    };
+    let mut epochs = worker.epochs.clone();
+    if epochs.borrow().newest >= pinned {
+        return;
+    }
+    let reached = epochs.wait_for(|w| w.newest >= pinned);
+    if tokio::time::timeout(worker.epoch_wait, reached)
+        .await
+        .is_err()
+    {
+        tracing::warn!(epoch = pinned, "a job's epoch was not applied in time");
+    }
+}
+
 /// Writes outcomes, retrying while Redis is unreachable. If it stays unreachable the entries
 /// stay pending in the group and are delivered again.
 async fn write_outcomes(queue: &Queue, outcomes: Vec<Outcome>) {
@@ -188,8 +281,10 @@ async fn write_outcomes(queue: &Queue, outcomes: Vec<Outcome>) {
     }
     tracing::error!(
         jobs = outcomes.len(),
-        "giving up writing results; the jobs stay pending"
+        "giving up writing results; the jobs stay pending and are claimed again"
     );
+    // Stop refreshing them: after the claim-idle time any worker (this one too) claims them.
+    queue.forget(outcomes.iter().map(Outcome::entry_id));
 }
 
 fn record_outcomes(outcomes: &[Outcome]) {
@@ -209,6 +304,13 @@ fn record_outcomes(outcomes: &[Outcome]) {
                     .record(m::seconds_since_unix_ms(*accepted_ms));
             }
             Outcome::Failed { .. } => metrics::counter!(m::WORKER_JOBS_FAILED).increment(1),
+            Outcome::DeadLetter { request_id, .. } => {
+                metrics::counter!(m::WORKER_JOBS_DEAD_LETTERED).increment(1);
+                if request_id.is_some() {
+                    metrics::counter!(m::WORKER_JOBS_FAILED).increment(1);
+                }
+            }
+            Outcome::Retry { .. } => metrics::counter!(m::WORKER_JOBS_RELEASED).increment(1),
             Outcome::Discard { .. } => {}
         }
     }
@@ -222,12 +324,15 @@ struct Valid {
     accepted_ms: u64,
     first: usize,
     count: usize,
+    epoch: u64,
 }
 
 /// Validates every job, answers all valid keys in as few passes as the scanner allows, and
 /// splits the answers back per job. Runs on a blocking thread.
-pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome> {
+pub fn execute(scanner: &dyn Scanner, window: Window) -> Vec<Outcome> {
     let geometry = scanner.geometry();
+    let epochs = scanner.epoch_window();
+    let mut key_epochs = Vec::with_capacity(window.keys);
     let mut outcomes = Vec::with_capacity(window.deliveries.len());
     let mut valid = Vec::new();
     let mut keys = Vec::with_capacity(window.keys);
@@ -240,8 +345,9 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
             continue;
         };
         let accepted_ms = d.job.as_ref().map(|j| j.accepted_ms).unwrap_or(0);
-        match check_job(d.job, &geometry, epoch) {
-            Ok(job_keys) => {
+        match check_job(d.job, &geometry, epochs) {
+            Ok((epoch, job_keys)) => {
+                key_epochs.extend(std::iter::repeat_n(epoch, job_keys.len()));
                 valid.push(Valid {
                     entry_id: d.entry_id,
                     request_id,
@@ -249,6 +355,7 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
                     accepted_ms,
                     first: keys.len(),
                     count: job_keys.len(),
+                    epoch,
                 });
                 keys.extend(job_keys);
             }
@@ -266,11 +373,13 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
     let start = Instant::now();
     let page_size = geometry.page_size;
     let mut answers = Vec::with_capacity(keys.len() * page_size);
+    let per_pass = scanner.max_batch_keys().max(1);
     let result = keys
-        .chunks(scanner.max_batch_keys().max(1))
-        .try_for_each(|chunk| {
+        .chunks(per_pass)
+        .zip(key_epochs.chunks(per_pass))
+        .try_for_each(|(chunk, chunk_epochs)| {
             let pass_start = Instant::now();
-            let a = scanner.pass(chunk)?;
+            let a = scanner.pass_at(chunk, chunk_epochs)?;
             metrics::histogram!(m::WORKER_PASS_DURATION).record(pass_start.elapsed().as_secs_f64());
             answers.extend_from_slice(a.as_bytes());
             Ok::<_, crate::scan::ScanError>(())
@@ -281,7 +390,7 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
             pages: answers[v.first * page_size..(v.first + v.count) * page_size].to_vec(),
             entry_id: v.entry_id,
             request_id: v.request_id,
-            epoch,
+            epoch: v.epoch,
             page_size,
             scan,
             worker: v.received.elapsed(),
@@ -301,22 +410,29 @@ pub fn execute(scanner: &dyn Scanner, epoch: u64, window: Window) -> Vec<Outcome
 }
 
 /// The worker's own check of a job: the gateway validated it, but the stream is not trusted.
+/// Returns the epoch the job is answered at (its pinned one, or the newest) and its keys.
 fn check_job(
     job: Result<Job, WireError>,
     geometry: &Geometry,
-    epoch: u64,
-) -> Result<Vec<DpfKey>, ErrorBody> {
+    epochs: EpochRange,
+) -> Result<(u64, Vec<DpfKey>), ErrorBody> {
     let job = job.map_err(|e| ErrorBody::new(e.code, e.message))?;
     if job.keys.is_empty() {
         return Err(ErrorBody::new(ErrorCode::NoKeys, "the job has no keys"));
     }
-    if let Some(e) = job.epoch.filter(|e| *e != epoch) {
+    let epoch = job.epoch.unwrap_or(epochs.newest);
+    if !epochs.contains(epoch) {
         return Err(ErrorBody::new(
             ErrorCode::EpochUnavailable,
-            format!("epoch {e} is not served; this worker serves epoch {epoch}"),
-        ));
+            format!(
+                "epoch {epoch} is outside the window {}..={} this worker answers",
+                epochs.oldest, epochs.newest
+            ),
+        )
+        .with_window(epochs));
     }
-    job.keys
+    let keys = job
+        .keys
         .iter()
         .enumerate()
         .map(|(i, bytes)| {
@@ -336,5 +452,6 @@ fn check_job(
             }
             Ok(key)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((epoch, keys))
 }

@@ -5,9 +5,11 @@ use std::sync::Arc;
 use pirq_shared::bits::xor_into;
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{generate, DpfKey};
+use pirq_shared::update::EpochUpdate;
+use pirq_shared::wire::EpochRange;
 use pirq_worker::epochs::{EpochError, PageWrite};
 use pirq_worker::scan::cpu::CpuScanner;
-use pirq_worker::scan::ScanError;
+use pirq_worker::scan::{ScanError, Scanner};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 
@@ -67,7 +69,12 @@ fn random_update(
 
 impl Fixture {
     fn push(&mut self, scanner: &CpuScanner, epoch: u64, writes: &[PageWrite]) {
-        scanner.apply_epoch(epoch, writes).unwrap();
+        scanner
+            .apply_epoch(&EpochUpdate {
+                epoch,
+                pages: writes.to_vec(),
+            })
+            .unwrap();
         let mut next = self.model.last().unwrap().clone();
         for w in writes {
             next[w.index as usize] = w.page.clone();
@@ -82,7 +89,7 @@ impl Fixture {
 
 /// Queries pinned to every epoch of the window, both parties, against the model.
 fn check_window(f: &Fixture, scanner: &CpuScanner, rng: &mut StdRng) {
-    let (oldest, newest) = scanner.epoch_window();
+    let EpochRange { oldest, newest } = scanner.epoch_window();
     let n = f.db.header().domain_bits();
     let num_pages = f.db.num_pages();
     let mut keys = (Vec::<DpfKey>::new(), Vec::<DpfKey>::new());
@@ -133,7 +140,7 @@ proptest! {
                 writes.last_mut().unwrap().page[0] = e as u8;
             }
             f.push(&scanner, e, &writes);
-            let (oldest, newest) = scanner.epoch_window();
+            let EpochRange { oldest, newest } = scanner.epoch_window();
             prop_assert_eq!(newest, e);
             prop_assert_eq!(oldest, (e + 1).saturating_sub(window as u64).max(5));
             check_window(&f, &scanner, &mut rng);
@@ -158,28 +165,41 @@ fn out_of_window_and_bad_updates_are_refused() {
         })
     ));
     let page = vec![1u8; 256];
-    let write = |index, page: &Vec<u8>| {
-        vec![PageWrite {
+    let write = |epoch, index, page: &Vec<u8>| EpochUpdate {
+        epoch,
+        pages: vec![PageWrite {
             index,
             page: page.clone(),
-        }]
+        }],
     };
     assert!(matches!(
-        scanner.apply_epoch(2, &write(0, &page)),
+        scanner.apply_epoch(&write(2, 0, &page)),
         Err(ScanError::Epoch(EpochError::NotNext { got: 2, newest: 0 }))
     ));
     assert!(matches!(
-        scanner.apply_epoch(1, &write(100, &page)),
+        scanner.apply_epoch(&write(1, 100, &page)),
         Err(ScanError::Epoch(EpochError::PageIndex { .. }))
     ));
     assert!(matches!(
-        scanner.apply_epoch(1, &write(0, &vec![0u8; 255])),
+        scanner.apply_epoch(&write(1, 0, &vec![0u8; 255])),
         Err(ScanError::Epoch(EpochError::PageSize { .. }))
     ));
     // Nothing of a refused update was applied.
-    assert_eq!(scanner.epoch_window(), (0, 0));
-    scanner.apply_epoch(1, &write(3, &page)).unwrap();
-    scanner.apply_epoch(2, &write(4, &page)).unwrap();
-    assert_eq!(scanner.epoch_window(), (1, 2));
+    assert_eq!(
+        scanner.epoch_window(),
+        EpochRange {
+            oldest: 0,
+            newest: 0
+        }
+    );
+    scanner.apply_epoch(&write(1, 3, &page)).unwrap();
+    scanner.apply_epoch(&write(2, 4, &page)).unwrap();
+    assert_eq!(
+        scanner.epoch_window(),
+        EpochRange {
+            oldest: 1,
+            newest: 2
+        }
+    );
     assert!(scanner.pass_at(&[k], &[0]).is_err());
 }

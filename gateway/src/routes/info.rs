@@ -19,8 +19,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         num_pages: db.num_pages,
         page_size: db.page_size,
         domain_bits: db.domain_bits,
-        epoch: db.epoch,
-        min_epoch: db.min_epoch,
+        epoch: db.window(),
         max_keys_per_query: st.config.max_keys_per_query,
         workers,
     }))

@@ -1,5 +1,6 @@
 //! The HTTP routes. Handlers stay thin: parse, validate, one Redis call, answer.
 
+mod admin;
 mod health;
 mod info;
 mod queries;
@@ -25,6 +26,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/queries/{id}", get(queries::status))
         .route("/v1/queries/{id}/events", get(queries::events))
         .route("/v1/info", get(info::info))
+        .route(
+            "/v1/admin/epochs",
+            post(admin::push_epoch).layer(DefaultBodyLimit::max(state.config.max_update_bytes)),
+        )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -142,14 +142,17 @@ fn check_against_db(keys: &[DpfKey], epoch: Option<u64>, db: &DbInfo) -> Result<
         ));
     }
     if let Some(e) = epoch {
-        if !(db.min_epoch..=db.epoch).contains(&e) {
-            return Err(ApiError::new(
+        let window = db.window();
+        if !window.contains(e) {
+            let mut err = ApiError::new(
                 ErrorCode::EpochUnavailable,
                 format!(
-                    "epoch {e} is not served; epochs {}..={} are",
-                    db.min_epoch, db.epoch
+                    "epoch {e} is outside the window {}..={} this party answers",
+                    window.oldest, window.newest
                 ),
-            ));
+            );
+            err.body = err.body.with_window(window);
+            return Err(err);
         }
     }
     Ok(())

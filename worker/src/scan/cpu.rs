@@ -18,7 +18,9 @@ use pirq_shared::metrics::record_phase;
 use rayon::prelude::*;
 
 use super::{check_keys, Answers, Geometry, ScanError, Scanner};
-use crate::epochs::{DeltaWindow, PageWrite};
+use crate::epochs::DeltaWindow;
+use pirq_shared::update::EpochUpdate;
+use pirq_shared::wire::EpochRange;
 
 /// Default number of epochs answered exactly (the base and 15 later ones).
 pub const DEFAULT_EPOCH_WINDOW: usize = 16;
@@ -98,34 +100,7 @@ impl CpuScanner {
         self
     }
 
-    /// Oldest and newest epoch this scanner answers exactly.
-    pub fn epoch_window(&self) -> (u64, u64) {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        (state.window.oldest(), state.window.newest())
-    }
-
-    /// Adds epoch `newest + 1` (whole-page replacements). All of it applies, or none.
-    pub fn apply_epoch(&self, epoch: u64, writes: &[PageWrite]) -> Result<(), ScanError> {
-        let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
-        let State { pages, window } = &mut *guard;
-        let folded = window.push(epoch, writes, |p| pages.page(p).to_vec())?;
-        for (p, diff) in folded {
-            pirq_shared::bits::xor_into(pages.page_mut(p), &diff);
-        }
-        Ok(())
-    }
-
-    /// One pass answering each key at its own epoch (`epochs[q]` for `keys[q]`), all in the
-    /// window: a scan of the base, then the diffs merged per key.
-    pub fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
-        let (answers, times) = self.pass_at_timed(keys, epochs)?;
-        record_phase("expand", times.expand);
-        record_phase("scan", times.scan);
-        record_phase("merge", times.merge);
-        Ok(answers)
-    }
-
-    /// [`pass_at`](Self::pass_at) with the time of each phase (for metrics and benches).
+    /// [`Scanner::pass_at`] with the time of each phase (for metrics and benches).
     pub fn pass_at_timed(
         &self,
         keys: &[DpfKey],
@@ -227,9 +202,30 @@ impl Scanner for CpuScanner {
         self.max_batch_keys
     }
 
-    fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
-        let newest = self.epoch_window().1;
-        self.pass_at(keys, &vec![newest; keys.len()])
+    fn epoch_window(&self) -> EpochRange {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        EpochRange {
+            oldest: state.window.oldest(),
+            newest: state.window.newest(),
+        }
+    }
+
+    fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError> {
+        let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let State { pages, window } = &mut *guard;
+        let folded = window.push(update.epoch, &update.pages, |p| pages.page(p).to_vec())?;
+        for (p, diff) in folded {
+            pirq_shared::bits::xor_into(pages.page_mut(p), &diff);
+        }
+        Ok(())
+    }
+
+    fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
+        let (answers, times) = self.pass_at_timed(keys, epochs)?;
+        record_phase("expand", times.expand);
+        record_phase("scan", times.scan);
+        record_phase("merge", times.merge);
+        Ok(answers)
     }
 }
 

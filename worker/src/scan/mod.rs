@@ -9,6 +9,8 @@ pub mod cpu;
 pub mod cuda;
 
 use pirq_shared::dpf::DpfKey;
+use pirq_shared::update::EpochUpdate;
+use pirq_shared::wire::EpochRange;
 
 /// Shape of the database a scanner serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,8 @@ pub enum ScanError {
     BatchTooLarge { got: usize, max: usize },
     #[error(transparent)]
     Epoch(#[from] crate::epochs::EpochError),
+    #[error("{0} is not supported by this backend")]
+    Unsupported(&'static str),
     #[error("device error: {0}")]
     Device(String),
 }
@@ -83,8 +87,21 @@ pub trait Scanner: Send + Sync {
     /// Largest batch one pass accepts.
     fn max_batch_keys(&self) -> usize;
 
-    /// One pass over the database: the answer of every key, in order.
-    fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError>;
+    /// The epochs this scanner answers exactly (see [`crate::epochs`]).
+    fn epoch_window(&self) -> EpochRange;
+
+    /// Adds epoch `newest + 1`. All of the update applies, or none of it.
+    fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError>;
+
+    /// One pass over the database: the answer of every key, in order, `keys[q]` answered at
+    /// `epochs[q]` (each inside [`epoch_window`](Self::epoch_window)).
+    fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError>;
+
+    /// One pass with every key at the newest epoch.
+    fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
+        let newest = self.epoch_window().newest;
+        self.pass_at(keys, &vec![newest; keys.len()])
+    }
 }
 
 /// Checks that every key fits the database's domain; shared by all backends.

@@ -193,7 +193,8 @@ fn dpf(args: DpfArgs) -> anyhow::Result<()> {
 /// the base in exactly `changed` pages (fewer if random indices repeat); the merge is timed inside
 /// real passes at that epoch, and the next update forces a fold of the base.
 fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
-    use pirq_shared::update::PageWrite;
+    use pirq_shared::update::{EpochUpdate, PageWrite};
+    use pirq_worker::scan::Scanner;
     let load = record::load_average();
     let db = Arc::new(PirDb::open(&args.db)?);
     let header = *db.header();
@@ -223,7 +224,10 @@ fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
         let base = header.epoch;
         let first = update(k);
         let t = Instant::now();
-        scanner.apply_epoch(base + 1, &first)?;
+        scanner.apply_epoch(&EpochUpdate {
+            epoch: base + 1,
+            pages: first,
+        })?;
         let apply = t.elapsed();
         let keys = random_keys(header.domain_bits(), header.num_pages, args.q)?;
         let epochs = vec![base + 1; keys.len()];
@@ -236,7 +240,10 @@ fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
         }
         let second = update(k);
         let t = Instant::now();
-        scanner.apply_epoch(base + 2, &second)?;
+        scanner.apply_epoch(&EpochUpdate {
+            epoch: base + 2,
+            pages: second,
+        })?;
         let apply_fold = t.elapsed();
         table.row(vec![
             k.to_string(),

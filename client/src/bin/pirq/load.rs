@@ -318,7 +318,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
             .await
             .context("reading party A's info")?;
         let max_keys = info.max_keys_per_query as usize;
-        (info.clone(), info.epoch, max_keys)
+        (info.clone(), info.epoch.newest, max_keys)
     } else {
         client.agree().await.context("reading both parties' info")?
     };

@@ -533,7 +533,26 @@ impl Scanner for CudaScanner {
         self.config.max_batch_keys
     }
 
-    fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
+    fn epoch_window(&self) -> EpochRange {
+        EpochRange {
+            oldest: self.epoch,
+            newest: self.epoch,
+        }
+    }
+
+    fn apply_epoch(&self, _update: &EpochUpdate) -> Result<(), ScanError> {
+        Err(ScanError::Unsupported("applying epoch updates on the GPU"))
+    }
+
+    fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
+        if let Some(&epoch) = epochs.iter().find(|&&e| e != self.epoch) {
+            return Err(crate::epochs::EpochError::OutsideWindow {
+                epoch,
+                oldest: self.epoch,
+                newest: self.epoch,
+            }
+            .into());
+        }
         let (answers, t) = self.pass_timed(keys)?;
         if t.keys > 0 {
             let phases = [

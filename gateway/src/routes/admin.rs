@@ -1,0 +1,131 @@
+//! `POST /v1/admin/epochs`: append the next epoch's page replacements to the updates stream.
+//!
+//! The body is a whole [`EpochUpdate`] (JSON with base64 pages, or bincode), limited by
+//! `--max-update-bytes` rather than the query body limit. After checking the bearer token and
+//! the pages against the registered database, one Lua script checks that the epoch is the
+//! newest + 1, appends the update as a single stream entry with id `<epoch>-0`, and raises the
+//! registered newest epoch: all pages of an epoch or none, and no two gateways can append the
+//! same epoch.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::Json;
+use pirq_shared::error::ErrorCode;
+use pirq_shared::layout::{db_field, UPDATE_FIELD};
+use pirq_shared::update::EpochUpdate;
+use serde::Serialize;
+
+use super::Format;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Checks `epoch == registered newest + 1`, appends, raises the newest. Returns the new epoch,
+/// or `{-1, newest}` when the epoch is not the next one.
+const APPEND: &str = r#"
+local newest = tonumber(redis.call('HGET', KEYS[1], ARGV[3]) or '-1')
+local epoch = tonumber(ARGV[1])
+if epoch ~= newest + 1 then
+  return {-1, newest}
+end
+redis.call('XADD', KEYS[2], ARGV[1] .. '-0', ARGV[4], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[1])
+return {epoch, newest}
+"#;
+
+/// Answer of a successful push.
+#[derive(Serialize)]
+pub struct Pushed {
+    pub epoch: u64,
+    pub pages: usize,
+}
+
+pub async fn push_epoch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Pushed>), ApiError> {
+    authorize(state.config.admin_token.as_deref(), &headers)?;
+    let update = match Format::of_request(&headers)? {
+        Format::Json => EpochUpdate::from_json(&body),
+        Format::Bincode => EpochUpdate::from_bincode(&body),
+    }
+    .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
+    let db = state
+        .store
+        .database()
+        .await
+        .map_err(ApiError::redis)?
+        .ok_or_else(super::queries_no_database)?;
+    update
+        .validate(db.num_pages, db.page_size as usize)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
+
+    let layout = state.store.layout();
+    let script = redis::Script::new(APPEND);
+    let mut invocation = script.key(layout.db());
+    invocation
+        .key(layout.updates())
+        .arg(update.epoch)
+        .arg(update.to_bincode())
+        .arg(db_field::EPOCH)
+        .arg(UPDATE_FIELD);
+    let mut conn = state.store.connection();
+    let (applied, newest): (i64, i64) =
+        tokio::time::timeout(state.store.timeout(), invocation.invoke_async(&mut conn))
+            .await
+            .map_err(|_| ApiError::redis("timed out appending the update"))?
+            .map_err(ApiError::redis)?;
+    if applied < 0 {
+        return Err(ApiError::new(
+            ErrorCode::EpochNotNext,
+            format!(
+                "epoch {} is not the next epoch: the newest is {newest}",
+                update.epoch
+            ),
+        ));
+    }
+    state.db.invalidate();
+    tracing::info!(
+        epoch = update.epoch,
+        pages = update.pages.len(),
+        "epoch update appended"
+    );
+    Ok((
+        StatusCode::OK,
+        Json(Pushed {
+            epoch: update.epoch,
+            pages: update.pages.len(),
+        }),
+    ))
+}
+
+/// 403 when the gateway has no admin token, 401 unless `Authorization: Bearer <token>` matches.
+fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = expected else {
+        return Err(ApiError::new(
+            ErrorCode::AdminDisabled,
+            "this gateway has no admin token (--admin-token); the admin routes are off",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(ApiError::new(
+            ErrorCode::Unauthorized,
+            "missing or wrong bearer token",
+        ));
+    }
+    Ok(())
+}
+
+/// Compares without an early exit, so response timing does not reveal a token prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
