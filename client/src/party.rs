@@ -93,6 +93,31 @@ impl Party {
         }
     }
 
+    /// Pushes the next epoch's page replacements (`POST /v1/admin/epochs`, bincode body) with
+    /// the party's admin token; returns the epoch the party appended.
+    pub async fn push_epoch(
+        &self,
+        token: &str,
+        update: &pirq_shared::update::EpochUpdate,
+    ) -> Result<u64, ClientError> {
+        let resp = self
+            .http
+            .post(format!("{}/v1/admin/epochs", self.base))
+            .bearer_auth(token)
+            .header(CONTENT_TYPE, pirq_shared::wire::BINCODE)
+            .body(update.to_bincode())
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        if !resp.status().is_success() {
+            return Err(self.api_error(resp).await);
+        }
+        let body: serde_json::Value = resp.json().await.map_err(|e| self.http_err(e))?;
+        body["epoch"]
+            .as_u64()
+            .ok_or_else(|| self.protocol("push answer without an epoch".into()))
+    }
+
     pub async fn info(&self) -> Result<Info, ClientError> {
         let resp = self
             .http

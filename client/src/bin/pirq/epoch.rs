@@ -119,3 +119,31 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[derive(Args)]
+pub struct PushArgs {
+    /// The party's gateway (`http://host:port`). Push the same updates to both parties.
+    #[arg(long)]
+    party: String,
+    /// The party's admin token (its gateway's `--admin-token`).
+    #[arg(long, env = "PIRQ_ADMIN_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Update file (JSON or bincode, as `pirq epoch make` writes).
+    #[arg(long)]
+    from: PathBuf,
+}
+
+pub fn push(args: PushArgs) -> anyhow::Result<()> {
+    let update = read_update(&args.from)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let party = pirq_client::Party::new(reqwest::Client::new(), &args.party);
+    let epoch = runtime.block_on(party.push_epoch(&args.token, &update))?;
+    eprintln!(
+        "{}: epoch {epoch} appended ({} pages)",
+        args.party,
+        update.pages.len()
+    );
+    Ok(())
+}

@@ -29,7 +29,7 @@ enum Command {
     /// Database files (.pirdb): generate, inspect.
     #[command(subcommand)]
     Db(db::DbCommand),
-    /// Epoch updates: make one.
+    /// Epoch updates: make one, push one to a party.
     #[command(subcommand)]
     Epoch(EpochCommand),
     /// DPF keys: generate a pair for one index.
@@ -50,6 +50,8 @@ enum Command {
 enum EpochCommand {
     /// Write a random update (whole-page replacements) for a database.
     Make(epoch::MakeArgs),
+    /// Push an update file to a party (its gateway's admin route).
+    Push(epoch::PushArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Command::Db(cmd) => db::run(cmd),
         Command::Keys(cmd) => keys::run(cmd),
         Command::Epoch(EpochCommand::Make(args)) => epoch::make(args),
+        Command::Epoch(EpochCommand::Push(args)) => epoch::push(args),
         Command::Answer(args) => answer::answer(args),
         Command::Combine(args) => answer::combine(args),
         Command::Query(args) => query::run(args),
