@@ -100,3 +100,44 @@ extern "C" __global__ void __launch_bounds__(256) read_all(const uint4* __restri
     }
     if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x9e3779b9u && acc.x == 0x7f4a7c15u) sink[0] = 1;
 }
+
+// ---- Single pages in layout A: epoch updates touch only their pages' bits ----
+//
+// Page p lives at bit p % 32 of word (p % 256) / 32 of every row of block p / 256. These two
+// kernels read pages back out of A (the base contents an update is diffed against) and XOR page
+// diffs into A (moving the base forward when the epoch window folds), without a host copy of the
+// database and without re-transposing whole blocks. Thread (i, word) covers rows 32 word ..
+// 32 word + 31 of page pages[i]. CPU twin: `pirq_shared::bits::xor_into` on the page bytes.
+__device__ __forceinline__ unsigned long long pirq_row_word_index(unsigned long long b, unsigned mtiles,
+                                                                  unsigned m, unsigned w) {
+    const unsigned mt = m >> 4, r = m & 15u, g = r & 7u, half = r >> 3;
+    return ((b * mtiles + mt) * 32ull + 4u * g + (w & 3u)) * 4ull + half + 2u * (w >> 2);
+}
+
+// Grid (count, ceil(words_per_page / 256)), 256 threads: out[i] = page pages[i] (u32 words).
+extern "C" __global__ void db_page_read(const unsigned* __restrict__ a, const unsigned long long* __restrict__ pages,
+                                        unsigned count, unsigned* __restrict__ out, unsigned words_per_page) {
+    const unsigned i = blockIdx.x, wd = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= count || wd >= words_per_page) return;
+    const unsigned long long p = pages[i], b = p / PIRQ_BLOCK_PAGES;
+    const unsigned j = (unsigned)(p % PIRQ_BLOCK_PAGES), w = j >> 5, bit = j & 31u;
+    const unsigned mtiles = words_per_page * 2u;
+    unsigned v = 0;
+    for (unsigned r = 0; r < 32; ++r)
+        v |= ((a[pirq_row_word_index(b, mtiles, 32u * wd + r, w)] >> bit) & 1u) << r;
+    out[(unsigned long long)i * words_per_page + wd] = v;
+}
+
+// Same grid: XORs diffs[i] (u32 words) into page pages[i] of A. Pages of one block share words,
+// hence the atomics; a page must not appear twice in one launch.
+extern "C" __global__ void db_page_xor(unsigned* __restrict__ a, const unsigned long long* __restrict__ pages,
+                                       unsigned count, const unsigned* __restrict__ diffs, unsigned words_per_page) {
+    const unsigned i = blockIdx.x, wd = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= count || wd >= words_per_page) return;
+    const unsigned long long p = pages[i], b = p / PIRQ_BLOCK_PAGES;
+    const unsigned j = (unsigned)(p % PIRQ_BLOCK_PAGES), w = j >> 5, bit = j & 31u;
+    const unsigned mtiles = words_per_page * 2u;
+    const unsigned d = diffs[(unsigned long long)i * words_per_page + wd];
+    for (unsigned r = 0; r < 32; ++r)
+        if ((d >> r) & 1u) atomicXor(a + pirq_row_word_index(b, mtiles, 32u * wd + r, w), 1u << bit);
+}

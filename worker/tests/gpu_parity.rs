@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
+use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_worker::scan::cpu::CpuScanner;
 use pirq_worker::scan::cuda::{CudaConfig, CudaError, CudaScanner, ScanPlan};
 use pirq_worker::scan::Scanner;
@@ -272,4 +273,54 @@ fn too_large_a_database_says_how_much_memory() {
         Err(e) => panic!("expected OutOfMemory, got {e}"),
         Ok(_) => panic!("a 4 TiB database cannot fit"),
     }
+}
+
+#[test]
+fn epochs_match_cpu_scanner() {
+    if !gpu_enabled("epochs_match_cpu_scanner") {
+        return;
+    }
+    // A window of 4 epochs and 7 updates: the base moves forward 3 times on both sides.
+    let file = temp_db(1024, 3_001, None);
+    let cpu = CpuScanner::new(file.db.clone(), 0)
+        .unwrap()
+        .with_epoch_window(4);
+    let config = CudaConfig {
+        epoch_window: 4,
+        ..config(64)
+    };
+    let gpu = CudaScanner::from_pirdb(&file.db, config, |_, _| {}).unwrap();
+    let n = gpu.geometry().domain_bits;
+    let mut rng = rand::rng();
+    for step in 0..7u64 {
+        let epoch = cpu.epoch_window().newest + 1;
+        // Pages of one block, pages rewritten again, the last page, and random ones.
+        let mut indices: Vec<u64> = (0..rng.random_range(1..40))
+            .map(|_| rng.random_range(0..3_001))
+            .collect();
+        indices.extend([step * 3, step * 3 + 1, 3_000, 7]);
+        let pages = indices
+            .iter()
+            .map(|&index| {
+                let mut page = vec![0u8; 1024];
+                rng.fill_bytes(&mut page);
+                PageWrite { index, page }
+            })
+            .collect();
+        let update = EpochUpdate { epoch, pages };
+        cpu.apply_epoch(&update).unwrap();
+        gpu.apply_epoch(&update).unwrap();
+        let window = cpu.epoch_window();
+        assert_eq!(gpu.epoch_window(), window, "after epoch {epoch}");
+        let (keys, _) = random_keys(n, 37);
+        let epochs: Vec<u64> = (0..keys.len())
+            .map(|_| rng.random_range(window.oldest..=window.newest))
+            .collect();
+        let want = cpu.pass_at(&keys, &epochs).unwrap();
+        let got = gpu.pass_at(&keys, &epochs).unwrap();
+        assert!(got == want, "epoch {epoch}: answers differ");
+    }
+    // Outside the window is refused, as on the CPU.
+    let (keys, _) = random_keys(n, 1);
+    assert!(gpu.pass_at(&keys, &[0]).is_err());
 }

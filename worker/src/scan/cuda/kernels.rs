@@ -50,6 +50,9 @@ pub struct Kernels {
     pub read_all: CudaFunction,
     pub unpack: CudaFunction,
     pub scan_xor: CudaFunction,
+    pub page_read: CudaFunction,
+    pub page_xor: CudaFunction,
+    pub sel_gather: CudaFunction,
     /// Tensor-core variants by name; empty before sm_80.
     scan_mma: HashMap<String, CudaFunction>,
     /// Compute capability (major, minor).
@@ -106,6 +109,9 @@ impl Kernels {
             read_all: f("read_all")?,
             unpack: f("scan_unpack")?,
             scan_xor: f("scan_xor_m2_k8")?,
+            page_read: f("db_page_read")?,
+            page_xor: f("db_page_xor")?,
+            sel_gather: f("sel_gather")?,
             scan_mma,
             capability,
             _module: module,

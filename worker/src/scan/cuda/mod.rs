@@ -16,9 +16,10 @@
 mod db;
 mod kernels;
 pub mod layout;
+mod update;
 mod workspace;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use cudarc::driver::{
@@ -32,6 +33,7 @@ use self::kernels::Kernels;
 use self::layout::{pack_key, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH};
 use self::workspace::{workspace_bytes, Pool, Workspace};
 use super::{check_keys, Answers, Geometry, ScanError, Scanner};
+use crate::epochs::DeltaWindow;
 
 pub use self::layout::ScanPlan;
 pub use self::workspace::PassTimings;
@@ -52,6 +54,8 @@ pub struct CudaConfig {
     pub max_batch_keys: usize,
     /// Forces one scan plan for every batch (benches); `None` picks by batch size.
     pub plan: Option<ScanPlan>,
+    /// Epochs answered exactly: the GPU base and up to this many minus one later epochs.
+    pub epoch_window: usize,
 }
 
 impl Default for CudaConfig {
@@ -61,6 +65,7 @@ impl Default for CudaConfig {
             workspaces: DEFAULT_WORKSPACES,
             max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
             plan: None,
+            epoch_window: super::cpu::DEFAULT_EPOCH_WINDOW,
         }
     }
 }
@@ -106,9 +111,10 @@ pub struct CudaScanner {
     config: CudaConfig,
     /// A device word that `read_all` may write.
     sink: CudaSlice<u32>,
-    /// Epoch of the loaded contents. Epoch updates are not applied on the GPU yet: the window
-    /// is this one epoch (see `apply_epoch`).
-    epoch: u64,
+    /// The epoch window: the base on the GPU is at `oldest()`, later epochs are page diffs held
+    /// on the host and merged into answers (see [`update`]). Passes hold it shared for their
+    /// whole length, an update exclusively, so a pass never sees a half-moved base.
+    window: RwLock<DeltaWindow>,
 }
 
 impl CudaScanner {
@@ -142,7 +148,7 @@ impl CudaScanner {
         scanner
             .db
             .load(&scanner.main, &scanner.kernels, db, progress)?;
-        scanner.epoch = db.header().epoch;
+        scanner.window = scanner.new_window(db.header().epoch);
         Ok(scanner)
     }
 
@@ -202,6 +208,12 @@ impl CudaScanner {
             .map(|_| Workspace::new(&ctx, &shape, config.max_batch_keys))
             .collect::<Result<Vec<_>, _>>()?;
         let sink = main.alloc_zeros::<u32>(4)?;
+        let window = RwLock::new(DeltaWindow::new(
+            shape.page_size,
+            shape.num_pages,
+            0,
+            config.epoch_window,
+        ));
         Ok(CudaScanner {
             ctx,
             main,
@@ -210,8 +222,19 @@ impl CudaScanner {
             pool: Pool::new(slots),
             config,
             sink,
-            epoch: 0,
+            window,
         })
+    }
+
+    fn new_window(&self, base_epoch: u64) -> RwLock<DeltaWindow> {
+        let s = self.db.shape();
+        let window = DeltaWindow::new(
+            s.page_size,
+            s.num_pages,
+            base_epoch,
+            self.config.epoch_window,
+        );
+        RwLock::new(window)
     }
 
     /// GPU name, for logs and bench reports.
@@ -262,6 +285,18 @@ impl CudaScanner {
         keys: &[DpfKey],
         plan: ScanPlan,
     ) -> Result<(Answers, PassTimings), ScanError> {
+        let (answers, timings, _) = self.run_pass(keys, plan, &[])?;
+        Ok((answers, timings))
+    }
+
+    /// One pass of the base; also returns, when `gather` names pages, every key's selection
+    /// bits at those pages (bit `i` of key `q` at word `q * gather.len().div_ceil(32) + i / 32`).
+    fn run_pass(
+        &self,
+        keys: &[DpfKey],
+        plan: ScanPlan,
+        gather: &[u64],
+    ) -> Result<(Answers, PassTimings, Vec<u32>), ScanError> {
         let started = Instant::now();
         let shape = self.db.shape();
         check_keys(&self.geometry(), keys, self.config.max_batch_keys)?;
@@ -275,11 +310,19 @@ impl CudaScanner {
             });
         }
         let mut answers = Vec::new();
+        let mut bits = Vec::new();
         if !keys.is_empty() {
             self.upload_keys(&mut ws, keys)?;
             self.expand(&ws, keys.len(), padded)?;
+            let gathered = match gather {
+                [] => None,
+                pages => Some(self.gather_bits(&ws, keys.len(), padded, pages)?),
+            };
             self.scan(&ws, &plan, keys.len(), padded)?;
             answers = self.download(&mut ws, keys.len())?;
+            if let Some(dev) = gathered {
+                bits = ws.stream.clone_dtoh(&dev).map_err(CudaError::from)?;
+            }
         }
         let mut timings = if keys.is_empty() {
             PassTimings::default()
@@ -287,7 +330,7 @@ impl CudaScanner {
             ws.timings(keys.len())?
         };
         timings.wall = started.elapsed();
-        Ok((Answers::new(shape.page_size, answers), timings))
+        Ok((Answers::new(shape.page_size, answers), timings, bits))
     }
 
     /// The selection bits the GPU expands for `keys`, in `eval_full`'s bitmap layout: the CPU
@@ -534,26 +577,15 @@ impl Scanner for CudaScanner {
     }
 
     fn epoch_window(&self) -> EpochRange {
-        EpochRange {
-            oldest: self.epoch,
-            newest: self.epoch,
-        }
+        self.window_range()
     }
 
-    fn apply_epoch(&self, _update: &EpochUpdate) -> Result<(), ScanError> {
-        Err(ScanError::Unsupported("applying epoch updates on the GPU"))
+    fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError> {
+        self.apply_update(update)
     }
 
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
-        if let Some(&epoch) = epochs.iter().find(|&&e| e != self.epoch) {
-            return Err(crate::epochs::EpochError::OutsideWindow {
-                epoch,
-                oldest: self.epoch,
-                newest: self.epoch,
-            }
-            .into());
-        }
-        let (answers, t) = self.pass_timed(keys)?;
+        let (answers, t) = self.pass_at_timed(keys, epochs)?;
         if t.keys > 0 {
             let phases = [
                 ("h2d", t.h2d),
