@@ -3,7 +3,19 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+
+/// When a query counts as accepted (`--durability`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    /// 202 once Redis acknowledged the job (in memory; on disk per the server's own AOF/RDB
+    /// settings).
+    Ack,
+    /// 202 only once the job is on disk: `WAITAOF 1 0` where Redis has it (≥ 7.2), else Redis
+    /// must run with `appendonly yes` and `appendfsync always` (checked at start and every few
+    /// seconds; the gateway refuses to start otherwise).
+    Fsync,
+}
 
 /// HTTP front of one pirq party: validates queries, queues them in Redis, serves results.
 #[derive(Parser, Debug, Clone)]
@@ -53,6 +65,35 @@ pub struct Config {
     #[arg(long, env = "PIRQ_MAX_UPDATE_BYTES", default_value_t = 256 << 20)]
     pub max_update_bytes: usize,
 
+    /// Backlog (jobs in the stream: waiting plus delivered and not yet acknowledged) above which
+    /// new queries get 429 `backlog_full` with a `Retry-After` computed from the drain rate.
+    /// 0 turns the check off.
+    #[arg(long, env = "PIRQ_MAX_BACKLOG", default_value_t = 100_000)]
+    pub max_backlog: u64,
+
+    /// Seconds an `Idempotency-Key` is remembered after its first request: a replay within
+    /// this time gets the first request's id (or its result); a reuse with another body gets
+    /// 422.
+    #[arg(long, env = "PIRQ_IDEMPOTENCY_TTL", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idempotency_ttl: u64,
+
+    /// When to answer 202: `ack` (Redis has the job) or `fsync` (the job is on disk).
+    #[arg(long, env = "PIRQ_DURABILITY", value_enum, default_value_t = Durability::Ack)]
+    pub durability: Durability,
+
+    /// Milliseconds a `--durability fsync` accept waits for `WAITAOF` before answering 503
+    /// `not_durable` (the job may still be queued and answered).
+    #[arg(long, env = "PIRQ_FSYNC_TIMEOUT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub fsync_timeout_ms: u64,
+
+    /// Milliseconds SIGTERM waits for open requests: long-polls answer at once with the current
+    /// status, SSE streams end after a last `status` event; requests still open after this are
+    /// cut.
+    #[arg(long, env = "PIRQ_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
+
     /// Timeout of one Redis command and of one connection attempt, in milliseconds. A Redis that
     /// does not answer within it turns into 503 `redis_unavailable`.
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]
@@ -60,6 +101,14 @@ pub struct Config {
 }
 
 impl Config {
+    pub fn fsync_timeout(&self) -> Duration {
+        Duration::from_millis(self.fsync_timeout_ms)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms.max(1))
     }

@@ -9,13 +9,18 @@
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
 //! - [`dbinfo`]: the registered database, cached for validation.
 //! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON.
+//! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
+//!   backlog, `--durability fsync`.
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
+pub mod backpressure;
 pub mod config;
 pub mod dbinfo;
+pub mod durability;
 pub mod error;
 pub mod events;
+pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;

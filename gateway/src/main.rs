@@ -3,7 +3,12 @@
 use anyhow::Context;
 use axum::serve::ListenerExt;
 use clap::Parser;
+use std::time::Duration;
+
+use pirq_gateway::config::Durability;
+use pirq_gateway::durability::Durable;
 use pirq_gateway::{router, AppState, Config};
+use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -16,7 +21,19 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
     let listen = config.listen;
-    let state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
+    let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
+    if config.durability == Durability::Fsync {
+        let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+        match Durable::probe(&client, Duration::from_secs(30)).await {
+            Ok(d) => state = state.with_durability(d),
+            Err(why) => {
+                tracing::error!("{why}");
+                anyhow::bail!("{why}");
+            }
+        }
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
         redis::Client::open(config.redis_url.as_str()).context("redis url")?,
         pirq_shared::layout::Layout::new(&config.prefix)?,
@@ -31,9 +48,22 @@ async fn main() -> anyhow::Result<()> {
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let grace = config.shutdown_grace();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        // Waiters answer now and SSE streams end; new connections are refused.
+        tracing::info!("stopping: draining open requests");
+        let _ = stop_tx.send(true);
+    });
+    let mut stopping = stop_rx;
+    let deadline = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = server => r?,
+        _ = deadline => tracing::warn!(?grace, "open requests still running after the grace time; closing them"),
+    }
     tracing::info!("pirq-gateway stopped");
     Ok(())
 }

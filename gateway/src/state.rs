@@ -6,8 +6,12 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 use pirq_shared::layout::Layout;
 
+use tokio::sync::watch;
+
+use crate::backpressure::Drain;
 use crate::config::Config;
 use crate::dbinfo::DbCache;
+use crate::durability::Durable;
 use crate::events::Events;
 use crate::store::{Store, StoreError};
 
@@ -19,6 +23,12 @@ pub struct AppState {
     pub events: Events,
     /// `None` when the process has no Prometheus recorder (then `/metrics` is empty).
     pub metrics: Option<PrometheusHandle>,
+    /// The party's drain rate, for `Retry-After` on 429.
+    pub drain: Drain,
+    /// `--durability`: how a durable accept is obtained, and whether it holds now.
+    pub durable: Durable,
+    /// Turns true on SIGTERM: waiters answer at once and streams end.
+    pub shutdown: watch::Receiver<bool>,
 }
 
 /// Why the state could not be built (bad prefix or Redis URL).
@@ -38,14 +48,33 @@ impl AppState {
         let layout = Layout::new(&config.prefix)?;
         let client = redis::Client::open(config.redis_url.as_str())?;
         let store = Store::new(client.clone(), layout.clone(), config.redis_timeout())?;
-        let events = Events::start(client, layout.events());
+        let events = Events::start(client.clone(), layout.events());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
+        let drain = Drain::default();
+        if config.max_backlog > 0 {
+            drain.spawn(client, layout, config.redis_timeout());
+        }
         Ok(AppState {
             config: Arc::new(config),
             store,
             db,
             events,
             metrics,
+            drain,
+            durable: Durable::ack(),
+            shutdown: watch::channel(false).1,
         })
+    }
+
+    /// With the durability mode probed at start (`--durability fsync`).
+    pub fn with_durability(mut self, durable: Durable) -> AppState {
+        self.durable = durable;
+        self
+    }
+
+    /// With the shutdown signal `main` turns on at SIGTERM.
+    pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> AppState {
+        self.shutdown = shutdown;
+        self
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use pirq_shared::error::ErrorCode;
-use pirq_shared::layout::{db_field, job_field, query_field as qf, Layout};
+use pirq_shared::layout::{db_field, query_field as qf, Layout};
 use pirq_shared::wire::{ErrorBody, Job, QueryResult, QueryStatus};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -51,6 +51,50 @@ pub struct StoredQuery {
     pub scan_us: Option<u64>,
     pub worker_us: Option<u64>,
 }
+
+/// The checks made atomically with a submit.
+pub struct SubmitChecks<'a> {
+    /// Seconds the `queued` record lives.
+    pub pending_ttl: u64,
+    /// Refuse when the stream holds this many entries or more (0 = never).
+    pub max_backlog: u64,
+    /// `(Idempotency-Key, request fingerprint, seconds to remember it)`.
+    pub idempotency: Option<(&'a str, &'a str, u64)>,
+}
+
+/// What a submit did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Queued under the new id.
+    Queued,
+    /// Nothing queued: the backlog is full.
+    Full { backlog: u64 },
+    /// Nothing queued: the idempotency key is known, from the request `id`.
+    Known { same_request: bool, id: String },
+}
+
+/// The submit script. KEYS: record, jobs stream, idempotency record. ARGV: id, key count,
+/// accepted_ms, pending_ttl, job bytes, max_backlog (0 = off), fingerprint ('' = no key),
+/// idempotency TTL. The idempotency key is checked first: a replay is answered even when the
+/// backlog is full.
+const SUBMIT: &str = r#"
+if ARGV[7] ~= '' then
+  local known = redis.call('GET', KEYS[3])
+  if known then return {'known', known} end
+end
+local max = tonumber(ARGV[6])
+if max > 0 then
+  local len = redis.call('XLEN', KEYS[2])
+  if len >= max then return {'full', tostring(len)} end
+end
+redis.call('HSET', KEYS[1], 'status', 'queued', 'keys', ARGV[2], 'accepted_ms', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'job', ARGV[5])
+if ARGV[7] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[7] .. ' ' .. ARGV[1], 'EX', ARGV[8])
+end
+return {'queued', ARGV[1]}
+"#;
 
 #[derive(Clone)]
 pub struct Store {
@@ -125,33 +169,60 @@ impl Store {
     }
 
     /// Records the query as `queued` (expiring after `pending_ttl`) and appends the job to the
-    /// stream, atomically: a job is never on the stream without its status, nor the reverse.
-    pub async fn submit(&self, id: &str, job: &Job, pending_ttl: u64) -> Result<(), StoreError> {
-        let qkey = self.layout.query(id);
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HSET")
-            .arg(&qkey)
-            .arg(qf::STATUS)
-            .arg(QueryStatus::Queued.as_str())
-            .arg(qf::KEYS)
-            .arg(job.keys.len())
-            .arg(qf::ACCEPTED_MS)
-            .arg(job.accepted_ms)
-            .ignore()
-            .cmd("EXPIRE")
-            .arg(&qkey)
-            .arg(pending_ttl)
-            .ignore()
-            .cmd("XADD")
+    /// stream, in one script: a job is never on the stream without its status, nor the reverse.
+    /// The same step checks the backlog and the idempotency key, so neither can be raced.
+    pub async fn submit(
+        &self,
+        id: &str,
+        job: &Job,
+        checks: &SubmitChecks<'_>,
+    ) -> Result<Submitted, StoreError> {
+        let (idem_key, fingerprint, idem_ttl) = match checks.idempotency {
+            Some((key, fp, ttl)) => (self.layout.idempotency(key), fp, ttl),
+            // Unused, but a declared key of the same slot keeps the script cluster-safe.
+            None => (self.layout.idempotency(""), "", 0),
+        };
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SUBMIT)
+            .arg(3)
+            .arg(self.layout.query(id))
             .arg(self.layout.jobs())
-            .arg("*")
-            .arg(job_field::ID)
+            .arg(idem_key)
             .arg(id)
-            .arg(job_field::JOB)
+            .arg(job.keys.len())
+            .arg(job.accepted_ms)
+            .arg(checks.pending_ttl)
             .arg(job.to_bincode())
-            .ignore();
-        self.run(Query::Pipe(&pipe)).await
+            .arg(checks.max_backlog)
+            .arg(fingerprint)
+            .arg(idem_ttl);
+        let (verdict, detail): (String, String) = self.run(Query::Cmd(&cmd)).await?;
+        match verdict.as_str() {
+            "queued" => Ok(Submitted::Queued),
+            "full" => Ok(Submitted::Full {
+                backlog: detail.parse().unwrap_or(checks.max_backlog),
+            }),
+            "known" => {
+                let (fp, id) = detail.split_once(' ').unwrap_or(("", ""));
+                Ok(Submitted::Known {
+                    same_request: fp == fingerprint,
+                    id: id.to_string(),
+                })
+            }
+            other => Err(StoreError::Malformed {
+                what: "submit answer",
+                detail: other.to_string(),
+            }),
+        }
+    }
+
+    /// `WAITAOF 1 0 <timeout>`: whether the local AOF has fsynced every write of this
+    /// connection so far.
+    pub async fn wait_aof(&self, timeout: Duration) -> Result<bool, StoreError> {
+        let mut cmd = redis::cmd("WAITAOF");
+        cmd.arg(1).arg(0).arg(timeout.as_millis() as u64);
+        let (local, _replicas): (i64, i64) = self.run(Query::Cmd(&cmd)).await?;
+        Ok(local >= 1)
     }
 
     /// The query's state, `None` if the id is unknown or its record expired.
@@ -264,8 +335,7 @@ fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuer
             let mut error = ErrorBody {
                 code: code.to_string(),
                 message: text(qf::ERROR_MESSAGE).unwrap_or("").to_string(),
-                key_index: None,
-                window: None,
+                ..ErrorBody::new(ErrorCode::Internal, "")
             };
             if let Some(i) = number(qf::KEY_INDEX) {
                 error = error.with_key_index(i as usize);

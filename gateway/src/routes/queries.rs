@@ -21,7 +21,8 @@ use super::Format;
 use crate::error::ApiError;
 use crate::events::Subscription;
 use crate::state::AppState;
-use crate::store::{DbInfo, StoreError, StoredQuery};
+use crate::store::{DbInfo, StoreError, StoredQuery, SubmitChecks, Submitted};
+use crate::{durability, idempotency};
 
 /// Longest `?wait=`, in seconds.
 pub const MAX_WAIT_SECS: f64 = 30.0;
@@ -59,6 +60,7 @@ pub async fn submit(
             )
         }
     })?;
+    let idem_key = idempotency::key(&headers)?;
     let request = match Format::of_request(&headers)? {
         Format::Json => QueryRequest::from_json(&body)?,
         Format::Bincode => QueryRequest::from_bincode(&body)?,
@@ -68,34 +70,120 @@ pub async fn submit(
     let db = st.db.get().await?.ok_or_else(no_database)?;
     check_against_db(&keys, request.epoch, &db)?;
 
+    let fingerprint = idem_key
+        .as_ref()
+        .map(|_| idempotency::fingerprint(&request));
+    if st.durable.mode != durability::Mode::Ack && !st.durable.holds() {
+        return Err(not_durable(
+            "redis does not fsync every write now (appendfsync always)",
+        ));
+    }
+
     let id = format!("{:032x}", rand::random::<u128>());
     let job = Job {
         keys: request.keys,
         epoch: request.epoch,
         accepted_ms: now_ms(),
     };
-    st.store
-        .submit(&id, &job, st.config.pending_ttl)
+    let checks = SubmitChecks {
+        pending_ttl: st.config.pending_ttl,
+        max_backlog: st.config.max_backlog,
+        idempotency: idem_key
+            .as_deref()
+            .zip(fingerprint.as_deref())
+            .map(|(k, fp)| (k, fp, st.config.idempotency_ttl)),
+    };
+    let submitted = st
+        .store
+        .submit(&id, &job, &checks)
         .instrument(tracing::debug_span!("submit", %id))
         .await?;
+    let format = Format::of_answer(&headers);
+    match submitted {
+        Submitted::Queued => {}
+        // Our own submit, sent again after a dropped connection: it is queued.
+        Submitted::Known { id: ref known, .. } if *known == id => {}
+        Submitted::Known {
+            same_request: true,
+            id: known,
+        } => return replay(&st, &known, format).await,
+        Submitted::Known { .. } => {
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyKeyReused,
+                "this Idempotency-Key was used with a different request; use a new key per request",
+            ))
+        }
+        Submitted::Full { backlog } => {
+            metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_THROTTLED).increment(1);
+            let rate = st.drain.rate();
+            let retry = st.drain.retry_after(backlog, st.config.max_backlog);
+            return Err(ApiError::new(
+                ErrorCode::BacklogFull,
+                format!(
+                    "{backlog} jobs are waiting (limit {}); draining {rate:.1} jobs/s",
+                    st.config.max_backlog
+                ),
+            )
+            .retry_after(retry));
+        }
+    }
+    if st.durable.mode == durability::Mode::WaitAof
+        && !st.store.wait_aof(st.config.fsync_timeout()).await?
+    {
+        return Err(not_durable("WAITAOF: the job is not on disk yet"));
+    }
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
     metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
     metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
-
-    let mut resp = Format::of_answer(&headers).respond(
-        StatusCode::ACCEPTED,
+    Ok(accepted(
+        &st,
+        &id,
+        format,
         &QueryResult::pending(&id, QueryStatus::Queued),
-    );
+    ))
+}
+
+/// A 202 (pending) or 200 (final) answer for a query with its `Location`.
+fn accepted(st: &AppState, id: &str, format: Format, result: &QueryResult) -> Response {
+    let final_ = result.status.is_final();
+    let code = if final_ {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let mut resp = format.respond(code, result);
     let h = resp.headers_mut();
     h.insert(
         header::LOCATION,
         HeaderValue::from_str(&format!("/v1/queries/{id}")).expect("hex is a valid header"),
     );
-    h.insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(st.config.retry_after),
-    );
-    Ok(resp)
+    if !final_ {
+        h.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(st.config.retry_after),
+        );
+    }
+    resp
+}
+
+/// A known `Idempotency-Key` with the same request: the first request's id, as it stands now.
+async fn replay(st: &AppState, id: &str, format: Format) -> Result<Response, ApiError> {
+    metrics::counter!(pirq_shared::metrics::GATEWAY_IDEMPOTENT_REPLAYS).increment(1);
+    let stored = st.store.load(id).await?.ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::NotFound,
+            format!("the query {id} of this Idempotency-Key has expired"),
+        )
+    })?;
+    Ok(accepted(st, id, format, &stored.result))
+}
+
+fn not_durable(why: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotDurable,
+        format!("--durability fsync: {why}; the query may still be answered, retry with the same Idempotency-Key"),
+    )
+    .retry_after(1)
 }
 
 fn check_count(count: usize, max: usize) -> Result<(), ApiError> {
@@ -257,6 +345,7 @@ async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQue
     let deadline = Instant::now() + wait;
     // Subscribe before the first read: a change between the read and the wait still wakes us.
     let mut sub = st.events.subscribe(id);
+    let mut shutdown = st.shutdown.clone();
     loop {
         let q = st
             .store
@@ -264,10 +353,14 @@ async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQue
             .await?
             .ok_or_else(|| ApiError::not_found(id))?;
         let now = Instant::now();
-        if q.result.status.is_final() || now >= deadline {
+        // Shutting down: answer with what is known now, the client asks again elsewhere.
+        if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
             return Ok(q);
         }
-        let _ = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()).await;
+        tokio::select! {
+            _ = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => {}
+            _ = shutdown.wait_for(|s| *s) => {}
+        }
     }
 }
 
@@ -300,6 +393,7 @@ async fn follow(
     tx: mpsc::Sender<Event>,
 ) {
     let mut last_sent = None;
+    let mut shutdown = st.shutdown.clone();
     loop {
         let result = &current.result;
         if result.status.is_final() {
@@ -319,6 +413,9 @@ async fn follow(
         tokio::select! {
             _ = tx.closed() => return,
             _ = tokio::time::timeout(RECHECK, sub.changed()) => {}
+            // Shutting down: end the stream (after the status above); the client reconnects
+            // or polls another gateway.
+            _ = shutdown.wait_for(|s| *s) => return,
         }
         current = match st.store.load(&id).await {
             Ok(Some(q)) => q,
