@@ -12,12 +12,15 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Installs the process-wide Prometheus recorder. Call once, from `main`.
 pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
-    const SECONDS: &[f64] = &[
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    ];
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)?
-        .install_recorder()?;
+    use pirq_shared::metrics::{of, Emitter};
+    // The catalog's buckets, the same the workers use, so histograms aggregate across processes.
+    let mut builder = PrometheusBuilder::new();
+    for metric in of(Emitter::Gateway) {
+        if let Some(buckets) = metric.buckets() {
+            builder = builder.set_buckets_for_metric(Matcher::Full(metric.name.into()), buckets)?;
+        }
+    }
+    let handle = builder.install_recorder()?;
     // Help text from the catalog, and the counters at zero before the first request.
     pirq_shared::metrics::describe(pirq_shared::metrics::Emitter::Gateway);
     Ok(handle)
