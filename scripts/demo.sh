@@ -70,6 +70,7 @@ wait_for() { # what, command...
 echo "== database: $pages pages of $page_size B ($(((pages * page_size) >> 20)) MiB)"
 "$bin/pirq" db gen --pages "$pages" --page-size "$page_size" --seed 42 --out "$work/demo.pirdb" >/dev/null
 
+admin_token=demo-admin-$RANDOM$RANDOM
 start_party() { # name redis_port gateway_port
     local name=$1 rport=$2 gport=$3
     mkdir -p "$work/redis-$name"
@@ -77,8 +78,8 @@ start_party() { # name redis_port gateway_port
         >"$work/redis-$name.log" 2>&1 &
     pids+=($!)
     wait_for "redis-server $name" redis_up "$rport"
-    "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name" \
-        --listen "127.0.0.1:$gport" >"$work/gateway-$name.log" 2>&1 &
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
+        --prefix "demo-$name" --listen "127.0.0.1:$gport" >"$work/gateway-$name.log" 2>&1 &
     pids+=($!)
     "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name" \
         --db "$work/demo.pirdb" --backend auto --threads 1 >"$work/worker-$name.log" 2>&1 &
@@ -121,5 +122,33 @@ for _ in $(seq 1 10); do
     i=$((RANDOM % pages))
     "$bin/pirq" query --party-a "$a" --party-b "$b" --index "$i" --out "$work/one" --verify "$work/demo.pirdb" | tail -n 1
 done
+
+echo "== epoch 1: 100 pages replaced on both parties, then queried at the new epoch"
+"$bin/pirq" epoch make --db "$work/demo.pirdb" --epoch 1 --pages 100 --seed 7 --out "$work/epoch-1.json"
+for party in "$a" "$b"; do
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq" epoch push --party "$party" --from "$work/epoch-1.json"
+done
+# The reference: a snapshot of the database at epoch 1, folded by the offline tool.
+"$bin/pirq" db apply --db "$work/demo.pirdb" --update "$work/epoch-1.json" --out "$work/demo-1.pirdb"
+newest_is() { # port epoch
+    (
+        exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+        printf 'GET /v1/info HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+        grep -q "\"newest\":$2[,}]" <&3
+    ) 2>/dev/null
+}
+wait_for "party a at epoch 1" newest_is $((base + 11)) 1
+wait_for "party b at epoch 1" newest_is $((base + 12)) 1
+# Some of the replaced pages, and the pages fetched before.
+changed=$(grep -o '"index":[0-9]*' "$work/epoch-1.json" | head -n 5 | cut -d: -f2)
+epoch_args=("${index_args[@]}")
+for i in $changed; do epoch_args+=(--index "$i"); done
+"$bin/pirq" query --party-a "$a" --party-b "$b" "${epoch_args[@]}" --out "$work/epoch1" \
+    --verify "$work/demo-1.pirdb"
+for i in $changed; do
+    dd if="$work/demo.pirdb" bs="$page_size" skip=$((i + 1)) count=1 status=none |
+        cmp -s - "$work/epoch1/page-$i.bin" && { echo "page $i did not change at epoch 1" >&2; exit 1; }
+done
+echo "   the replaced pages came back with their epoch-1 contents"
 
 echo "== demo passed"

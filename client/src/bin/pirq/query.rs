@@ -75,10 +75,20 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    if let Some(db) = &db {
+        if db.header().epoch != fetched.epoch {
+            bail!(
+                "the parties answered at epoch {}, but {} is at epoch {}: verify against a \
+                 snapshot of that epoch (pirq db apply)",
+                fetched.epoch,
+                args.verify.as_ref().unwrap().display(),
+                db.header().epoch
+            );
+        }
+    }
     let mut mismatches = 0;
     for (index, page) in args.indices.iter().zip(&fetched.pages) {
-        let head: String = page.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        let mut line = format!("page {index}: {} bytes, starts {head}", page.len());
+        let mut line = format!("page {index}: {} bytes", page.len());
         if let Some(dir) = &args.out {
             let path = dir.join(format!("page-{index}.bin"));
             std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;

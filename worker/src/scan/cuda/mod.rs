@@ -169,6 +169,19 @@ impl CudaScanner {
     }
 
     fn with_shape(shape: Shape, config: CudaConfig) -> Result<CudaScanner, CudaError> {
+        // cudarc loads the libraries lazily and panics when one is missing: check first, so a
+        // machine without a GPU driver gets an error (and `--backend auto` the CPU backend).
+        // SAFETY: these only try to open the shared libraries by name.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(CudaError::Unsupported(
+                "no CUDA driver library (libcuda.so) on this machine".into(),
+            ));
+        }
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::Unsupported(
+                "no NVRTC library (libnvrtc.so) on this machine".into(),
+            ));
+        }
         if !shape.page_size.is_power_of_two() || !(256..=65536).contains(&shape.page_size) {
             return Err(CudaError::Unsupported(format!(
                 "page size {}",
