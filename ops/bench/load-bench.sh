@@ -7,7 +7,9 @@
 #      offered rates;
 #   2. end to end on the CPU backend: two parties (Redis, gateway, one 2-thread worker each),
 #      256 MiB database, verified fetches at several offered rates and closed loop;
-#   3. horizontal scaling: 1, 2, 4 single-thread CPU workers per party, closed loop.
+#   3. horizontal scaling: 1, 2, 4 single-thread CPU workers per party, closed loop;
+#   4. (SECTIONS="4", on the GPU machine) end to end with one CUDA worker per party, both on
+#      GPU 0, over an 8 GiB database, to set against the scanner bench (docs/bench/gpu-scan.md).
 #
 #   ops/bench/load-bench.sh build   # here: release binaries + redis-server into .gpu/ops/
 #   ops/bench/load-bench.sh run     # there (carry .gpu): JSON reports and a summary in $OUT
@@ -20,8 +22,9 @@ D=.gpu/ops
 
 case "${1:-}" in
 build)
-    cargo build --release -p pirq-gateway -p pirq-worker -p pirq-client \
-        --bin pirq-gateway --bin pirq-worker --bin pirq
+    cargo build --release -p pirq-gateway -p pirq-client --bin pirq-gateway --bin pirq
+    # The CUDA feature loads the driver at run time only: the same worker serves --backend cpu.
+    cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$D" && mkdir -p "$D"
     cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/"
     if [ -n "${PIRQ_LOAD_BIN:-}" ]; then
@@ -58,6 +61,9 @@ cleanup() {
 trap cleanup EXIT
 DUR=${DUR:-6}
 WARM=${WARM:-2}
+SECTIONS=${SECTIONS:-1 2 3}
+READY_TRIES=${READY_TRIES:-200}
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
@@ -73,7 +79,7 @@ start() {
 ready() {
     local hostport=${1#http://} path=/${1#http://*/}
     hostport=${hostport%%/*}
-    for _ in $(seq 200); do
+    for _ in $(seq "$READY_TRIES"); do
         if { exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; } 2>/dev/null; then
             printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
             if head -n1 <&3 | grep -q ' 200 '; then
@@ -108,10 +114,13 @@ gateway() { # CPUS REDIS_PORT PREFIX PORT
         --listen "127.0.0.1:$4"
 }
 
-worker() { # CPUS REDIS_PORT PREFIX THREADS NAME METRICS_PORT
-    start "$1" "worker-$5" pirq-worker --redis "redis://127.0.0.1:$2" --prefix "$3" \
-        --db "$W/db.pirdb" --backend cpu --threads "$4" --consumer "$5" \
-        --metrics-listen "127.0.0.1:$6"
+worker() { # CPUS REDIS_PORT PREFIX THREADS NAME METRICS_PORT [EXTRA FLAGS...]
+    local cpus=$1 port=$2 prefix=$3 threads=$4 name=$5 metrics=$6
+    shift 6
+    [ $# -gt 0 ] || set -- --backend=cpu
+    start "$cpus" "worker-$name" pirq-worker --redis "redis://127.0.0.1:$port" --prefix "$prefix" \
+        --db "$W/db.pirdb" --threads "$threads" --consumer "$name" \
+        --metrics-listen "127.0.0.1:$metrics" "$@"
 }
 
 load() { # NAME ARGS...: the generator on cores 8-15 (ceiling: 2-7)
@@ -128,9 +137,12 @@ stop_all() {
     sleep 0.5
 }
 
+if section 1 || section 2 || section 3; then
 echo "== database: 65536 pages x 4096 bytes"
 pirq db gen --pages 65536 --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
+fi
 
+if section 1; then
 echo "== 1. gateway ceiling (gateway: 1 core, Redis: 1 core, no worker)"
 redis 0 7001
 gateway 1 7001 gw 8001
@@ -145,6 +157,7 @@ for c in 16 64 256; do load "ceiling-closed-$c" --party-a http://127.0.0.1:8001 
 for r in 10000 20000 30000; do load "ceiling-open-$r" --party-a http://127.0.0.1:8001 --submit-only --rate "$r"; done
 unset GEN_CPUS
 stop_all
+fi
 
 # two_parties N THREADS: Redis + gateway on 2 cores per party, N workers of THREADS threads
 two_parties() {
@@ -168,6 +181,7 @@ two_parties() {
 }
 PARTIES=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8201 --verify)
 
+if section 2; then
 echo "== 2. end to end, CPU backend, one 2-thread worker per party"
 two_parties 1 2
 export GEN_CPUS=12-15
@@ -176,8 +190,12 @@ for c in 1 16 64; do load "e2e-closed-$c" "${PARTIES[@]}" "$W/db.pirdb" --concur
 fetch http://127.0.0.1:9100/metrics "$OUT/e2e-worker-a0.metrics"
 fetch http://127.0.0.1:8101/metrics "$OUT/e2e-gateway-a.metrics"
 stop_all
+unset GEN_CPUS
+fi
 
+if section 3; then
 echo "== 3. horizontal scaling: N single-thread CPU workers per party, closed loop"
+export GEN_CPUS=12-15
 for n in 1 2 4; do
     two_parties "$n" 1
     load "scale-$n-workers" "${PARTIES[@]}" "$W/db.pirdb" --concurrency 64
@@ -186,4 +204,26 @@ for n in 1 2 4; do
     done
     stop_all
 done
+fi
+
+if section 4; then
+    echo "== 4. end to end, CUDA backend, one worker per party on GPU 0, 8 GiB database"
+    pirq db gen --pages 2097152 --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
+    redis 0 7101
+    redis 6 7201
+    sleep 0.3
+    gateway 1 7101 party-a 8101
+    gateway 7 7201 party-b 8201
+    worker 2-3 7101 party-a 1 a0 9100 --backend=cuda --max-batch-keys=256
+    worker 8-9 7201 party-b 1 b0 9200 --backend=cuda --max-batch-keys=256
+    READY_TRIES=1800 ready http://127.0.0.1:8101/readyz
+    READY_TRIES=1800 ready http://127.0.0.1:8201/readyz
+    export GEN_CPUS=10-15
+    load gpu-idle "${PARTIES[@]}" "$W/db.pirdb" --bincode --concurrency 1
+    for c in 4 16 64; do
+        load "gpu-closed-$c-x16" "${PARTIES[@]}" "$W/db.pirdb" --bincode --keys 16 --concurrency "$c"
+    done
+    fetch http://127.0.0.1:9100/metrics "$OUT/gpu-worker-a0.metrics"
+    stop_all
+fi
 echo "done: $OUT"
