@@ -8,6 +8,7 @@ mod bench;
 mod db;
 mod epoch;
 mod keys;
+mod load;
 mod query;
 mod record;
 
