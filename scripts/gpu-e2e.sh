@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# End to end on the GPU machine: the e2e suite (tests/tests/queries.rs: real redis-server,
-# pirq-gateway and pirq-worker processes, byte-exact pages) with every worker on the CUDA backend.
+# End to end on the GPU machine: the e2e suites (tests/tests/*.rs: real redis-server,
+# pirq-gateway and pirq-worker processes; byte-exact pages, epoch updates) with every worker on
+# the CUDA backend.
 #
 #   scripts/gpu-e2e.sh build   # here: build gateway, worker (--features cuda), the suite; copy
 #                              # them and this machine's redis-server into .gpu/e2e/
@@ -18,13 +19,15 @@ case "${1:-}" in
 build)
     cargo build --release -p pirq-gateway --bin pirq-gateway
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
-    exe=$(cargo test --release -p pirq-e2e --test queries --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="queries"][0])')
     rm -rf "$dir" && mkdir -p "$dir"
+    cargo test --release -p pirq-e2e --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys,shutil
+for m in map(json.loads, sys.stdin):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        shutil.copy(m["executable"], sys.argv[1] + "/suite-" + m["target"]["name"])' "$dir"
     cp target/release/pirq-gateway "$dir/pirq-gateway"
     cp target/release/pirq-worker "$dir/pirq-worker.real"
-    cp "$exe" "$dir/queries"
-    strip "$dir/pirq-gateway" "$dir/pirq-worker.real" "$dir/queries"
+    strip "$dir/pirq-gateway" "$dir/pirq-worker.real" "$dir"/suite-*
     redis=$(command -v redis-server)
     cp "$redis" "$dir/redis-server"
     for lib in liblzf.so.1 libjemalloc.so.2; do
@@ -52,8 +55,13 @@ run)
     export PATH="$PWD/$dir:$PATH" LD_LIBRARY_PATH="$PWD/$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PIRQ_E2E_BIN_DIR="$PWD/$dir" PIRQ_GPU_E2E_LOG="$out/gpu-e2e-workers.log"
     redis-server --version
-    "$dir/queries" --test-threads=2 2>&1 | tee "$out/gpu-e2e.log"
+    status=0
+    for suite in "$dir"/suite-*; do
+        echo "== $(basename "$suite")" | tee -a "$out/gpu-e2e.log"
+        "$suite" --test-threads=2 2>&1 | tee -a "$out/gpu-e2e.log" || status=1
+    done
     echo "workers started with: $(grep -c -- '--backend cuda' "$PIRQ_GPU_E2E_LOG") x --backend cuda"
+    exit $status
     ;;
 *)
     echo "usage: $0 build | run" >&2
