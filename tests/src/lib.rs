@@ -109,6 +109,43 @@ impl Proc {
         }
     }
 
+    /// Sends SIGTERM and returns at once (the process keeps its handle).
+    pub fn signal_term(&self) {
+        if let Some(child) = self.child.as_ref() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+        }
+    }
+
+    /// Waits up to `within` for the process to exit; its exit status, `None` if still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Resident memory of the process in KiB (Linux `/proc`), `None` when gone.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// SIGKILL now.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -128,24 +165,37 @@ impl Drop for Proc {
     }
 }
 
-/// A `redis-server` on a free port, without persistence, in its own directory.
+/// A `redis-server` on a free port in its own directory: without persistence, or with an
+/// append-only file fsynced on every write ([`Redis::start_aof`]).
 pub struct Redis {
     pub proc: Proc,
     pub port: u16,
     dir: TempDir,
+    aof: bool,
 }
 
 impl Redis {
     /// Starts one on a free port; tries another port if the first was taken meanwhile.
     pub async fn start() -> anyhow::Result<Redis> {
+        Redis::start_with(false).await
+    }
+
+    /// Starts one with `appendonly yes` and `appendfsync always`: every write it acknowledged
+    /// survives a kill -9.
+    pub async fn start_aof() -> anyhow::Result<Redis> {
+        Redis::start_with(true).await
+    }
+
+    async fn start_with(aof: bool) -> anyhow::Result<Redis> {
         let mut last = None;
         for _attempt in 0..3 {
             let dir = tempfile::tempdir()?;
             let port = free_port();
             let mut redis = Redis {
-                proc: Redis::spawn(dir.path(), port)?,
+                proc: Redis::spawn(dir.path(), port, aof)?,
                 port,
                 dir,
+                aof,
             };
             match redis.wait_ready().await {
                 Ok(()) => return Ok(redis),
@@ -158,7 +208,7 @@ impl Redis {
         Err(last.expect("three attempts"))
     }
 
-    fn spawn(dir: &Path, port: u16) -> anyhow::Result<Proc> {
+    fn spawn(dir: &Path, port: u16, aof: bool) -> anyhow::Result<Proc> {
         let mut cmd = Command::new("redis-server");
         cmd.args([
             "--port",
@@ -167,19 +217,29 @@ impl Redis {
             "127.0.0.1",
             "--save",
             "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir);
+        ]);
+        if aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        cmd.arg("--dir").arg(dir);
         Proc::spawn("redis-server", cmd, dir.join("redis.log"))
             .context("is redis-server installed?")
+    }
+
+    /// Kills it (SIGKILL), leaves it down for `down`, and starts it again on the same port and
+    /// directory (with AOF, it loads what it acknowledged).
+    pub async fn restart_after(&mut self, down: Duration) -> anyhow::Result<()> {
+        self.proc.kill();
+        tokio::time::sleep(down).await;
+        self.restart().await
     }
 
     /// Starts it again on the same port (after [`Proc::kill`]).
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.proc.kill();
-        self.proc = Redis::spawn(self.dir.path(), self.port)?;
+        self.proc = Redis::spawn(self.dir.path(), self.port, self.aof)?;
         self.wait_ready().await
     }
 
@@ -257,6 +317,8 @@ pub struct PartyOptions {
     pub worker_args: Vec<String>,
     /// Start no worker (a test starts one later with [`Party::start_worker`]).
     pub no_worker: bool,
+    /// Redis with an append-only file fsynced on every write ([`Redis::start_aof`]).
+    pub redis_aof: bool,
 }
 
 /// One party: its own Redis, one gateway, and its workers.
@@ -273,7 +335,7 @@ pub struct Party {
 
 impl Party {
     pub async fn start(db: &Path, prefix: &str, options: PartyOptions) -> anyhow::Result<Party> {
-        let redis = Redis::start().await?;
+        let redis = Redis::start_with(options.redis_aof).await?;
         let dir = tempfile::tempdir()?;
         let (gateway, url) =
             Party::spawn_gateway(dir.path(), &redis.url(), prefix, &options.gateway_args).await?;
@@ -337,6 +399,11 @@ impl Party {
 
     /// Starts one more worker and waits until the gateway counts it.
     pub async fn start_worker(&mut self) -> anyhow::Result<()> {
+        self.start_worker_with(&[]).await
+    }
+
+    /// [`Party::start_worker`] with flags beyond the party's `worker_args` (later ones win).
+    pub async fn start_worker_with(&mut self, extra: &[&str]) -> anyhow::Result<()> {
         let n = self.workers.len();
         let mut cmd = Command::new(bin_dir().join("pirq-worker"));
         cmd.args([
@@ -351,6 +418,7 @@ impl Party {
         .arg(&self.db_path)
         .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
         .args(&self.options.worker_args)
+        .args(extra)
         // One scan thread unless the test says otherwise: two parties share this machine.
         .env("PIRQ_THREADS", "1")
         .env("RUST_LOG", "info");
@@ -386,6 +454,28 @@ impl Party {
         let resp = reqwest::get(format!("{}/v1/info", self.url)).await.ok()?;
         let info: serde_json::Value = resp.json().await.ok()?;
         info["workers"].as_u64()
+    }
+
+    /// A connection to the party's Redis.
+    pub async fn redis(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        self.redis.client().await
+    }
+
+    /// The party's key names.
+    pub fn layout(&self) -> pirq_shared::layout::Layout {
+        pirq_shared::layout::Layout::new(&self.prefix).expect("valid prefix")
+    }
+
+    /// Starts the gateway again (after it exited), with extra flags.
+    pub async fn restart_gateway(&mut self, extra: &[String]) -> anyhow::Result<()> {
+        self.gateway.kill();
+        let mut args = self.options.gateway_args.clone();
+        args.extend_from_slice(extra);
+        let (gateway, url) =
+            Party::spawn_gateway(self.dir.path(), &self.redis.url(), &self.prefix, &args).await?;
+        self.gateway = gateway;
+        self.url = url;
+        Ok(())
     }
 
     /// Stops every worker gracefully (they deregister).
@@ -444,5 +534,138 @@ impl Cluster {
 
     pub fn client(&self, options: pirq_client::Options) -> pirq_client::Client {
         pirq_client::Client::with_options(&self.a.url, &self.b.url, options).expect("client")
+    }
+}
+
+/// Helpers of the fault suites: raw HTTP submits and waits, stream inspection.
+pub mod fault {
+    use std::time::{Duration, Instant};
+
+    use base64::Engine as _;
+    use pirq_shared::layout::{Layout, GROUP};
+    use pirq_shared::wire::QueryRequest;
+    use redis::aio::MultiplexedConnection;
+
+    /// One `POST /v1/queries` (JSON): `(status, body, Retry-After)`; `Err` when nothing
+    /// answered (connection refused or reset).
+    pub async fn post(
+        http: &reqwest::Client,
+        url: &str,
+        request: &QueryRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<(u16, serde_json::Value, Option<u64>), reqwest::Error> {
+        let mut req = http
+            .post(format!("{url}/v1/queries"))
+            .header("content-type", "application/json")
+            .body(request.to_json());
+        if let Some(k) = idempotency_key {
+            req = req.header("idempotency-key", k);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let retry = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let body = resp.json().await.unwrap_or(serde_json::Value::Null);
+        Ok((status, body, retry))
+    }
+
+    /// Submits until a 202 (retrying 503s and refused connections); the id and the number of
+    /// refusals seen. Panics on any other answer.
+    pub async fn submit_until_accepted(
+        http: &reqwest::Client,
+        url: &str,
+        request: &QueryRequest,
+        within: Duration,
+    ) -> (String, u32) {
+        let deadline = Instant::now() + within;
+        let mut refused = 0;
+        loop {
+            match post(http, url, request, None).await {
+                Ok((202, body, _)) => {
+                    return (body["id"].as_str().expect("id").to_string(), refused)
+                }
+                Ok((503, _, _)) | Err(_) => refused += 1,
+                Ok((status, body, _)) => panic!("submit answered {status}: {body}"),
+            }
+            assert!(Instant::now() < deadline, "no 202 within {within:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `GET /v1/queries/{id}?wait=5` until the query is final (done or failed) or `within`
+    /// passed; the JSON result, `None` on timeout. 503s and refused connections are retried;
+    /// 404 is final (`Some` with the error body).
+    pub async fn wait_final(
+        http: &reqwest::Client,
+        url: &str,
+        id: &str,
+        within: Duration,
+    ) -> Option<serde_json::Value> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let resp = http
+                .get(format!("{url}/v1/queries/{id}?wait=5"))
+                .send()
+                .await;
+            if let Ok(resp) = resp {
+                let status = resp.status().as_u16();
+                if let Ok(body) = resp.json::<serde_json::Value>().await {
+                    if status == 200 || status == 404 {
+                        return Some(body);
+                    }
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        None
+    }
+
+    /// The pages of a done result, decoded.
+    pub fn pages(result: &serde_json::Value) -> Vec<Vec<u8>> {
+        result["pages"]
+            .as_array()
+            .map(|pages| {
+                pages
+                    .iter()
+                    .map(|p| {
+                        base64::engine::general_purpose::STANDARD
+                            .decode(p.as_str().unwrap_or(""))
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Entries of the job stream (waiting + unacknowledged).
+    pub async fn stream_len(conn: &mut MultiplexedConnection, layout: &Layout) -> u64 {
+        redis::cmd("XLEN")
+            .arg(layout.jobs())
+            .query_async(conn)
+            .await
+            .unwrap_or(0)
+    }
+
+    /// Entries of the job stream delivered and not acknowledged, of one consumer or all.
+    pub async fn pending(
+        conn: &mut MultiplexedConnection,
+        layout: &Layout,
+        consumer: Option<&str>,
+    ) -> usize {
+        let mut cmd = redis::cmd("XPENDING");
+        cmd.arg(layout.jobs())
+            .arg(GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(100_000);
+        if let Some(c) = consumer {
+            cmd.arg(c);
+        }
+        let reply: Vec<redis::Value> = cmd.query_async(conn).await.unwrap_or_default();
+        reply.len()
     }
 }
