@@ -9,7 +9,12 @@
 #      256 MiB database, verified fetches at several offered rates and closed loop;
 #   3. horizontal scaling: 1, 2, 4 single-thread CPU workers per party, closed loop;
 #   4. (SECTIONS="4", on the GPU machine) end to end with one CUDA worker per party, both on
-#      GPU 0, over an 8 GiB database, to set against the scanner bench (docs/bench/gpu-scan.md).
+#      GPU 0, over an 8 GiB database, to set against the scanner bench (docs/bench/gpu-scan.md);
+#   5. (SECTIONS="5", on a 2-GPU machine) one party's capacity with 1 and 2 CUDA workers (one
+#      per GPU, CUDA_VISIBLE_DEVICES) over a $GPU_DB_PAGES-page database (default 2^23: 32 GiB).
+#      The generator sends both key halves to that one party (--party-a = --party-b): answers
+#      still verify, privacy does not hold, and the party does twice the work per fetch; a
+#      benchmark of capacity only.
 #
 #   ops/bench/load-bench.sh build   # here: release binaries + redis-server into .gpu/ops/
 #   ops/bench/load-bench.sh run     # there (carry .gpu): JSON reports and a summary in $OUT
@@ -225,5 +230,38 @@ if section 4; then
     done
     fetch http://127.0.0.1:9100/metrics "$OUT/gpu-worker-a0.metrics"
     stop_all
+fi
+if section 5; then
+    pages=${GPU_DB_PAGES:-8388608}
+    echo "== 5. one party, 1 vs 2 CUDA workers (one per GPU), $pages pages of 4 KiB"
+    pirq db gen --pages "$pages" --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
+    SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --verify "$W/db.pirdb")
+    for n in 1 2; do
+        redis 0 7101
+        sleep 0.3
+        gateway 1-3 7101 party-a 8101
+        for g in $(seq 0 $((n - 1))); do
+            start "$((4 + 2 * g))-$((5 + 2 * g))" "worker-g$g" env CUDA_VISIBLE_DEVICES="$g" \
+                pirq-worker --redis redis://127.0.0.1:7101 --prefix party-a --db "$W/db.pirdb" \
+                --backend cuda --max-batch-keys 256 --consumer "g$g" \
+                --metrics-listen "127.0.0.1:$((9100 + g))"
+        done
+        READY_TRIES=3000 ready http://127.0.0.1:8101/readyz
+        # /readyz turns 200 with the first worker; wait until all n have loaded and registered.
+        for _ in $(seq 600); do
+            fetch http://127.0.0.1:8101/v1/info "$W/info.json"
+            grep -q "\"workers\":$n[,}]" "$W/info.json" && break
+            sleep 0.5
+        done
+        cat "$W/info.json"; echo
+        export GEN_CPUS=8-31
+        for c in 64 128; do
+            load "gpus-$n-closed-$c-x16" "${SELF[@]}" --bincode --keys 16 --concurrency "$c"
+        done
+        for g in $(seq 0 $((n - 1))); do
+            fetch "http://127.0.0.1:$((9100 + g))/metrics" "$OUT/gpus-$n-worker-g$g.metrics"
+        done
+        stop_all
+    done
 fi
 echo "done: $OUT"
