@@ -51,9 +51,11 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
     let mut writing: Option<JoinHandle<()>> = None;
     let mut stop_wait = stop.clone();
     loop {
+        // Stop first: once stopping, buffered jobs are not started (they are handed back).
         let window = tokio::select! {
-            w = batcher.next_window() => match w { Some(w) => w, None => break },
+            biased;
             _ = stop_wait.wait_for(|s| *s) => break,
+            w = batcher.next_window() => match w { Some(w) => w, None => break },
         };
         let outcomes = run_window(&worker, window).await;
         // At most one write in flight: results of consecutive windows never pile up.

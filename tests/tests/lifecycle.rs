@@ -1,0 +1,310 @@
+//! Idempotency, backpressure and graceful shutdown, end to end against real processes
+//! (issue 7).
+
+use std::time::{Duration, Instant};
+
+use pirq_e2e::fault::{self, pending, post, stream_len};
+use pirq_e2e::{Party, PartyOptions, TestDb};
+use pirq_shared::dpf::generate;
+use pirq_shared::wire::QueryRequest;
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A one-key query for `index` in a database of `2^n` pages or fewer.
+fn request_n(n: u8, index: u64) -> QueryRequest {
+    let (k0, _) = generate(n, index, &mut rand::rng()).unwrap();
+    QueryRequest {
+        keys: vec![k0.to_bytes()],
+        epoch: None,
+    }
+}
+
+fn request(index: u64) -> QueryRequest {
+    request_n(10, index)
+}
+
+async fn metric(url: &str, name: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_the_first_request_and_refuses_another_body() {
+    let db = TestDb::create(1000, 256, 5).unwrap();
+    let mut party = Party::start(&db.path, "idem", PartyOptions::default())
+        .await
+        .unwrap();
+    party.stop_workers(); // queries stay pending until a worker starts
+    let http = reqwest::Client::new();
+    let url = party.url.clone();
+    let req = request(3);
+    let key = "\"9f1c2c0e-6a57-4c0e-9a43-3b0d1f1c2e6a\"";
+
+    let (s1, b1, _) = post(&http, &url, &req, Some(key)).await.unwrap();
+    assert_eq!(s1, 202, "{b1}");
+    let id = b1["id"].as_str().unwrap().to_string();
+    // Same key, same request: the same id, nothing new queued.
+    let (s2, b2, _) = post(&http, &url, &req, Some(key)).await.unwrap();
+    assert_eq!((s2, b2["id"].as_str()), (202, Some(id.as_str())), "{b2}");
+    // The same request in bincode is the same request.
+    let resp = http
+        .post(format!("{url}/v1/queries"))
+        .header("content-type", "application/x-bincode")
+        .header("idempotency-key", key)
+        .body(req.to_bincode())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    assert_eq!(
+        resp.headers()["location"],
+        format!("/v1/queries/{id}").as_str()
+    );
+    // Same key, another request: 422.
+    let (s3, b3, _) = post(&http, &url, &request(4), Some(key)).await.unwrap();
+    assert_eq!(s3, 422, "{b3}");
+    assert_eq!(b3["error"]["code"], "idempotency_key_reused");
+    // Malformed keys: 400.
+    for bad in ["", "\"unterminated", "has space"] {
+        let (s, b, _) = post(&http, &url, &req, Some(bad)).await.unwrap();
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (400, Some("invalid_idempotency_key")),
+            "{bad:?}"
+        );
+    }
+    let mut conn = party.redis().await.unwrap();
+    assert_eq!(
+        stream_len(&mut conn, &party.layout()).await,
+        1,
+        "one job queued"
+    );
+
+    // Once answered, a replay gets the stored result (200).
+    party.start_worker().await.unwrap();
+    let done = fault::wait_final(&http, &url, &id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "done");
+    let (s4, b4, _) = post(&http, &url, &req, Some(key)).await.unwrap();
+    assert_eq!(s4, 200, "{b4}");
+    assert_eq!(b4["id"], id.as_str());
+    assert_eq!(b4["pages"], done["pages"]);
+    // Without the key, the same body is a new query.
+    let (s5, b5, _) = post(&http, &url, &req, None).await.unwrap();
+    assert_eq!(s5, 202);
+    assert_ne!(b5["id"], id.as_str());
+    assert_eq!(
+        metric(&url, "pirq_gateway_idempotent_replays_total").await,
+        3.0
+    );
+    assert_eq!(
+        metric(&url, "pirq_gateway_queries_accepted_total").await,
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn full_backlog_answers_429_with_retry_after_and_recovers() {
+    const MAX: u64 = 20;
+    let db = TestDb::create(1000, 256, 6).unwrap();
+    let opts = PartyOptions {
+        gateway_args: args(&["--max-backlog", &MAX.to_string()]),
+        ..Default::default()
+    };
+    let mut party = Party::start(&db.path, "backlog", opts).await.unwrap();
+    party.stop_workers(); // nothing drains
+    let http = reqwest::Client::new();
+    let url = party.url.clone();
+    let mut ids = Vec::new();
+    let first = request(0);
+    for i in 0..MAX {
+        let req = if i == 0 { first.clone() } else { request(i) };
+        let (s, b, _) = post(&http, &url, &req, Some(&format!("k{i}")))
+            .await
+            .unwrap();
+        assert_eq!(s, 202, "{b}");
+        ids.push(b["id"].as_str().unwrap().to_string());
+    }
+    let (s, b, retry) = post(&http, &url, &request(99), None).await.unwrap();
+    assert_eq!(s, 429, "{b}");
+    assert_eq!(b["error"]["code"], "backlog_full");
+    // Nothing drains: the longest Retry-After.
+    assert_eq!(
+        retry,
+        Some(pirq_gateway::backpressure::MAX_RETRY_AFTER),
+        "{b}"
+    );
+    // A replay is no new work: answered even while full.
+    let (s, b, _) = post(&http, &url, &first, Some("k0")).await.unwrap();
+    assert_eq!((s, b["id"].as_str()), (202, Some(ids[0].as_str())), "{b}");
+
+    // Workers drain it; new queries are accepted again.
+    party.start_worker().await.unwrap();
+    for id in &ids {
+        let r = fault::wait_final(&http, &url, id, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(r["status"], "done");
+    }
+    let (s, b, _) = post(&http, &url, &request(100), None).await.unwrap();
+    assert_eq!(s, 202, "{b}");
+    assert!(metric(&url, "pirq_gateway_queries_throttled_total").await >= 1.0);
+}
+
+#[tokio::test]
+async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
+    // A claim-idle time far beyond the test: only the hand-back can explain a fast pickup.
+    let db = TestDb::create(1 << 13, 512, 7).unwrap();
+    let opts = PartyOptions {
+        worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "120000"]),
+        ..Default::default()
+    };
+    let mut party = Party::start(&db.path, "drain", opts).await.unwrap();
+    let layout = party.layout();
+    let mut conn = party.redis().await.unwrap();
+    let http = reqwest::Client::new();
+    let url = party.url.clone();
+    let mut ids = Vec::new();
+    for i in 0..80 {
+        let (id, _) =
+            fault::submit_until_accepted(&http, &url, &request_n(13, i), Duration::from_secs(10))
+                .await;
+        ids.push(id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let held = pending(&mut conn, &layout, Some("w0")).await;
+        if held >= 4 {
+            break held;
+        }
+        assert!(Instant::now() < deadline, "w0 never held jobs");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    party.workers[0].signal_term();
+    let status = party.workers[0]
+        .wait_exit(Duration::from_secs(20))
+        .expect("worker did not exit after SIGTERM");
+    assert!(status.success(), "{status:?}");
+    let log = party.workers[0].log_text();
+    let handed_back = log
+        .lines()
+        .find(|l| l.contains("handed back the jobs held but not started"))
+        .unwrap_or_else(|| panic!("no hand-back logged:\n{log}"))
+        .to_string();
+    let handed_back = strip_ansi(&handed_back);
+    let n: usize = handed_back
+        .split("jobs=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(n >= 1, "nothing handed back: {handed_back}");
+    assert_eq!(party.live_workers().await, Some(0), "deregistered");
+    let left = stream_len(&mut conn, &layout).await;
+
+    let t = Instant::now();
+    party.start_worker().await.unwrap(); // w1: new name, same long claim-idle time
+    for id in &ids {
+        let r = fault::wait_final(&http, &url, id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(r["status"], "done", "{id}");
+    }
+    let took = t.elapsed();
+    println!(
+        "SIGTERM worker: held {held} at the signal, handed back {n} not started; {left} jobs \
+         left, all answered by the next worker in {took:.1?} (claim-idle 120 s)"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "jobs waited for the claim-idle time"
+    );
+    assert_eq!(stream_len(&mut conn, &layout).await, 0);
+}
+
+#[tokio::test]
+async fn sigterm_gateway_drains_long_polls_and_event_streams() {
+    let db = TestDb::create(1000, 256, 8).unwrap();
+    let mut party = Party::start(&db.path, "gwdrain", PartyOptions::default())
+        .await
+        .unwrap();
+    party.stop_workers();
+    let http = reqwest::Client::new();
+    let url = party.url.clone();
+    let (id, _) =
+        fault::submit_until_accepted(&http, &url, &request(1), Duration::from_secs(10)).await;
+
+    let long_poll = {
+        let (http, url, id) = (http.clone(), url.clone(), id.clone());
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let r = http
+                .get(format!("{url}/v1/queries/{id}?wait=30"))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap(), t.elapsed())
+        })
+    };
+    let sse = {
+        let (http, url, id) = (http.clone(), url.clone(), id.clone());
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let r = http
+                .get(format!("{url}/v1/queries/{id}/events"))
+                .send()
+                .await
+                .unwrap();
+            let text = r.text().await.unwrap(); // to the end of the stream
+            (text, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = Instant::now();
+    party.gateway.signal_term();
+    let status = party
+        .gateway
+        .wait_exit(Duration::from_secs(8))
+        .expect("gateway did not exit");
+    let exit_took = t.elapsed();
+    assert!(status.success(), "{status:?}");
+    let (code, body, waited) = long_poll.await.unwrap();
+    assert_eq!(code, 202, "{body}");
+    assert!(body.contains("\"queued\""), "{body}");
+    let (events, _) = sse.await.unwrap();
+    assert!(events.contains("event: status"), "{events}");
+    println!(
+        "SIGTERM gateway: exited in {exit_took:.2?}; the 30 s long-poll answered 202 after \
+         {waited:.2?}, the SSE stream ended"
+    );
+    assert!(waited < Duration::from_secs(5));
+    assert!(exit_took < Duration::from_secs(5));
+}
+
+/// A log line without its terminal colour codes.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
