@@ -24,6 +24,9 @@ const DOMAIN_BITS: u8 = 10;
 const BODY_LIMIT: usize = 1 << 20;
 const MAX_KEYS: usize = 64;
 
+/// `(status, body)`, or why nothing was answered.
+type Answer = Result<(u16, Vec<u8>), String>;
+
 /// One HTTP input.
 #[derive(Clone, Debug)]
 struct Input {
@@ -383,7 +386,7 @@ async fn fuzzed_bodies_get_only_4xx_and_bounded_memory() {
     let http = reqwest::Client::new();
     let url = party.url.clone();
     let start = Instant::now();
-    let answers: Vec<(Input, Result<(u16, Vec<u8>), String>)> = futures::stream::iter(inputs)
+    let answers: Vec<(Input, Answer)> = futures::stream::iter(inputs)
         .map(|input| {
             let (http, url) = (http.clone(), url.clone());
             async move {
