@@ -209,13 +209,17 @@ async fn redis_restart_under_load_with_fsync_durability_loses_no_accepted_job() 
     }
     let at_kill = accepted.load(Ordering::Relaxed);
     let t = Instant::now();
-    // SIGKILL, down for a second, then started again on the same AOF.
-    cluster
-        .a
-        .redis
-        .restart_after(Duration::from_secs(1))
+    // SIGKILL, down for a while, then started again on the same AOF.
+    cluster.a.redis.proc.kill();
+    // While it is down the gateway answers 503 with Retry-After.
+    let probe = request(generate(12, 1, &mut rand::rng()).unwrap().0.to_bytes());
+    let (status, body, retry) = fault::post(&reqwest::Client::new(), &cluster.a.url, &probe, None)
         .await
         .unwrap();
+    assert_eq!((status, retry), (503, Some(1)), "{body}");
+    assert_eq!(body["error"]["code"], "redis_unavailable");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.a.redis.restart().await.unwrap();
     let down = t.elapsed();
     let jobs = load.await.unwrap();
     let lost = lost_pairs(&cluster, &jobs, Duration::from_secs(90)).await;
