@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this). Needs only the Rust toolchain
 # and root (or sudo) to install redis-server if it is missing.
 #
-#   1. formatting and lints (also of the CUDA backend, which builds without CUDA installed)
+#   1. formatting and lints (also of the CUDA backend, which builds without CUDA installed),
+#      and the ops checks (docker-compose schema, Dockerfile lint, dashboard vs metrics catalog)
 #   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
 #   3. a bounded fuzz run of the key and .pirdb header parsers
 #
@@ -15,6 +16,9 @@ echo "== fmt, clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p pirq-worker --all-targets --features cuda --locked -- -D warnings
+
+echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics catalog"
+scripts/check-ops.sh
 
 echo "== tests"
 cargo test --workspace --release --locked

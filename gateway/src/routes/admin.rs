@@ -100,9 +100,10 @@ pub async fn push_epoch(
     ))
 }
 
-/// 403 when the gateway has no admin token, 401 unless `Authorization: Bearer <token>` matches.
+/// 403 when the gateway has no admin token (an empty one counts as none), 401 unless
+/// `Authorization: Bearer <token>` matches.
 fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = expected else {
+    let Some(expected) = expected.filter(|t| !t.is_empty()) else {
         return Err(ApiError::new(
             ErrorCode::AdminDisabled,
             "this gateway has no admin token (--admin-token); the admin routes are off",
