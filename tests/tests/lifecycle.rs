@@ -308,3 +308,72 @@ fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+#[tokio::test]
+async fn soak_keeps_redis_memory_flat() {
+    // Results, pending records and idempotency keys expire; stream entries are deleted at
+    // acknowledgement: after each round, Redis is back to the same size.
+    const ROUNDS: usize = 6;
+    const JOBS: u64 = 150;
+    let db = TestDb::create(1000, 256, 10).unwrap();
+    let opts = PartyOptions {
+        gateway_args: args(&["--idempotency-ttl", "1"]),
+        worker_args: args(&["--result-ttl", "1"]),
+        ..Default::default()
+    };
+    let party = Party::start(&db.path, "soak", opts).await.unwrap();
+    let layout = party.layout();
+    let mut conn = party.redis().await.unwrap();
+    let http = reqwest::Client::new();
+    let url = party.url.clone();
+    let mut rows = Vec::new();
+    for round in 0..ROUNDS {
+        let mut ids = Vec::new();
+        for i in 0..JOBS {
+            let key = format!("soak-{round}-{i}");
+            let (s, b, _) = post(&http, &url, &request(i), Some(&key)).await.unwrap();
+            assert_eq!(s, 202, "{b}");
+            ids.push(b["id"].as_str().unwrap().to_string());
+        }
+        for id in &ids {
+            let r = fault::wait_final(&http, &url, id, Duration::from_secs(30))
+                .await
+                .unwrap();
+            assert_eq!(r["status"], "done");
+        }
+        // Wait for the TTLs (1 s) and Redis's active expiry.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let keys = loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+            // {P}:jobs, {P}:db, {P}:workers, {P}:worker:w0 (+ {P}:updates where epochs run).
+            if keys <= 5 || Instant::now() > deadline {
+                break keys;
+            }
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let used: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        let len = stream_len(&mut conn, &layout).await;
+        rows.push((round, keys, len, used));
+    }
+    for (round, keys, len, used) in &rows {
+        println!("soak round {round}: {JOBS} jobs; after expiry: keys = {keys}, stream length = {len}, used_memory = {used} B");
+    }
+    for (round, keys, len, _) in &rows {
+        assert!(*keys <= 5, "round {round}: {keys} keys left");
+        assert_eq!(*len, 0, "round {round}");
+    }
+    let (first, last) = (rows[1].3, rows[ROUNDS - 1].3);
+    assert!(
+        last < first + 256 * 1024,
+        "redis memory grew from {first} B to {last} B"
+    );
+}
