@@ -2,7 +2,7 @@
 # GPU tests and bench for the CUDA scanner.
 #
 #   scripts/gpu-test.sh build        # here (no GPU needed): build, strip, copy into .gpu/
-#   scripts/gpu-test.sh test         # on the GPU machine: parity tests (PIRQ_GPU_TESTS=1)
+#   scripts/gpu-test.sh test [FILTER] # on the GPU machine: parity and epoch tests (PIRQ_GPU_TESTS=1)
 #   scripts/gpu-test.sh bench [ARGS] # on the GPU machine: pirq-gpu-bench ARGS
 #
 # The GPU machine has no cargo: `build` puts the test and bench binaries in .gpu/ (git-ignored),
@@ -29,19 +29,26 @@ find_nvrtc() {
 case "${1:-}" in
 build)
     cargo build --release --features cuda -p pirq-worker --bin pirq-gpu-bench
-    exe=$(cargo test --release --features cuda -p pirq-worker --test gpu_parity --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu_parity"][0])')
     mkdir -p .gpu
-    cp "$exe" .gpu/gpu_parity
+    for t in gpu_parity gpu_epochs; do
+        exe=$(cargo test --release --features cuda -p pirq-worker --test "$t" --no-run --message-format=json 2>/dev/null |
+            T="$t" python3 -c 'import json,os,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==os.environ["T"]][0])')
+        cp "$exe" ".gpu/$t"
+        strip ".gpu/$t"
+    done
     cp target/release/pirq-gpu-bench .gpu/pirq-gpu-bench
-    strip .gpu/gpu_parity .gpu/pirq-gpu-bench
+    strip .gpu/pirq-gpu-bench
     ls -la .gpu
     ;;
 test)
     mkdir -p "$out"
     find_nvrtc
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
-    PIRQ_GPU_TESTS=1 RUST_BACKTRACE=1 .gpu/gpu_parity --test-threads=1 2>&1 | tee "$out/gpu-test.log"
+    shift
+    : >"$out/gpu-test.log"
+    for t in gpu_parity gpu_epochs; do
+        PIRQ_GPU_TESTS=1 RUST_BACKTRACE=1 ".gpu/$t" --test-threads=1 "$@" 2>&1 | tee -a "$out/gpu-test.log"
+    done
     ;;
 bench)
     shift

@@ -19,8 +19,8 @@ pub fn open(
 ) -> Result<Arc<dyn Scanner>, ScanError> {
     match kind {
         Backend::Cpu => cpu(db, threads, max_batch_keys, epoch_window),
-        Backend::Cuda => cuda(db, max_batch_keys),
-        Backend::Auto => match cuda(db.clone(), max_batch_keys) {
+        Backend::Cuda => cuda(db, max_batch_keys, epoch_window),
+        Backend::Auto => match cuda(db.clone(), max_batch_keys, epoch_window) {
             Ok(s) => Ok(s),
             Err(e) => {
                 tracing::info!(reason = %e, "CUDA backend unavailable; using the CPU backend");
@@ -44,14 +44,22 @@ fn cpu(
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(db: Arc<PirDb>, max_batch_keys: usize) -> Result<Arc<dyn Scanner>, ScanError> {
-    let scanner = crate::scan::cuda::CudaScanner::new(db, max_batch_keys)
+fn cuda(
+    db: Arc<PirDb>,
+    max_batch_keys: usize,
+    epoch_window: usize,
+) -> Result<Arc<dyn Scanner>, ScanError> {
+    let scanner = crate::scan::cuda::CudaScanner::new(db, max_batch_keys, epoch_window)
         .map_err(|e| ScanError::Device(e.to_string()))?;
     Ok(Arc::new(scanner))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda(_db: Arc<PirDb>, _max_batch_keys: usize) -> Result<Arc<dyn Scanner>, ScanError> {
+fn cuda(
+    _db: Arc<PirDb>,
+    _max_batch_keys: usize,
+    _epoch_window: usize,
+) -> Result<Arc<dyn Scanner>, ScanError> {
     Err(ScanError::Device(
         "this build has no CUDA backend (cargo feature `cuda`)".into(),
     ))

@@ -7,7 +7,11 @@
 //!
 //! ```text
 //! pirq-gpu-bench --sizes-gib 8,64 --qs 1,2,4,8,16,32,64,128,192,256,384,512
+//! pirq-gpu-bench --epochs --sizes-gib 8 --changed 1,1000,10000 --epoch-windows 2,16
 //! ```
+//!
+//! `--epochs` times the epoch window instead (docs/bench/gpu-epochs.md): the merge of the
+//! window's page changes into a pass's answers, and the compaction when the base moves forward.
 //! Needs the `cuda` feature and a GPU; numbers go to docs/bench/gpu-scan.md.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,10 +50,25 @@ struct Args {
     /// Windows per pool measurement.
     #[arg(long, default_value_t = 48)]
     pool_windows: usize,
+    /// Time the epoch window (merge and compaction) instead of plain passes.
+    #[arg(long)]
+    epochs: bool,
+    /// `--epochs`: pages changed by each epoch.
+    #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
+    changed: Vec<usize>,
+    /// `--epochs`: window sizes (epochs answered exactly, the base included).
+    #[arg(long, value_delimiter = ',', default_value = "2,16")]
+    epoch_windows: Vec<usize>,
+    /// `--epochs`: keys per pass.
+    #[arg(long, default_value_t = 256)]
+    epoch_q: usize,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.epochs {
+        return epochs(&args);
+    }
     let max_q = args
         .qs
         .iter()
@@ -132,6 +151,81 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// Per window size W, one scanner; per row (k changed pages an epoch) W - 1 updates of k random
+/// pages fill the window, passes of `epoch_q` keys pinned to the newest epoch time the merge of
+/// all (W - 1) k steps (CUDA events), and one more update of k pages folds an epoch of k pages
+/// into the base (compaction).
+fn epochs(args: &Args) -> Result<()> {
+    use pirq_shared::update::{EpochUpdate, PageWrite};
+    use rand::{Rng, RngCore};
+    let gib = args.sizes_gib.first().copied().unwrap_or(8);
+    let ps = args.page_size;
+    let num_pages = (gib << 30) / ps as u64;
+    let q = args.epoch_q;
+    let mut rng = rand::rng();
+    let mut update = |epoch: u64, k: usize| EpochUpdate {
+        epoch,
+        pages: (0..k)
+            .map(|_| {
+                let mut page = vec![0u8; ps];
+                rng.fill_bytes(&mut page);
+                PageWrite {
+                    index: rng.random_range(0..num_pages),
+                    page,
+                }
+            })
+            .collect(),
+    };
+    println!("\n## epochs: {gib} GiB, {num_pages} pages of {ps} B, Q = {q}\n");
+    println!(
+        "| window | changed pages / epoch | merged entries | merge ms/pass | scan ms/pass | pass wall ms | update prepare ms | folded pages | compaction ms | queries blocked ms |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &w in &args.epoch_windows {
+        let config = CudaConfig {
+            workspaces: 1,
+            max_batch_keys: q,
+            epoch_window: w,
+            ..CudaConfig::default()
+        };
+        let started = Instant::now();
+        let scanner = CudaScanner::synthetic(ps, num_pages, 0x5eed, config)?;
+        eprintln!(
+            "window {w}: set up in {:.1} s on {}",
+            started.elapsed().as_secs_f64(),
+            scanner.device_name()
+        );
+        let keys = make_keys(scanner_domain(&scanner), q);
+        for &k in &args.changed {
+            for _ in 1..w {
+                let next = scanner.window_range().newest + 1;
+                scanner.apply_update(&update(next, k))?;
+            }
+            let newest = scanner.window_range().newest;
+            let epochs = vec![newest; q];
+            scanner.pass_at_timed(&keys, &epochs)?; // warm-up
+            let runs: Vec<PassTimings> = (0..args.reps.max(1))
+                .map(|_| scanner.pass_at_timed(&keys, &epochs).map(|r| r.1))
+                .collect::<Result<_, _>>()?;
+            let pick =
+                |f: fn(&PassTimings) -> Duration| median(runs.iter().map(|t| ms(f(t))).collect());
+            let fold = scanner.apply_update(&update(newest + 1, k))?;
+            let entries = (w - 1) * k;
+            println!(
+                "| {w} | {k} | {entries} | {:.3} | {:.2} | {:.2} | {:.1} | {} | {:.3} | {:.3} |",
+                pick(|t| t.merge),
+                pick(|t| t.scan),
+                pick(|t| t.wall),
+                ms(fold.prepare),
+                fold.folded_pages,
+                ms(fold.compaction),
+                ms(fold.blocked)
+            );
+        }
+    }
+    Ok(())
+}
+
 fn scanner_domain(scanner: &CudaScanner) -> u8 {
     use pirq_worker::scan::Scanner;
     scanner.geometry().domain_bits
@@ -170,6 +264,7 @@ fn time_passes(
         h2d: pick(|t| t.h2d),
         expand: pick(|t| t.expand),
         scan: pick(|t| t.scan),
+        merge: pick(|t| t.merge),
         d2h: pick(|t| t.d2h),
         wall: pick(|t| t.wall),
     }))

@@ -35,6 +35,10 @@ const SOURCES: &[(&str, &str)] = &[
         "scan_xor.cu",
         include_str!("../../../../kernels/scan_xor.cu"),
     ),
+    (
+        "epoch_merge.cu",
+        include_str!("../../../../kernels/epoch_merge.cu"),
+    ),
 ];
 
 /// Largest dynamic shared memory a scan CTA asks for (8 warps x 8 stages x 2 tiles x 512 B).
@@ -52,7 +56,7 @@ pub struct Kernels {
     pub scan_xor: CudaFunction,
     pub page_read: CudaFunction,
     pub page_xor: CudaFunction,
-    pub sel_gather: CudaFunction,
+    pub epoch_merge: CudaFunction,
     /// Tensor-core variants by name; empty before sm_80.
     scan_mma: HashMap<String, CudaFunction>,
     /// Compute capability (major, minor).
@@ -111,7 +115,7 @@ impl Kernels {
             scan_xor: f("scan_xor_m2_k8")?,
             page_read: f("db_page_read")?,
             page_xor: f("db_page_xor")?,
-            sel_gather: f("sel_gather")?,
+            epoch_merge: f("epoch_merge")?,
             scan_mma,
             capability,
             _module: module,

@@ -19,7 +19,7 @@ pub mod layout;
 mod update;
 mod workspace;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use cudarc::driver::{
@@ -31,11 +31,13 @@ use pirq_shared::dpf::DpfKey;
 use self::db::DeviceDb;
 use self::kernels::Kernels;
 use self::layout::{pack_key, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH};
+use self::update::{EpochState, Merge};
 use self::workspace::{workspace_bytes, Pool, Workspace};
 use super::{check_keys, Answers, Geometry, ScanError, Scanner};
 use crate::epochs::DeltaWindow;
 
 pub use self::layout::ScanPlan;
+pub use self::update::UpdateTimings;
 pub use self::workspace::PassTimings;
 
 /// Default number of workspaces (`--workspaces`).
@@ -111,17 +113,26 @@ pub struct CudaScanner {
     config: CudaConfig,
     /// A device word that `read_all` may write.
     sink: CudaSlice<u32>,
-    /// The epoch window: the base on the GPU is at `oldest()`, later epochs are page diffs held
-    /// on the host and merged into answers (see [`update`]). Passes hold it shared for their
-    /// whole length, an update exclusively, so a pass never sees a half-moved base.
-    window: RwLock<DeltaWindow>,
+    /// The epoch window: the base on the GPU is at its oldest epoch, later epochs are page
+    /// steps resident on the device and merged into answers (see [`update`]). Passes hold it
+    /// shared for their whole length, an update exclusively only to swap in the next state
+    /// (and fold the oldest epoch into the base), so a pass never sees a half-moved base.
+    epochs: RwLock<EpochState>,
+    /// Serializes updates: one is prepared at a time, while passes go on.
+    update_lock: Mutex<()>,
 }
 
 impl CudaScanner {
-    /// The worker's constructor: GPU 0, the default pool, `max_batch_keys`, logging load progress.
-    pub fn new(db: Arc<PirDb>, max_batch_keys: usize) -> Result<CudaScanner, CudaError> {
+    /// The worker's constructor: GPU 0, the default pool, `max_batch_keys`, `epoch_window`
+    /// epochs answered exactly, logging load progress.
+    pub fn new(
+        db: Arc<PirDb>,
+        max_batch_keys: usize,
+        epoch_window: usize,
+    ) -> Result<CudaScanner, CudaError> {
         let config = CudaConfig {
             max_batch_keys,
+            epoch_window,
             ..CudaConfig::default()
         };
         let mut next_report = 0u64;
@@ -148,7 +159,7 @@ impl CudaScanner {
         scanner
             .db
             .load(&scanner.main, &scanner.kernels, db, progress)?;
-        scanner.window = scanner.new_window(db.header().epoch);
+        scanner.epochs = scanner.new_epochs(db.header().epoch);
         Ok(scanner)
     }
 
@@ -221,12 +232,12 @@ impl CudaScanner {
             .map(|_| Workspace::new(&ctx, &shape, config.max_batch_keys))
             .collect::<Result<Vec<_>, _>>()?;
         let sink = main.alloc_zeros::<u32>(4)?;
-        let window = RwLock::new(DeltaWindow::new(
+        let epochs = RwLock::new(EpochState::new(DeltaWindow::new(
             shape.page_size,
             shape.num_pages,
             0,
             config.epoch_window,
-        ));
+        )));
         Ok(CudaScanner {
             ctx,
             main,
@@ -235,11 +246,12 @@ impl CudaScanner {
             pool: Pool::new(slots),
             config,
             sink,
-            window,
+            epochs,
+            update_lock: Mutex::new(()),
         })
     }
 
-    fn new_window(&self, base_epoch: u64) -> RwLock<DeltaWindow> {
+    fn new_epochs(&self, base_epoch: u64) -> RwLock<EpochState> {
         let s = self.db.shape();
         let window = DeltaWindow::new(
             s.page_size,
@@ -247,7 +259,7 @@ impl CudaScanner {
             base_epoch,
             self.config.epoch_window,
         );
-        RwLock::new(window)
+        RwLock::new(EpochState::new(window))
     }
 
     /// GPU name, for logs and bench reports.
@@ -298,18 +310,16 @@ impl CudaScanner {
         keys: &[DpfKey],
         plan: ScanPlan,
     ) -> Result<(Answers, PassTimings), ScanError> {
-        let (answers, timings, _) = self.run_pass(keys, plan, &[])?;
-        Ok((answers, timings))
+        self.run_pass(keys, plan, None)
     }
 
-    /// One pass of the base; also returns, when `gather` names pages, every key's selection
-    /// bits at those pages (bit `i` of key `q` at word `q * gather.len().div_ceil(32) + i / 32`).
+    /// One pass of the base, then (with `merge`) the epoch merge of every key into its answer.
     fn run_pass(
         &self,
         keys: &[DpfKey],
         plan: ScanPlan,
-        gather: &[u64],
-    ) -> Result<(Answers, PassTimings, Vec<u32>), ScanError> {
+        merge: Option<Merge<'_>>,
+    ) -> Result<(Answers, PassTimings), ScanError> {
         let started = Instant::now();
         let shape = self.db.shape();
         check_keys(&self.geometry(), keys, self.config.max_batch_keys)?;
@@ -323,19 +333,29 @@ impl CudaScanner {
             });
         }
         let mut answers = Vec::new();
-        let mut bits = Vec::new();
         if !keys.is_empty() {
-            self.upload_keys(&mut ws, keys)?;
-            self.expand(&ws, keys.len(), padded)?;
-            let gathered = match gather {
-                [] => None,
-                pages => Some(self.gather_bits(&ws, keys.len(), padded, pages)?),
+            let run = |ws: &mut Workspace| -> Result<Vec<u8>, CudaError> {
+                self.upload_keys(ws, keys)?;
+                self.expand(ws, keys.len(), padded)?;
+                self.scan(ws, &plan, keys.len(), padded)?;
+                let limits = match &merge {
+                    Some(m) => Some(self.merge(ws, m, keys.len(), padded)?),
+                    None => None,
+                };
+                ws.marks[4].record(&ws.stream)?;
+                let answers = self.download(ws, keys.len())?;
+                drop(limits);
+                Ok(answers)
             };
-            self.scan(&ws, &plan, keys.len(), padded)?;
-            answers = self.download(&mut ws, keys.len())?;
-            if let Some(dev) = gathered {
-                bits = ws.stream.clone_dtoh(&dev).map_err(CudaError::from)?;
-            }
+            answers = match run(&mut ws) {
+                Ok(a) => a,
+                Err(e) => {
+                    // Nothing this pass launched may outlive it (the caller's lock guards the
+                    // merge table and the database).
+                    let _ = ws.stream.synchronize();
+                    return Err(e.into());
+                }
+            };
         }
         let mut timings = if keys.is_empty() {
             PassTimings::default()
@@ -343,7 +363,7 @@ impl CudaScanner {
             ws.timings(keys.len())?
         };
         timings.wall = started.elapsed();
-        Ok((Answers::new(shape.page_size, answers), timings, bits))
+        Ok((Answers::new(shape.page_size, answers), timings))
     }
 
     /// The selection bits the GPU expands for `keys`, in `eval_full`'s bitmap layout: the CPU
@@ -562,7 +582,7 @@ impl CudaScanner {
             // SAFETY: pinned; the stream is synchronized below before the bytes are read.
             unsafe { result::memcpy_dtoh_async(&mut host[..len], src, stream.cu_stream()) }?;
         }
-        ws.marks[4].record(&stream)?;
+        ws.marks[5].record(&stream)?;
         stream.synchronize()?;
         Ok(ws.answers_host.as_slice()?[..len].to_vec())
     }
@@ -594,7 +614,7 @@ impl Scanner for CudaScanner {
     }
 
     fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError> {
-        self.apply_update(update)
+        self.apply_update(update).map(|_| ())
     }
 
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {

@@ -25,6 +25,8 @@ pub struct PassTimings {
     pub expand: Duration,
     /// The scan, including the parity unpack into answer pages.
     pub scan: Duration,
+    /// The epoch merge (`epoch_merge`; zero when every key is at the base or nothing changed).
+    pub merge: Duration,
     /// Answer download (device to host).
     pub d2h: Duration,
     /// Wall time of the whole `pass` call, waiting for a slot included.
@@ -34,8 +36,8 @@ pub struct PassTimings {
 /// One slot: a stream, its events, device buffers and pinned host buffers.
 pub struct Workspace {
     pub stream: Arc<CudaStream>,
-    /// Timing marks: before h2d, after h2d, after expand, after scan, after d2h.
-    pub marks: [CudaEvent; 5],
+    /// Timing marks: before h2d, after h2d, after expand, after scan, after merge, after d2h.
+    pub marks: [CudaEvent; 6],
     pub keys_host: PinnedHostSlice<u32>,
     /// Answer bytes as the kernels wrote them (little-endian u32 words = the page bytes).
     pub answers_host: PinnedHostSlice<u8>,
@@ -96,7 +98,7 @@ impl Workspace {
         let top_nodes = padded << shape.top_levels();
         let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC));
         Ok(Workspace {
-            marks: [event()?, event()?, event()?, event()?, event()?],
+            marks: [event()?, event()?, event()?, event()?, event()?, event()?],
             // SAFETY (both): written before use, keys by the CPU, answers by a copy.
             keys_host: unsafe { ctx.alloc_pinned::<u32>(padded * KEY_WORDS) }?,
             answers_host: unsafe {
@@ -130,7 +132,8 @@ impl Workspace {
             h2d: ms(0)?,
             expand: ms(1)?,
             scan: ms(2)?,
-            d2h: ms(3)?,
+            merge: ms(3)?,
+            d2h: ms(4)?,
             wall: Duration::ZERO,
         })
     }
