@@ -372,43 +372,85 @@ pub fn execute(scanner: &dyn Scanner, window: Window) -> Vec<Outcome> {
     if valid.is_empty() {
         return outcomes;
     }
-    let start = Instant::now();
     let page_size = geometry.page_size;
-    let mut answers = Vec::with_capacity(keys.len() * page_size);
-    let per_pass = scanner.max_batch_keys().max(1);
-    let result = keys
-        .chunks(per_pass)
-        .zip(key_epochs.chunks(per_pass))
-        .try_for_each(|(chunk, chunk_epochs)| {
-            let pass_start = Instant::now();
-            let a = scanner.pass_at(chunk, chunk_epochs)?;
-            metrics::histogram!(m::WORKER_PASS_DURATION).record(pass_start.elapsed().as_secs_f64());
-            answers.extend_from_slice(a.as_bytes());
-            Ok::<_, crate::scan::ScanError>(())
-        });
-    let scan = start.elapsed();
-    match result {
-        Ok(()) => outcomes.extend(valid.into_iter().map(|v| Outcome::Done {
-            pages: answers[v.first * page_size..(v.first + v.count) * page_size].to_vec(),
-            entry_id: v.entry_id,
-            request_id: v.request_id,
-            epoch: v.epoch,
-            page_size,
-            scan,
-            worker: v.received.elapsed(),
-            accepted_ms: v.accepted_ms,
-        })),
-        Err(e) => {
-            tracing::error!(error = %e, "scanner pass failed");
-            outcomes.extend(valid.into_iter().map(|v| Outcome::Failed {
+    let start = Instant::now();
+    match run_passes(scanner, &keys, &key_epochs) {
+        Ok(answers) => {
+            let scan = start.elapsed();
+            outcomes.extend(valid.into_iter().map(|v| Outcome::Done {
+                pages: answers[v.first * page_size..(v.first + v.count) * page_size].to_vec(),
                 entry_id: v.entry_id,
                 request_id: v.request_id,
-                error: ErrorBody::new(ErrorCode::ScanFailed, format!("scanner pass failed: {e}")),
+                epoch: v.epoch,
+                page_size,
+                scan,
                 worker: v.received.elapsed(),
+                accepted_ms: v.accepted_ms,
             }))
+        }
+        Err(e) => {
+            // One job may be the cause: run each alone, so the others are answered and only the
+            // culprit fails (and is retried, then dead-lettered, by the delivery limit).
+            tracing::error!(error = %e, jobs = valid.len(), "scanner pass failed");
+            let single = valid.len() == 1;
+            if !single {
+                tracing::warn!("running the window's jobs one by one to isolate the failure");
+            }
+            for v in valid {
+                let range = v.first..v.first + v.count;
+                let alone = if single {
+                    Err(e.clone())
+                } else {
+                    let start = Instant::now();
+                    run_passes(scanner, &keys[range.clone()], &key_epochs[range])
+                        .map(|a| (a, start.elapsed()))
+                };
+                outcomes.push(match alone {
+                    Ok((pages, scan)) => Outcome::Done {
+                        pages,
+                        entry_id: v.entry_id,
+                        request_id: v.request_id,
+                        epoch: v.epoch,
+                        page_size,
+                        scan,
+                        worker: v.received.elapsed(),
+                        accepted_ms: v.accepted_ms,
+                    },
+                    Err(e) => Outcome::Failed {
+                        entry_id: v.entry_id,
+                        request_id: v.request_id,
+                        error: ErrorBody::new(
+                            ErrorCode::ScanFailed,
+                            format!("scanner pass failed: {e}"),
+                        ),
+                        worker: v.received.elapsed(),
+                    },
+                });
+            }
         }
     }
     outcomes
+}
+
+/// The answers of `keys` in as few passes as the scanner allows, back to back. A pass that
+/// panics is an error like a pass that fails: a poison job never takes the worker down.
+fn run_passes(scanner: &dyn Scanner, keys: &[DpfKey], epochs: &[u64]) -> Result<Vec<u8>, String> {
+    let per_pass = scanner.max_batch_keys().max(1);
+    let mut answers = Vec::with_capacity(keys.len() * scanner.geometry().page_size);
+    for (chunk, chunk_epochs) in keys.chunks(per_pass).zip(epochs.chunks(per_pass)) {
+        let pass_start = Instant::now();
+        let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            scanner.pass_at(chunk, chunk_epochs)
+        }));
+        let a = match pass {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("the scanner pass panicked".into()),
+        };
+        metrics::histogram!(m::WORKER_PASS_DURATION).record(pass_start.elapsed().as_secs_f64());
+        answers.extend_from_slice(a.as_bytes());
+    }
+    Ok(answers)
 }
 
 /// The worker's own check of a job: the gateway validated it, but the stream is not trusted.
@@ -456,4 +498,110 @@ fn check_job(
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((epoch, keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::{Answers, ScanError};
+    use pirq_shared::dpf::generate;
+    use pirq_shared::update::EpochUpdate;
+
+    /// Answers every key with a page of its first byte; fails or panics on a pass that holds
+    /// the poison key.
+    struct Touchy {
+        poison: DpfKey,
+        panic: bool,
+    }
+
+    impl Scanner for Touchy {
+        fn name(&self) -> &'static str {
+            "touchy"
+        }
+        fn geometry(&self) -> Geometry {
+            Geometry {
+                num_pages: 256,
+                page_size: 4,
+                domain_bits: 8,
+            }
+        }
+        fn max_batch_keys(&self) -> usize {
+            64
+        }
+        fn epoch_window(&self) -> EpochRange {
+            EpochRange {
+                oldest: 0,
+                newest: 0,
+            }
+        }
+        fn apply_epoch(&self, _: &EpochUpdate) -> Result<(), ScanError> {
+            Err(ScanError::Unsupported("epochs"))
+        }
+        fn pass_at(&self, keys: &[DpfKey], _: &[u64]) -> Result<Answers, ScanError> {
+            if keys.contains(&self.poison) {
+                if self.panic {
+                    panic!("touchy scanner");
+                }
+                return Err(ScanError::Device("touchy scanner".into()));
+            }
+            let bytes = keys.iter().flat_map(|k| [k.to_bytes()[3]; 4]).collect();
+            Ok(Answers::new(4, bytes))
+        }
+    }
+
+    fn delivery(i: usize, key: &DpfKey) -> Delivery {
+        Delivery {
+            entry_id: format!("{i}-0"),
+            request_id: Some(format!("{i:032x}")),
+            job: Ok(Job {
+                keys: vec![key.to_bytes()],
+                epoch: None,
+                accepted_ms: 0,
+            }),
+            received: Instant::now(),
+            deliveries: 1,
+            gone: false,
+        }
+    }
+
+    #[test]
+    fn a_failing_pass_fails_only_the_job_that_causes_it() {
+        for panic in [false, true] {
+            let mut rng = rand::rng();
+            let keys: Vec<DpfKey> = (0..5)
+                .map(|a| generate(8, a, &mut rng).unwrap().0)
+                .collect();
+            let scanner = Touchy {
+                poison: keys[2].clone(),
+                panic,
+            };
+            let window = Window {
+                deliveries: keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| delivery(i, k))
+                    .collect(),
+                keys: keys.len(),
+            };
+            let outcomes = execute(&scanner, window);
+            assert_eq!(outcomes.len(), 5);
+            for o in &outcomes {
+                match o {
+                    Outcome::Failed {
+                        entry_id, error, ..
+                    } => {
+                        assert_eq!(entry_id, "2-0", "panic: {panic}");
+                        assert_eq!(error.code, "scan_failed");
+                    }
+                    Outcome::Done {
+                        entry_id, pages, ..
+                    } => {
+                        let i: usize = entry_id.split('-').next().unwrap().parse().unwrap();
+                        assert_eq!(pages, &vec![keys[i].to_bytes()[3]; 4]);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
 }
