@@ -1,10 +1,11 @@
 // db_layout.cu: putting the database on the GPU in the scan's layout A (see pirq_common.cuh).
 //
 // - `db_transpose`: page-major bytes (a chunk of a .pirdb staged through pinned memory) to A.
-//   Run once at load; a page update rewrites only its 256-page block.
+//   Run once at load.
 // - `db_synthetic`: the same transpose, with the page words computed on the fly instead of read.
 //   CPU twin: `pirq_shared::db::synthetic::fill_page` (benches never carry 64 GiB of pages).
 // - `read_all`: reads A once; its time is the floor of any pass (timed in the same bench run).
+// - `db_page_read`, `db_page_xor`: single pages of A, for epoch updates (below).
 //
 // A warp owns 32 pages (one "word" of a block: pages 32pw .. 32pw+31) and a run of page words;
 // for each 32-bit page word it turns 32 lanes x 32 bits into 32 rows x 32 page-bits with 32

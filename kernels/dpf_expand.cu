@@ -248,18 +248,3 @@ extern "C" __global__ void __launch_bounds__(256) dpf_expand_leaves(
         sel[((block0 + j) * np_total + np) * 32ull + lane] = buf[i];
     }
 }
-
-// Selection bits of q_count keys at `count` given pages, gathered from layout B after expansion:
-// bit (q, i) = bit i % 32 of out[q * ceil(count / 32) + i / 32] (out zeroed first). The epoch
-// merge needs them for the pages changed since the base. CPU twin: `pirq_shared::dpf::eval_point`.
-extern "C" __global__ void sel_gather(const unsigned* __restrict__ sel, unsigned np_total,
-                                      const unsigned long long* __restrict__ pages, unsigned count,
-                                      unsigned q_count, unsigned* __restrict__ out) {
-    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (unsigned long long)count * q_count) return;
-    const unsigned i = (unsigned)(t / q_count), q = (unsigned)(t % q_count);
-    const unsigned long long p = pages[i], b = p / PIRQ_BLOCK_PAGES;
-    const unsigned j = (unsigned)(p % PIRQ_BLOCK_PAGES);
-    const unsigned bit = (sel[pirq_sel_word_index(b, np_total, q, j >> 5)] >> (j & 31u)) & 1u;
-    if (bit) atomicOr(out + (unsigned long long)q * ((count + 31u) / 32u) + i / 32u, 1u << (i & 31u));
-}

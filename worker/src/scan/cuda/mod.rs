@@ -362,6 +362,9 @@ impl CudaScanner {
         } else {
             ws.timings(keys.len())?
         };
+        if merge.is_none() {
+            timings.merge = std::time::Duration::ZERO;
+        }
         timings.wall = started.elapsed();
         Ok((Answers::new(shape.page_size, answers), timings))
     }
@@ -628,6 +631,9 @@ impl Scanner for CudaScanner {
             ];
             for (phase, took) in phases {
                 pirq_shared::metrics::record_phase(phase, took);
+            }
+            if !t.merge.is_zero() {
+                pirq_shared::metrics::record_phase("merge", t.merge);
             }
         }
         if let Ok((free, total)) = self.ctx.mem_get_info() {
