@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use pirq_e2e::fault::{self, pending, post, stream_len};
 use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
@@ -318,7 +320,7 @@ async fn soak_keeps_redis_memory_flat() {
     let db = TestDb::create(1000, 256, 10).unwrap();
     let opts = PartyOptions {
         gateway_args: args(&["--idempotency-ttl", "1"]),
-        worker_args: args(&["--result-ttl", "1"]),
+        worker_args: args(&["--result-ttl", "2"]),
         ..Default::default()
     };
     let party = Party::start(&db.path, "soak", opts).await.unwrap();
@@ -335,13 +337,19 @@ async fn soak_keeps_redis_memory_flat() {
             assert_eq!(s, 202, "{b}");
             ids.push(b["id"].as_str().unwrap().to_string());
         }
-        for id in &ids {
-            let r = fault::wait_final(&http, &url, id, Duration::from_secs(30))
-                .await
-                .unwrap();
-            assert_eq!(r["status"], "done");
+        // All waits at once, so each sees its result within the short result TTL.
+        let results: Vec<Option<serde_json::Value>> = futures::stream::iter(ids)
+            .map(|id| {
+                let (http, url) = (http.clone(), url.clone());
+                async move { fault::wait_final(&http, &url, &id, Duration::from_secs(30)).await }
+            })
+            .buffer_unordered(JOBS as usize)
+            .collect()
+            .await;
+        for r in results {
+            assert_eq!(r.unwrap()["status"], "done");
         }
-        // Wait for the TTLs (1 s) and Redis's active expiry.
+        // Wait for the TTLs (2 s) and Redis's active expiry.
         let deadline = Instant::now() + Duration::from_secs(10);
         let keys = loop {
             tokio::time::sleep(Duration::from_millis(250)).await;

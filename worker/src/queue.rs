@@ -442,14 +442,15 @@ impl Queue {
         let mut conn = self.writer.clone();
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         for (d, reply) in deliveries.iter_mut().zip(replies) {
-            if let Some((_, count)) = parse_pending(reply).into_iter().next() {
+            if let Some((_, count, _)) = parse_pending(reply).into_iter().next() {
                 d.deliveries = count.max(1);
             }
         }
         Ok(())
     }
 
-    /// Entries this consumer still holds in the group, with their delivery counts.
+    /// Entries this consumer still holds in the group, with their delivery counts, leaving out
+    /// those it already handed back (idle past [`RELEASED_IDLE_MS`] / 2).
     pub async fn own_pending(&self, count: usize) -> redis::RedisResult<Vec<(String, u64)>> {
         let mut conn = self.writer.clone();
         let reply: Value = redis::cmd("XPENDING")
@@ -461,7 +462,11 @@ impl Queue {
             .arg(&self.consumer)
             .query_async(&mut conn)
             .await?;
-        Ok(parse_pending(reply))
+        Ok(parse_pending(reply)
+            .into_iter()
+            .filter(|(_, _, idle)| *idle < RELEASED_IDLE_MS / 2)
+            .map(|(id, count, _)| (id, count))
+            .collect())
     }
 
     /// Hands entries back to the group without acknowledging them: their idle time is set past
@@ -702,8 +707,8 @@ pub async fn command_exists(conn: &mut ConnectionManager, name: &str) -> redis::
     })
 }
 
-/// `(entry id, delivery count)` from an extended `XPENDING` reply.
-fn parse_pending(reply: Value) -> Vec<(String, u64)> {
+/// `(entry id, delivery count, idle ms)` from an extended `XPENDING` reply.
+fn parse_pending(reply: Value) -> Vec<(String, u64, u64)> {
     let Value::Array(items) = reply else {
         return Vec::new();
     };
@@ -714,14 +719,9 @@ fn parse_pending(reply: Value) -> Vec<(String, u64)> {
             let mut it = f.into_iter();
             let id = bytes(it.next()?).and_then(|b| String::from_utf8(b).ok())?;
             let _consumer = it.next()?;
-            let _idle = it.next()?;
-            let count = match it.next()? {
-                Value::Int(n) => n.max(0) as u64,
-                other => bytes(other)
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .and_then(|s| s.parse().ok())?,
-            };
-            Some((id, count))
+            let idle = number(it.next()?)?;
+            let count = number(it.next()?)?;
+            Some((id, count, idle))
         })
         .collect()
 }
@@ -801,6 +801,15 @@ fn parse_entries(entries: Value) -> Vec<(String, Fields)> {
         out.push((id, kv));
     }
     out
+}
+
+fn number(v: Value) -> Option<u64> {
+    match v {
+        Value::Int(n) => Some(n.max(0) as u64),
+        other => bytes(other)
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.parse().ok()),
+    }
 }
 
 fn pair(v: Value) -> Option<(Value, Value)> {

@@ -151,8 +151,8 @@ pub async fn release_held(queue: &Queue) -> redis::RedisResult<usize> {
         queue.release(&back).await?;
         metrics::counter!(pirq_shared::metrics::WORKER_JOBS_RELEASED).increment(n as u64);
         total += n;
-        // Released entries stay listed under this consumer (with a huge idle time); stop once a
-        // round found no more than it released before.
+        // Released entries stay listed under this consumer (with a huge idle time, and left
+        // out of `own_pending`); a short page was the last.
         if n < 500 {
             return Ok(total);
         }

@@ -106,7 +106,15 @@ pub async fn submit(
         Submitted::Known {
             same_request: true,
             id: known,
-        } => return replay(&st, &known, format).await,
+        } => {
+            // The first request may have got 503 `not_durable`: confirm before answering.
+            if st.durable.mode == durability::Mode::WaitAof
+                && !st.store.wait_aof(st.config.fsync_timeout()).await?
+            {
+                return Err(not_durable("WAITAOF: the job is not on disk yet"));
+            }
+            return replay(&st, &known, format).await;
+        }
         Submitted::Known { .. } => {
             return Err(ApiError::new(
                 ErrorCode::IdempotencyKeyReused,
