@@ -150,7 +150,9 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
     let (s, b, _) = post(&http, &url, &first, Some("k0")).await.unwrap();
     assert_eq!((s, b["id"].as_str()), (202, Some(ids[0].as_str())), "{b}");
 
-    // Workers drain it; new queries are accepted again.
+    // Workers drain it; new queries are accepted again. (First let the drain sampler, once a
+    // second, see the full stream, so that it measures the drain.)
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     party.start_worker().await.unwrap();
     for id in &ids {
         let r = fault::wait_final(&http, &url, id, Duration::from_secs(30))
@@ -160,7 +162,37 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
     }
     let (s, b, _) = post(&http, &url, &request(100), None).await.unwrap();
     assert_eq!(s, 202, "{b}");
-    assert!(metric(&url, "pirq_gateway_queries_throttled_total").await >= 1.0);
+
+    // Full again right after that drain: Retry-After now follows the measured drain rate
+    // (sampled once a second, so give the sampler a reading after the drain).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    party.stop_workers();
+    let mut n = 0;
+    let (retry, message) = loop {
+        let (s, b, retry) = post(&http, &url, &request(200 + n), None).await.unwrap();
+        n += 1;
+        if s == 429 {
+            break (
+                retry.unwrap(),
+                b["error"]["message"].as_str().unwrap().to_string(),
+            );
+        }
+        assert_eq!(s, 202, "{b}");
+        assert!(n <= MAX + 1, "never full again");
+    };
+    let rate: f64 = message
+        .split("draining ")
+        .nth(1)
+        .and_then(|v| v.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    println!("429 after a drain: Retry-After {retry} s ({message})");
+    assert!(rate > 0.0, "{message}\n{}", party.gateway.log_text());
+    assert!(
+        retry < pirq_gateway::backpressure::MAX_RETRY_AFTER,
+        "{message}"
+    );
+    assert!(metric(&url, "pirq_gateway_queries_throttled_total").await >= 2.0);
 }
 
 #[tokio::test]
