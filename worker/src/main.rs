@@ -46,14 +46,16 @@ async fn main() -> anyhow::Result<()> {
 
     let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
     let consumer = config.consumer_name();
-    let queue = Arc::new(Queue::new(
-        &client,
-        layout.clone(),
-        consumer.clone(),
-        config.block(),
-        config.result_ttl,
-    )?
-    .with_policy(config.policy()));
+    let queue = Arc::new(
+        Queue::new(
+            &client,
+            layout.clone(),
+            consumer.clone(),
+            config.block(),
+            config.result_ttl,
+        )?
+        .with_policy(config.policy()),
+    );
     wait_for_redis(&queue).await;
     match queue.probe().await {
         Ok(version) => tracing::info!(
