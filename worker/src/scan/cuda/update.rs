@@ -196,9 +196,11 @@ impl CudaScanner {
         let old = std::mem::replace(&mut *st, next);
         drop(st);
         let blocked = blocked_from.elapsed();
-        // Freed after the lock: no pass can reach the old table or the folded steps any more
-        // (passes that could have finished before the swap), and the old host window's diffs
-        // (hundreds of MiB for big updates) take a while to free.
+        // Freed after the lock: passes that used the old table or the folded steps finished
+        // before the write lock was granted, later passes see the new state, and freeing the
+        // old host window's diffs (hundreds of MiB for big updates) takes a while. A device
+        // error in the fold above leaves the base half moved: the update fails and the worker
+        // stops following updates (a device fault, not a state this can answer from).
         drop(old);
         drop(fold);
         Ok(UpdateTimings {
