@@ -199,8 +199,8 @@ impl CudaScanner {
         // Freed after the lock: passes that used the old table or the folded steps finished
         // before the write lock was granted, later passes see the new state, and freeing the
         // old host window's diffs (hundreds of MiB for big updates) takes a while. A device
-        // error in the fold above leaves the base half moved: the update fails and the worker
-        // stops following updates (a device fault, not a state this can answer from).
+        // error in the fold above leaves the base half moved: the update fails, and the worker
+        // stops (worker/src/updates.rs): a device fault, not a state to answer from.
         drop(old);
         drop(fold);
         Ok(UpdateTimings {
