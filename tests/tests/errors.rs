@@ -213,7 +213,7 @@ async fn every_validation_error_has_its_status_and_code() {
 
     send(post_json(url, json!({"keys": [b64(&good)], "epoch": 5})))
         .await
-        .assert(400, "epoch_unavailable", None, "epoch not served");
+        .assert(410, "epoch_unavailable", None, "epoch not served");
 
     // Ids and parameters.
     send(http.get(format!("{url}/v1/queries/nothex")))
