@@ -8,58 +8,64 @@ use crate::config::Backend;
 use crate::scan::cpu::CpuScanner;
 use crate::scan::{ScanError, Scanner};
 
+/// What the backends are configured with (the worker's flags).
+#[derive(Clone, Copy, Debug)]
+pub struct ScannerOptions {
+    /// CPU scan threads (0 = one per core).
+    pub threads: usize,
+    /// Largest batch one pass accepts.
+    pub max_batch_keys: usize,
+    /// Epochs answered exactly (`--epoch-window`).
+    pub epoch_window: usize,
+    /// CUDA device ordinal (`--gpu`).
+    pub gpu: usize,
+    /// CUDA workspaces, each with its own stream (`--workspaces`).
+    pub workspaces: usize,
+}
+
 /// Opens the scanner. `auto` takes CUDA when this build has it and a GPU answers, else CPU.
-/// `epoch_window` is how many epochs the scanner answers exactly (`--epoch-window`).
 pub fn open(
     kind: Backend,
     db: Arc<PirDb>,
-    threads: usize,
-    max_batch_keys: usize,
-    epoch_window: usize,
+    options: ScannerOptions,
 ) -> Result<Arc<dyn Scanner>, ScanError> {
     match kind {
-        Backend::Cpu => cpu(db, threads, max_batch_keys, epoch_window),
-        Backend::Cuda => cuda(db, max_batch_keys, epoch_window),
-        Backend::Auto => match cuda(db.clone(), max_batch_keys, epoch_window) {
+        Backend::Cpu => cpu(db, &options),
+        Backend::Cuda => cuda(db, &options),
+        Backend::Auto => match cuda(db.clone(), &options) {
             Ok(s) => Ok(s),
             Err(e) => {
                 tracing::info!(reason = %e, "CUDA backend unavailable; using the CPU backend");
-                cpu(db, threads, max_batch_keys, epoch_window)
+                cpu(db, &options)
             }
         },
     }
 }
 
-fn cpu(
-    db: Arc<PirDb>,
-    threads: usize,
-    max_batch_keys: usize,
-    epoch_window: usize,
-) -> Result<Arc<dyn Scanner>, ScanError> {
+fn cpu(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
     Ok(Arc::new(
-        CpuScanner::new(db, threads)?
-            .with_max_batch_keys(max_batch_keys)
-            .with_epoch_window(epoch_window),
+        CpuScanner::new(db, options.threads)?
+            .with_max_batch_keys(options.max_batch_keys)
+            .with_epoch_window(options.epoch_window),
     ))
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(
-    db: Arc<PirDb>,
-    max_batch_keys: usize,
-    epoch_window: usize,
-) -> Result<Arc<dyn Scanner>, ScanError> {
-    let scanner = crate::scan::cuda::CudaScanner::new(db, max_batch_keys, epoch_window)
-        .map_err(|e| ScanError::Device(e.to_string()))?;
+fn cuda(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
+    use crate::scan::cuda::{CudaConfig, CudaScanner};
+    let config = CudaConfig {
+        device: options.gpu,
+        workspaces: options.workspaces,
+        max_batch_keys: options.max_batch_keys,
+        epoch_window: options.epoch_window,
+        ..CudaConfig::default()
+    };
+    let scanner = CudaScanner::new(db, config).map_err(|e| ScanError::Device(e.to_string()))?;
     Ok(Arc::new(scanner))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda(
-    _db: Arc<PirDb>,
-    _max_batch_keys: usize,
-    _epoch_window: usize,
-) -> Result<Arc<dyn Scanner>, ScanError> {
+fn cuda(_db: Arc<PirDb>, _options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
     Err(ScanError::Device(
         "this build has no CUDA backend (cargo feature `cuda`)".into(),
     ))

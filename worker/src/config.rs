@@ -95,6 +95,16 @@ pub struct Config {
     #[arg(long, env = "PIRQ_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 
+    /// CUDA device this worker uses (run one worker per GPU).
+    #[arg(long, env = "PIRQ_GPU", default_value_t = 0)]
+    pub gpu: usize,
+
+    /// CUDA workspaces: each has its own stream and buffers, so one window's keys are uploaded
+    /// and expanded while another's scan runs. 1 to 16.
+    #[arg(long, env = "PIRQ_WORKSPACES", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub workspaces: u64,
+
     /// Epochs answered exactly: the base and up to this many minus one later epochs. Older
     /// epochs are folded into the base as new ones arrive.
     #[arg(long, env = "PIRQ_EPOCH_WINDOW", default_value_t = 16,

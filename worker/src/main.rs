@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use pirq_shared::db::PirDb;
 use pirq_shared::layout::Layout;
+use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::Config;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
@@ -34,14 +35,15 @@ async fn main() -> anyhow::Result<()> {
     );
     let header = *db.header();
     let max_batch_keys = config.max_batch_keys as usize;
-    let scanner = pirq_worker::backend::open(
-        config.backend,
-        db.clone(),
-        config.threads,
+    let options = ScannerOptions {
+        threads: config.threads,
         max_batch_keys,
-        config.epoch_window as usize,
-    )
-    .context("starting the scanner")?;
+        epoch_window: config.epoch_window as usize,
+        gpu: config.gpu,
+        workspaces: config.workspaces as usize,
+    };
+    let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
+        .context("starting the scanner")?;
     let geometry = scanner.geometry();
 
     let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
@@ -127,11 +129,17 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("stopping: finishing the window in flight");
         let _ = stop_tx.send(true);
     });
+    let concurrent_windows = if scanner.name() == "cuda" {
+        config.workspaces as usize
+    } else {
+        1
+    };
     let worker = Worker {
         scanner,
         queue: queue.clone(),
         epochs: epochs_rx,
         epoch_wait: config.epoch_wait(),
+        concurrent_windows,
         max_batch_keys,
         max_wait: config.max_wait(),
         block: config.block(),

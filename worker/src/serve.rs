@@ -14,8 +14,8 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::metrics as m;
 use pirq_shared::wire::{EpochRange, ErrorBody, Job, WireError};
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::batcher::{Batcher, Window};
@@ -34,6 +34,9 @@ pub struct Worker {
     pub max_batch_keys: usize,
     pub max_wait: Duration,
     pub block: Duration,
+    /// Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU backend (its
+    /// threads already share one pass).
+    pub concurrent_windows: usize,
 }
 
 /// Runs until `stop` turns true: then stops reading, finishes the window in flight, writes its
@@ -48,29 +51,36 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         stop.clone(),
     ));
     let mut batcher = Batcher::new(rx, worker.max_batch_keys, worker.max_wait);
-    let mut writing: Option<JoinHandle<()>> = None;
+    // Up to `concurrent_windows` windows scan at once (the CUDA backend's workspaces: one
+    // window's upload and expansion overlap another's scan); a window's results are written
+    // while the next windows scan, with as many writes in flight as scans.
+    let concurrency = worker.concurrent_windows.max(1);
+    let scans = Arc::new(Semaphore::new(concurrency));
+    let writes = Arc::new(Semaphore::new(concurrency));
+    let worker = Arc::new(worker);
+    let mut in_flight = JoinSet::new();
     let mut stop_wait = stop.clone();
     loop {
+        while in_flight.try_join_next().is_some() {}
+        let Ok(scan_permit) = scans.clone().acquire_owned().await else {
+            break;
+        };
         // Stop first: once stopping, buffered jobs are not started (they are handed back).
         let window = tokio::select! {
             biased;
             _ = stop_wait.wait_for(|s| *s) => break,
             w = batcher.next_window() => match w { Some(w) => w, None => break },
         };
-        let outcomes = run_window(&worker, window).await;
-        // At most one write in flight: results of consecutive windows never pile up.
-        if let Some(w) = writing.take() {
-            let _ = w.await;
-        }
-        let queue = worker.queue.clone();
-        writing = Some(tokio::spawn(async move {
-            write_outcomes(&queue, outcomes).await
-        }));
+        let (worker, writes) = (worker.clone(), writes.clone());
+        in_flight.spawn(async move {
+            let outcomes = run_window(&worker, window).await;
+            drop(scan_permit);
+            let _write_permit = writes.acquire_owned().await;
+            write_outcomes(&worker.queue, outcomes).await
+        });
     }
     reader.abort();
-    if let Some(w) = writing.take() {
-        let _ = w.await;
-    }
+    while in_flight.join_next().await.is_some() {}
     keeper.abort();
     // What is still ours was read but never started (buffered, or cut off by the stop): back to
     // the group now, so peers need not wait for the claim-idle time.

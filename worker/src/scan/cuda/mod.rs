@@ -123,18 +123,8 @@ pub struct CudaScanner {
 }
 
 impl CudaScanner {
-    /// The worker's constructor: GPU 0, the default pool, `max_batch_keys`, `epoch_window`
-    /// epochs answered exactly, logging load progress.
-    pub fn new(
-        db: Arc<PirDb>,
-        max_batch_keys: usize,
-        epoch_window: usize,
-    ) -> Result<CudaScanner, CudaError> {
-        let config = CudaConfig {
-            max_batch_keys,
-            epoch_window,
-            ..CudaConfig::default()
-        };
+    /// The worker's constructor: loads `db` onto the GPU of `config`, logging load progress.
+    pub fn new(db: Arc<PirDb>, config: CudaConfig) -> Result<CudaScanner, CudaError> {
         let mut next_report = 0u64;
         CudaScanner::from_pirdb(&db, config, |done, total| {
             if done >= next_report || done == total {
