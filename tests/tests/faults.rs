@@ -435,3 +435,44 @@ return mine
     assert_eq!(stream_len(&mut conn, &layout).await, 0);
     assert_eq!(pending(&mut conn, &layout, None).await, 0);
 }
+
+#[tokio::test]
+async fn dead_letter_stream_is_capped() {
+    const CAP: u64 = 50;
+    const JUNK: usize = 600;
+    let db = pirq_e2e::TestDb::create(1000, 256, 11).unwrap();
+    let opts = PartyOptions {
+        worker_args: args(&["--dead-letter-max", &CAP.to_string()]),
+        ..Default::default()
+    };
+    let party = pirq_e2e::Party::start(&db.path, "deadcap", opts)
+        .await
+        .unwrap();
+    let layout = party.layout();
+    let mut conn = party.redis().await.unwrap();
+    // Entries that are no job at all: each is dead-lettered at its first delivery.
+    let mut pipe = redis::pipe();
+    for i in 0..JUNK {
+        pipe.cmd("XADD")
+            .arg(layout.jobs())
+            .arg("*")
+            .arg("junk")
+            .arg(i)
+            .ignore();
+    }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stream_len(&mut conn, &layout).await > 0 {
+        assert!(Instant::now() < deadline, "junk not drained");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dead: u64 = redis::cmd("XLEN")
+        .arg(layout.dead_letters())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    println!("dead-letter cap {CAP}: {JUNK} junk entries dead-lettered, {{P}}:dead holds {dead}");
+    // `MAXLEN ~` trims whole stream nodes (100 entries each by default).
+    assert!((CAP..=CAP + 100).contains(&dead), "{dead}");
+    assert_eq!(pending(&mut conn, &layout, None).await, 0);
+}
