@@ -6,6 +6,8 @@
 //!    domain (one ChaCha8 block per tree node) straight into the scan's selection layout;
 //! 3. **scan**: one read of the bit-transposed database computes all Q answers as a GF(2) matrix
 //!    product (`mma.m16n8k256 .b1 and.popc`), then `scan_unpack` turns parities into pages;
+//!    keys pinned to epochs after the base then get the window's page changes merged in by
+//!    `epoch_merge` (the **merge** phase, see [`update`]);
 //! 4. **d2h**: the answers come back into a pinned buffer.
 //!
 //! Layouts and kernel choices are explained in `kernels/*.cu` and [`layout`]; the measured
@@ -289,17 +291,21 @@ impl CudaScanner {
         self.db.time_read_all(&self.main, &self.kernels, sink)
     }
 
-    /// A pass that also reports its phase timings (for metrics and benches).
+    /// A pass that also reports its phase timings (for metrics and benches), every key at the
+    /// base (oldest) epoch of the window.
     pub fn pass_timed(&self, keys: &[DpfKey]) -> Result<(Answers, PassTimings), ScanError> {
         self.pass_with_plan(keys, self.plan_for(keys.len()))
     }
 
-    /// A timed pass with an explicit scan plan (benches compare plans, tests compare kernels).
+    /// A timed pass with an explicit scan plan (benches compare plans, tests compare kernels),
+    /// every key at the base (oldest) epoch of the window.
     pub fn pass_with_plan(
         &self,
         keys: &[DpfKey],
         plan: ScanPlan,
     ) -> Result<(Answers, PassTimings), ScanError> {
+        // Shared, like every pass: an update's fold must not rewrite the base under this scan.
+        let _state = self.epochs.read().unwrap_or_else(|e| e.into_inner());
         self.run_pass(keys, plan, None)
     }
 
