@@ -11,6 +11,20 @@ use reqwest::StatusCode;
 
 use crate::ClientError;
 
+/// Tries of one submit when the party asks to come back later (429, 503) or the connection broke.
+pub const SUBMIT_ATTEMPTS: u32 = 5;
+
+/// The answer's `Retry-After` in seconds (default 1), capped at 5 s.
+fn retry_after(resp: &reqwest::Response) -> Duration {
+    let secs = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    Duration::from_secs(secs.min(5))
+}
+
 /// Body encoding used for requests and answers (SSE events are always JSON).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
@@ -132,6 +146,11 @@ impl Party {
     }
 
     /// `POST /v1/queries`; the body and the answer in `encoding`.
+    ///
+    /// Every submit carries a fresh `Idempotency-Key`, so it can be sent again safely: a 429
+    /// (backlog full) or 503 (Redis down, not durable yet) is retried after the party's
+    /// `Retry-After` (at most [`SUBMIT_ATTEMPTS`] times, each wait capped at 5 s), and so is a
+    /// connection that broke before an answer; the party maps the retries to one request id.
     pub async fn submit(
         &self,
         request: &QueryRequest,
@@ -141,16 +160,34 @@ impl Party {
             Encoding::Json => request.to_json(),
             Encoding::Bincode => request.to_bincode(),
         };
-        let resp = self
-            .http
-            .post(format!("{}/v1/queries", self.base))
-            .header(CONTENT_TYPE, encoding.media_type())
-            .header(ACCEPT, encoding.media_type())
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| self.http_err(e))?;
-        if resp.status() != StatusCode::ACCEPTED {
+        let idempotency_key = format!("{:032x}", rand::random::<u128>());
+        let mut attempt = 1;
+        let resp = loop {
+            let sent = self
+                .http
+                .post(format!("{}/v1/queries", self.base))
+                .header(CONTENT_TYPE, encoding.media_type())
+                .header(ACCEPT, encoding.media_type())
+                .header("Idempotency-Key", &idempotency_key)
+                .body(body.clone())
+                .send()
+                .await;
+            let retry_in = match &sent {
+                Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Some(retry_after(r)),
+                Ok(_) => None,
+                Err(e) if e.is_connect() || e.is_request() => Some(Duration::from_millis(200)),
+                Err(_) => None,
+            };
+            match retry_in {
+                Some(wait) if attempt < SUBMIT_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(wait).await;
+                }
+                _ => break sent.map_err(|e| self.http_err(e))?,
+            }
+        };
+        // 202: queued now; 200: this key's request was answered already (a replay).
+        if !matches!(resp.status(), StatusCode::ACCEPTED | StatusCode::OK) {
             return Err(self.api_error(resp).await);
         }
         let location = resp
@@ -160,9 +197,6 @@ impl Party {
             .unwrap_or_default()
             .to_string();
         let result = self.decode(resp, encoding).await?;
-        if result.status != QueryStatus::Queued {
-            return Err(self.protocol(format!("202 with status {:?}", result.status)));
-        }
         Ok(Submitted {
             id: result.id,
             location,
