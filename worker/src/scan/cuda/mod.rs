@@ -624,12 +624,11 @@ impl Scanner for CudaScanner {
                 ("expand", t.expand),
                 ("scan", t.scan),
                 ("d2h", t.d2h),
+                // Zero when no key needed a merge, as on the CPU backend.
+                ("merge", t.merge),
             ];
             for (phase, took) in phases {
                 pirq_shared::metrics::record_phase(phase, took);
-            }
-            if !t.merge.is_zero() {
-                pirq_shared::metrics::record_phase("merge", t.merge);
             }
         }
         if let Ok((free, total)) = self.ctx.mem_get_info() {
