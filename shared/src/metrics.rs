@@ -214,7 +214,7 @@ pub const CATALOG: &[Metric] = &[
     m(WORKER_PASS_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "One scanner pass over the database for a whole window, all phases included."),
     m(WORKER_PHASE_DURATION, Histogram, Unit::Seconds, &["phase"], Worker, AfterTraffic,
-      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan and d2h."),
+      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan, d2h and merge."),
     m(WORKER_HEARTBEAT_TIMESTAMP, Gauge, Unit::Seconds, &[], Worker, Always,
       "Unix time of the worker's last heartbeat written to Redis; time() minus it is the staleness."),
     m(WORKER_EPOCH, Gauge, Unit::Count, &[], Worker, Always,
