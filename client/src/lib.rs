@@ -60,6 +60,24 @@ pub struct Options {
     pub timeout: Duration,
 }
 
+impl Options {
+    /// The options the CLI flags describe: poll every `poll` (else wait by SSE), bincode or JSON.
+    pub fn from_flags(poll: Option<Duration>, bincode: bool, timeout: Duration) -> Options {
+        Options {
+            wait: match poll {
+                Some(interval) => Wait::Poll { interval },
+                None => Wait::Events,
+            },
+            encoding: if bincode {
+                Encoding::Bincode
+            } else {
+                Encoding::Json
+            },
+            timeout,
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {

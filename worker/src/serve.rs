@@ -339,6 +339,22 @@ struct Valid {
     epoch: u64,
 }
 
+impl Valid {
+    /// The job's answered outcome: `pages` are its answers back to back.
+    fn done(self, pages: Vec<u8>, page_size: usize, scan: Duration) -> Outcome {
+        Outcome::Done {
+            pages,
+            entry_id: self.entry_id,
+            request_id: self.request_id,
+            epoch: self.epoch,
+            page_size,
+            scan,
+            worker: self.received.elapsed(),
+            accepted_ms: self.accepted_ms,
+        }
+    }
+}
+
 /// Validates every job, answers all valid keys in as few passes as the scanner allows, and
 /// splits the answers back per job. Runs on a blocking thread.
 pub fn execute(scanner: &dyn Scanner, window: Window) -> Vec<Outcome> {
@@ -387,15 +403,9 @@ pub fn execute(scanner: &dyn Scanner, window: Window) -> Vec<Outcome> {
     match run_passes(scanner, &keys, &key_epochs) {
         Ok(answers) => {
             let scan = start.elapsed();
-            outcomes.extend(valid.into_iter().map(|v| Outcome::Done {
-                pages: answers[v.first * page_size..(v.first + v.count) * page_size].to_vec(),
-                entry_id: v.entry_id,
-                request_id: v.request_id,
-                epoch: v.epoch,
-                page_size,
-                scan,
-                worker: v.received.elapsed(),
-                accepted_ms: v.accepted_ms,
+            outcomes.extend(valid.into_iter().map(|v| {
+                let pages = answers[v.first * page_size..(v.first + v.count) * page_size].to_vec();
+                v.done(pages, page_size, scan)
             }))
         }
         Err(e) => {
@@ -416,16 +426,7 @@ pub fn execute(scanner: &dyn Scanner, window: Window) -> Vec<Outcome> {
                         .map(|a| (a, start.elapsed()))
                 };
                 outcomes.push(match alone {
-                    Ok((pages, scan)) => Outcome::Done {
-                        pages,
-                        entry_id: v.entry_id,
-                        request_id: v.request_id,
-                        epoch: v.epoch,
-                        page_size,
-                        scan,
-                        worker: v.received.elapsed(),
-                        accepted_ms: v.accepted_ms,
-                    },
+                    Ok((pages, scan)) => v.done(pages, page_size, scan),
                     Err(e) => Outcome::Failed {
                         entry_id: v.entry_id,
                         request_id: v.request_id,

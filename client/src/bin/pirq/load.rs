@@ -33,7 +33,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use pirq_client::{Client, ClientError, Encoding, Options, Wait};
+use pirq_client::{Client, ClientError, Options};
 use pirq_shared::bits::xor_into;
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::generate;
@@ -293,21 +293,11 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         (None, Some(c)) if c > 0 => Mode::Closed { concurrency: c },
         _ => bail!("give --rate R > 0 (open loop) or --concurrency C > 0 (closed loop)"),
     };
-    let options = Options {
-        wait: if args.poll {
-            Wait::Poll {
-                interval: Duration::from_millis(5),
-            }
-        } else {
-            Wait::Events
-        },
-        encoding: if args.bincode {
-            Encoding::Bincode
-        } else {
-            Encoding::Json
-        },
-        timeout: Duration::from_secs(args.timeout),
-    };
+    let options = Options::from_flags(
+        args.poll.then_some(Duration::from_millis(5)),
+        args.bincode,
+        Duration::from_secs(args.timeout),
+    );
     let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
     let client = Client::with_options(&args.party_a, party_b, options.clone())?;
     let (info, epoch, max_keys) = if args.submit_only {

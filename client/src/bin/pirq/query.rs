@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use pirq_client::{Client, Encoding, Options, Wait};
+use pirq_client::{Client, Options};
 
 #[derive(clap::Args, Debug)]
 pub struct QueryArgs {
@@ -45,21 +45,11 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
 }
 
 pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
-    let options = Options {
-        wait: if args.poll {
-            Wait::Poll {
-                interval: Duration::from_millis(20),
-            }
-        } else {
-            Wait::Events
-        },
-        encoding: if args.bincode {
-            Encoding::Bincode
-        } else {
-            Encoding::Json
-        },
-        timeout: Duration::from_secs(args.timeout),
-    };
+    let options = Options::from_flags(
+        args.poll.then_some(Duration::from_millis(20)),
+        args.bincode,
+        Duration::from_secs(args.timeout),
+    );
     let client = Client::with_options(&args.party_a, &args.party_b, options)?;
     let start = Instant::now();
     let fetched = client.fetch(&args.indices).await?;
