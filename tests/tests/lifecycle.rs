@@ -198,12 +198,16 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
 #[tokio::test]
 async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
     // A claim-idle time far beyond the test: only the hand-back can explain a fast pickup.
-    let db = TestDb::create(1 << 13, 512, 7).unwrap();
+    let db = TestDb::create(1 << 13, 4096, 7).unwrap();
     let opts = PartyOptions {
         worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "120000"]),
         ..Default::default()
     };
     let mut party = Party::start(&db.path, "drain", opts).await.unwrap();
+    // Queue the jobs while no worker runs (the registration stays), so that w0 meets a backlog:
+    // a release build answers jobs submitted one by one as fast as they arrive and would never
+    // hold several at once.
+    party.stop_workers();
     let layout = party.layout();
     let mut conn = party.redis().await.unwrap();
     let http = reqwest::Client::new();
@@ -215,6 +219,7 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
                 .await;
         ids.push(id);
     }
+    party.start_worker().await.unwrap(); // w0 again: the consumer name is by position
     let deadline = Instant::now() + Duration::from_secs(30);
     let held = loop {
         let held = pending(&mut conn, &layout, Some("w0")).await;
