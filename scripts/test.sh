@@ -21,7 +21,14 @@ echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics
 scripts/check-ops.sh
 
 echo "== tests"
-cargo test --workspace --release --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --release --locked 2>&1 | tee "$log"
+passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
+failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
 
 echo "== fuzz"
 scripts/fuzz.sh "${PIRQ_FUZZ_SECONDS:-20}"
+
+# One closing line for the whole suite (the last `cargo test` block is the empty doc-tests).
+echo "tests: $passed passed, $failed failed"
