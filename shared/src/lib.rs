@@ -1,4 +1,4 @@
-//! `pirq-shared`: everything that crosses a process boundary in pirq, per `SPEC.md`.
+//! `pirq-shared`: everything that crosses a process boundary in pirq, per `docs/spec/v1.md` ("SPEC").
 //!
 //! - [`dpf`]: DPF v1 keys (SPEC §1): generation, strict parsing, point and full-domain evaluation.
 //! - [`db`]: the `.pirdb` page database file (SPEC §2) and its deterministic synthetic pages.
