@@ -6,6 +6,7 @@
 //! - [`layout`]: every Redis key name, in one place.
 //! - [`update`]: epoch updates (whole-page replacements), JSON and bincode.
 //! - [`error`]: error codes shared by gateway and worker.
+//! - [`shard`]: page-range shards (`--shard I/S`) and their boundaries.
 //!
 //! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
 
@@ -15,5 +16,6 @@ pub mod dpf;
 pub mod error;
 pub mod layout;
 pub mod metrics;
+pub mod shard;
 pub mod update;
 pub mod wire;
