@@ -140,7 +140,11 @@ pub fn eval_range_into(
     if lo % 128 != 0 || lo > hi || hi > 1u64 << n {
         return Err(RangeError::Bad { lo, hi, n });
     }
-    assert_eq!(out.len(), range_words(&range), "bitmap length for {range:?}");
+    assert_eq!(
+        out.len(),
+        range_words(&range),
+        "bitmap length for {range:?}"
+    );
     if lo == hi {
         return Ok(());
     }
@@ -173,19 +177,20 @@ pub fn eval_range_into(
             rest = tail;
             tasks.push((top.node(i), a - (node << sub), b - (node << sub), mine));
         }
-        let finish = |(level, spare): &mut (Level, Level),
-                      (root, a, b, out): ((Seed, bool), u64, u64, &mut [u64])| {
-            level.reset_to(root);
-            level.expand_trimmed(sub_cws, 0, (a, b), spare);
-            if out.len() == 2 * level.len {
-                level.write_leaves(key.cw_out(), out);
-            } else {
-                // The last leaf is cut by the range's end: write it whole, keep its first word.
-                let mut whole = vec![0u64; 2 * level.len];
-                level.write_leaves(key.cw_out(), &mut whole);
-                out.copy_from_slice(&whole[..out.len()]);
-            }
-        };
+        let finish =
+            |(level, spare): &mut (Level, Level),
+             (root, a, b, out): ((Seed, bool), u64, u64, &mut [u64])| {
+                level.reset_to(root);
+                level.expand_trimmed(sub_cws, 0, (a, b), spare);
+                if out.len() == 2 * level.len {
+                    level.write_leaves(key.cw_out(), out);
+                } else {
+                    // The last leaf is cut by the range's end: write it whole, keep its first word.
+                    let mut whole = vec![0u64; 2 * level.len];
+                    level.write_leaves(key.cw_out(), &mut whole);
+                    out.copy_from_slice(&whole[..out.len()]);
+                }
+            };
         if tasks.len() >= 2 * SUBTREES_PER_TASK {
             tasks
                 .into_par_iter()
