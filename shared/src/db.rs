@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
+use crate::kv::{KvLayout, KvParams};
+
 /// First 8 bytes of every `.pirdb` file.
 pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
 /// Bytes before page 0.
@@ -40,6 +42,9 @@ pub enum DbError {
     NumPages(u64),
     #[error("reserved header bytes at offset {offset} are not zero")]
     Reserved { offset: usize },
+    /// The key-value layout block (header bytes 64..512, `docs/spec/kv.md`) is malformed.
+    #[error("{0}")]
+    Kv(#[from] crate::kv::KvError),
     #[error("file is {actual} bytes, header says {expected} ({num_pages} pages of {page_size})")]
     Length {
         expected: u64,
@@ -84,10 +89,26 @@ impl Header {
         if u32_at(12) != 0 {
             return Err(DbError::Reserved { offset: 12 });
         }
-        if let Some(i) = bytes[32..HEADER_LEN].iter().position(|b| *b != 0) {
-            return Err(DbError::Reserved { offset: 32 + i });
+        // Bytes 64..512 are the kv layout block: zero, or a layout that fits these pages.
+        let kv = crate::kv::BLOCK;
+        for reserved in [32..kv.start, kv.end..HEADER_LEN] {
+            if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
+                return Err(DbError::Reserved {
+                    offset: reserved.start + i,
+                });
+            }
         }
+        header.kv_params(bytes)?;
         Ok(header)
+    }
+
+    /// The kv layout in header `bytes` (64..512) checked against this geometry; `None` for a
+    /// plain page database.
+    pub fn kv_params(&self, bytes: &[u8]) -> Result<Option<KvParams>, DbError> {
+        match KvLayout::from_header(bytes)? {
+            None => Ok(None),
+            Some(layout) => Ok(Some(KvParams::new(layout, self.page_size, self.num_pages)?)),
+        }
     }
 
     /// The 4096 header bytes.
@@ -124,6 +145,7 @@ pub fn domain_bits(num_pages: u64) -> u8 {
 /// A `.pirdb` file mapped read-only. Page bytes are read straight from the page cache.
 pub struct PirDb {
     header: Header,
+    kv: Option<KvParams>,
     map: Mmap,
     path: PathBuf,
 }
@@ -145,6 +167,7 @@ impl PirDb {
         // operations guide says not to modify a file a worker is serving.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = Header::parse(&map[..HEADER_LEN])?;
+        let kv = header.kv_params(&map[..HEADER_LEN])?;
         if len != header.file_len() {
             return Err(DbError::Length {
                 expected: header.file_len(),
@@ -155,11 +178,21 @@ impl PirDb {
         }
         #[cfg(unix)]
         let _ = map.advise(memmap2::Advice::Sequential);
-        Ok(PirDb { header, map, path })
+        Ok(PirDb {
+            header,
+            kv,
+            map,
+            path,
+        })
     }
 
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The key-value layout, if this is a kv database (`docs/spec/kv.md`).
+    pub fn kv(&self) -> Option<&KvParams> {
+        self.kv.as_ref()
     }
 
     pub fn path(&self) -> &Path {
@@ -192,16 +225,37 @@ impl PirDb {
     /// A private copy-on-write mapping of the pages: a scanner folds epoch updates into it in
     /// memory while the file stays untouched. Only pages that are written cost memory.
     pub fn private_pages(&self) -> Result<PrivatePages, DbError> {
+        self.private_range(0..self.header.num_pages)
+    }
+
+    /// [`private_pages`](Self::private_pages) of pages `range` only (a shard's): page
+    /// `range.start` is page 0 of the mapping, and nothing outside the range is mapped or read.
+    /// `range.start` must be a multiple of 256 (shard boundaries are), so the mapping starts on
+    /// an OS page.
+    pub fn private_range(&self, range: std::ops::Range<u64>) -> Result<PrivatePages, DbError> {
         let io = |source| DbError::Io {
             path: self.path.clone(),
             source,
         };
+        let ps = self.header.page_size as u64;
+        assert!(
+            range.start <= range.end && range.end <= self.header.num_pages,
+            "page range {range:?} outside the database"
+        );
         let file = File::open(&self.path).map_err(io)?;
+        let len = (range.end - range.start) * ps;
         // SAFETY: as in `open`: the file is not modified while pirq serves it; writes go to
         // private pages of this process only.
-        let map =
-            unsafe { MmapOptions::new().offset(HEADER_LEN as u64).map_copy(&file) }.map_err(io)?;
-        if map.len() as u64 != self.header.pages_len() {
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(HEADER_LEN as u64 + range.start * ps)
+                .len(len as usize)
+                .map_copy(&file)
+        }
+        .map_err(io)?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        if map.len() as u64 != len {
             return Err(DbError::Length {
                 expected: self.header.file_len(),
                 actual: HEADER_LEN as u64 + map.len() as u64,
@@ -236,6 +290,11 @@ impl PrivatePages {
     pub fn page_mut(&mut self, p: u64) -> &mut [u8] {
         &mut self.map[p as usize * self.page_size..(p as usize + 1) * self.page_size]
     }
+
+    /// All pages back to back, writable (private to this process).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
 }
 
 /// Writes a database file: the header, then `num_pages` pages produced by `fill(p, page)` in
@@ -244,17 +303,40 @@ pub fn write(
     path: impl AsRef<Path>,
     header: &Header,
     fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<(), DbError> {
+    write_kv(path, header, None, fill, progress)
+}
+
+/// The header bytes with the kv layout block (if any), checked against the geometry.
+fn header_bytes(header: &Header, kv: Option<&KvLayout>) -> Result<Vec<u8>, DbError> {
+    header.validate()?;
+    let mut bytes = header.to_bytes();
+    if let Some(layout) = kv {
+        KvParams::new(*layout, header.page_size, header.num_pages)?;
+        bytes[crate::kv::BLOCK].copy_from_slice(&layout.to_block());
+    }
+    Ok(bytes)
+}
+
+/// [`write`], with a kv layout block in the header (`None`: a plain page database). `pirq db
+/// apply` passes the source's layout through so a snapshot of a kv database stays one.
+pub fn write_kv(
+    path: impl AsRef<Path>,
+    header: &Header,
+    kv: Option<&KvLayout>,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
     mut progress: impl FnMut(u64),
 ) -> Result<(), DbError> {
     use rayon::prelude::*;
-    header.validate()?;
+    let header_bytes = header_bytes(header, kv)?;
     let path = path.as_ref();
     let io = |source| DbError::Io {
         path: path.to_path_buf(),
         source,
     };
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io)?);
-    out.write_all(&header.to_bytes()).map_err(io)?;
+    out.write_all(&header_bytes).map_err(io)?;
     let ps = header.page_size as usize;
     let pages_per_chunk = ((16usize << 20) / ps) as u64;
     let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
@@ -274,4 +356,82 @@ pub fn write(
         .sync_all()
         .map_err(io)?;
     Ok(())
+}
+
+/// A database file written in place through a writable mapping, for builders that place data
+/// at random positions (the kv builder's cuckoo table is the page file itself). The file is
+/// made as `<path>.tmp-<pid>` beside `path` and renamed over `path` only by [`MappedWriter::commit`];
+/// dropped without a commit, the temporary file is removed.
+pub struct MappedWriter {
+    map: MmapMut,
+    tmp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl MappedWriter {
+    /// Creates the temporary file: the header (with `kv`'s block) and all-zero pages.
+    pub fn create(
+        path: impl AsRef<Path>,
+        header: &Header,
+        kv: Option<&KvLayout>,
+    ) -> Result<MappedWriter, DbError> {
+        let header_bytes = header_bytes(header, kv)?;
+        let path = path.as_ref().to_path_buf();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "db".into());
+        let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        let io = |source| DbError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io)?;
+        let mut writer = MappedWriter {
+            // Filled in below; a zero-length placeholder cannot be mapped, so map first.
+            map: {
+                file.set_len(header.file_len()).map_err(io)?;
+                // SAFETY: the file was just created by this process under a private name;
+                // nothing else maps or writes it until `commit` renames it.
+                unsafe { MmapMut::map_mut(&file) }.map_err(io)?
+            },
+            tmp: tmp.clone(),
+            path,
+            committed: false,
+        };
+        writer.map[..HEADER_LEN].copy_from_slice(&header_bytes);
+        Ok(writer)
+    }
+
+    /// All pages back to back, writable.
+    pub fn pages_mut(&mut self) -> &mut [u8] {
+        &mut self.map[HEADER_LEN..]
+    }
+
+    /// Flushes the pages to the file, then renames it over the destination.
+    pub fn commit(mut self) -> Result<(), DbError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| DbError::Io { path, source }
+        };
+        self.map.flush().map_err(io(&self.tmp))?;
+        std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for MappedWriter {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }

@@ -88,13 +88,16 @@ fn progress_bar(total: u64) -> ProgressBar {
 fn info(file: PathBuf) -> anyhow::Result<()> {
     let db = PirDb::open(&file)?;
     let h = db.header();
-    let info = serde_json::json!({
+    let mut info = serde_json::json!({
         "page_size": h.page_size,
         "num_pages": h.num_pages,
         "epoch": h.epoch,
         "domain_bits": h.domain_bits(),
         "pages_bytes": h.pages_len(),
     });
+    if let Some(kv) = db.kv() {
+        info["kv"] = serde_json::to_value(kv.info())?;
+    }
     println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(())
 }

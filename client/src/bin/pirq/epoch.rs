@@ -102,9 +102,11 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
         epoch: header.epoch,
         ..*db.header()
     };
-    db::write(
+    // A snapshot of a kv database is one too: the layout block goes along.
+    db::write_kv(
         &args.out,
         &out,
+        db.kv().map(|kv| &kv.layout),
         |p, page| match latest.get(&p) {
             Some(new) => page.copy_from_slice(new),
             None => page.copy_from_slice(db.page(p).expect("p < num_pages")),
