@@ -3,15 +3,19 @@
 pub mod synthetic;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
+
+use crate::digest::Digest;
 
 /// First 8 bytes of every `.pirdb` file.
 pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
 /// Bytes before page 0.
 pub const HEADER_LEN: usize = 4096;
+/// Where the database digest (SPEC §2.1) sits in the header: bytes 32..64.
+pub const DIGEST_RANGE: std::ops::Range<usize> = 32..64;
 pub const MIN_PAGE_SIZE: u32 = 256;
 pub const MAX_PAGE_SIZE: u32 = 65536;
 /// Keys have at most 40 domain bits, so a database holds at most 2^40 pages.
@@ -40,6 +44,11 @@ pub enum DbError {
     NumPages(u64),
     #[error("reserved header bytes at offset {offset} are not zero")]
     Reserved { offset: usize },
+    #[error(
+        "refusing to write {}: it is the input {} (same file); write to another path",
+        output.display(), input.display()
+    )]
+    OutputIsInput { output: PathBuf, input: PathBuf },
     #[error("file is {actual} bytes, header says {expected} ({num_pages} pages of {page_size})")]
     Length {
         expected: u64,
@@ -84,13 +93,24 @@ impl Header {
         if u32_at(12) != 0 {
             return Err(DbError::Reserved { offset: 12 });
         }
-        if let Some(i) = bytes[32..HEADER_LEN].iter().position(|b| *b != 0) {
-            return Err(DbError::Reserved { offset: 32 + i });
+        // Bytes 32..64 hold the digest (any value); the rest is reserved.
+        let reserved = DIGEST_RANGE.end;
+        if let Some(i) = bytes[reserved..HEADER_LEN].iter().position(|b| *b != 0) {
+            return Err(DbError::Reserved {
+                offset: reserved + i,
+            });
         }
         Ok(header)
     }
 
-    /// The 4096 header bytes.
+    /// The digest recorded in header bytes 32..64; `None` when they are zero (a file written
+    /// before digests existed).
+    pub fn parse_digest(bytes: &[u8]) -> Option<Digest> {
+        let raw: [u8; 32] = bytes.get(DIGEST_RANGE)?.try_into().ok()?;
+        (raw != [0; 32]).then_some(Digest(raw))
+    }
+
+    /// The 4096 header bytes (digest bytes zero).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = vec![0u8; HEADER_LEN];
         out[..8].copy_from_slice(&MAGIC);
@@ -124,6 +144,7 @@ pub fn domain_bits(num_pages: u64) -> u8 {
 /// A `.pirdb` file mapped read-only. Page bytes are read straight from the page cache.
 pub struct PirDb {
     header: Header,
+    digest: Option<Digest>,
     map: Mmap,
     path: PathBuf,
 }
@@ -145,6 +166,7 @@ impl PirDb {
         // operations guide says not to modify a file a worker is serving.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = Header::parse(&map[..HEADER_LEN])?;
+        let digest = Header::parse_digest(&map[..HEADER_LEN]);
         if len != header.file_len() {
             return Err(DbError::Length {
                 expected: header.file_len(),
@@ -155,11 +177,34 @@ impl PirDb {
         }
         #[cfg(unix)]
         let _ = map.advise(memmap2::Advice::Sequential);
-        Ok(PirDb { header, map, path })
+        Ok(PirDb {
+            header,
+            digest,
+            map,
+            path,
+        })
     }
 
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The digest the header records (SPEC §2.1); `None` for a file written before digests.
+    pub fn recorded_digest(&self) -> Option<Digest> {
+        self.digest
+    }
+
+    /// The recorded digest, or for an older file without one its content digest (one pass over
+    /// the file, on all cores).
+    pub fn digest(&self) -> Digest {
+        self.digest.unwrap_or_else(|| self.content_digest())
+    }
+
+    /// Hashes the header's shape and every page (SPEC §2.1): what [`write`] records. A file made
+    /// by `pirq db apply` records a chained digest instead, which this does not reproduce.
+    pub fn content_digest(&self) -> Digest {
+        let h = &self.header;
+        Digest::content(h.page_size, h.num_pages, h.epoch, self.pages())
     }
 
     pub fn path(&self) -> &Path {
@@ -238,40 +283,135 @@ impl PrivatePages {
     }
 }
 
-/// Writes a database file: the header, then `num_pages` pages produced by `fill(p, page)` in
-/// order. `progress(bytes_written)` is called after each chunk so tools can draw a bar.
-pub fn write(
-    path: impl AsRef<Path>,
-    header: &Header,
-    fill: impl Fn(u64, &mut [u8]) + Sync,
-    mut progress: impl FnMut(u64),
-) -> Result<(), DbError> {
-    use rayon::prelude::*;
-    header.validate()?;
-    let path = path.as_ref();
+/// Refuses an `output` that is one of the `inputs` (the same file, by device and inode, so
+/// `./x.pirdb` and a hard link or symlink to it count too): a tool must never destroy what it
+/// reads. An output that does not exist yet is never an input.
+pub fn ensure_not_an_input(output: &Path, inputs: &[&Path]) -> Result<(), DbError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(());
+    };
+    for input in inputs {
+        let io = |source| DbError::Io {
+            path: input.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(input).map_err(io)?;
+        if (meta.dev(), meta.ino()) == (out.dev(), out.ino()) {
+            return Err(DbError::OutputIsInput {
+                output: output.to_path_buf(),
+                input: input.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file so that `path` always holds either its old contents or the complete new ones:
+/// `write` fills a temporary file in the same directory, which is then flushed to disk and
+/// renamed over `path`. A process that has the old file open or mapped (a worker serving it)
+/// keeps the old inode and never sees a byte change; a failure leaves `path` untouched and the
+/// temporary file removed. Every tool that writes a `.pirdb` goes through this.
+pub fn write_atomically<T>(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<T>,
+) -> Result<T, DbError> {
+    use std::os::unix::fs::PermissionsExt;
     let io = |source| DbError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io)?);
-    out.write_all(&header.to_bytes()).map_err(io)?;
-    let ps = header.page_size as usize;
-    let pages_per_chunk = ((16usize << 20) / ps) as u64;
-    let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
-    let mut first = 0u64;
-    while first < header.num_pages {
-        let count = pages_per_chunk.min(header.num_pages - first);
-        let buf = &mut chunk[..count as usize * ps];
-        buf.par_chunks_mut(ps)
-            .enumerate()
-            .for_each(|(i, page)| fill(first + i as u64, page));
-        out.write_all(buf).map_err(io)?;
-        first += count;
-        progress(first * ps as u64);
-    }
-    out.into_inner()
-        .map_err(|e| io(e.into_error()))?
-        .sync_all()
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
         .map_err(io)?;
-    Ok(())
+    let value = write(tmp.as_file_mut()).map_err(io)?;
+    let file = tmp.as_file();
+    // A temporary file is created 0600; the database is read by workers of other users.
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(io)?;
+    file.sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    // The rename is durable once the directory is.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(value)
+}
+
+/// Writes a database file (atomically, see [`write_atomically`]): the header, then `num_pages`
+/// pages produced by `fill(p, page)` in order, and records their content digest (SPEC §2.1),
+/// hashed as the pages go out, in the header. Returns the digest. `progress(bytes_written)` is
+/// called after each chunk so tools can draw a bar.
+pub fn write(
+    path: impl AsRef<Path>,
+    header: &Header,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    write_pages(path.as_ref(), header, None, fill, progress)
+}
+
+/// Like [`write`], but records `digest` instead of the content digest: for files whose digest
+/// is inherited, such as a snapshot at a later epoch (`pirq db apply` records the chained
+/// digest) or a part of a database (it names the whole database).
+pub fn write_with_digest(
+    path: impl AsRef<Path>,
+    header: &Header,
+    digest: Digest,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<(), DbError> {
+    write_pages(path.as_ref(), header, Some(digest), fill, progress).map(drop)
+}
+
+fn write_pages(
+    path: &Path,
+    header: &Header,
+    recorded: Option<Digest>,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    mut progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    use rayon::prelude::*;
+    header.validate()?;
+    write_atomically(path, |file| {
+        let mut hasher = recorded
+            .is_none()
+            .then(|| Digest::content_hasher(header.page_size, header.num_pages, header.epoch));
+        let mut out = BufWriter::with_capacity(1 << 20, &mut *file);
+        out.write_all(&header.to_bytes())?;
+        let ps = header.page_size as usize;
+        let pages_per_chunk = ((16usize << 20) / ps) as u64;
+        let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
+        let mut first = 0u64;
+        while first < header.num_pages {
+            let count = pages_per_chunk.min(header.num_pages - first);
+            let buf = &mut chunk[..count as usize * ps];
+            buf.par_chunks_mut(ps)
+                .enumerate()
+                .for_each(|(i, page)| fill(first + i as u64, page));
+            if let Some(h) = hasher.as_mut() {
+                h.update(buf);
+            }
+            out.write_all(buf)?;
+            first += count;
+            progress(first * ps as u64);
+        }
+        out.flush()?;
+        drop(out);
+        let digest = match (recorded, hasher) {
+            (Some(d), _) => d,
+            (None, Some(h)) => h.finish(),
+            (None, None) => unreachable!("a hasher runs when no digest is given"),
+        };
+        file.seek(SeekFrom::Start(DIGEST_RANGE.start as u64))?;
+        file.write_all(&digest.0)?;
+        Ok(digest)
+    })
 }
