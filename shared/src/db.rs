@@ -10,6 +10,8 @@ use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use crate::digest::Digest;
 
+use crate::kv::{KvLayout, KvParams};
+
 /// First 8 bytes of every `.pirdb` file.
 pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
 /// Bytes before page 0.
@@ -44,6 +46,9 @@ pub enum DbError {
     NumPages(u64),
     #[error("reserved header bytes at offset {offset} are not zero")]
     Reserved { offset: usize },
+    /// The key-value layout block (header bytes 64..512, `docs/spec/kv.md`) is malformed.
+    #[error("{0}")]
+    Kv(#[from] crate::kv::KvError),
     #[error(
         "refusing to write {}: it is the input {} (same file); write to another path",
         output.display(), input.display()
@@ -93,14 +98,27 @@ impl Header {
         if u32_at(12) != 0 {
             return Err(DbError::Reserved { offset: 12 });
         }
-        // Bytes 32..64 hold the digest (any value); the rest is reserved.
-        let reserved = DIGEST_RANGE.end;
-        if let Some(i) = bytes[reserved..HEADER_LEN].iter().position(|b| *b != 0) {
-            return Err(DbError::Reserved {
-                offset: reserved + i,
-            });
+        // Bytes 32..64 hold the digest (any value); bytes 64..512 are the kv layout block: zero,
+        // or a layout that fits these pages.
+        let kv = crate::kv::BLOCK;
+        for reserved in [DIGEST_RANGE.end..kv.start, kv.end..HEADER_LEN] {
+            if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
+                return Err(DbError::Reserved {
+                    offset: reserved.start + i,
+                });
+            }
         }
+        header.kv_params(bytes)?;
         Ok(header)
+    }
+
+    /// The kv layout in header `bytes` (64..512) checked against this geometry; `None` for a
+    /// plain page database.
+    pub fn kv_params(&self, bytes: &[u8]) -> Result<Option<KvParams>, DbError> {
+        match KvLayout::from_header(bytes)? {
+            None => Ok(None),
+            Some(layout) => Ok(Some(KvParams::new(layout, self.page_size, self.num_pages)?)),
+        }
     }
 
     /// The digest recorded in header bytes 32..64; `None` when they are zero (a file written
@@ -145,6 +163,7 @@ pub fn domain_bits(num_pages: u64) -> u8 {
 pub struct PirDb {
     header: Header,
     digest: Option<Digest>,
+    kv: Option<KvParams>,
     map: Mmap,
     path: PathBuf,
 }
@@ -166,6 +185,7 @@ impl PirDb {
         // operations guide says not to modify a file a worker is serving.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = Header::parse(&map[..HEADER_LEN])?;
+        let kv = header.kv_params(&map[..HEADER_LEN])?;
         let digest = Header::parse_digest(&map[..HEADER_LEN]);
         if len != header.file_len() {
             return Err(DbError::Length {
@@ -180,6 +200,7 @@ impl PirDb {
         Ok(PirDb {
             header,
             digest,
+            kv,
             map,
             path,
         })
@@ -205,6 +226,11 @@ impl PirDb {
     pub fn content_digest(&self) -> Digest {
         let h = &self.header;
         Digest::content(h.page_size, h.num_pages, h.epoch, self.pages())
+    }
+
+    /// The key-value layout, if this is a kv database (`docs/spec/kv.md`).
+    pub fn kv(&self) -> Option<&KvParams> {
+        self.kv.as_ref()
     }
 
     pub fn path(&self) -> &Path {
@@ -281,6 +307,11 @@ impl PrivatePages {
     pub fn page_mut(&mut self, p: u64) -> &mut [u8] {
         &mut self.map[p as usize * self.page_size..(p as usize + 1) * self.page_size]
     }
+
+    /// All pages back to back, writable (private to this process).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
 }
 
 /// Refuses an `output` that is one of the `inputs` (the same file, by device and inode, so
@@ -311,7 +342,8 @@ pub fn ensure_not_an_input(output: &Path, inputs: &[&Path]) -> Result<(), DbErro
 /// `write` fills a temporary file in the same directory, which is then flushed to disk and
 /// renamed over `path`. A process that has the old file open or mapped (a worker serving it)
 /// keeps the old inode and never sees a byte change; a failure leaves `path` untouched and the
-/// temporary file removed. Every tool that writes a `.pirdb` goes through this.
+/// temporary file removed. Every tool that writes a `.pirdb` goes through this (or through
+/// [`MappedWriter`], which does the same for builders that write through a mapping).
 pub fn write_atomically<T>(
     path: &Path,
     write: impl FnOnce(&mut File) -> io::Result<T>,
@@ -321,10 +353,7 @@ pub fn write_atomically<T>(
         path: path.to_path_buf(),
         source,
     };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_dir(path);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
@@ -338,11 +367,22 @@ pub fn write_atomically<T>(
         .map_err(io)?;
     file.sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
-    // The rename is durable once the directory is.
+    sync_dir(dir);
+    Ok(value)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Makes a rename in `dir` durable (best effort: some file systems cannot sync a directory).
+fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(value)
 }
 
 /// Writes a database file (atomically, see [`write_atomically`]): the header, then `num_pages`
@@ -355,37 +395,62 @@ pub fn write(
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
-    write_pages(path.as_ref(), header, None, fill, progress)
+    write_pages(path.as_ref(), header, None, None, fill, progress)
 }
 
-/// Like [`write`], but records `digest` instead of the content digest: for files whose digest
+/// The header bytes with the kv layout block (if any), checked against the geometry.
+fn header_bytes(header: &Header, kv: Option<&KvLayout>) -> Result<Vec<u8>, DbError> {
+    header.validate()?;
+    let mut bytes = header.to_bytes();
+    if let Some(layout) = kv {
+        KvParams::new(*layout, header.page_size, header.num_pages)?;
+        bytes[crate::kv::BLOCK].copy_from_slice(&layout.to_block());
+    }
+    Ok(bytes)
+}
+
+/// [`write`], with a kv layout block in the header (`None`: a plain page database).
+pub fn write_kv(
+    path: impl AsRef<Path>,
+    header: &Header,
+    kv: Option<&KvLayout>,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    write_pages(path.as_ref(), header, kv, None, fill, progress)
+}
+
+/// Like [`write_kv`], but records `digest` instead of the content digest: for files whose digest
 /// is inherited, such as a snapshot at a later epoch (`pirq db apply` records the chained
-/// digest) or a part of a database (it names the whole database).
+/// digest and passes the source's kv layout through) or a part of a database (it names the
+/// whole database).
 pub fn write_with_digest(
     path: impl AsRef<Path>,
     header: &Header,
+    kv: Option<&KvLayout>,
     digest: Digest,
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<(), DbError> {
-    write_pages(path.as_ref(), header, Some(digest), fill, progress).map(drop)
+    write_pages(path.as_ref(), header, kv, Some(digest), fill, progress).map(drop)
 }
 
 fn write_pages(
     path: &Path,
     header: &Header,
+    kv: Option<&KvLayout>,
     recorded: Option<Digest>,
     fill: impl Fn(u64, &mut [u8]) + Sync,
     mut progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
     use rayon::prelude::*;
-    header.validate()?;
+    let header_bytes = header_bytes(header, kv)?;
     write_atomically(path, |file| {
         let mut hasher = recorded
             .is_none()
             .then(|| Digest::content_hasher(header.page_size, header.num_pages, header.epoch));
         let mut out = BufWriter::with_capacity(1 << 20, &mut *file);
-        out.write_all(&header.to_bytes())?;
+        out.write_all(&header_bytes)?;
         let ps = header.page_size as usize;
         let pages_per_chunk = ((16usize << 20) / ps) as u64;
         let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
@@ -414,4 +479,89 @@ fn write_pages(
         file.write_all(&digest.0)?;
         Ok(digest)
     })
+}
+
+/// A database file written in place through a writable mapping, for builders that place data
+/// at random positions (the kv builder's cuckoo table is the page file itself). The file is
+/// made as `<path>.tmp-<pid>` beside `path` and renamed over `path` only by [`MappedWriter::commit`];
+/// dropped without a commit, the temporary file is removed.
+pub struct MappedWriter {
+    header: Header,
+    map: MmapMut,
+    tmp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl MappedWriter {
+    /// Creates the temporary file: the header (with `kv`'s block) and all-zero pages.
+    pub fn create(
+        path: impl AsRef<Path>,
+        header: &Header,
+        kv: Option<&KvLayout>,
+    ) -> Result<MappedWriter, DbError> {
+        let header_bytes = header_bytes(header, kv)?;
+        let path = path.as_ref().to_path_buf();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "db".into());
+        let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        let io = |source| DbError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io)?;
+        let mut writer = MappedWriter {
+            header: *header,
+            // Filled in below; a zero-length placeholder cannot be mapped, so map first.
+            map: {
+                file.set_len(header.file_len()).map_err(io)?;
+                // SAFETY: the file was just created by this process under a private name;
+                // nothing else maps or writes it until `commit` renames it.
+                unsafe { MmapMut::map_mut(&file) }.map_err(io)?
+            },
+            tmp: tmp.clone(),
+            path,
+            committed: false,
+        };
+        writer.map[..HEADER_LEN].copy_from_slice(&header_bytes);
+        Ok(writer)
+    }
+
+    /// All pages back to back, writable.
+    pub fn pages_mut(&mut self) -> &mut [u8] {
+        &mut self.map[HEADER_LEN..]
+    }
+
+    /// Records the pages' content digest (SPEC §2.1) in the header, flushes the file, then
+    /// renames it over the destination.
+    pub fn commit(mut self) -> Result<(), DbError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| DbError::Io { path, source }
+        };
+        let h = self.header;
+        let digest = Digest::content(h.page_size, h.num_pages, h.epoch, &self.map[HEADER_LEN..]);
+        self.map[DIGEST_RANGE].copy_from_slice(&digest.0);
+        self.map.flush().map_err(io(&self.tmp))?;
+        std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
+        sync_dir(parent_dir(&self.path));
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for MappedWriter {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }

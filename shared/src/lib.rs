@@ -8,6 +8,7 @@
 //! - [`layout`]: every Redis key name, in one place.
 //! - [`update`]: epoch updates (whole-page replacements), JSON and bincode.
 //! - [`error`]: error codes shared by gateway and worker.
+//! - [`kv`]: key-value lookups over the pages by cuckoo hashing (`docs/spec/kv.md`).
 //!
 //! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
 
@@ -16,6 +17,7 @@ pub mod db;
 pub mod digest;
 pub mod dpf;
 pub mod error;
+pub mod kv;
 pub mod layout;
 pub mod metrics;
 pub mod update;

@@ -107,8 +107,13 @@ fn header_rejections() {
         DbError::Reserved { offset: 12 }
     ));
     assert!(matches!(
+        header_error(|b| b[600] = 1),
+        DbError::Reserved { offset: 600 }
+    ));
+    // Bytes 64..512 are the kv layout block: not zero means a layout, checked as one.
+    assert!(matches!(
         header_error(|b| b[100] = 1),
-        DbError::Reserved { offset: 100 }
+        DbError::Kv(pirq_shared::kv::KvError::BadMagic { .. })
     ));
     assert!(matches!(
         header_error(|b| b.truncate(100)),
@@ -152,6 +157,67 @@ fn truncated_and_overlong_files() {
         PirDb::open(dir.path().join("missing")),
         Err(DbError::Io { .. })
     ));
+}
+
+fn kv_layout(choices: u8) -> pirq_shared::kv::KvLayout {
+    pirq_shared::kv::KvLayout {
+        choices,
+        value_size: 32,
+        key_size: 20,
+        seed: [4; 32],
+    }
+}
+
+#[test]
+fn kv_layout_travels_in_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 4,
+        epoch: 3,
+    };
+    let path = dir.path().join("kv.pirdb");
+    db::write_kv(&path, &header, Some(&kv_layout(2)), |_, _| {}, |_| {}).unwrap();
+    let opened = PirDb::open(&path).unwrap();
+    assert_eq!(opened.header(), &header);
+    let kv = opened.kv().expect("a kv database");
+    assert_eq!(kv.layout, kv_layout(2));
+    assert_eq!(kv.slots_per_page(), 5);
+    // A plain database has none.
+    let plain = write_db(&dir, &header, 1);
+    assert!(PirDb::open(&plain).unwrap().kv().is_none());
+    // A layout that does not fit the geometry is refused on write and on open.
+    let bad = db::write_kv(&path, &header, Some(&kv_layout(5)), |_, _| {}, |_| {});
+    assert!(matches!(bad, Err(DbError::Kv(_))));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[72] = 5;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(PirDb::open(&path), Err(DbError::Kv(_))));
+}
+
+#[test]
+fn mapped_writer_renames_only_on_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 3,
+        epoch: 0,
+    };
+    let path = dir.path().join("m.pirdb");
+    {
+        let mut w = db::MappedWriter::create(&path, &header, Some(&kv_layout(3))).unwrap();
+        w.pages_mut()[300] = 9;
+        // dropped: nothing appears, no temporary file stays
+    }
+    assert!(!path.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let mut w = db::MappedWriter::create(&path, &header, Some(&kv_layout(3))).unwrap();
+    w.pages_mut()[300] = 9;
+    w.commit().unwrap();
+    let opened = PirDb::open(&path).unwrap();
+    assert_eq!(opened.page(1).unwrap()[44], 9);
+    assert_eq!(opened.kv().unwrap().layout, kv_layout(3));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
 
 /// SPEC §2.1's test vector (`vectors/digest_v1.json`, computed by an independent Python
@@ -220,13 +286,6 @@ fn a_file_without_a_digest_still_opens() {
     let db = PirDb::open(&path).unwrap();
     assert_eq!(db.recorded_digest(), None);
     assert_eq!(db.digest(), db.content_digest());
-    // Bytes past the digest stay reserved.
-    bytes[64] = 1;
-    std::fs::write(&path, &bytes).unwrap();
-    assert!(matches!(
-        PirDb::open(&path),
-        Err(DbError::Reserved { offset: 64 })
-    ));
 }
 
 #[test]

@@ -105,7 +105,7 @@ fn progress_bar(total: u64) -> ProgressBar {
 fn info(file: PathBuf) -> anyhow::Result<()> {
     let db = PirDb::open(&file)?;
     let h = db.header();
-    let info = serde_json::json!({
+    let mut info = serde_json::json!({
         "page_size": h.page_size,
         "num_pages": h.num_pages,
         "epoch": h.epoch,
@@ -113,6 +113,9 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
         "pages_bytes": h.pages_len(),
         "digest": db.recorded_digest(),
     });
+    if let Some(kv) = db.kv() {
+        info["kv"] = serde_json::to_value(kv.info())?;
+    }
     println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(())
 }

@@ -126,9 +126,11 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
         epoch: header.epoch,
         ..*db.header()
     };
+    // A snapshot of a kv database is one too: the layout block goes along.
     db::write_with_digest(
         &args.out,
         &out,
+        db.kv().map(|kv| &kv.layout),
         digest,
         |p, page| match latest.get(&p) {
             Some(new) => page.copy_from_slice(new),
