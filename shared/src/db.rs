@@ -263,16 +263,37 @@ impl PirDb {
     /// A private copy-on-write mapping of the pages: a scanner folds epoch updates into it in
     /// memory while the file stays untouched. Only pages that are written cost memory.
     pub fn private_pages(&self) -> Result<PrivatePages, DbError> {
+        self.private_range(0..self.header.num_pages)
+    }
+
+    /// [`private_pages`](Self::private_pages) of pages `range` only (a shard's): page
+    /// `range.start` is page 0 of the mapping, and nothing outside the range is mapped or read.
+    /// `range.start` must be a multiple of 256 (shard boundaries are), so the mapping starts on
+    /// an OS page.
+    pub fn private_range(&self, range: std::ops::Range<u64>) -> Result<PrivatePages, DbError> {
         let io = |source| DbError::Io {
             path: self.path.clone(),
             source,
         };
+        let ps = self.header.page_size as u64;
+        assert!(
+            range.start <= range.end && range.end <= self.header.num_pages,
+            "page range {range:?} outside the database"
+        );
         let file = File::open(&self.path).map_err(io)?;
+        let len = (range.end - range.start) * ps;
         // SAFETY: as in `open`: the file is not modified while pirq serves it; writes go to
         // private pages of this process only.
-        let map =
-            unsafe { MmapOptions::new().offset(HEADER_LEN as u64).map_copy(&file) }.map_err(io)?;
-        if map.len() as u64 != self.header.pages_len() {
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(HEADER_LEN as u64 + range.start * ps)
+                .len(len as usize)
+                .map_copy(&file)
+        }
+        .map_err(io)?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        if map.len() as u64 != len {
             return Err(DbError::Length {
                 expected: self.header.file_len(),
                 actual: HEADER_LEN as u64 + map.len() as u64,

@@ -8,6 +8,7 @@
 //! - [`layout`]: every Redis key name, in one place.
 //! - [`update`]: epoch updates (whole-page replacements), JSON and bincode.
 //! - [`error`]: error codes shared by gateway and worker.
+//! - [`shard`]: page-range shards (`--shard I/S`) and their boundaries.
 //! - [`kv`]: key-value lookups over the pages by cuckoo hashing (`docs/spec/kv.md`).
 //!
 //! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
@@ -20,5 +21,6 @@ pub mod error;
 pub mod kv;
 pub mod layout;
 pub mod metrics;
+pub mod shard;
 pub mod update;
 pub mod wire;
