@@ -27,7 +27,6 @@ pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;
 pub mod state;
-pub mod store;
 
 pub use config::Config;
 pub use routes::router;

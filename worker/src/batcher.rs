@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::timeout_at;
 
-use crate::queue::Delivery;
+use pirq_queue::consumer::Delivery;
 
 /// The jobs of one scanner pass.
 #[derive(Debug, Default)]
@@ -85,7 +85,7 @@ mod tests {
     fn job(keys: usize) -> Delivery {
         Delivery {
             entry_id: "0-1".into(),
-            request_id: Some("0".repeat(32)),
+            request_id: Some(pirq_queue::RequestId::parse(&"0".repeat(32)).unwrap()),
             job: Ok(Job {
                 keys: vec![vec![0u8; 4]; keys],
                 epoch: None,

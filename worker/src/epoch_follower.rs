@@ -21,7 +21,7 @@ use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use tokio::sync::watch;
 
-use crate::registry::{self, Registration};
+use pirq_queue::registration::{self as registry, Registration};
 use pirq_scan::{ScanError, Scanner};
 
 /// Entries read per `XREAD`.

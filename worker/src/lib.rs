@@ -8,7 +8,5 @@ pub mod batcher;
 pub mod config;
 pub mod epoch_follower;
 pub mod metrics_export;
-pub mod queue;
 pub mod reclaim;
-pub mod registry;
 pub mod serve;

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use pirq_queue::consumer::Consumer;
+use pirq_queue::registration::{self as registry, Registration};
 use pirq_shared::db::PirDb;
 use pirq_shared::layout::Layout;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::Config;
 use pirq_worker::epoch_follower::Follower;
-use pirq_worker::queue::Queue;
-use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
@@ -50,7 +50,7 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
-        Queue::new(
+        Consumer::new(
             &client,
             layout.clone(),
             consumer.clone(),
@@ -165,7 +165,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Waits until Redis answers and the consumer group exists, retrying with backoff.
-async fn wait_for_redis(queue: &Queue) {
+async fn wait_for_redis(queue: &Consumer) {
     let mut backoff = Duration::from_millis(100);
     loop {
         match queue.ensure_group().await {

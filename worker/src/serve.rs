@@ -19,14 +19,15 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::batcher::{Batcher, Window};
-use crate::queue::{Delivery, Outcome, Queue};
 use crate::reclaim;
+use pirq_queue::consumer::{Consumer, Delivery, Outcome};
+use pirq_queue::RequestId;
 use pirq_scan::{Geometry, Scanner};
 
 /// Everything the loop needs.
 pub struct Worker {
     pub scanner: Arc<dyn Scanner>,
-    pub queue: Arc<Queue>,
+    pub queue: Arc<Consumer>,
     /// The scanner's epoch window, as the updates follower announces it.
     pub epochs: watch::Receiver<EpochRange>,
     /// How long a job pinned to an epoch not applied yet waits for it.
@@ -103,7 +104,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
 
 /// Keeps the channel fed from the stream until `stop`.
 async fn read_loop(
-    queue: Arc<Queue>,
+    queue: Arc<Consumer>,
     tx: mpsc::Sender<Delivery>,
     block: Duration,
     mut stop: watch::Receiver<bool>,
@@ -203,10 +204,10 @@ async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
 }
 
 async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
-    let ids: Vec<String> = window
+    let ids: Vec<RequestId> = window
         .deliveries
         .iter()
-        .filter_map(|d| d.request_id.clone())
+        .filter_map(|d| d.request_id)
         .collect();
     metrics::histogram!(m::WORKER_BATCH_JOBS).record(window.deliveries.len() as f64);
     metrics::histogram!(m::WORKER_BATCH_KEYS).record(window.keys as f64);
@@ -219,10 +220,10 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         })
     };
     // Keep what is needed to report a failure if the pass panics.
-    let entries: Vec<(String, Option<String>, Instant)> = window
+    let entries: Vec<(String, Option<RequestId>, Instant)> = window
         .deliveries
         .iter()
-        .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
+        .map(|d| (d.entry_id.clone(), d.request_id, d.received))
         .collect();
     wait_for_pinned_epochs(worker, &window).await;
     let scanner = worker.scanner.clone();
@@ -276,7 +277,7 @@ async fn wait_for_pinned_epochs(worker: &Worker, window: &Window) {
 
 /// Writes outcomes, retrying while Redis is unreachable. If it stays unreachable the entries
 /// stay pending in the group and are delivered again.
-async fn write_outcomes(queue: &Queue, outcomes: Vec<Outcome>) {
+async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
     let mut backoff = Duration::from_millis(50);
     for attempt in 1..=10 {
         match queue.finish(&outcomes).await {
@@ -331,7 +332,7 @@ fn record_outcomes(outcomes: &[Outcome]) {
 /// A job that passed the checks: its keys are in the window's key list at `first..first+count`.
 struct Valid {
     entry_id: String,
-    request_id: String,
+    request_id: RequestId,
     received: Instant,
     accepted_ms: u64,
     first: usize,
@@ -563,7 +564,7 @@ mod tests {
     fn delivery(i: usize, key: &DpfKey) -> Delivery {
         Delivery {
             entry_id: format!("{i}-0"),
-            request_id: Some(format!("{i:032x}")),
+            request_id: Some(RequestId::parse(&format!("{i:032x}")).unwrap()),
             job: Ok(Job {
                 keys: vec![key.to_bytes()],
                 epoch: None,

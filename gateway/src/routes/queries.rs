@@ -12,7 +12,6 @@ use axum::response::Response;
 use futures::Stream;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
-use pirq_shared::layout::is_request_id;
 use pirq_shared::wire::{ErrorBody, ErrorEnvelope, Job, QueryRequest, QueryResult, QueryStatus};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -21,18 +20,19 @@ use super::Format;
 use crate::error::ApiError;
 use crate::events::Subscription;
 use crate::state::AppState;
-use crate::store::{DbInfo, StoreError, StoredQuery, SubmitChecks, Submitted};
 use crate::{durability, idempotency};
+use pirq_queue::producer::{SubmitChecks, Submitted};
+use pirq_queue::{QueryRecord, QueueError, RegisteredDb, RequestId};
 
 /// Longest `?wait=`, in seconds.
 pub const MAX_WAIT_SECS: f64 = 30.0;
 /// A waiter reads the status again at least this often, even without a notification.
 const RECHECK: Duration = Duration::from_secs(2);
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> ApiError {
         match e {
-            StoreError::Malformed { .. } => ApiError::new(ErrorCode::Internal, e.to_string()),
+            QueueError::Malformed { .. } => ApiError::new(ErrorCode::Internal, e.to_string()),
             _ => ApiError::redis(e).retry_after(1),
         }
     }
@@ -79,7 +79,7 @@ pub async fn submit(
         ));
     }
 
-    let id = format!("{:032x}", rand::random::<u128>());
+    let id = RequestId::mint();
     let job = Job {
         keys: request.keys,
         epoch: request.epoch,
@@ -102,10 +102,10 @@ pub async fn submit(
     match submitted {
         Submitted::Queued => {}
         // Our own submit, sent again after a dropped connection: it is queued.
-        Submitted::Known { id: ref known, .. } if *known == id => {}
+        Submitted::Known { id: known, .. } if known == Some(id) => {}
         Submitted::Known {
             same_request: true,
-            id: known,
+            id: Some(known),
         } => {
             // The first request may have got 503 `not_durable`: confirm before answering.
             if st.durable.mode == durability::Mode::WaitAof
@@ -147,12 +147,12 @@ pub async fn submit(
         &st,
         &id,
         format,
-        &QueryResult::pending(&id, QueryStatus::Queued),
+        &QueryResult::pending(id.as_str(), QueryStatus::Queued),
     ))
 }
 
 /// A 202 (pending) or 200 (final) answer for a query with its `Location`.
-fn accepted(st: &AppState, id: &str, format: Format, result: &QueryResult) -> Response {
+fn accepted(st: &AppState, id: &RequestId, format: Format, result: &QueryResult) -> Response {
     let final_ = result.status.is_final();
     let code = if final_ {
         StatusCode::OK
@@ -175,7 +175,7 @@ fn accepted(st: &AppState, id: &str, format: Format, result: &QueryResult) -> Re
 }
 
 /// A known `Idempotency-Key` with the same request: the first request's id, as it stands now.
-async fn replay(st: &AppState, id: &str, format: Format) -> Result<Response, ApiError> {
+async fn replay(st: &AppState, id: &RequestId, format: Format) -> Result<Response, ApiError> {
     metrics::counter!(pirq_shared::metrics::GATEWAY_IDEMPOTENT_REPLAYS).increment(1);
     let stored = st.store.load(id).await?.ok_or_else(|| {
         ApiError::new(
@@ -221,7 +221,11 @@ fn parse_keys(raw: &[Vec<u8>]) -> Result<Vec<DpfKey>, ApiError> {
         .collect()
 }
 
-fn check_against_db(keys: &[DpfKey], epoch: Option<u64>, db: &DbInfo) -> Result<(), ApiError> {
+fn check_against_db(
+    keys: &[DpfKey],
+    epoch: Option<u64>,
+    db: &RegisteredDb,
+) -> Result<(), ApiError> {
     if let Some((i, k)) = keys
         .iter()
         .enumerate()
@@ -269,12 +273,9 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if is_request_id(id) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(id))
-    }
+/// The `{id}` of a path: a [`RequestId`], or 404 (nothing else ever names a Redis key).
+fn parse_id(id: &str) -> Result<RequestId, ApiError> {
+    RequestId::parse(id).map_err(|_| ApiError::not_found(id))
 }
 
 /// `?wait=S`: seconds to long-poll, a non-negative number, capped at [`MAX_WAIT_SECS`].
@@ -307,13 +308,13 @@ pub async fn status(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    let id = parse_id(&id)?;
     let wait = parse_wait(query.as_deref())?;
     let stored = if wait.is_zero() {
         st.store
             .load(&id)
             .await?
-            .ok_or_else(|| ApiError::not_found(&id))?
+            .ok_or_else(|| ApiError::not_found(id.as_str()))?
     } else {
         wait_final(&st, &id, wait).await?
     };
@@ -337,7 +338,7 @@ pub async fn status(
 }
 
 /// `Server-Timing` with the worker's scan and total times, for latency accounting.
-fn server_timing(q: &StoredQuery) -> Option<HeaderValue> {
+fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
     let scan = q.scan_us?;
     let worker = q.worker_us.unwrap_or(scan);
     HeaderValue::from_str(&format!(
@@ -349,7 +350,11 @@ fn server_timing(q: &StoredQuery) -> Option<HeaderValue> {
 }
 
 /// Reads the query until it is final or `wait` has passed.
-async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQuery, ApiError> {
+async fn wait_final(
+    st: &AppState,
+    id: &RequestId,
+    wait: Duration,
+) -> Result<QueryRecord, ApiError> {
     let deadline = Instant::now() + wait;
     // Subscribe before the first read: a change between the read and the wait still wakes us.
     let mut sub = st.events.subscribe(id);
@@ -359,7 +364,7 @@ async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQue
             .store
             .load(id)
             .await?
-            .ok_or_else(|| ApiError::not_found(id))?;
+            .ok_or_else(|| ApiError::not_found(id.as_str()))?;
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
@@ -377,13 +382,13 @@ pub async fn events(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    check_id(&id)?;
+    let id = parse_id(&id)?;
     let sub = st.events.subscribe(&id);
     let first = st
         .store
         .load(&id)
         .await?
-        .ok_or_else(|| ApiError::not_found(&id))?;
+        .ok_or_else(|| ApiError::not_found(id.as_str()))?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(follow(st, id, sub, first, tx));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
@@ -395,9 +400,9 @@ pub async fn events(
 /// Feeds one SSE stream until the query is final, the record vanishes, or the client leaves.
 async fn follow(
     st: AppState,
-    id: String,
+    id: RequestId,
     mut sub: Subscription,
-    mut current: StoredQuery,
+    mut current: QueryRecord,
     tx: mpsc::Sender<Event>,
 ) {
     let mut last_sent = None;

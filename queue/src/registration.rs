@@ -1,10 +1,12 @@
-//! Registration: the database this worker serves (`{P}:db`) and its heartbeat
-//! (`{P}:worker:<id>` with a TTL, listed in `{P}:workers`).
+//! Registration: the database a party's workers serve (`{P}:db`, written by workers, read by
+//! gateways as [`RegisteredDb`]) and each worker's heartbeat (`{P}:worker:<id>` with a TTL,
+//! listed in `{P}:workers`).
 //!
 //! The database registration outlives the worker: a gateway keeps accepting queries for the
 //! party's database while no worker is up, and they are answered when one starts. Liveness is
 //! the heartbeat key alone; a worker that dies stops refreshing it and Redis expires it.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::layout::{db_field, Layout};
@@ -12,6 +14,50 @@ use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::Serialize;
+
+use crate::{scripts, QueueError};
+
+/// The database one party's workers registered (`{P}:db`), as a gateway reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisteredDb {
+    pub num_pages: u64,
+    pub page_size: u32,
+    pub domain_bits: u8,
+    pub epoch: u64,
+    pub min_epoch: u64,
+}
+
+impl RegisteredDb {
+    /// Reads the fields of `{P}:db` ([`db_field`]); `min_epoch` defaults to `epoch` (a
+    /// registration written before workers kept a window).
+    pub fn parse(fields: &HashMap<String, String>) -> Result<RegisteredDb, QueueError> {
+        let get = |name: &'static str| -> Result<u64, QueueError> {
+            fields
+                .get(name)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| QueueError::Malformed {
+                    what: "database registration",
+                    detail: format!("field {name} missing or not a number"),
+                })
+        };
+        let epoch = get(db_field::EPOCH)?;
+        Ok(RegisteredDb {
+            num_pages: get(db_field::NUM_PAGES)?,
+            page_size: get(db_field::PAGE_SIZE)? as u32,
+            domain_bits: get(db_field::DOMAIN_BITS)? as u8,
+            epoch,
+            min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
+        })
+    }
+
+    /// The epochs the party answers.
+    pub fn window(&self) -> EpochRange {
+        EpochRange {
+            oldest: self.min_epoch.min(self.epoch),
+            newest: self.epoch,
+        }
+    }
+}
 
 /// What a worker tells Redis about itself.
 #[derive(Clone, Debug, Serialize)]
@@ -59,29 +105,15 @@ pub async fn register(
     beat(conn, layout, reg, heartbeat_ttl).await
 }
 
-/// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
-/// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
-/// moment behind never moves a party's advertised window back. A new geometry replaces all.
-const RAISE: &str = r#"
-local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
-  and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-for i = 7, 9, 2 do
-  local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
-  if not same or tonumber(ARGV[i + 1]) > current then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-return 1
-"#;
-
-/// Publishes the database and this worker's epoch window (see [`RAISE`]).
+/// Publishes the database and this worker's epoch window (`queue/lua/publish_window.lua`):
+/// the registered epochs only ever go up while the geometry stays the same.
 pub async fn publish_window(
     conn: &mut ConnectionManager,
     layout: &Layout,
     reg: &Registration,
 ) -> redis::RedisResult<()> {
-    redis::Script::new(RAISE)
+    scripts::PUBLISH_WINDOW
+        .script()
         .key(layout.db())
         .arg(db_field::NUM_PAGES)
         .arg(reg.num_pages)

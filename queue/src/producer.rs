@@ -1,0 +1,260 @@
+//! The gateway's side of the protocol (the producer): submit a query, read its record, read the
+//! registration, append an epoch. Every Redis command a gateway sends goes through here.
+//!
+//! One [`ConnectionManager`] (a multiplexed connection that reconnects by itself) carries all of
+//! them; the gateway never sends a blocking command, so one connection is enough. Each call is
+//! bounded by the configured timeout, so a Redis that is down or stuck becomes an error the
+//! handlers answer with 503 instead of a hung request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use pirq_shared::layout::{db_field, Layout, UPDATE_FIELD};
+use pirq_shared::update::EpochUpdate;
+use pirq_shared::wire::Job;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::registration::RegisteredDb;
+use crate::{scripts, QueryRecord, QueueError, RequestId};
+
+/// The checks made atomically with a submit.
+pub struct SubmitChecks<'a> {
+    /// Seconds the `queued` record lives.
+    pub pending_ttl: u64,
+    /// Refuse when the stream holds this many entries or more (0 = never).
+    pub max_backlog: u64,
+    /// `(Idempotency-Key, request fingerprint, seconds to remember it)`.
+    pub idempotency: Option<(&'a str, &'a str, u64)>,
+}
+
+/// What a submit did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Queued under the new id.
+    Queued,
+    /// Nothing queued: the backlog is full.
+    Full { backlog: u64 },
+    /// Nothing queued: the idempotency key is known, from the request `id` (`None` when the
+    /// stored id is not one).
+    Known {
+        same_request: bool,
+        id: Option<RequestId>,
+    },
+}
+
+/// What an epoch append did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// The update is on the stream; the registered newest epoch is now its epoch.
+    Appended,
+    /// Nothing appended: the update's epoch is not `newest + 1`.
+    NotNext { newest: i64 },
+}
+
+/// A gateway's connection to its party's Redis.
+#[derive(Clone)]
+pub struct Producer {
+    conn: ConnectionManager,
+    layout: Layout,
+    timeout: Duration,
+}
+
+impl Producer {
+    /// Creates the store without connecting: the first command connects, and a Redis that is
+    /// down at start only makes requests fail until it is up.
+    pub fn new(
+        client: redis::Client,
+        layout: Layout,
+        timeout: Duration,
+    ) -> Result<Producer, QueueError> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Producer {
+            conn,
+            layout,
+            timeout,
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The shared connection, for modules with their own commands.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// The configured per-command timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sends a command or pipeline within the timeout. The first command after Redis dropped
+    /// the connection fails with an I/O error while the manager reconnects; that one is sent
+    /// again once, so a Redis restart costs no failed request when Redis is back.
+    async fn run<T: redis::FromRedisValue>(&self, what: Query<'_>) -> Result<T, QueueError> {
+        let attempt = || async {
+            let mut conn = self.conn.clone();
+            let fut = async {
+                match what {
+                    Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
+                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
+                }
+            };
+            match tokio::time::timeout(self.timeout, fut).await {
+                Ok(r) => r.map_err(QueueError::Redis),
+                Err(_) => Err(QueueError::Timeout(self.timeout)),
+            }
+        };
+        match attempt().await {
+            Err(QueueError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
+                attempt().await
+            }
+            other => other,
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        self.run::<String>(Query::Cmd(&redis::cmd("PING"))).await?;
+        Ok(())
+    }
+
+    /// Records the query as `queued` (expiring after `pending_ttl`) and appends the job to the
+    /// stream, in one script: a job is never on the stream without its status, nor the reverse.
+    /// The same step checks the backlog and the idempotency key, so neither can be raced
+    /// (`queue/lua/submit.lua`).
+    pub async fn submit(
+        &self,
+        id: &RequestId,
+        job: &Job,
+        checks: &SubmitChecks<'_>,
+    ) -> Result<Submitted, QueueError> {
+        let (idem_key, fingerprint, idem_ttl) = match checks.idempotency {
+            Some((key, fp, ttl)) => (self.layout.idempotency(key), fp, ttl),
+            // Unused, but a declared key of the same slot keeps the script cluster-safe.
+            None => (self.layout.idempotency(""), "", 0),
+        };
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::SUBMIT.source)
+            .arg(3)
+            .arg(self.layout.query(id.as_str()))
+            .arg(self.layout.jobs())
+            .arg(idem_key)
+            .arg(id)
+            .arg(job.keys.len())
+            .arg(job.accepted_ms)
+            .arg(checks.pending_ttl)
+            .arg(job.to_bincode())
+            .arg(checks.max_backlog)
+            .arg(fingerprint)
+            .arg(idem_ttl);
+        let (verdict, detail): (String, String) = self.run(Query::Cmd(&cmd)).await?;
+        match verdict.as_str() {
+            "queued" => Ok(Submitted::Queued),
+            "full" => Ok(Submitted::Full {
+                backlog: detail.parse().unwrap_or(checks.max_backlog),
+            }),
+            "known" => {
+                let (fp, id) = detail.split_once(' ').unwrap_or(("", ""));
+                Ok(Submitted::Known {
+                    same_request: fp == fingerprint,
+                    id: RequestId::parse(id).ok(),
+                })
+            }
+            other => Err(QueueError::Malformed {
+                what: "submit answer",
+                detail: other.to_string(),
+            }),
+        }
+    }
+
+    /// `WAITAOF 1 0 <timeout>`: whether the local AOF has fsynced every write of this
+    /// connection so far.
+    pub async fn wait_aof(&self, timeout: Duration) -> Result<bool, QueueError> {
+        let mut cmd = redis::cmd("WAITAOF");
+        cmd.arg(1).arg(0).arg(timeout.as_millis() as u64);
+        let (local, _replicas): (i64, i64) = self.run(Query::Cmd(&cmd)).await?;
+        Ok(local >= 1)
+    }
+
+    /// The query's state, `None` if the id is unknown or its record expired.
+    pub async fn load(&self, id: &RequestId) -> Result<Option<QueryRecord>, QueueError> {
+        let cmd = redis::Cmd::hgetall(self.layout.query(id.as_str()));
+        let fields: HashMap<String, Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        QueryRecord::parse(id, &fields).map(Some)
+    }
+
+    /// The registered database, `None` if no worker has registered one.
+    pub async fn database(&self) -> Result<Option<RegisteredDb>, QueueError> {
+        let cmd = redis::Cmd::hgetall(self.layout.db());
+        let fields: HashMap<String, String> = self.run(Query::Cmd(&cmd)).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        RegisteredDb::parse(&fields).map(Some)
+    }
+
+    /// Appends `update` to the updates stream if its epoch is the registered newest + 1, and
+    /// raises the newest (`queue/lua/append_epoch.lua`): all pages of an epoch or none, and no
+    /// two gateways can append the same epoch.
+    pub async fn append_epoch(&self, update: &EpochUpdate) -> Result<Appended, QueueError> {
+        let mut invocation = scripts::APPEND_EPOCH.script().key(self.layout.db());
+        invocation
+            .key(self.layout.updates())
+            .arg(update.epoch)
+            .arg(update.to_bincode())
+            .arg(db_field::EPOCH)
+            .arg(UPDATE_FIELD);
+        let mut conn = self.conn.clone();
+        let (applied, newest): (i64, i64) =
+            tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
+                .await
+                .map_err(|_| QueueError::Timeout(self.timeout))??;
+        Ok(if applied < 0 {
+            Appended::NotNext { newest }
+        } else {
+            Appended::Appended
+        })
+    }
+
+    /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
+    /// worker that died without deregistering) are removed on the way.
+    pub async fn live_workers(&self) -> Result<u32, QueueError> {
+        let cmd = redis::Cmd::smembers(self.layout.workers());
+        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.exists(self.layout.worker(id));
+        }
+        let alive: Vec<bool> = self.run(Query::Pipe(&pipe)).await?;
+        let dead: Vec<&String> = ids
+            .iter()
+            .zip(&alive)
+            .filter(|(_, a)| !**a)
+            .map(|(id, _)| id)
+            .collect();
+        if !dead.is_empty() {
+            let cmd = redis::Cmd::srem(self.layout.workers(), dead);
+            let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
+        }
+        Ok(alive.iter().filter(|a| **a).count() as u32)
+    }
+}
+
+/// One command or one pipeline, as [`Producer::run`] sends it.
+#[derive(Clone, Copy)]
+enum Query<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
+}
