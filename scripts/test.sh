@@ -17,7 +17,8 @@ scripts/install-deps.sh
 echo "== fmt, clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo clippy -p pirq-worker --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p pirq-scan --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p pirq-worker -p pirq-cli --all-targets --features cuda --locked -- -D warnings
 
 echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics catalog"
 scripts/check-ops.sh

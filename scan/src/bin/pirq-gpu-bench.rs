@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use pirq_scan::cuda::{CudaConfig, CudaScanner, PassTimings, ScanPlan};
 use pirq_shared::dpf::{generate, DpfKey};
-use pirq_worker::scan::cuda::{CudaConfig, CudaScanner, PassTimings, ScanPlan};
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the CUDA scanner on synthetic databases generated on the GPU")]
@@ -227,7 +227,7 @@ fn epochs(args: &Args) -> Result<()> {
 }
 
 fn scanner_domain(scanner: &CudaScanner) -> u8 {
-    use pirq_worker::scan::Scanner;
+    use pirq_scan::Scanner;
     scanner.geometry().domain_bits
 }
 

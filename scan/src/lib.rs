@@ -1,12 +1,15 @@
-//! The scanner boundary: one pass over the database answers a whole batch of keys.
+//! `pirq-scan`: the scanner boundary. One pass over the database answers a whole batch of keys.
 //!
 //! A backend expands every key of the batch into its selection bitmap and then streams the
 //! database once, XORing each page into the accumulator of every key that selects it. Backends:
-//! [`cpu`] (always) and `cuda` (cargo feature `cuda`).
+//! [`cpu`] (always) and `cuda` (cargo feature `cuda`). Both answer every epoch of their
+//! [`epoch_window`] exactly. The worker feeds a scanner from Redis; the `pirq` tool runs one
+//! locally (`pirq answer`, `pirq bench scan`): neither knows which backend it holds.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod epoch_window;
 
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::update::EpochUpdate;
@@ -68,7 +71,7 @@ pub enum ScanError {
     #[error("batch of {got} keys exceeds this scanner's maximum of {max}")]
     BatchTooLarge { got: usize, max: usize },
     #[error(transparent)]
-    Epoch(#[from] crate::epochs::EpochError),
+    Epoch(#[from] crate::epoch_window::EpochError),
     #[error("{0} is not supported by this backend")]
     Unsupported(&'static str),
     #[error("device error: {0}")]
@@ -93,7 +96,7 @@ pub trait Scanner: Send + Sync {
         0..self.geometry().num_pages
     }
 
-    /// The epochs this scanner answers exactly (see [`crate::epochs`]).
+    /// The epochs this scanner answers exactly (see [`crate::epoch_window`]).
     fn epoch_window(&self) -> EpochRange;
 
     /// Adds epoch `newest + 1`. All of the update applies, or none of it.
@@ -118,7 +121,7 @@ pub fn own_writes(
     range: &std::ops::Range<u64>,
     update: &EpochUpdate,
 ) -> Result<Vec<pirq_shared::update::PageWrite>, ScanError> {
-    use crate::epochs::EpochError;
+    use crate::epoch_window::EpochError;
     for w in &update.pages {
         if w.index >= geometry.num_pages {
             return Err(EpochError::PageIndex {

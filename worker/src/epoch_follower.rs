@@ -22,7 +22,7 @@ use redis::AsyncCommands;
 use tokio::sync::watch;
 
 use crate::registry::{self, Registration};
-use crate::scan::{ScanError, Scanner};
+use pirq_scan::{ScanError, Scanner};
 
 /// Entries read per `XREAD`.
 const BATCH: usize = 16;

@@ -1,6 +1,6 @@
 //! Epochs on the GPU: the base in device memory, the window's page changes resident beside it.
 //!
-//! The scheme is the CPU scanner's (`crate::epochs`, SPEC §3): one scan of the base answers keys
+//! The scheme is the CPU scanner's (`crate::epoch_window`, SPEC §3): one scan of the base answers keys
 //! pinned to any epoch in the window, and each answer is fixed up with the pages changed since
 //! the base, `answer(e) = scan(base) XOR Σ bit(p) · diff_e(p)`. On the device:
 //! - every epoch after the base keeps its **steps** in device memory, `step_e(p) = page_p(e) XOR
@@ -36,8 +36,8 @@ use pirq_shared::wire::EpochRange;
 
 use super::workspace::{PassTimings, Workspace};
 use super::{CudaError, CudaScanner};
-use crate::epochs::{DeltaWindow, EpochError};
-use crate::scan::{Answers, ScanError};
+use crate::epoch_window::{DeltaWindow, EpochError};
+use crate::{Answers, ScanError};
 
 /// Pages a single `db_page_read` launch stages (bounded host and device staging).
 const PAGES_PER_LAUNCH: usize = 4096;
@@ -200,7 +200,7 @@ impl CudaScanner {
         // before the write lock was granted, later passes see the new state, and freeing the
         // old host window's diffs (hundreds of MiB for big updates) takes a while. A device
         // error in the fold above leaves the base half moved: the update fails, and the worker
-        // stops (worker/src/updates.rs): a device fault, not a state to answer from.
+        // stops (worker/src/epoch_follower.rs): a device fault, not a state to answer from.
         drop(old);
         drop(fold);
         Ok(UpdateTimings {

@@ -17,8 +17,8 @@ use pirq_shared::dpf::{eval_range_into, range_words, DpfKey};
 use pirq_shared::metrics::record_phase;
 use rayon::prelude::*;
 
-use super::{check_keys, Answers, Geometry, ScanError, Scanner};
-use crate::epochs::DeltaWindow;
+use crate::epoch_window::DeltaWindow;
+use crate::{check_keys, Answers, Geometry, ScanError, Scanner};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
 

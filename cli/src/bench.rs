@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use pirq_scan::cpu::CpuScanner;
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::{bitmap_words, eval_full_into, generate, DpfKey};
-use pirq_worker::scan::cpu::CpuScanner;
 use rand::RngCore;
 
 use crate::record::{self, Table};
@@ -196,8 +196,8 @@ fn dpf(args: DpfArgs) -> anyhow::Result<()> {
 /// the base in exactly `changed` pages (fewer if random indices repeat); the merge is timed inside
 /// real passes at that epoch, and the next update forces a fold of the base.
 fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
+    use pirq_scan::Scanner;
     use pirq_shared::update::{EpochUpdate, PageWrite};
-    use pirq_worker::scan::Scanner;
     let load = record::load_average();
     let db = Arc::new(PirDb::open(&args.db)?);
     let header = *db.header();

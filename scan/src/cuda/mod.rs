@@ -7,7 +7,7 @@
 //! 3. **scan**: one read of the bit-transposed database computes all Q answers as a GF(2) matrix
 //!    product (`mma.m16n8k256 .b1 and.popc`), then `scan_unpack` turns parities into pages;
 //!    keys pinned to epochs after the base then get the window's page changes merged in by
-//!    `epoch_merge` (the **merge** phase, see [`update`]);
+//!    `epoch_merge` (the **merge** phase, see [`epoch_window`]);
 //! 4. **d2h**: the answers come back into a pinned buffer.
 //!
 //! Layouts and kernel choices are explained in `kernels/*.cu` and [`layout`]; the measured
@@ -16,9 +16,9 @@
 //! [`workspace::Pool`], so one batch's upload and expansion overlap another's scan.
 
 mod db;
+mod epoch_window;
 mod kernels;
 pub mod layout;
-mod update;
 mod workspace;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -31,15 +31,15 @@ use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
 
 use self::db::DeviceDb;
+use self::epoch_window::{EpochState, Merge};
 use self::kernels::Kernels;
 use self::layout::{pack_key, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH};
-use self::update::{EpochState, Merge};
 use self::workspace::{workspace_bytes, Pool, Workspace};
-use super::{check_keys, Answers, Geometry, ScanError, Scanner};
-use crate::epochs::DeltaWindow;
+use crate::epoch_window::DeltaWindow;
+use crate::{check_keys, Answers, Geometry, ScanError, Scanner};
 
+pub use self::epoch_window::UpdateTimings;
 pub use self::layout::ScanPlan;
-pub use self::update::UpdateTimings;
 pub use self::workspace::PassTimings;
 
 /// Default number of workspaces (`--workspaces`).
@@ -69,7 +69,7 @@ impl Default for CudaConfig {
             workspaces: DEFAULT_WORKSPACES,
             max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
             plan: None,
-            epoch_window: super::cpu::DEFAULT_EPOCH_WINDOW,
+            epoch_window: crate::cpu::DEFAULT_EPOCH_WINDOW,
         }
     }
 }
@@ -116,7 +116,7 @@ pub struct CudaScanner {
     /// A device word that `read_all` may write.
     sink: CudaSlice<u32>,
     /// The epoch window: the base on the GPU is at its oldest epoch, later epochs are page
-    /// steps resident on the device and merged into answers (see [`update`]). Passes hold it
+    /// steps resident on the device and merged into answers (see [`epoch_window`]). Passes hold it
     /// shared for their whole length, an update exclusively only to swap in the next state
     /// (and fold the oldest epoch into the base), so a pass never sees a half-moved base.
     epochs: RwLock<EpochState>,

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::Scanner;
 use pirq_shared::bits::xor_into;
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
-use pirq_worker::scan::cpu::CpuScanner;
-use pirq_worker::scan::Scanner;
 
 #[derive(Args)]
 pub struct AnswerArgs {

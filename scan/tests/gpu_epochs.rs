@@ -9,15 +9,15 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::cuda::{CudaConfig, CudaScanner};
+use pirq_scan::epoch_window::EpochError;
+use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::EpochRange;
-use pirq_worker::epochs::EpochError;
-use pirq_worker::scan::cpu::CpuScanner;
-use pirq_worker::scan::cuda::{CudaConfig, CudaScanner};
-use pirq_worker::scan::{ScanError, Scanner};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -148,7 +148,7 @@ fn check(
     keys: &[DpfKey],
     epochs: &[u64],
     alphas: &[u64],
-    got: &pirq_worker::scan::Answers,
+    got: &pirq_scan::Answers,
     what: &str,
 ) {
     assert_eq!(got.len(), keys.len());

@@ -1,8 +1,9 @@
-//! The kernels of `kernels/*.cu`, compiled with NVRTC for the device at start-up.
+//! The kernels of `kernels/*.cu` (the `pirq-kernels` crate), compiled with NVRTC for the device
+//! at start-up.
 //!
-//! The sources are embedded with `include_str!` and concatenated into one program (with
-//! `PIRQ_ONE_SOURCE` defined so their `#include` lines drop out): the binary carries no PTX and
-//! always runs code built for the exact GPU it finds.
+//! The sources are concatenated into one program (with [`pirq_kernels::ONE_SOURCE_DEFINE`]
+//! defined so their `#include` lines drop out): the binary carries no PTX and always runs code
+//! built for the exact GPU it finds.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,36 +11,10 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use pirq_kernels::entry;
 
 use super::layout::{ScanPlan, MMA_VARIANTS};
 use super::CudaError;
-
-const SOURCES: &[(&str, &str)] = &[
-    (
-        "pirq_common.cuh",
-        include_str!("../../../../kernels/pirq_common.cuh"),
-    ),
-    (
-        "dpf_expand.cu",
-        include_str!("../../../../kernels/dpf_expand.cu"),
-    ),
-    (
-        "db_layout.cu",
-        include_str!("../../../../kernels/db_layout.cu"),
-    ),
-    (
-        "scan_mma.cu",
-        include_str!("../../../../kernels/scan_mma.cu"),
-    ),
-    (
-        "scan_xor.cu",
-        include_str!("../../../../kernels/scan_xor.cu"),
-    ),
-    (
-        "epoch_merge.cu",
-        include_str!("../../../../kernels/epoch_merge.cu"),
-    ),
-];
 
 /// Largest dynamic shared memory a scan CTA asks for (8 warps x 8 stages x 2 tiles x 512 B).
 const MAX_SCAN_SMEM: i32 = 64 * 1024;
@@ -70,10 +45,10 @@ impl Kernels {
         let (major, minor) = capability;
         // NVRTC wants a &'static str; one small leak per process.
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
-        let mut src = String::from("#define PIRQ_ONE_SOURCE 1\n");
-        for (name, text) in SOURCES {
-            src.push_str(&format!("// ---- {name} ----\n"));
-            src.push_str(text);
+        let mut src = format!("#define {} 1\n", pirq_kernels::ONE_SOURCE_DEFINE);
+        for source in pirq_kernels::SOURCES {
+            src.push_str(&format!("// ---- {} ----\n", source.name));
+            src.push_str(source.text);
             src.push('\n');
         }
         let opts = CompileOptions {
@@ -106,16 +81,16 @@ impl Kernels {
             }
         }
         Ok(Kernels {
-            expand_nodes: f("dpf_expand_nodes")?,
-            expand_leaves: f("dpf_expand_leaves")?,
-            transpose: f("db_transpose")?,
-            synthetic: f("db_synthetic")?,
-            read_all: f("read_all")?,
-            unpack: f("scan_unpack")?,
-            scan_xor: f("scan_xor_m2_k8")?,
-            page_read: f("db_page_read")?,
-            page_xor: f("db_page_xor")?,
-            epoch_merge: f("epoch_merge")?,
+            expand_nodes: f(entry::DPF_EXPAND_NODES)?,
+            expand_leaves: f(entry::DPF_EXPAND_LEAVES)?,
+            transpose: f(entry::DB_TRANSPOSE)?,
+            synthetic: f(entry::DB_SYNTHETIC)?,
+            read_all: f(entry::READ_ALL)?,
+            unpack: f(entry::SCAN_UNPACK)?,
+            scan_xor: f(entry::SCAN_XOR)?,
+            page_read: f(entry::DB_PAGE_READ)?,
+            page_xor: f(entry::DB_PAGE_XOR)?,
+            epoch_merge: f(entry::EPOCH_MERGE)?,
             scan_mma,
             capability,
             _module: module,

@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::epoch_window::{EpochError, PageWrite};
+use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::xor_into;
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
-use pirq_worker::epochs::{EpochError, PageWrite};
-use pirq_worker::scan::cpu::CpuScanner;
-use pirq_worker::scan::{ScanError, Scanner};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 

@@ -167,7 +167,7 @@ impl ScanPlan {
             ScanPlan::Mma {
                 mt, nt, stages, wn, ..
             } => format!("scan_mma_m{mt}_n{nt}_s{stages}_w{wn}"),
-            ScanPlan::Xor { .. } => "scan_xor_m2_k8".to_string(),
+            ScanPlan::Xor { .. } => pirq_kernels::entry::SCAN_XOR.to_string(),
         }
     }
 

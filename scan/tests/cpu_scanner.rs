@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
-use pirq_worker::scan::cpu::CpuScanner;
-use pirq_worker::scan::{ScanError, Scanner};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 

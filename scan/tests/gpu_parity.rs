@@ -8,12 +8,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::cuda::{CudaConfig, CudaError, CudaScanner, ScanPlan};
+use pirq_scan::Scanner;
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_shared::update::{EpochUpdate, PageWrite};
-use pirq_worker::scan::cpu::CpuScanner;
-use pirq_worker::scan::cuda::{CudaConfig, CudaError, CudaScanner, ScanPlan};
-use pirq_worker::scan::Scanner;
 use rand::{Rng, RngCore};
 
 fn gpu_enabled(test: &str) -> bool {
