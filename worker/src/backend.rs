@@ -6,8 +6,8 @@ use pirq_shared::db::PirDb;
 use pirq_shared::shard::ShardSpec;
 
 use crate::config::Backend;
-use crate::scan::cpu::CpuScanner;
-use crate::scan::{ScanError, Scanner};
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::{ScanError, Scanner};
 
 /// What the backends are configured with (the worker's flags).
 #[derive(Clone, Copy, Debug)]
@@ -62,7 +62,7 @@ fn cpu(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, Sca
 
 #[cfg(feature = "cuda")]
 fn cuda(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
-    use crate::scan::cuda::{CudaConfig, CudaScanner};
+    use pirq_scan::cuda::{CudaConfig, CudaScanner};
     let config = CudaConfig {
         device: options.gpu,
         workspaces: options.workspaces,

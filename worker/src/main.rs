@@ -11,10 +11,10 @@ use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::Config;
+use pirq_worker::epoch_follower::Follower;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
-use pirq_worker::updates::Follower;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 

@@ -21,7 +21,7 @@ use tracing::Instrument;
 use crate::batcher::{Batcher, Window};
 use crate::queue::{Delivery, Outcome, Queue, ShardStart};
 use crate::reclaim;
-use crate::scan::{Geometry, Scanner};
+use pirq_scan::{Geometry, Scanner};
 
 /// Everything the loop needs.
 pub struct Worker {
@@ -619,7 +619,7 @@ fn check_job(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::{Answers, ScanError};
+    use pirq_scan::{Answers, ScanError};
     use pirq_shared::dpf::generate;
     use pirq_shared::update::EpochUpdate;
 
