@@ -2,7 +2,7 @@
 //!
 //! The backlog is the job stream's length: entries are deleted when acknowledged, so it counts
 //! the jobs waiting for a worker plus those delivered and not yet answered. The check itself is
-//! part of the submit script (one atomic step with the `XADD`, see [`crate::store`]); this module
+//! part of the submit script (one atomic step with the `XADD`, see [`pirq_queue::producer`]); this module
 //! measures how fast the party drains its stream, so that a refused client is told when to come
 //! back: `Retry-After = ceil((backlog − max_backlog + 1) / drain rate)`, between 1 and
 //! [`MAX_RETRY_AFTER`] seconds (the maximum while nothing drains, e.g. no worker is up).

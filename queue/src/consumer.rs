@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use pirq_shared::layout::{job_field, Layout, GROUP};
+use pirq_shared::layout::{job_field, shard_group, Layout};
 use pirq_shared::metrics as m;
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
@@ -67,6 +68,9 @@ pub enum Outcome {
     },
     /// Not a job at all: acknowledge and delete, nobody waits for it.
     Discard { entry_id: String },
+    /// Nothing left to do for this shard (the query is already final, or its record expired):
+    /// acknowledge and delete, without writing anything.
+    Settled { entry_id: String },
     /// Not answered this time: give the entry back to the group at once (not acknowledged), so
     /// any worker claims it again; `deliveries` so far stay counted.
     Retry { entry_id: String, deliveries: u64 },
@@ -86,6 +90,7 @@ impl Outcome {
             Outcome::Done { entry_id, .. }
             | Outcome::Failed { entry_id, .. }
             | Outcome::Discard { entry_id }
+            | Outcome::Settled { entry_id }
             | Outcome::Retry { entry_id, .. }
             | Outcome::DeadLetter { entry_id, .. } => entry_id,
         }
@@ -119,11 +124,22 @@ impl Default for Policy {
 /// The floor of the derived claim-idle time.
 pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
 
+/// What [`Consumer::start_shard_window`] found for one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardStart {
+    /// Answer at this epoch (every shard answers the job at the same one).
+    At(u64),
+    /// Nothing to answer: the query is final already, or its record expired.
+    Settled,
+    /// The query holds partials of another shard count (the party was re-split meanwhile).
+    OtherShardCount,
+}
+
 /// One worker's consumer of the job stream.
 pub struct Consumer {
     layout: Layout,
-    /// The consumer group read through ([`GROUP`] unless [`Consumer::with_group`] names another,
-    /// e.g. one group per shard).
+    /// The shard this worker serves ([`ShardSpec::WHOLE`] when unsharded) and its group.
+    shard: ShardSpec,
     group: String,
     consumer: String,
     reader: ConnectionManager,
@@ -163,7 +179,8 @@ impl Consumer {
         )?;
         Ok(Consumer {
             layout,
-            group: GROUP.to_string(),
+            shard: ShardSpec::WHOLE,
+            group: shard_group(ShardSpec::WHOLE),
             consumer,
             reader,
             writer,
@@ -184,13 +201,19 @@ impl Consumer {
         self
     }
 
-    /// Reads through the consumer group `group` instead of [`GROUP`].
-    pub fn with_group(mut self, group: impl Into<String>) -> Consumer {
-        self.group = group.into();
+    /// Serves shard `spec`: reads through that shard's consumer group, and writes partial
+    /// answers through the combine script instead of results.
+    pub fn with_shard(mut self, spec: ShardSpec) -> Consumer {
+        self.shard = spec;
+        self.group = shard_group(spec);
         self
     }
 
-    /// The consumer group this consumer reads through.
+    pub fn shard(&self) -> ShardSpec {
+        self.shard
+    }
+
+    /// The consumer group this worker reads through.
     pub fn group(&self) -> &str {
         &self.group
     }
@@ -527,8 +550,42 @@ impl Consumer {
         inv.invoke_async::<()>(&mut conn).await
     }
 
+    /// Sharded parties: marks a window's queries running, fixes their shard count and pins the
+    /// epoch every shard answers them at (`queue/lua/shard_start.lua`). `jobs`: (request id, the
+    /// epoch this worker would answer at).
+    pub async fn start_shard_window(
+        &self,
+        jobs: &[(RequestId, u64)],
+    ) -> redis::RedisResult<Vec<ShardStart>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::SHARD_START.source).arg(jobs.len());
+        for (id, _) in jobs {
+            cmd.arg(self.layout.query(id.as_str()));
+        }
+        cmd.arg(self.layout.events()).arg(self.shard.count);
+        for (id, epoch) in jobs {
+            cmd.arg(id).arg(*epoch);
+        }
+        let mut conn = self.writer.clone();
+        let replies: Vec<i64> = cmd.query_async(&mut conn).await?;
+        Ok(replies
+            .into_iter()
+            .map(|r| match r {
+                e if e >= 0 => ShardStart::At(e as u64),
+                -3 => ShardStart::OtherShardCount,
+                _ => ShardStart::Settled,
+            })
+            .collect())
+    }
+
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
-    /// entries (and hands back the ones to retry), all in one `MULTI`.
+    /// entries (and hands back the ones to retry), all in one `MULTI`. A shard of a sharded
+    /// party writes its answers as partials through the combine script, which acknowledges them
+    /// itself and deletes the entry once the last shard's partial completed the query
+    /// (`queue/lua/shard_combine.lua`).
     pub async fn finish(&self, outcomes: &[Outcome]) -> redis::RedisResult<()> {
         if outcomes.is_empty() {
             return Ok(());
@@ -539,6 +596,39 @@ impl Consumer {
         let mut acked: Vec<&str> = Vec::new();
         for outcome in outcomes {
             match outcome {
+                Outcome::Done {
+                    entry_id,
+                    request_id,
+                    epoch,
+                    page_size,
+                    pages,
+                    scan,
+                    worker,
+                    ..
+                } if !self.shard.is_whole() => {
+                    scripts::SHARD_COMBINE
+                        .eval(&mut pipe, 4)
+                        .arg(self.layout.query(request_id.as_str()))
+                        .arg(self.layout.partial_sum(request_id.as_str()))
+                        .arg(
+                            self.layout
+                                .partial_in(request_id.as_str(), self.shard.index),
+                        )
+                        .arg(self.layout.jobs())
+                        .arg(self.shard.index)
+                        .arg(self.shard.count)
+                        .arg(pages.as_slice())
+                        .arg(*epoch)
+                        .arg(*page_size)
+                        .arg(scan.as_micros() as u64)
+                        .arg(worker.as_micros() as u64)
+                        .arg(self.result_ttl)
+                        .arg(entry_id)
+                        .arg(&self.group)
+                        .arg(&events)
+                        .arg(request_id)
+                        .ignore();
+                }
                 Outcome::Done {
                     entry_id,
                     request_id,
@@ -581,7 +671,9 @@ impl Consumer {
                     self.fail_cmds(&mut pipe, request_id, error, *worker);
                     acked.push(entry_id);
                 }
-                Outcome::Discard { entry_id } => acked.push(entry_id),
+                Outcome::Discard { entry_id } | Outcome::Settled { entry_id } => {
+                    acked.push(entry_id)
+                }
                 Outcome::Retry {
                     entry_id,
                     deliveries,
@@ -611,7 +703,7 @@ impl Consumer {
             }
         }
         if !acked.is_empty() {
-            if self.uses_xackdel() {
+            if self.uses_xackdel() && self.shard.is_whole() {
                 pipe.cmd("XACKDEL")
                     .arg(self.layout.jobs())
                     .arg(&self.group)

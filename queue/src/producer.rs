@@ -252,6 +252,26 @@ impl Producer {
     }
 }
 
+impl Producer {
+    /// The heartbeat records (JSON, as workers write them) of the workers that are alive, with
+    /// their ids.
+    pub async fn worker_records(&self) -> Result<Vec<(String, serde_json::Value)>, QueueError> {
+        let cmd = redis::Cmd::smembers(self.layout.workers());
+        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
+        let cmd = redis::Cmd::mget(keys);
+        let records: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
+        Ok(ids
+            .into_iter()
+            .zip(records)
+            .filter_map(|(id, r)| Some((id, serde_json::from_str(&r?).ok()?)))
+            .collect())
+    }
+}
+
 /// One command or one pipeline, as [`Producer::run`] sends it.
 #[derive(Clone, Copy)]
 enum Query<'a> {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::layout::{db_field, Layout};
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -25,6 +26,8 @@ pub struct RegisteredDb {
     pub domain_bits: u8,
     pub epoch: u64,
     pub min_epoch: u64,
+    /// Shard count of the party (1: unsharded).
+    pub shards: u32,
 }
 
 impl RegisteredDb {
@@ -47,6 +50,7 @@ impl RegisteredDb {
             domain_bits: get(db_field::DOMAIN_BITS)? as u8,
             epoch,
             min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
+            shards: get(db_field::SHARDS).unwrap_or(1).max(1) as u32,
         })
     }
 
@@ -71,6 +75,11 @@ pub struct Registration {
     pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
+    /// The shard served (`--shard I/S`), absent when unsharded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardSpec>,
+    /// The pages served, `[first, end)`: all of them, or the shard's range.
+    pub pages: [u64; 2],
 }
 
 impl Registration {
@@ -106,7 +115,8 @@ pub async fn register(
 }
 
 /// Publishes the database and this worker's epoch window (`queue/lua/publish_window.lua`):
-/// the registered epochs only ever go up while the geometry stays the same.
+/// the registered epochs only ever go up while the geometry stays the same; the shard count is
+/// written as it is (gateways read it for readiness).
 pub async fn publish_window(
     conn: &mut ConnectionManager,
     layout: &Layout,
@@ -125,6 +135,8 @@ pub async fn publish_window(
         .arg(reg.window.newest)
         .arg(db_field::MIN_EPOCH)
         .arg(reg.window.oldest)
+        .arg(db_field::SHARDS)
+        .arg(reg.shard.map_or(1, |s| s.count))
         .invoke_async::<i64>(conn)
         .await
         .map(drop)
