@@ -57,6 +57,8 @@ pub mod db_field {
     pub const EPOCH: &str = "epoch";
     /// Oldest epoch still answered exactly: raised by workers as they fold their base forward.
     pub const MIN_EPOCH: &str = "min_epoch";
+    /// The key-value layout (`docs/spec/kv.md` §5) as JSON; absent for a page database.
+    pub const KV: &str = "kv";
 }
 
 /// Why a prefix was rejected.

@@ -96,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
         window,
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
+        kv: db.kv().map(|kv| kv.info()),
     };
     let mut conn = queue.connection();
     registry::register(&mut conn, &layout, &reg, config.heartbeat() * 3)

@@ -15,6 +15,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         .await?
         .ok_or_else(super::queries_no_database)?;
     let workers = st.store.live_workers().await?;
+    let kv = st.store.kv_layout().await?;
     Ok(Json(Info {
         num_pages: db.num_pages,
         page_size: db.page_size,
@@ -22,5 +23,6 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         epoch: db.window(),
         max_keys_per_query: st.config.max_keys_per_query,
         workers,
+        kv,
     }))
 }
