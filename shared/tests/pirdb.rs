@@ -219,3 +219,102 @@ fn mapped_writer_renames_only_on_commit() {
     assert_eq!(opened.kv().unwrap().layout, kv_layout(3));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+/// SPEC §2.1's test vector (`vectors/digest_v1.json`, computed by an independent Python
+/// implementation): the digest `db::write` records, and the chain through one update.
+#[test]
+fn digest_test_vector() {
+    use pirq_shared::digest::Digest;
+    use pirq_shared::update::{EpochUpdate, PageWrite};
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("vectors/digest_v1.json")).unwrap();
+    let header = Header {
+        page_size: v["page_size"].as_u64().unwrap() as u32,
+        num_pages: v["num_pages"].as_u64().unwrap(),
+        epoch: v["epoch"].as_u64().unwrap(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vector.pirdb");
+    let written = db::write(
+        &path,
+        &header,
+        |p, page| {
+            for (i, b) in page.iter_mut().enumerate() {
+                *b = (31 * p as usize + i) as u8;
+            }
+        },
+        |_| {},
+    )
+    .unwrap();
+    let expect = Digest::from_hex(v["content_digest"].as_str().unwrap()).unwrap();
+    assert_eq!(written, expect);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[32..64], &expect.0, "recorded in header bytes 32..64");
+    let db = PirDb::open(&path).unwrap();
+    assert_eq!(db.recorded_digest(), Some(expect));
+    assert_eq!(db.content_digest(), expect);
+    let update = EpochUpdate {
+        epoch: v["update"]["epoch"].as_u64().unwrap(),
+        pages: v["update"]["pages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| PageWrite {
+                index: w["index"].as_u64().unwrap(),
+                page: vec![w["fill"].as_u64().unwrap() as u8; header.page_size as usize],
+            })
+            .collect(),
+    };
+    assert_eq!(
+        expect.next(&update).to_hex(),
+        v["epoch_1_digest"].as_str().unwrap()
+    );
+}
+
+#[test]
+fn a_file_without_a_digest_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 2,
+        epoch: 0,
+    };
+    let path = dir.path().join("old.pirdb");
+    let mut bytes = header.to_bytes();
+    bytes.extend(std::iter::repeat_n(5u8, 512));
+    std::fs::write(&path, &bytes).unwrap();
+    let db = PirDb::open(&path).unwrap();
+    assert_eq!(db.recorded_digest(), None);
+    assert_eq!(db.digest(), db.content_digest());
+}
+
+#[test]
+fn writes_replace_files_atomically_and_refuse_their_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 4,
+        epoch: 0,
+    };
+    let path = write_db(&dir, &header, 1);
+    let served = PirDb::open(&path).unwrap();
+    let before = served.page(3).unwrap().to_vec();
+    // Rewriting the path leaves an open mapping (a worker serving it) intact.
+    write_db(&dir, &header, 2);
+    assert_eq!(served.page(3).unwrap(), &before[..]);
+    assert_ne!(PirDb::open(&path).unwrap().page(3).unwrap(), &before[..]);
+    // No temporary file is left behind.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("t.pirdb")]);
+    // The same file under another name is still an input.
+    let link = dir.path().join("link.pirdb");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let other = dir.path().join("other.pirdb");
+    assert!(db::ensure_not_an_input(&other, &[&path]).is_ok());
+    let err = db::ensure_not_an_input(&link, &[&path]).unwrap_err();
+    assert!(matches!(err, DbError::OutputIsInput { .. }), "{err}");
+    assert!(err.to_string().contains("same file"), "{err}");
+}

@@ -36,7 +36,7 @@ pub fn bin_dir() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-q", "-p", "pirq-gateway", "-p", "pirq-worker"])
-            .args(["-p", "pirq-client", "--bin", "pirq"])
+            .args(["-p", "pirq-cli", "--bin", "pirq"])
             .args(["--bin", "pirq-gateway", "--bin", "pirq-worker"])
             .arg("--target-dir")
             .arg(&target_dir)

@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::layout::{db_field, Layout};
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -28,6 +29,11 @@ pub struct Registration {
     /// The database's key-value layout, if it is a kv database (gateways serve it in
     /// `/v1/info`, so clients need only the parties' URLs).
     pub kv: Option<pirq_shared::kv::KvInfo>,
+    /// The shard served (`--shard I/S`), absent when unsharded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardSpec>,
+    /// The pages served, `[first, end)`: all of them, or the shard's range.
+    pub pages: [u64; 2],
 }
 
 impl Registration {
@@ -65,10 +71,11 @@ pub async fn register(
 /// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
 /// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
 /// moment behind never moves a party's advertised window back. A new geometry replaces all.
+/// The shard count (ARGV[11], ARGV[12]) is written as it is: gateways read it for readiness.
 const RAISE: &str = r#"
 local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
   and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[11], ARGV[12])
 for i = 7, 9, 2 do
   local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
   if not same or tonumber(ARGV[i + 1]) > current then
@@ -103,6 +110,8 @@ pub async fn publish_window(
         .arg(reg.window.newest)
         .arg(db_field::MIN_EPOCH)
         .arg(reg.window.oldest)
+        .arg(db_field::SHARDS)
+        .arg(reg.shard.map_or(1, |s| s.count))
         .invoke_async::<i64>(conn)
         .await
         .map(drop)
