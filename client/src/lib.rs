@@ -15,7 +15,7 @@ use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::{ErrorBody, Info, QueryRequest};
 
-pub use party::{Encoding, Party, Submitted, Wait};
+pub use party::{check_url, Encoding, Party, Submitted, Wait};
 
 /// Why a fetch failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,9 @@ pub enum ClientError {
     Protocol { party: String, detail: String },
     #[error("{party}: no result within {after:?}")]
     Timeout { party: String, after: Duration },
+    /// A party's base URL is not an `http://` or `https://` URL.
+    #[error("party URL {url:?} is not an http(s) URL: {hint}")]
+    BadUrl { url: String, hint: String },
 }
 
 /// How [`Client::fetch`] talks to the parties.
@@ -122,6 +125,8 @@ impl Client {
                 party: "client".into(),
                 source,
             })?;
+        party::check_url(party_a)?;
+        party::check_url(party_b)?;
         Ok(Client {
             a: Party::new(http.clone(), party_a),
             b: Party::new(http, party_b),

@@ -12,12 +12,14 @@
 //!   read only after the checks that need none, bounded in size and time.
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
 //!   backlog, `--durability fsync`.
+//! - [`cors`]: which browser origins may call the party (`--cors-origin`).
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
 pub mod backpressure;
 pub mod body;
 pub mod config;
+pub mod cors;
 pub mod dbinfo;
 pub mod durability;
 pub mod error;

@@ -22,7 +22,8 @@ async fn main() -> anyhow::Result<()> {
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
     if config.durability == Durability::Fsync {
-        let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+        let client = redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
         match Durable::probe(&client, Duration::from_secs(30)).await {
             Ok(d) => state = state.with_durability(d),
             Err(why) => {
@@ -34,7 +35,8 @@ async fn main() -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
-        redis::Client::open(config.redis_url.as_str()).context("redis url")?,
+        redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?,
         pirq_shared::layout::Layout::new(&config.prefix)?,
         config.redis_timeout(),
     );

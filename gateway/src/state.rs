@@ -39,7 +39,7 @@ pub struct AppState {
 pub enum StateError {
     #[error(transparent)]
     Prefix(#[from] pirq_shared::layout::PrefixError),
-    #[error("redis url: {0}")]
+    #[error("{}", pirq_shared::layout::bad_redis_url(.0))]
     Redis(#[from] redis::RedisError),
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -7,6 +7,19 @@
 
 use std::fmt;
 
+/// The forms of a Redis URL, for the message that refuses a malformed one.
+pub const REDIS_URL_FORMS: &str =
+    "redis://[:PASSWORD@]HOST:PORT[/DB], rediss://... (TLS) or unix:///PATH/TO/SOCKET";
+
+/// What to say about a Redis URL the `redis` crate refused: what is wrong and what to type. The
+/// URL itself is not repeated (it may hold a password).
+pub fn bad_redis_url(error: impl fmt::Display) -> String {
+    format!(
+        "the Redis URL (--redis, PIRQ_REDIS_URL) is not valid ({error}); write {REDIS_URL_FORMS}, \
+         e.g. redis://127.0.0.1:6379"
+    )
+}
+
 /// Consumer group every worker of a party reads the job stream through.
 pub const GROUP: &str = "workers";
 

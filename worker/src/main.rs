@@ -46,7 +46,8 @@ async fn main() -> anyhow::Result<()> {
         .context("starting the scanner")?;
     let geometry = scanner.geometry();
 
-    let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+    let client = redis::Client::open(config.redis_url.as_str())
+        .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
         Queue::new(

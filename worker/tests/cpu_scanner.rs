@@ -108,3 +108,67 @@ fn rejects_oversized_batches() {
         Err(ScanError::BatchTooLarge { got: 3, max: 2 })
     ));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Shards: every shard scans only its range, and the XOR of the S partial answers is the
+    /// whole database's answer, at the base and at epochs whose writes fall in every shard.
+    #[test]
+    fn shard_partials_xor_to_the_whole_answer(
+        num_pages in 257u64..3000,
+        count in 2u32..5,
+        q in 1usize..20,
+        seed in any::<u64>(),
+    ) {
+        use pirq_shared::shard::ShardSpec;
+        use pirq_shared::update::{EpochUpdate, PageWrite};
+        let dir = tempfile::tempdir().unwrap();
+        let db = random_db(&dir, num_pages, 256, seed);
+        let Ok(ranges) = ShardSpec::all_ranges(count, num_pages) else {
+            return Ok(()); // more shards than 256-page blocks
+        };
+        let whole = CpuScanner::new(db.clone(), 1).unwrap();
+        let shards: Vec<CpuScanner> = ranges
+            .iter()
+            .map(|r| CpuScanner::with_range(db.clone(), 1, r.clone()).unwrap())
+            .collect();
+        let n = db.header().domain_bits();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let keys: Vec<DpfKey> = (0..q)
+            .map(|_| generate(n, rng.next_u64() % num_pages, &mut rng).unwrap().0)
+            .collect();
+        // Epoch 1 writes one page in every shard (its first and last), epoch 2 one more.
+        let mut writes: Vec<PageWrite> = ranges
+            .iter()
+            .flat_map(|r| [r.start, r.end - 1])
+            .map(|index| PageWrite { index, page: vec![index as u8 ^ 0x5a; 256] })
+            .collect();
+        let e1 = EpochUpdate { epoch: 1, pages: writes.clone() };
+        writes.truncate(1);
+        writes[0].page = vec![7; 256];
+        let e2 = EpochUpdate { epoch: 2, pages: writes };
+        for update in [None, Some(&e1), Some(&e2)] {
+            if let Some(u) = update {
+                whole.apply_epoch(u).unwrap();
+                for s in &shards {
+                    s.apply_epoch(u).unwrap();
+                }
+            }
+            for epoch in 0..=update.map_or(0, |u| u.epoch) {
+                let epochs = vec![epoch; keys.len()];
+                let want = whole.pass_at(&keys, &epochs).unwrap();
+                let mut got = vec![0u8; want.as_bytes().len()];
+                for s in &shards {
+                    xor_into(&mut got, s.pass_at(&keys, &epochs).unwrap().as_bytes());
+                }
+                prop_assert_eq!(&got[..], want.as_bytes(), "epoch {}", epoch);
+            }
+        }
+        // A write outside the database is refused by every shard, not only by its owner.
+        let bad = EpochUpdate { epoch: 3, pages: vec![PageWrite { index: num_pages, page: vec![0; 256] }] };
+        for s in &shards {
+            prop_assert!(s.apply_epoch(&bad).is_err());
+        }
+    }
+}

@@ -20,7 +20,8 @@ pub(crate) use queries::no_database as queries_no_database;
 
 /// Builds the gateway's router over `state`.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let cors = crate::cors::layer(&state.config.cors_origins);
+    let router = Router::new()
         .route("/v1/queries", post(queries::submit))
         .route("/v1/queries/{id}", get(queries::status))
         .route("/v1/queries/{id}/events", get(queries::events))
@@ -40,7 +41,13 @@ pub fn router(state: AppState) -> Router {
         // Bodies are read by `crate::body` with each route's own limit.
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(crate::server::head_limits))
-        .with_state(state)
+        .with_state(state);
+    // Outermost, so preflights are answered before routing and error answers carry the
+    // headers too (a browser may then read their error codes).
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 /// Body encoding of a request or an answer (SPEC §4).

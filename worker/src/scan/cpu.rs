@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use pirq_shared::db::{PirDb, PrivatePages};
-use pirq_shared::dpf::{bitmap_words, eval_full_into, DpfKey};
+use pirq_shared::dpf::{eval_range_into, range_words, DpfKey};
 use pirq_shared::metrics::record_phase;
 use rayon::prelude::*;
 
@@ -39,6 +39,9 @@ const MIN_PAGES_PER_TASK: u64 = 64 * 16;
 /// the write lock for the moment it needs to fold pages, so every pass sees one consistent base.
 pub struct CpuScanner {
     geometry: Geometry,
+    /// The pages this scanner serves (all of them, or one shard's); page `range.start` is page 0
+    /// of `State::pages` and of the epoch window.
+    range: std::ops::Range<u64>,
     pool: rayon::ThreadPool,
     max_batch_keys: usize,
     state: RwLock<State>,
@@ -61,6 +64,18 @@ struct State {
 impl CpuScanner {
     /// A scanner over `db` using `threads` threads (0 = one per core).
     pub fn new(db: Arc<PirDb>, threads: usize) -> Result<CpuScanner, ScanError> {
+        let all = 0..db.num_pages();
+        CpuScanner::with_range(db, threads, all)
+    }
+
+    /// A scanner over pages `range` of `db` only (a shard, see `pirq_shared::shard`): only those
+    /// pages are mapped, keys are evaluated over that part of their domain, and answers are the
+    /// XOR of the selected pages of the range (a partial answer).
+    pub fn with_range(
+        db: Arc<PirDb>,
+        threads: usize,
+        range: std::ops::Range<u64>,
+    ) -> Result<CpuScanner, ScanError> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("pirq-scan-{i}"))
@@ -74,15 +89,16 @@ impl CpuScanner {
         };
         let window = DeltaWindow::new(
             geometry.page_size,
-            h.num_pages,
+            range.end - range.start,
             h.epoch,
             DEFAULT_EPOCH_WINDOW,
         );
         let pages = db
-            .private_pages()
+            .private_range(range.clone())
             .map_err(|e| ScanError::Device(e.to_string()))?;
         Ok(CpuScanner {
             geometry,
+            range,
             pool,
             max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
             state: RwLock::new(State { pages, window }),
@@ -94,7 +110,7 @@ impl CpuScanner {
         {
             let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
             let oldest = state.window.oldest();
-            let (ps, n) = (self.geometry.page_size, self.geometry.num_pages);
+            let (ps, n) = (self.geometry.page_size, self.range.end - self.range.start);
             state.window = DeltaWindow::new(ps, n, oldest, capacity);
         }
         self
@@ -138,14 +154,16 @@ impl CpuScanner {
         self.pool.current_num_threads()
     }
 
-    /// Expands every key's full-domain bitmap (in parallel over keys).
+    /// Expands every key's bitmap over the pages this scanner serves (in parallel over keys):
+    /// bit `j` is page `range.start + j`. Only that part of the domain is evaluated.
     pub fn expand(&self, keys: &[DpfKey]) -> Vec<Vec<u64>> {
-        let n = self.geometry.domain_bits;
+        let range = self.range.clone();
         self.pool.install(|| {
             keys.par_iter()
                 .map(|key| {
-                    let mut bits = vec![0u64; bitmap_words(n)];
-                    eval_full_into(key, &mut bits);
+                    let mut bits = vec![0u64; range_words(&range)];
+                    eval_range_into(key, range.clone(), &mut bits)
+                        .expect("checked keys cover the database, shards start on leaves");
                     bits
                 })
                 .collect()
@@ -161,7 +179,7 @@ impl CpuScanner {
     fn scan_pages(&self, pages: &[u8], bitmaps: &[Vec<u64>]) -> Answers {
         let ps = self.geometry.page_size;
         let q = bitmaps.len();
-        let num_pages = self.geometry.num_pages;
+        let num_pages = self.range.end - self.range.start;
         let threads = self.threads() as u64;
         let per_task = num_pages
             .div_ceil(threads)
@@ -208,6 +226,10 @@ impl Scanner for CpuScanner {
         self.max_batch_keys
     }
 
+    fn page_range(&self) -> std::ops::Range<u64> {
+        self.range.clone()
+    }
+
     fn epoch_window(&self) -> EpochRange {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         EpochRange {
@@ -217,9 +239,10 @@ impl Scanner for CpuScanner {
     }
 
     fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError> {
+        let writes = super::own_writes(&self.geometry, &self.range, update)?;
         let mut guard = self.state.write().unwrap_or_else(|e| e.into_inner());
         let State { pages, window } = &mut *guard;
-        let folded = window.push(update.epoch, &update.pages, |p| pages.page(p).to_vec())?;
+        let folded = window.push(update.epoch, &writes, |p| pages.page(p).to_vec())?;
         for (p, diff) in folded {
             pirq_shared::bits::xor_into(pages.page_mut(p), &diff);
         }

@@ -87,6 +87,12 @@ pub trait Scanner: Send + Sync {
     /// Largest batch one pass accepts.
     fn max_batch_keys(&self) -> usize;
 
+    /// The pages this scanner serves: all of them, or one shard's range (`--shard I/S`). A
+    /// shard's answers are partial: the XOR of the selected pages of its range only.
+    fn page_range(&self) -> std::ops::Range<u64> {
+        0..self.geometry().num_pages
+    }
+
     /// The epochs this scanner answers exactly (see [`crate::epochs`]).
     fn epoch_window(&self) -> EpochRange;
 
@@ -102,6 +108,43 @@ pub trait Scanner: Send + Sync {
         let newest = self.epoch_window().newest;
         self.pass_at(keys, &vec![newest; keys.len()])
     }
+}
+
+/// The writes of `update` that fall in `range`, re-indexed from the range's first page (a
+/// shard applies only its own pages). Every write is checked against the whole database first,
+/// so all shards accept or refuse an update alike.
+pub fn own_writes(
+    geometry: &Geometry,
+    range: &std::ops::Range<u64>,
+    update: &EpochUpdate,
+) -> Result<Vec<pirq_shared::update::PageWrite>, ScanError> {
+    use crate::epochs::EpochError;
+    for w in &update.pages {
+        if w.index >= geometry.num_pages {
+            return Err(EpochError::PageIndex {
+                index: w.index,
+                num_pages: geometry.num_pages,
+            }
+            .into());
+        }
+        if w.page.len() != geometry.page_size {
+            return Err(EpochError::PageSize {
+                index: w.index,
+                got: w.page.len(),
+                page_size: geometry.page_size,
+            }
+            .into());
+        }
+    }
+    Ok(update
+        .pages
+        .iter()
+        .filter(|w| range.contains(&w.index))
+        .map(|w| pirq_shared::update::PageWrite {
+            index: w.index - range.start,
+            page: w.page.clone(),
+        })
+        .collect())
 }
 
 /// Checks that every key fits the database's domain; shared by all backends.

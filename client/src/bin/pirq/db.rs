@@ -1,8 +1,8 @@
-//! `pirq db gen` and `pirq db info`.
+//! `pirq db gen`, `pirq db info` and `pirq db verify`.
 
 use std::path::PathBuf;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use pirq_shared::db::{self, synthetic, Header, PirDb};
@@ -18,6 +18,22 @@ pub enum DbCommand {
         /// The .pirdb file.
         file: PathBuf,
     },
+    /// Check that a database file's pages match the digest its header records (one read of
+    /// the whole file). A snapshot written by `db apply` records a chained digest: give the
+    /// file it was made from and the updates, and they are checked too.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// The .pirdb file to check.
+    file: PathBuf,
+    /// For a snapshot: the database it was made from (itself checked by content).
+    #[arg(long, requires = "updates")]
+    base: Option<PathBuf>,
+    /// For a snapshot: the update files applied to --base, in epoch order.
+    #[arg(long = "update", requires = "base")]
+    updates: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -41,6 +57,7 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
         DbCommand::Gen(args) => gen(args),
         DbCommand::Apply(args) => crate::epoch::apply(args),
         DbCommand::Info { file } => info(file),
+        DbCommand::Verify(args) => verify(args),
     }
 }
 
@@ -52,7 +69,7 @@ fn gen(args: GenArgs) -> anyhow::Result<()> {
     };
     header.validate()?;
     let bar = progress_bar(header.pages_len());
-    db::write(
+    let digest = db::write(
         &args.out,
         &header,
         |p, page| synthetic::fill_page(args.seed, p, page),
@@ -61,7 +78,7 @@ fn gen(args: GenArgs) -> anyhow::Result<()> {
     .with_context(|| format!("writing {}", args.out.display()))?;
     bar.finish_and_clear();
     eprintln!(
-        "wrote {} ({} pages of {} bytes, domain bits {})",
+        "wrote {} ({} pages of {} bytes, domain bits {}), digest {digest}",
         args.out.display(),
         header.num_pages,
         header.page_size,
@@ -88,13 +105,84 @@ fn progress_bar(total: u64) -> ProgressBar {
 fn info(file: PathBuf) -> anyhow::Result<()> {
     let db = PirDb::open(&file)?;
     let h = db.header();
-    let info = serde_json::json!({
+    let mut info = serde_json::json!({
         "page_size": h.page_size,
         "num_pages": h.num_pages,
         "epoch": h.epoch,
         "domain_bits": h.domain_bits(),
         "pages_bytes": h.pages_len(),
+        "digest": db.recorded_digest(),
     });
+    if let Some(kv) = db.kv() {
+        info["kv"] = serde_json::to_value(kv.info())?;
+    }
     println!("{}", serde_json::to_string_pretty(&info)?);
+    Ok(())
+}
+
+/// Recomputes what a file's digest stands for and compares. Exit status 1 on any mismatch.
+fn verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let db = PirDb::open(&args.file)?;
+    let name = args.file.display();
+    let Some(recorded) = db.recorded_digest() else {
+        bail!("{name} records no digest (written before digests existed); its content digest is {}; rewrite it with `pirq db apply` or the tool that made it", db.content_digest());
+    };
+    let Some(base_path) = args.base else {
+        let content = db.content_digest();
+        if content != recorded {
+            bail!(
+                "{name}: the header records digest {recorded} but the pages hash to {content}: \
+                 the file is damaged, or it is a snapshot (pirq db apply) whose digest chains \
+                 its updates: then verify it with --base FILE --update U1 --update U2 ..."
+            );
+        }
+        println!("{name}: pages match digest {recorded}");
+        return Ok(());
+    };
+    let base = PirDb::open(&base_path)?;
+    let base_recorded = base.digest();
+    let base_content = base.content_digest();
+    if base_content != base_recorded {
+        bail!(
+            "{}: the header records digest {base_recorded} but the pages hash to {base_content}",
+            base_path.display()
+        );
+    }
+    let mut digest = base_content;
+    let mut latest = std::collections::HashMap::new();
+    for path in &args.updates {
+        let u = crate::epoch::read_update(path)?;
+        u.validate(base.num_pages(), base.page_size())?;
+        digest = digest.next(&u);
+        for w in u.pages {
+            latest.insert(w.index, w.page);
+        }
+    }
+    if digest != recorded {
+        bail!(
+            "{name}: the header records digest {recorded}, {} with these updates chains to {digest}",
+            base_path.display()
+        );
+    }
+    if db.header().num_pages != base.num_pages() || db.page_size() != base.page_size() {
+        bail!("{name}: not the shape of {}", base_path.display());
+    }
+    for p in 0..db.num_pages() {
+        let want = latest
+            .get(&p)
+            .map(Vec::as_slice)
+            .unwrap_or_else(|| base.page(p).expect("p < num_pages"));
+        if db.page(p) != Some(want) {
+            bail!(
+                "{name}: page {p} differs from {} with these updates applied",
+                base_path.display()
+            );
+        }
+    }
+    println!(
+        "{name}: pages match digest {recorded} ({} with {} updates)",
+        base_path.display(),
+        args.updates.len()
+    );
     Ok(())
 }

@@ -15,8 +15,9 @@ pub struct MakeArgs {
     /// The database the update is for (its geometry bounds the page indices).
     #[arg(long)]
     db: PathBuf,
-    /// Epoch number of the update (the database's newest epoch + 1 where it is pushed).
-    #[arg(long)]
+    /// Epoch number of the update (the database's newest epoch + 1 where it is pushed; epoch 0
+    /// is a database's first contents, so updates start at 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     epoch: u64,
     /// How many pages to replace (indices drawn at random, repeats allowed).
     #[arg(long)]
@@ -45,10 +46,23 @@ pub struct ApplyArgs {
 /// Reads and parses an update file (JSON or bincode).
 pub fn read_update(path: &Path) -> anyhow::Result<EpochUpdate> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    EpochUpdate::parse_file(&bytes).with_context(|| format!("parsing {}", path.display()))
+    EpochUpdate::parse_file(&bytes).map_err(|e| {
+        let form = if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+            "a JSON update"
+        } else {
+            "a bincode update (a file that does not start with '{' is read as bincode)"
+        };
+        anyhow::anyhow!(
+            "{} is not {form}: {e}\nan update file is JSON such as \
+             {{\"epoch\": 1, \"pages\": [{{\"index\": 3, \"page\": \"<base64 of one page>\"}}]}} \
+             or its bincode twin, as `pirq epoch make` writes",
+            path.display()
+        )
+    })
 }
 
 pub fn make(args: MakeArgs) -> anyhow::Result<()> {
+    db::ensure_not_an_input(&args.out, &[&args.db])?;
     let db = PirDb::open(&args.db)?;
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
     let pages = (0..args.pages)
@@ -71,12 +85,21 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
     } else {
         update.to_bincode()
     };
-    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))
+    db::write_atomically(&args.out, |f| std::io::Write::write_all(f, &bytes))
+        .with_context(|| format!("writing {}", args.out.display()))
 }
 
 pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
+    // The output is written beside it and renamed into place, but an input is never replaced:
+    // a mistyped command must not cost the database it reads.
+    let mut inputs: Vec<&Path> = vec![&args.db];
+    inputs.extend(args.updates.iter().map(PathBuf::as_path));
+    db::ensure_not_an_input(&args.out, &inputs)?;
     let db = PirDb::open(&args.db)?;
     let mut header = *db.header();
+    // The snapshot records the chained digest (SPEC §2.1), the one a worker that followed the
+    // same updates computes.
+    let mut digest = db.digest();
     let updates = args
         .updates
         .iter()
@@ -96,15 +119,19 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
         for w in &u.pages {
             latest.insert(w.index, &w.page);
         }
+        digest = digest.next(u);
         header.epoch = u.epoch;
     }
     let out = Header {
         epoch: header.epoch,
         ..*db.header()
     };
-    db::write(
+    // A snapshot of a kv database is one too: the layout block goes along.
+    db::write_with_digest(
         &args.out,
         &out,
+        db.kv().map(|kv| &kv.layout),
+        digest,
         |p, page| match latest.get(&p) {
             Some(new) => page.copy_from_slice(new),
             None => page.copy_from_slice(db.page(p).expect("p < num_pages")),
@@ -112,7 +139,7 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
         |_| {},
     )?;
     eprintln!(
-        "wrote {} at epoch {} ({} pages replaced)",
+        "wrote {} at epoch {} ({} pages replaced), digest {digest}",
         args.out.display(),
         out.epoch,
         latest.len()
@@ -134,6 +161,7 @@ pub struct PushArgs {
 }
 
 pub fn push(args: PushArgs) -> anyhow::Result<()> {
+    pirq_client::check_url(&args.party)?;
     let update = read_update(&args.from)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -271,6 +271,7 @@ fn error_kind(e: &ClientError) -> String {
         ClientError::Mismatch(_) => "mismatch".into(),
         ClientError::IndexOutOfRange { .. } => "index_out_of_range".into(),
         ClientError::Protocol { .. } => "protocol".into(),
+        ClientError::BadUrl { .. } => "bad_url".into(),
     }
 }
 
