@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;
 pub mod server;
+pub mod shards;
 pub mod state;
 pub mod store;
 pub mod waiters;

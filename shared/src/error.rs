@@ -85,11 +85,13 @@ pub enum ErrorCode {
     TooManyWaiters,
     /// Redis holds more than the gateway's `--max-redis-memory`: retry after `Retry-After`.
     StorageFull,
+    /// A sharded party with a shard that has no live worker at the newest epoch (`/readyz`).
+    ShardUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 39] = [
+    pub const ALL: [ErrorCode; 40] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -129,6 +131,7 @@ impl ErrorCode {
         ErrorCode::TooManyConnections,
         ErrorCode::TooManyWaiters,
         ErrorCode::StorageFull,
+        ErrorCode::ShardUnavailable,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -173,6 +176,7 @@ impl ErrorCode {
             ErrorCode::TooManyConnections => "too_many_connections",
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::StorageFull => "storage_full",
+            ErrorCode::ShardUnavailable => "shard_unavailable",
         }
     }
 
@@ -217,7 +221,8 @@ impl ErrorCode {
             | ErrorCode::NoDatabase
             | ErrorCode::NotDurable
             | ErrorCode::TooManyConnections
-            | ErrorCode::TooManyWaiters => 503,
+            | ErrorCode::TooManyWaiters
+            | ErrorCode::ShardUnavailable => 503,
         }
     }
 
