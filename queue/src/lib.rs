@@ -19,15 +19,15 @@
 //!
 //! 1. The gateway mints a [`RequestId`] and runs [`scripts::SUBMIT`]: the record `{P}:q:<id>`
 //!    becomes `queued` (with a TTL) and a job entry `id=<id> job=<bincode>` joins `{P}:jobs`, in
-//!    one step ([`producer::Store::submit`]).
-//! 2. A worker reads the entry through the consumer group ([`consumer::Queue::read`]); the id is
+//!    one step ([`producer::Producer::submit`]).
+//! 2. A worker reads the entry through the consumer group ([`consumer::Consumer::read`]); the id is
 //!    parsed back ([`RequestId::from_bytes`]) or the entry is discarded.
 //! 3. The worker marks the window's records `running` ([`scripts::MARK_RUNNING`]), publishing
 //!    `"<id> running"` ([`StatusEvent`]) on `{P}:done`.
 //! 4. It writes `done` ([`record::DoneFields`]) or `failed` ([`scripts::FAIL`]), publishes the
-//!    event and acknowledges the entry, all in one `MULTI` ([`consumer::Queue::finish`]).
+//!    event and acknowledges the entry, all in one `MULTI` ([`consumer::Consumer::finish`]).
 //! 5. The gateway's subscriber wakes the requests waiting for the id; they read the record
-//!    ([`producer::Store::load`] → [`QueryRecord`]) and answer the client.
+//!    ([`producer::Producer::load`] → [`QueryRecord`]) and answer the client.
 
 pub mod consumer;
 pub mod probe;
