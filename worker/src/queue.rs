@@ -54,6 +54,8 @@ pub enum Outcome {
         worker: Duration,
         /// The gateway's acceptance time (Unix ms), for the end-to-end latency metric.
         accepted_ms: u64,
+        /// Digest of the database at `epoch` (SPEC §2.1), stamped on the result.
+        digest: Option<pirq_shared::digest::Digest>,
     },
     Failed {
         entry_id: String,
@@ -579,9 +581,17 @@ impl Queue {
                     pages,
                     scan,
                     worker,
+                    digest,
                     ..
                 } => {
                     let key = self.layout.query(request_id);
+                    if let Some(digest) = digest {
+                        pipe.cmd("HSET")
+                            .arg(&key)
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
                     pipe.cmd("HSET")
                         .arg(&key)
                         .arg(qf::STATUS)

@@ -29,6 +29,8 @@ pub struct Worker {
     pub queue: Arc<Queue>,
     /// The scanner's epoch window, as the updates follower announces it.
     pub epochs: watch::Receiver<EpochRange>,
+    /// The digest of every epoch answered, stamped on each result.
+    pub digests: crate::digests::Digests,
     /// How long a job pinned to an epoch not applied yet waits for it.
     pub epoch_wait: Duration,
     pub max_batch_keys: usize,
@@ -226,7 +228,7 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         .collect();
     wait_for_pinned_epochs(worker, &window).await;
     let scanner = worker.scanner.clone();
-    let outcomes =
+    let mut outcomes =
         match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -245,6 +247,17 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
                     .collect()
             }
         };
+    for outcome in &mut outcomes {
+        if let Outcome::Done { epoch, digest, .. } = outcome {
+            *digest = worker.digests.get(*epoch);
+            if digest.is_none() {
+                tracing::error!(
+                    epoch,
+                    "no digest for an answered epoch; clients will refuse it"
+                );
+            }
+        }
+    }
     // "running" must land before "done", or it could overwrite it.
     let _ = running.await;
     outcomes
@@ -351,6 +364,7 @@ impl Valid {
             scan,
             worker: self.received.elapsed(),
             accepted_ms: self.accepted_ms,
+            digest: None,
         }
     }
 }
