@@ -19,7 +19,7 @@ base=${PIRQ_DEMO_PORT_BASE:-17300}
 scripts/install-deps.sh >/dev/null
 
 echo "== build (release): pirq-gateway, pirq-worker, pirq (the first build takes minutes; cargo shows its progress)"
-cargo build --release -p pirq-gateway -p pirq-worker -p pirq-client \
+cargo build --release -p pirq-gateway -p pirq-worker -p pirq-cli \
     --bin pirq-gateway --bin pirq-worker --bin pirq
 bin=$PWD/target/release
 

@@ -98,6 +98,13 @@ pub struct Config {
     /// does not answer within it turns into 503 `redis_unavailable`.
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]
     pub redis_timeout_ms: u64,
+
+    /// Web origins whose pages may query this party from a browser (CORS), e.g.
+    /// `https://wallet.example`; repeat the flag or separate origins with commas; `*` allows
+    /// every origin. None (the default): no CORS headers, and browsers refuse cross-origin calls.
+    #[arg(long = "cors-origin", env = "PIRQ_CORS_ORIGIN", value_delimiter = ',',
+          value_parser = crate::cors::parse_origin)]
+    pub cors_origins: Vec<crate::cors::Origin>,
 }
 
 impl Config {

@@ -11,11 +11,13 @@
 //! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON.
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
 //!   backlog, `--durability fsync`.
+//! - [`cors`]: which browser origins may call the party (`--cors-origin`).
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
 pub mod backpressure;
 pub mod config;
+pub mod cors;
 pub mod dbinfo;
 pub mod durability;
 pub mod error;
@@ -24,6 +26,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;
+pub mod shards;
 pub mod state;
 pub mod store;
 

@@ -27,7 +27,7 @@ D=.gpu/ops
 
 case "${1:-}" in
 build)
-    cargo build --release -p pirq-gateway -p pirq-client --bin pirq-gateway --bin pirq
+    cargo build --release -p pirq-gateway -p pirq-cli --bin pirq-gateway --bin pirq
     # The CUDA feature loads the driver at run time only: the same worker serves --backend cpu.
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$D" && mkdir -p "$D"

@@ -73,11 +73,13 @@ pub enum ErrorCode {
     NotDurable,
     /// `/readyz`: no live worker serves the party's newest epoch.
     NoWorkers,
+    /// A sharded party with a shard that has no live worker at the newest epoch (`/readyz`).
+    ShardUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 33] = [
+    pub const ALL: [ErrorCode; 34] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -111,6 +113,7 @@ impl ErrorCode {
         ErrorCode::BacklogFull,
         ErrorCode::NotDurable,
         ErrorCode::NoWorkers,
+        ErrorCode::ShardUnavailable,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -149,6 +152,7 @@ impl ErrorCode {
             ErrorCode::BacklogFull => "backlog_full",
             ErrorCode::NoWorkers => "no_workers",
             ErrorCode::NotDurable => "not_durable",
+            ErrorCode::ShardUnavailable => "shard_unavailable",
         }
     }
 
@@ -188,7 +192,8 @@ impl ErrorCode {
             ErrorCode::RedisUnavailable
             | ErrorCode::NoDatabase
             | ErrorCode::NotDurable
-            | ErrorCode::NoWorkers => 503,
+            | ErrorCode::NoWorkers
+            | ErrorCode::ShardUnavailable => 503,
         }
     }
 

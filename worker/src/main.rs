@@ -8,13 +8,14 @@ use anyhow::Context;
 use clap::Parser;
 use pirq_shared::db::PirDb;
 use pirq_shared::layout::Layout;
+use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::Config;
 use pirq_worker::digests::Digests;
+use pirq_worker::epoch_follower::Follower;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
-use pirq_worker::updates::Follower;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -28,7 +29,8 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let layout = Layout::new(&config.prefix)?;
     if let Some(addr) = config.metrics_listen {
-        pirq_worker::metrics_export::install(addr).context("starting the metrics endpoint")?;
+        pirq_worker::metrics_export::install(addr, config.shard)
+            .context("starting the metrics endpoint")?;
     }
 
     let db = Arc::new(
@@ -47,6 +49,8 @@ async fn main() -> anyhow::Result<()> {
         db.content_digest()
     });
     let digests = Digests::new(header.epoch, file_digest);
+    let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
+    let pages = pirq_worker::backend::shard_range(&db, shard)?;
     let max_batch_keys = config.max_batch_keys as usize;
     let options = ScannerOptions {
         threads: config.threads,
@@ -54,6 +58,7 @@ async fn main() -> anyhow::Result<()> {
         epoch_window: config.epoch_window as usize,
         gpu: config.gpu,
         workspaces: config.workspaces as usize,
+        shard,
     };
     let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
         .context("starting the scanner")?;
@@ -70,7 +75,8 @@ async fn main() -> anyhow::Result<()> {
             config.block(),
             config.result_ttl,
         )?
-        .with_policy(config.policy()),
+        .with_policy(config.policy())
+        .with_shard(shard),
     );
     wait_for_redis(&queue).await;
     match queue.probe().await {
@@ -94,6 +100,8 @@ async fn main() -> anyhow::Result<()> {
         window: scanner.epoch_window(),
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
+        shard: (!shard.is_whole()).then_some(shard),
+        pages: [pages.start, pages.end],
         db_id: String::new(),
         digests: digests.clone(),
     };
@@ -145,7 +153,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
         page_size = geometry.page_size, file_epoch = header.epoch, oldest = window.oldest,
-        newest = window.newest, digest = %digests.newest().1, "pirq-worker serving"
+        newest = window.newest, shard = %shard, first_page = pages.start, end_page = pages.end,
+        group = queue.group(), digest = %digests.newest().1, "pirq-worker serving"
     );
 
     let follower_stop = stop_tx.clone();

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::digest::Digest;
 use pirq_shared::layout::{db_field, Layout};
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -34,6 +35,11 @@ pub struct Registration {
     pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
+    /// The shard served (`--shard I/S`), absent when unsharded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardSpec>,
+    /// The pages served, `[first, end)`: all of them, or the shard's range.
+    pub pages: [u64; 2],
     /// The registered database this worker serves ([`db_field::DB_ID`]); set by [`register`].
     pub db_id: String,
     /// The digest of every epoch this worker answers, published with the window.
@@ -269,9 +275,10 @@ pub enum Published {
 
 /// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
 /// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
-/// moment behind never moves a party's advertised window back. Writes the digests of the
-/// worker's window (ARGV 12.. as epoch, digest pairs, the newest last). Returns the database id
-/// in force. When another id than this worker's (ARGV 11) is registered, the same database
+/// moment behind never moves a party's advertised window back. The shard count (ARGV[11],
+/// ARGV[12]) is written as it is: gateways read it for readiness. Writes the digests of the
+/// worker's window (ARGV 14.. as epoch, digest pairs, the newest last). Returns the database id
+/// in force. When another id than this worker's (ARGV 13) is registered, the same database
 /// registered anew (two `--replace-db` workers on one file) is joined under that id; a different
 /// one (its digest at this worker's newest epoch differs or is missing) replaced this worker's:
 /// then nothing is written and the answer is ''. An absent id (Redis lost its data) is written
@@ -279,18 +286,18 @@ pub enum Published {
 const RAISE: &str = r#"
 local id = redis.call('HGET', KEYS[1], 'db_id')
 local n = #ARGV
-if id and id ~= ARGV[11] then
-  if n < 13 or redis.call('HGET', KEYS[2], ARGV[n - 1]) ~= ARGV[n] then return '' end
+if id and id ~= ARGV[13] then
+  if n < 15 or redis.call('HGET', KEYS[2], ARGV[n - 1]) ~= ARGV[n] then return '' end
 else
-  id = ARGV[11]
+  id = ARGV[13]
   redis.call('HSET', KEYS[1], 'db_id', id)
 end
-for i = 12, n, 2 do
+for i = 14, n, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
 local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
   and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[11], ARGV[12])
 for i = 7, 9, 2 do
   local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
   if not same or tonumber(ARGV[i + 1]) > current then
@@ -321,6 +328,8 @@ pub async fn publish_window(
         .arg(reg.window.newest)
         .arg(db_field::MIN_EPOCH)
         .arg(reg.window.oldest)
+        .arg(db_field::SHARDS)
+        .arg(reg.shard.map_or(1, |s| s.count))
         .arg(&reg.db_id);
     for (epoch, digest) in reg.digests.in_window(reg.window) {
         script.arg(epoch).arg(digest.to_hex());

@@ -21,7 +21,8 @@ pub(crate) use queries::no_database as queries_no_database;
 /// Builds the gateway's router over `state`.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.body_limit;
-    Router::new()
+    let cors = crate::cors::layer(&state.config.cors_origins);
+    let router = Router::new()
         .route("/v1/queries", post(queries::submit))
         .route("/v1/queries/{id}", get(queries::status))
         .route("/v1/queries/{id}/events", get(queries::events))
@@ -42,7 +43,13 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        .with_state(state);
+    // Outermost, so preflights are answered before routing and error answers carry the
+    // headers too (a browser may then read their error codes).
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 /// Body encoding of a request or an answer (SPEC §4).
