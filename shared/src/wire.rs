@@ -301,6 +301,9 @@ pub struct Info {
     /// A client refuses two URLs with the same `party`: one party would see both keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub party: Option<String>,
+    /// The key-value layout of a kv database (`docs/spec/kv.md` §5); absent for page databases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<crate::kv::KvInfo>,
     /// Sharded parties: every shard, its pages and its live workers (absent when unsharded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardInfo>,

@@ -35,6 +35,9 @@ pub struct Registration {
     pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
+    /// The database's key-value layout, if it is a kv database (gateways serve it in
+    /// `/v1/info`, so clients need only the parties' URLs).
+    pub kv: Option<pirq_shared::kv::KvInfo>,
     /// The shard served (`--shard I/S`), absent when unsharded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardSpec>,
@@ -164,7 +167,7 @@ pub async fn check_prefix(
 
 /// Joins the registered database or registers this one, atomically (see [`register`]).
 /// KEYS: db, digests. ARGV: num_pages, page_size, newest epoch, its digest, candidate id,
-/// domain_bits, oldest epoch. Returns {'ok', id} or {'conflict', pages, size, epoch, digest}.
+/// domain_bits, oldest epoch, kv layout JSON ('' for a page database). Returns {'ok', id} or {'conflict', pages, size, epoch, digest}.
 const REGISTER: &str = r#"
 local pages = redis.call('HGET', KEYS[1], 'num_pages')
 if pages then
@@ -185,6 +188,7 @@ if pages then
   redis.call('HSET', KEYS[1], 'db_id', ARGV[5])
   return {'ok', ARGV[5]}
 end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'kv', ARGV[8]) end
 redis.call('HSET', KEYS[1], 'db_id', ARGV[5], 'num_pages', ARGV[1], 'page_size', ARGV[2],
   'domain_bits', ARGV[6], 'epoch', ARGV[3], 'min_epoch', ARGV[7])
 return {'ok', ARGV[5]}
@@ -222,6 +226,12 @@ pub async fn register(
         .arg(&candidate)
         .arg(reg.domain_bits)
         .arg(reg.window.oldest)
+        .arg(
+            reg.kv
+                .as_ref()
+                .map(|info| serde_json::to_string(info).expect("kv info serializes"))
+                .unwrap_or_default(),
+        )
         .invoke_async(conn)
         .await?;
     match reply.as_slice() {
@@ -273,6 +283,15 @@ pub enum Published {
     Replaced,
 }
 
+/// Writes (ARGV 3 not empty) or deletes the kv layout field (ARGV 2) of the registration,
+/// unless another database id than this worker's (ARGV 1) is registered.
+const KV_WRITE: &str = r#"
+local id = redis.call('HGET', KEYS[1], 'db_id')
+if id and id ~= ARGV[1] then return 0 end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[2]) else redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end
+return 1
+"#;
+
 /// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
 /// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
 /// moment behind never moves a party's advertised window back. The shard count (ARGV[11],
@@ -307,12 +326,28 @@ end
 return id
 "#;
 
-/// Publishes the database, this worker's epoch window and its digests (see [`RAISE`]).
+/// Publishes the database, this worker's epoch window and its digests (see [`RAISE`]). The kv
+/// layout is written first (unless another database replaced this one), so a gateway that sees
+/// this geometry sees its layout too.
 pub async fn publish_window(
     conn: &mut ConnectionManager,
     layout: &Layout,
     reg: &Registration,
 ) -> redis::RedisResult<Published> {
+    let kv = reg
+        .kv
+        .as_ref()
+        .map(|info| serde_json::to_string(info).expect("kv info serializes"))
+        .unwrap_or_default();
+    redis::cmd("EVAL")
+        .arg(KV_WRITE)
+        .arg(1)
+        .arg(layout.db())
+        .arg(&reg.db_id)
+        .arg(db_field::KV)
+        .arg(kv)
+        .query_async::<()>(conn)
+        .await?;
     let raise = redis::Script::new(RAISE);
     let mut script = raise.prepare_invoke();
     script
