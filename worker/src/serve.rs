@@ -199,8 +199,21 @@ async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
         .map(|d| (d.entry_id.clone(), d.deliveries))
         .collect();
     let start = Instant::now();
-    let outcomes = run_window_inner(worker, window).instrument(span).await;
+    let mut outcomes = run_window_inner(worker, window).instrument(span).await;
     worker.queue.note_window(start.elapsed());
+    // Every answer carries the digest of the epoch it answers (SPEC §2.1).
+    for outcome in &mut outcomes {
+        if let Outcome::Done { epoch, digest, .. } = outcome {
+            *digest = worker.digests.get(*epoch);
+            if digest.is_none() {
+                tracing::error!(
+                    epoch,
+                    "no digest for an answered epoch; clients will refuse it"
+                );
+            }
+        }
+    }
+
     reclaim::apply_policy(outcomes, &deliveries, worker.queue.policy().max_deliveries)
 }
 
@@ -231,7 +244,7 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         .collect();
     wait_for_pinned_epochs(worker, &window).await;
     let scanner = worker.scanner.clone();
-    let mut outcomes =
+    let outcomes =
         match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
@@ -250,17 +263,6 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
                     .collect()
             }
         };
-    for outcome in &mut outcomes {
-        if let Outcome::Done { epoch, digest, .. } = outcome {
-            *digest = worker.digests.get(*epoch);
-            if digest.is_none() {
-                tracing::error!(
-                    epoch,
-                    "no digest for an answered epoch; clients will refuse it"
-                );
-            }
-        }
-    }
     // "running" must land before "done", or it could overwrite it.
     let _ = running.await;
     outcomes
