@@ -242,6 +242,12 @@ export async function agree(a: Party, b: Party, signal?: AbortSignal): Promise<D
     // One party behind both URLs would see both halves of every key pair: no privacy at all.
     throw new PirqError("same_party", `both URLs are the same party (identity ${ia.party}): ${a.url} and ${b.url}`);
   }
+  if (ia.digest && ib.digest && ia.epoch.newest === ib.epoch.newest && ia.digest !== ib.digest) {
+    throw new PirqError(
+      "parties_disagree",
+      `the parties serve different databases at epoch ${ia.epoch.newest} (digest ${ia.digest.slice(0, 12)} vs ${ib.digest.slice(0, 12)})`,
+    );
+  }
   let kv: KvLayout | undefined;
   if (ia.raw.kv !== undefined || ib.raw.kv !== undefined) {
     if (ia.raw.kv === undefined || ib.raw.kv === undefined) {

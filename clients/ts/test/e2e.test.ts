@@ -93,6 +93,21 @@ test("a party that is down is named in a party_unreachable error", async () => {
   });
 });
 
+test("parties serving different contents are refused (database digest, SPEC §2.1)", async () => {
+  const dir = tempDir();
+  const other = await startParties({ db: makePageDb(dir, PAGES, PAGE_SIZE, 7), dbB: makePageDb(dir, PAGES, PAGE_SIZE, 8) });
+  try {
+    // Same geometry, different bytes: without the digest the XOR would be a wrong page that
+    // looks like any other.
+    await assert.rejects(
+      (async () => (await connect(other.a.url, other.b.url)).getPage(1))(),
+      (e: unknown) => e instanceof PirqError && e.code === "parties_disagree" && /digest/.test(e.message),
+    );
+  } finally {
+    await other.stop();
+  }
+});
+
 test("no WARN or ERROR lines in the gateways' logs", () => {
   // (the workers' idle updates-follower timeout warning is issue #17's, fixed there)
   for (const p of [parties.a, parties.b]) assert.deepEqual(warnings(p.gateway), [], p.gateway.name);
