@@ -26,6 +26,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;
+pub mod shards;
 pub mod state;
 pub mod store;
 

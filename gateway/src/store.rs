@@ -32,6 +32,8 @@ pub struct DbInfo {
     pub domain_bits: u8,
     pub epoch: u64,
     pub min_epoch: u64,
+    /// Shard count of the party (1: unsharded).
+    pub shards: u32,
 }
 
 impl DbInfo {
@@ -258,6 +260,7 @@ impl Store {
             domain_bits: get(db_field::DOMAIN_BITS)? as u8,
             epoch,
             min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
+            shards: get(db_field::SHARDS).unwrap_or(1).max(1) as u32,
         }))
     }
 
@@ -285,6 +288,26 @@ impl Store {
             let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
         }
         Ok(alive.iter().filter(|a| **a).count() as u32)
+    }
+}
+
+impl Store {
+    /// The heartbeat records (JSON, as workers write them) of the workers that are alive, with
+    /// their ids.
+    pub async fn worker_records(&self) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+        let cmd = redis::Cmd::smembers(self.layout.workers());
+        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
+        let cmd = redis::Cmd::mget(keys);
+        let records: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
+        Ok(ids
+            .into_iter()
+            .zip(records)
+            .filter_map(|(id, r)| Some((id, serde_json::from_str(&r?).ok()?)))
+            .collect())
     }
 }
 

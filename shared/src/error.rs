@@ -71,11 +71,13 @@ pub enum ErrorCode {
     BacklogFull,
     /// `--durability fsync`: Redis did not confirm the job on disk in time.
     NotDurable,
+    /// A sharded party with a shard that has no live worker at the newest epoch (`/readyz`).
+    ShardUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 32] = [
+    pub const ALL: [ErrorCode; 33] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -108,6 +110,7 @@ impl ErrorCode {
         ErrorCode::InvalidIdempotencyKey,
         ErrorCode::BacklogFull,
         ErrorCode::NotDurable,
+        ErrorCode::ShardUnavailable,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -145,6 +148,7 @@ impl ErrorCode {
             ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
             ErrorCode::BacklogFull => "backlog_full",
             ErrorCode::NotDurable => "not_durable",
+            ErrorCode::ShardUnavailable => "shard_unavailable",
         }
     }
 
@@ -181,7 +185,10 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyReused => 422,
             ErrorCode::BacklogFull => 429,
             ErrorCode::ScanFailed | ErrorCode::DeliveryLimit | ErrorCode::Internal => 500,
-            ErrorCode::RedisUnavailable | ErrorCode::NoDatabase | ErrorCode::NotDurable => 503,
+            ErrorCode::RedisUnavailable
+            | ErrorCode::NoDatabase
+            | ErrorCode::NotDurable
+            | ErrorCode::ShardUnavailable => 503,
         }
     }
 

@@ -20,8 +20,19 @@ pub fn bad_redis_url(error: impl fmt::Display) -> String {
     )
 }
 
-/// Consumer group every worker of a party reads the job stream through.
+/// Consumer group every worker of an unsharded party reads the job stream through.
 pub const GROUP: &str = "workers";
+
+/// The consumer group of shard `spec`: [`GROUP`] for an unsharded party, else
+/// `shard-<I>-of-<S>`. One group per shard makes Redis deliver every job once to every shard,
+/// and once only within a shard (its replicas share the group).
+pub fn shard_group(spec: crate::shard::ShardSpec) -> String {
+    if spec.is_whole() {
+        GROUP.to_string()
+    } else {
+        format!("shard-{}-of-{}", spec.index, spec.count)
+    }
+}
 
 /// Fields of a job stream entry.
 pub mod job_field {
@@ -55,6 +66,14 @@ pub mod query_field {
     pub const SCAN_US: &str = "scan_us";
     /// Microseconds between the worker reading the job and writing its result (done/failed).
     pub const WORKER_US: &str = "worker_us";
+    /// Sharded parties: the shard count `S` the job is answered with (set by the first shard
+    /// that starts it; the combine completes the job when `S` partials are in).
+    pub const SHARDS: &str = "shards";
+    /// Sharded parties: how many shards' partials are XORed in so far.
+    pub const PARTS: &str = "parts";
+    /// Sharded parties: prefix of the per-shard field `part:<I>`, set once shard `I`'s partial
+    /// is in (a replica retrying after a reclaim must not XOR it twice).
+    pub const PART_PREFIX: &str = "part:";
 }
 
 /// Field of an updates stream entry holding the bincode update.
@@ -70,6 +89,8 @@ pub mod db_field {
     pub const EPOCH: &str = "epoch";
     /// Oldest epoch still answered exactly: raised by workers as they fold their base forward.
     pub const MIN_EPOCH: &str = "min_epoch";
+    /// Shard count `S` of the party (absent or 1: unsharded), written by its workers.
+    pub const SHARDS: &str = "shards";
 }
 
 /// Why a prefix was rejected.
@@ -142,6 +163,18 @@ impl Layout {
         format!("{}:updates", self.tag)
     }
 
+    /// Sharded parties: the running XOR of a query's partial answers (a string, `BITOP XOR`
+    /// target), deleted when the last shard's partial completes the query. Has a TTL.
+    pub fn partial_sum(&self, id: &str) -> String {
+        format!("{}:acc:{id}", self.tag)
+    }
+
+    /// Sharded parties: where shard `index`'s partial is staged for the `BITOP` inside the
+    /// combine script (set and deleted by that one script).
+    pub fn partial_in(&self, id: &str, index: u32) -> String {
+        format!("{}:part:{id}:{index}", self.tag)
+    }
+
     /// Dead-letter stream for jobs that could not be answered (reliability work).
     pub fn dead_letters(&self) -> String {
         format!("{}:dead", self.tag)
@@ -184,6 +217,8 @@ mod tests {
             l.db(),
             l.workers(),
             l.dead_letters(),
+            l.partial_sum("x"),
+            l.partial_in("x", 2),
         ] {
             assert!(key.starts_with("{party-a}:"));
         }

@@ -259,6 +259,32 @@ pub struct Info {
     pub max_keys_per_query: u32,
     /// Workers with a live heartbeat.
     pub workers: u32,
+    /// Sharded parties: every shard, its pages and its live workers (absent when unsharded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardInfo>,
+}
+
+/// One shard of a sharded party in `GET /v1/info`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Shard `index` of the party's `count`.
+    pub index: u32,
+    pub count: u32,
+    /// The pages it serves, `[first, end)`.
+    pub pages: [u64; 2],
+    /// Its workers with a live heartbeat.
+    pub workers: Vec<ShardWorker>,
+    /// Whether one of them answers the party's newest epoch (the party is ready only when every
+    /// shard is).
+    pub ready: bool,
+}
+
+/// A live worker of a shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardWorker {
+    pub id: String,
+    /// The epochs it answers now.
+    pub epoch: EpochRange,
 }
 
 /// A job as the gateway puts it on the stream (field `job` of the entry, bincode).

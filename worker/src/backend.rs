@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use pirq_shared::db::PirDb;
+use pirq_shared::shard::ShardSpec;
 
 use crate::config::Backend;
 use pirq_scan::cpu::CpuScanner;
@@ -21,6 +22,8 @@ pub struct ScannerOptions {
     pub gpu: usize,
     /// CUDA workspaces, each with its own stream (`--workspaces`).
     pub workspaces: usize,
+    /// The shard served (`--shard`): the scanner loads and answers its page range only.
+    pub shard: ShardSpec,
 }
 
 /// Opens the scanner. `auto` takes CUDA when this build has it and a GPU answers, else CPU.
@@ -42,9 +45,16 @@ pub fn open(
     }
 }
 
+/// The pages of `db` that shard `spec` serves.
+pub fn shard_range(db: &PirDb, spec: ShardSpec) -> Result<std::ops::Range<u64>, ScanError> {
+    spec.range(db.num_pages())
+        .map_err(|e| ScanError::Device(format!("--shard {spec}: {e}")))
+}
+
 fn cpu(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
+    let range = shard_range(&db, options.shard)?;
     Ok(Arc::new(
-        CpuScanner::new(db, options.threads)?
+        CpuScanner::with_range(db, options.threads, range)?
             .with_max_batch_keys(options.max_batch_keys)
             .with_epoch_window(options.epoch_window),
     ))

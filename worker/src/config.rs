@@ -36,6 +36,13 @@ pub struct Config {
     #[arg(long, env = "PIRQ_DB")]
     pub db: PathBuf,
 
+    /// Serve shard I of S (`I/S`, I = 0..S-1): only pages of that range are loaded and scanned,
+    /// and answers are partials that Redis XORs together. Every shard needs at least one live
+    /// worker; any number of workers may serve the same shard (replicas). Default: the whole
+    /// database, unsharded.
+    #[arg(long, env = "PIRQ_SHARD")]
+    pub shard: Option<pirq_shared::shard::ShardSpec>,
+
     /// Scanner backend.
     #[arg(long, env = "PIRQ_BACKEND", value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,

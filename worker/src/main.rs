@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use pirq_shared::db::PirDb;
 use pirq_shared::layout::Layout;
+use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::Config;
 use pirq_worker::epoch_follower::Follower;
@@ -27,13 +28,16 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let layout = Layout::new(&config.prefix)?;
     if let Some(addr) = config.metrics_listen {
-        pirq_worker::metrics_export::install(addr).context("starting the metrics endpoint")?;
+        pirq_worker::metrics_export::install(addr, config.shard)
+            .context("starting the metrics endpoint")?;
     }
 
     let db = Arc::new(
         PirDb::open(&config.db).with_context(|| format!("opening {}", config.db.display()))?,
     );
     let header = *db.header();
+    let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
+    let pages = pirq_worker::backend::shard_range(&db, shard)?;
     let max_batch_keys = config.max_batch_keys as usize;
     let options = ScannerOptions {
         threads: config.threads,
@@ -41,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
         epoch_window: config.epoch_window as usize,
         gpu: config.gpu,
         workspaces: config.workspaces as usize,
+        shard,
     };
     let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
         .context("starting the scanner")?;
@@ -57,7 +62,8 @@ async fn main() -> anyhow::Result<()> {
             config.block(),
             config.result_ttl,
         )?
-        .with_policy(config.policy()),
+        .with_policy(config.policy())
+        .with_shard(shard),
     );
     wait_for_redis(&queue).await;
     match queue.probe().await {
@@ -97,6 +103,8 @@ async fn main() -> anyhow::Result<()> {
         window,
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
+        shard: (!shard.is_whole()).then_some(shard),
+        pages: [pages.start, pages.end],
     };
     let mut conn = queue.connection();
     registry::register(&mut conn, &layout, &reg, config.heartbeat() * 3)
@@ -113,7 +121,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
         page_size = geometry.page_size, file_epoch = header.epoch, oldest = window.oldest,
-        newest = window.newest, "pirq-worker serving"
+        newest = window.newest, shard = %shard, first_page = pages.start, end_page = pages.end,
+        group = queue.group(), "pirq-worker serving"
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::layout::{db_field, Layout};
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -25,6 +26,11 @@ pub struct Registration {
     pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
+    /// The shard served (`--shard I/S`), absent when unsharded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardSpec>,
+    /// The pages served, `[first, end)`: all of them, or the shard's range.
+    pub pages: [u64; 2],
 }
 
 impl Registration {
@@ -62,10 +68,11 @@ pub async fn register(
 /// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
 /// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
 /// moment behind never moves a party's advertised window back. A new geometry replaces all.
+/// The shard count (ARGV[11], ARGV[12]) is written as it is: gateways read it for readiness.
 const RAISE: &str = r#"
 local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
   and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[11], ARGV[12])
 for i = 7, 9, 2 do
   local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
   if not same or tonumber(ARGV[i + 1]) > current then
@@ -93,6 +100,8 @@ pub async fn publish_window(
         .arg(reg.window.newest)
         .arg(db_field::MIN_EPOCH)
         .arg(reg.window.oldest)
+        .arg(db_field::SHARDS)
+        .arg(reg.shard.map_or(1, |s| s.count))
         .invoke_async::<i64>(conn)
         .await
         .map(drop)

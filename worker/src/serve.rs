@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::batcher::{Batcher, Window};
-use crate::queue::{Delivery, Outcome, Queue};
+use crate::queue::{Delivery, Outcome, Queue, ShardStart};
 use crate::reclaim;
 use pirq_scan::{Geometry, Scanner};
 
@@ -203,6 +203,9 @@ async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
 }
 
 async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
+    if !worker.queue.shard().is_whole() {
+        return run_shard_window(worker, window).await;
+    }
     let ids: Vec<String> = window
         .deliveries
         .iter()
@@ -247,6 +250,108 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         };
     // "running" must land before "done", or it could overwrite it.
     let _ = running.await;
+    outcomes
+}
+
+/// A shard's window: the start script marks the jobs running and pins the epoch all shards
+/// answer each job at (the first shard to start a job picks it), then the window runs as usual
+/// at those epochs. Jobs that are final already (another shard failed them) or expired are
+/// settled without a pass.
+async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
+    let newest = worker.epochs.borrow().newest;
+    let startable: Vec<usize> = (0..window.deliveries.len())
+        .filter(|&i| {
+            let d = &window.deliveries[i];
+            d.request_id.is_some() && d.job.is_ok()
+        })
+        .collect();
+    let proposals: Vec<(String, u64)> = startable
+        .iter()
+        .map(|&i| {
+            let d = &window.deliveries[i];
+            let job = d.job.as_ref().expect("startable jobs decoded");
+            (
+                d.request_id.clone().expect("startable jobs have ids"),
+                job.epoch.unwrap_or(newest),
+            )
+        })
+        .collect();
+    let starts = match worker.queue.start_shard_window(&proposals).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Nothing pinned, nothing run: give the window back for another try.
+            tracing::warn!(error = %e, "starting a shard window failed; handing its jobs back");
+            return window
+                .deliveries
+                .into_iter()
+                .map(|d| Outcome::Retry {
+                    entry_id: d.entry_id,
+                    deliveries: d.deliveries,
+                })
+                .collect();
+        }
+    };
+    let mut outcomes = Vec::new();
+    let mut settled = vec![false; window.deliveries.len()];
+    for (&i, start) in startable.iter().zip(starts) {
+        let d = &mut window.deliveries[i];
+        match start {
+            ShardStart::At(epoch) => {
+                if let Ok(job) = d.job.as_mut() {
+                    job.epoch = Some(epoch);
+                }
+            }
+            ShardStart::Settled => {
+                settled[i] = true;
+                outcomes.push(Outcome::Settled {
+                    entry_id: d.entry_id.clone(),
+                });
+            }
+            ShardStart::OtherShardCount => {
+                settled[i] = true;
+                outcomes.push(Outcome::Failed {
+                    entry_id: d.entry_id.clone(),
+                    request_id: d.request_id.clone().expect("startable jobs have ids"),
+                    error: ErrorBody::new(
+                        ErrorCode::Internal,
+                        "the party was re-split into another number of shards while this query \
+                         was being answered; submit it again",
+                    ),
+                    worker: d.received.elapsed(),
+                });
+            }
+        }
+    }
+    let mut keep = settled.iter().map(|s| !s);
+    window.deliveries.retain(|_| keep.next().unwrap_or(true));
+    window.keys = window.deliveries.iter().map(Delivery::keys).sum();
+    if window.deliveries.is_empty() {
+        return outcomes;
+    }
+    wait_for_pinned_epochs(worker, &window).await;
+    let scanner = worker.scanner.clone();
+    let entries: Vec<(String, Option<String>, Instant)> = window
+        .deliveries
+        .iter()
+        .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
+        .collect();
+    match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
+        Ok(o) => outcomes.extend(o),
+        Err(e) => {
+            tracing::error!(error = %e, "scanner pass panicked; failing its window");
+            outcomes.extend(entries.into_iter().map(|(entry_id, request_id, received)| {
+                match request_id {
+                    Some(request_id) => Outcome::Failed {
+                        entry_id,
+                        request_id,
+                        error: ErrorBody::new(ErrorCode::ScanFailed, "the scanner pass failed"),
+                        worker: received.elapsed(),
+                    },
+                    None => Outcome::Discard { entry_id },
+                }
+            }))
+        }
+    }
     outcomes
 }
 
@@ -323,7 +428,7 @@ fn record_outcomes(outcomes: &[Outcome]) {
                 }
             }
             Outcome::Retry { .. } => metrics::counter!(m::WORKER_JOBS_RELEASED).increment(1),
-            Outcome::Discard { .. } => {}
+            Outcome::Discard { .. } | Outcome::Settled { .. } => {}
         }
     }
 }

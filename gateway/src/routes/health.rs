@@ -14,13 +14,21 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready when Redis answers, a database is registered and the pub/sub listener is subscribed.
+/// Ready when Redis answers, a database is registered and the pub/sub listener is subscribed;
+/// for a sharded party also only while every shard has a live worker at the newest epoch.
 pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     st.store.ping().await?;
-    st.store
+    let db = st
+        .store
         .database()
         .await?
         .ok_or_else(super::queries_no_database)?;
+    if db.shards > 1 {
+        let shards = crate::shards::view(&db, &st.store.worker_records().await?);
+        if let Some(why) = crate::shards::not_ready(&db, &shards) {
+            return Err(ApiError::new(ErrorCode::ShardUnavailable, why).retry_after(1));
+        }
+    }
     if !st.events.is_connected() {
         return Err(ApiError::new(
             ErrorCode::RedisUnavailable,
