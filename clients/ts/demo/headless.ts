@@ -41,7 +41,7 @@ try {
   await page.fill("#page-index", args.index);
   await page.click("#get-page");
   await settled();
-  await show(`page ${args.index}`);
+  await show("lookup");
   if (args.db) {
     const db = readFileSync(args.db);
     const pageSize = db.readUInt32LE(8);
