@@ -271,6 +271,8 @@ fn error_kind(e: &ClientError) -> String {
         ClientError::Mismatch(_) => "mismatch".into(),
         ClientError::IndexOutOfRange { .. } => "index_out_of_range".into(),
         ClientError::Protocol { .. } => "protocol".into(),
+        ClientError::NotKv(_) => "not_kv".into(),
+        ClientError::BadKey { .. } => "bad_key".into(),
         ClientError::BadUrl { .. } => "bad_url".into(),
     }
 }

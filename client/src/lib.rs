@@ -5,8 +5,12 @@
 //! to each party concurrently, wait for both answers (Server-Sent Events by default, or
 //! polling), and XOR them into the pages. Neither party alone learns which pages were fetched.
 //!
+//! [`Client::get`] looks keys up in a key-value database (`docs/spec/kv.md`) the same way: each
+//! key's candidate pages are fetched privately and searched for the key's tag.
+//!
 //! [`Party`] is one party's HTTP API, for callers (and tests) that want the steps one by one.
 
+mod kv;
 mod party;
 
 use std::time::Duration;
@@ -15,6 +19,7 @@ use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::{ErrorBody, Info, QueryRequest};
 
+pub use kv::Values;
 pub use party::{check_url, Encoding, Party, Submitted, Wait};
 
 /// Why a fetch failed.
@@ -44,6 +49,15 @@ pub enum ClientError {
     Mismatch(String),
     #[error("index {index} is outside the database of {num_pages} pages")]
     IndexOutOfRange { index: u64, num_pages: u64 },
+    /// A key-value lookup asked of parties that serve a page database.
+    #[error("not a key-value database: {0}")]
+    NotKv(String),
+    /// A key the database's layout cannot hold (wrong length).
+    #[error("key {index}: {reason}")]
+    BadKey {
+        index: usize,
+        reason: pirq_shared::kv::KvError,
+    },
     /// The party answered something that does not follow the API.
     #[error("{party}: {detail}")]
     Protocol { party: String, detail: String },
@@ -141,6 +155,12 @@ impl Client {
     /// Both parties' info, checked to describe the same database; returns the epoch to pin
     /// (the newest one both serve) and the smaller per-query key limit.
     pub async fn agree(&self) -> Result<(Info, u64, usize), ClientError> {
+        self.agree_at(None).await
+    }
+
+    /// [`Client::agree`], pinning `epoch` instead of the newest common one when given (it must
+    /// be in both parties' windows).
+    pub async fn agree_at(&self, epoch: Option<u64>) -> Result<(Info, u64, usize), ClientError> {
         let (ia, ib) = futures::try_join!(self.a.info(), self.b.info())?;
         let differ = |what: &str, x: &dyn std::fmt::Display, y: &dyn std::fmt::Display| {
             ClientError::Mismatch(format!("{what}: party A has {x}, party B has {y}"))
@@ -154,11 +174,18 @@ impl Client {
         if ia.domain_bits != ib.domain_bits {
             return Err(differ("domain_bits", &ia.domain_bits, &ib.domain_bits));
         }
+        if ia.kv != ib.kv {
+            let show = |kv: &Option<pirq_shared::kv::KvInfo>| match kv {
+                Some(kv) => serde_json::to_string(kv).unwrap_or_default(),
+                None => "no kv layout".into(),
+            };
+            return Err(differ("kv layout", &show(&ia.kv), &show(&ib.kv)));
+        }
         // Pin the newest epoch both answer: a party ahead still has it in its window.
-        let epoch = ia.epoch.newest.min(ib.epoch.newest);
+        let epoch = epoch.unwrap_or(ia.epoch.newest.min(ib.epoch.newest));
         if !ia.epoch.contains(epoch) || !ib.epoch.contains(epoch) {
             return Err(ClientError::Mismatch(format!(
-                "no common epoch: party A serves {}..={}, party B {}..={}",
+                "no common epoch {epoch}: party A serves {}..={}, party B {}..={}",
                 ia.epoch.oldest, ia.epoch.newest, ib.epoch.oldest, ib.epoch.newest
             )));
         }

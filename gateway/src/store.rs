@@ -264,6 +264,20 @@ impl Store {
         }))
     }
 
+    /// The key-value layout the workers registered with the database, `None` for a page
+    /// database.
+    pub async fn kv_layout(&self) -> Result<Option<pirq_shared::kv::KvInfo>, StoreError> {
+        let cmd = redis::Cmd::hget(self.layout.db(), db_field::KV);
+        let json: Option<String> = self.run(Query::Cmd(&cmd)).await?;
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| StoreError::Malformed {
+                what: "kv layout registration",
+                detail: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
     /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
     /// worker that died without deregistering) are removed on the way.
     pub async fn live_workers(&self) -> Result<u32, StoreError> {

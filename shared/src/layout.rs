@@ -89,6 +89,8 @@ pub mod db_field {
     pub const EPOCH: &str = "epoch";
     /// Oldest epoch still answered exactly: raised by workers as they fold their base forward.
     pub const MIN_EPOCH: &str = "min_epoch";
+    /// The key-value layout (`docs/spec/kv.md` §5) as JSON; absent for a page database.
+    pub const KV: &str = "kv";
     /// Shard count `S` of the party (absent or 1: unsharded), written by its workers.
     pub const SHARDS: &str = "shards";
 }

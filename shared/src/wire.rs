@@ -259,6 +259,9 @@ pub struct Info {
     pub max_keys_per_query: u32,
     /// Workers with a live heartbeat.
     pub workers: u32,
+    /// The key-value layout of a kv database (`docs/spec/kv.md` §5); absent for page databases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<crate::kv::KvInfo>,
     /// Sharded parties: every shard, its pages and its live workers (absent when unsharded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardInfo>,

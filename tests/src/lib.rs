@@ -1,7 +1,8 @@
 //! The end-to-end harness: real `redis-server`, `pirq-gateway` and `pirq-worker` processes on
 //! free loopback ports and in temporary directories, grouped into parties.
 //!
-//! Binaries: the harness runs `cargo build -p pirq-gateway -p pirq-worker` once per test
+//! Binaries: the harness runs `cargo build -p pirq-gateway -p pirq-worker` (and the `pirq`
+//! tool, which the kv suite drives) once per test
 //! process (a no-op when they are fresh) into the same target directory and profile as the
 //! test itself, found from the test executable's path. Set `PIRQ_E2E_BIN_DIR` to use prebuilt
 //! binaries instead. Every process is killed when its handle drops; its log stays in the
@@ -35,6 +36,7 @@ pub fn bin_dir() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-q", "-p", "pirq-gateway", "-p", "pirq-worker"])
+            .args(["-p", "pirq-cli", "--bin", "pirq"])
             .args(["--bin", "pirq-gateway", "--bin", "pirq-worker"])
             .arg("--target-dir")
             .arg(&target_dir)

@@ -103,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         window,
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
+        kv: db.kv().map(|kv| kv.info()),
         shard: (!shard.is_whole()).then_some(shard),
         pages: [pages.start, pages.end],
     };

@@ -26,6 +26,9 @@ pub struct Registration {
     pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
+    /// The database's key-value layout, if it is a kv database (gateways serve it in
+    /// `/v1/info`, so clients need only the parties' URLs).
+    pub kv: Option<pirq_shared::kv::KvInfo>,
     /// The shard served (`--shard I/S`), absent when unsharded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardSpec>,
@@ -82,12 +85,19 @@ end
 return 1
 "#;
 
-/// Publishes the database and this worker's epoch window (see [`RAISE`]).
+/// Publishes the database and this worker's epoch window (see [`RAISE`]). The kv layout is
+/// written first, so a gateway that sees this geometry sees its layout too.
 pub async fn publish_window(
     conn: &mut ConnectionManager,
     layout: &Layout,
     reg: &Registration,
 ) -> redis::RedisResult<()> {
+    let mut kv = redis::cmd(if reg.kv.is_some() { "HSET" } else { "HDEL" });
+    kv.arg(layout.db()).arg(db_field::KV);
+    if let Some(info) = &reg.kv {
+        kv.arg(serde_json::to_string(info).expect("kv info serializes"));
+    }
+    kv.query_async::<()>(conn).await?;
     redis::Script::new(RAISE)
         .key(layout.db())
         .arg(db_field::NUM_PAGES)
