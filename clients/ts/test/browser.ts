@@ -47,7 +47,7 @@ export async function launchChromium(): Promise<{ context: BrowserContext; close
       "--disable-component-update",
       "--disable-sync",
     ],
-    viewport: { width: 1100, height: 1200 },
+    viewport: { width: 1000, height: 700 },
   });
   return {
     context,
