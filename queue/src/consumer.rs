@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use pirq_shared::layout::{job_field, shard_group, Layout};
+use pirq_shared::layout::{job_field, query_field as qf, shard_group, Layout};
 use pirq_shared::metrics as m;
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
@@ -59,6 +59,8 @@ pub enum Outcome {
         worker: Duration,
         /// The gateway's acceptance time (Unix ms), for the end-to-end latency metric.
         accepted_ms: u64,
+        /// Digest of the database at `epoch` (SPEC §2.1), stamped on the result.
+        digest: Option<pirq_shared::digest::Digest>,
     },
     Failed {
         entry_id: String,
@@ -604,8 +606,19 @@ impl Consumer {
                     pages,
                     scan,
                     worker,
+                    digest,
                     ..
                 } if !self.shard.is_whole() => {
+                    // Every shard stamps the same digest (the whole database's); only on a
+                    // record that still exists, so a late partial leaves no key without a TTL.
+                    if let Some(digest) = digest {
+                        scripts::SET_IF_EXISTS
+                            .eval(&mut pipe, 1)
+                            .arg(self.layout.query(request_id.as_str()))
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
                     scripts::SHARD_COMBINE
                         .eval(&mut pipe, 4)
                         .arg(self.layout.query(request_id.as_str()))
@@ -637,6 +650,7 @@ impl Consumer {
                     pages,
                     scan,
                     worker,
+                    digest,
                     ..
                 } => {
                     let key = self.layout.query(request_id.as_str());
@@ -647,6 +661,13 @@ impl Consumer {
                         scan: *scan,
                         worker: *worker,
                     };
+                    if let Some(digest) = digest {
+                        pipe.cmd("HSET")
+                            .arg(&key)
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
                     pipe.cmd("HSET")
                         .arg(&key)
                         .arg(done.pairs().as_slice())

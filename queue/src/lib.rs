@@ -8,7 +8,8 @@
 //! | --- | --- |
 //! | [`request_id`] | [`RequestId`]: mint, parse, display |
 //! | [`record`] | the query record `{P}:q:<id>` ([`QueryRecord`]) and the status event ([`StatusEvent`]) |
-//! | [`registration`] | the database registration `{P}:db` and worker heartbeats ([`Registration`]) |
+//! | [`registration`] | the database registration `{P}:db` (one database per prefix, its id and digests) and worker heartbeats ([`Registration`]) |
+//! | [`digests`] | the digest chain (SPEC §2.1) of the epochs a worker answers |
 //! | [`producer`] | submit (with backlog bound and idempotency), load, the epoch append |
 //! | [`consumer`] | windows through the consumer group, running/done/failed, ack, reclaim, release |
 //! | [`scripts`] | the Lua scripts (`queue/lua/*.lua`), loaded once |
@@ -30,6 +31,7 @@
 //!    ([`producer::Producer::load`] → [`QueryRecord`]) and answer the client.
 
 pub mod consumer;
+pub mod digests;
 pub mod probe;
 pub mod producer;
 pub mod record;

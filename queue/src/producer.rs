@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use pirq_shared::digest::Digest;
 use pirq_shared::layout::{db_field, Layout, UPDATE_FIELD};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::Job;
@@ -16,6 +17,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::registration::RegisteredDb;
 use crate::{scripts, QueryRecord, QueueError, RequestId};
+
+/// The party's workers as their heartbeats describe them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveWorkers {
+    /// Workers whose heartbeat key is alive.
+    pub live: u32,
+    /// The newest epoch any live worker answers (`None` without live workers).
+    pub newest: Option<u64>,
+}
 
 /// The checks made atomically with a submit.
 pub struct SubmitChecks<'a> {
@@ -103,7 +113,6 @@ impl Producer {
             let fut = async {
                 match what {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
-                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
@@ -239,30 +248,54 @@ impl Producer {
         .transpose()
     }
 
-    /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
-    /// worker that died without deregistering) are removed on the way.
-    pub async fn live_workers(&self) -> Result<u32, QueueError> {
+    /// Workers whose heartbeat key is alive, and the newest epoch they answer (from the window
+    /// in each heartbeat). Members of the set whose heartbeat expired (a worker that died without
+    /// deregistering) are removed on the way.
+    pub async fn live_workers(&self) -> Result<LiveWorkers, QueueError> {
         let cmd = redis::Cmd::smembers(self.layout.workers());
         let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         if ids.is_empty() {
-            return Ok(0);
+            return Ok(LiveWorkers::default());
         }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.exists(self.layout.worker(id));
-        }
-        let alive: Vec<bool> = self.run(Query::Pipe(&pipe)).await?;
+        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
+        let cmd = redis::Cmd::mget(&keys);
+        let beats: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
         let dead: Vec<&String> = ids
             .iter()
-            .zip(&alive)
-            .filter(|(_, a)| !**a)
+            .zip(&beats)
+            .filter(|(_, b)| b.is_none())
             .map(|(id, _)| id)
             .collect();
         if !dead.is_empty() {
             let cmd = redis::Cmd::srem(self.layout.workers(), dead);
             let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
         }
-        Ok(alive.iter().filter(|a| **a).count() as u32)
+        let mut workers = LiveWorkers::default();
+        for beat in beats.iter().flatten() {
+            workers.live += 1;
+            let newest = serde_json::from_str::<serde_json::Value>(beat)
+                .ok()
+                .and_then(|v| v["window"]["newest"].as_u64());
+            workers.newest = workers.newest.max(newest);
+        }
+        Ok(workers)
+    }
+
+    /// The database digest (SPEC §2.1) a worker registered for `epoch`, if any.
+    pub async fn digest_at(&self, epoch: u64) -> Result<Option<Digest>, QueueError> {
+        let cmd = redis::Cmd::hget(self.layout.digests(), epoch);
+        let hex: Option<String> = self.run(Query::Cmd(&cmd)).await?;
+        Ok(hex.as_deref().and_then(Digest::from_hex))
+    }
+
+    /// The party's identity (`{P}:party`), drawn and stored by the first gateway that asks.
+    pub async fn party_id(&self) -> Result<String, QueueError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::PARTY_ID.source)
+            .arg(1)
+            .arg(self.layout.party())
+            .arg(format!("{:032x}", rand::random::<u128>()));
+        self.run(Query::Cmd(&cmd)).await
     }
 }
 
@@ -286,9 +319,8 @@ impl Producer {
     }
 }
 
-/// One command or one pipeline, as [`Producer::run`] sends it.
+/// One command, as [`Producer::run`] sends it.
 #[derive(Clone, Copy)]
 enum Query<'a> {
     Cmd(&'a redis::Cmd),
-    Pipe(&'a redis::Pipeline),
 }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use pirq_shared::digest::Digest;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::query_field as qf;
 use pirq_shared::wire::{ErrorBody, QueryResult, QueryStatus};
@@ -49,6 +50,7 @@ impl QueryRecord {
                     )));
                 }
                 result.epoch = number(qf::EPOCH);
+                result.digest = text(qf::DIGEST).and_then(Digest::from_hex);
                 result.pages = pages
                     .chunks(page_size as usize)
                     .map(<[u8]>::to_vec)

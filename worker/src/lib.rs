@@ -7,6 +7,7 @@ pub mod backend;
 pub mod batcher;
 pub mod config;
 pub mod epoch_follower;
+pub mod guard;
 pub mod metrics_export;
 pub mod reclaim;
 pub mod serve;
