@@ -250,12 +250,7 @@ impl<'a> Table<'a> {
     }
 
     /// Cuckoo insertion by random walk (module doc); undoes its moves on failure.
-    fn place(
-        &mut self,
-        tag: Tag,
-        value: &[u8],
-        candidates: Candidates,
-    ) -> Result<(), PlaceError> {
+    fn place(&mut self, tag: Tag, value: &[u8], candidates: Candidates) -> Result<(), PlaceError> {
         let ss = self.params.slot_size();
         let spp = self.params.slots_per_page();
         // The record in hand: borrowed until an eviction hands us one out of a page.
