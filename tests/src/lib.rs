@@ -165,6 +165,16 @@ impl Drop for Proc {
     }
 }
 
+/// The `redis-server` the suites run against: `$PIRQ_REDIS_SERVER` when set (scripts/test.sh runs
+/// the durability and fault suites a second time with Redis 7.4 from
+/// `scripts/install-redis74.sh`), else the one on `PATH`.
+pub fn redis_server() -> String {
+    std::env::var("PIRQ_REDIS_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_string())
+}
+
 /// A `redis-server` on a free port in its own directory: without persistence, or with an
 /// append-only file fsynced on every write ([`Redis::start_aof`]).
 pub struct Redis {
@@ -209,7 +219,7 @@ impl Redis {
     }
 
     fn spawn(dir: &Path, port: u16, aof: bool) -> anyhow::Result<Proc> {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(redis_server());
         cmd.args([
             "--port",
             &port.to_string(),

@@ -18,8 +18,20 @@ use pirq_worker::serve::{self, Worker};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
+/// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
+/// read these, and release builds have no symbols to show anyway.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -80,10 +92,17 @@ async fn main() -> anyhow::Result<()> {
     let (epochs_tx, epochs_rx) = watch::channel(scanner.epoch_window());
     let mut follower = Follower {
         scanner: scanner.clone(),
-        conn: client
-            .get_connection_manager()
-            .await
-            .context("connecting the updates follower")?,
+        // Its reads block up to `--block-ms`: the response timeout must outlast the block, or
+        // every idle read times out (and logged a warning every couple of seconds).
+        conn: redis::aio::ConnectionManager::new_with_config(
+            client.clone(),
+            redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(5)))
+                .set_response_timeout(Some(config.block() + Duration::from_secs(5)))
+                .set_max_delay(Duration::from_secs(1)),
+        )
+        .await
+        .context("connecting the updates follower")?,
         layout: layout.clone(),
         epochs: epochs_tx,
         block: config.block(),
