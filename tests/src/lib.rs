@@ -498,6 +498,35 @@ impl Party {
         Ok(())
     }
 
+    /// SIGTERM to the gateway, `down` with none, then a new gateway on the same address (what a
+    /// client sees of a gateway restart).
+    pub async fn restart_gateway_in_place(&mut self, down: Duration) -> anyhow::Result<()> {
+        self.gateway.terminate(Duration::from_secs(15));
+        tokio::time::sleep(down).await;
+        let listen = self.url.trim_start_matches("http://").to_string();
+        let mut cmd = Command::new(bin_dir().join("pirq-gateway"));
+        cmd.args(["--redis", &self.redis.url(), "--prefix", &self.prefix])
+            .args(["--listen", &listen])
+            .args(&self.options.gateway_args)
+            .env("RUST_LOG", "info");
+        let log = self.dir.path().join(format!(
+            "gateway-{}-restarted.log",
+            listen.replace([':', '.'], "_")
+        ));
+        let mut proc = Proc::spawn("pirq-gateway", cmd, log)?;
+        if !wait_http_ok(
+            &format!("{}/healthz", self.url),
+            Duration::from_secs(10),
+            &mut proc,
+        )
+        .await
+        {
+            bail!("pirq-gateway did not restart:\n{}", proc.log_text());
+        }
+        self.gateway = proc;
+        Ok(())
+    }
+
     /// Stops every worker gracefully (they deregister).
     pub fn stop_workers(&mut self) {
         for w in &mut self.workers {

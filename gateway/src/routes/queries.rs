@@ -72,7 +72,6 @@ pub async fn submit(
         accepted_ms: now_ms(),
     };
     if st.drain.memory_full(st.config.max_redis_memory) {
-        metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_THROTTLED).increment(1);
         return Err(ApiError::new(
             ErrorCode::StorageFull,
             format!(
