@@ -32,12 +32,7 @@ async fn main() -> anyhow::Result<()> {
             .context("starting the metrics endpoint")?;
     }
 
-    let db = Arc::new(
-        PirDb::open(&config.db).with_context(|| format!("opening {}", config.db.display()))?,
-    );
-    let header = *db.header();
     let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
-    let pages = pirq_worker::backend::shard_range(&db, shard)?;
     let max_batch_keys = config.max_batch_keys as usize;
     let options = ScannerOptions {
         threads: config.threads,
@@ -47,8 +42,24 @@ async fn main() -> anyhow::Result<()> {
         workspaces: config.workspaces as usize,
         shard,
     };
-    let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
-        .context("starting the scanner")?;
+    let (scanner, file_epoch) = match (&config.synthetic, &config.db) {
+        (Some(source), _) => (
+            pirq_worker::backend::open_synthetic(config.backend, source, options)
+                .context("starting the scanner")?,
+            0,
+        ),
+        (None, Some(path)) => {
+            let db = Arc::new(
+                PirDb::open(path).with_context(|| format!("opening {}", path.display()))?,
+            );
+            let epoch = db.header().epoch;
+            let scanner = pirq_worker::backend::open(config.backend, db, options)
+                .context("starting the scanner")?;
+            (scanner, epoch)
+        }
+        (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
+    };
+    let pages = scanner.page_range();
     let geometry = scanner.geometry();
 
     let client = redis::Client::open(config.redis_url.as_str())
@@ -120,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
     metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
-        page_size = geometry.page_size, file_epoch = header.epoch, oldest = window.oldest,
+        page_size = geometry.page_size, file_epoch, oldest = window.oldest,
         newest = window.newest, shard = %shard, first_page = pages.start, end_page = pages.end,
         group = queue.group(), "pirq-worker serving"
     );
