@@ -11,6 +11,7 @@ mod keys;
 mod load;
 mod query;
 mod record;
+mod split;
 
 use clap::{Parser, Subcommand};
 

@@ -47,7 +47,8 @@ impl QueueSample {
         metrics::gauge!(m::QUEUE_OLDEST_JOB_AGE).set(self.oldest_age.as_secs_f64());
         metrics::gauge!(m::QUEUE_LIVE_WORKERS).set(self.live_workers as f64);
         for g in &self.groups {
-            metrics::gauge!(m::QUEUE_GROUP_PENDING, "group" => g.name.clone()).set(g.pending as f64);
+            metrics::gauge!(m::QUEUE_GROUP_PENDING, "group" => g.name.clone())
+                .set(g.pending as f64);
             metrics::gauge!(m::QUEUE_GROUP_LAG, "group" => g.name.clone()).set(g.lag as f64);
         }
     }

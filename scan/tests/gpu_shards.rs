@@ -26,14 +26,25 @@ fn gpu_enabled(test: &str) -> bool {
     on
 }
 
-fn synthetic_file(dir: &tempfile::TempDir, num_pages: u64, page_size: u32, seed: u64) -> Arc<PirDb> {
+fn synthetic_file(
+    dir: &tempfile::TempDir,
+    num_pages: u64,
+    page_size: u32,
+    seed: u64,
+) -> Arc<PirDb> {
     let path = dir.path().join("db.pirdb");
     let header = Header {
         page_size,
         num_pages,
         epoch: 0,
     };
-    db::write(&path, &header, |p, page| db::synthetic::fill_page(seed, p, page), |_| {}).unwrap();
+    db::write(
+        &path,
+        &header,
+        |p, page| db::synthetic::fill_page(seed, p, page),
+        |_| {},
+    )
+    .unwrap();
     Arc::new(PirDb::open(&path).unwrap())
 }
 
@@ -48,7 +59,11 @@ fn config() -> CudaConfig {
 fn keys(n: u8, num_pages: u64, q: usize) -> Vec<DpfKey> {
     let mut rng = rand::rng();
     (0..q)
-        .map(|_| generate(n, rng.random_range(0..num_pages), &mut rng).unwrap().0)
+        .map(|_| {
+            generate(n, rng.random_range(0..num_pages), &mut rng)
+                .unwrap()
+                .0
+        })
         .collect()
 }
 
@@ -57,7 +72,11 @@ fn keys(n: u8, num_pages: u64, q: usize) -> Vec<DpfKey> {
 fn check(cpu: &CpuScanner, shards: &[CudaScanner], ps: usize) {
     let g = cpu.geometry();
     for s in shards {
-        assert_eq!(s.geometry(), g, "shards report the whole database's geometry");
+        assert_eq!(
+            s.geometry(),
+            g,
+            "shards report the whole database's geometry"
+        );
     }
     let keys = keys(g.domain_bits, g.num_pages, 40);
     let compare = |epochs: &[u64]| {
@@ -66,7 +85,10 @@ fn check(cpu: &CpuScanner, shards: &[CudaScanner], ps: usize) {
         for s in shards {
             xor_into(&mut got, s.pass_at(&keys, epochs).unwrap().as_bytes());
         }
-        assert!(got == want.as_bytes(), "partials do not XOR to the answer at {epochs:?}");
+        assert!(
+            got == want.as_bytes(),
+            "partials do not XOR to the answer at {epochs:?}"
+        );
     };
     compare(&vec![0; keys.len()]);
     let mut rng = rand::rng();
@@ -99,7 +121,9 @@ fn file_shards_xor_to_the_whole_answer() {
     for (num_pages, count) in [(1000u64, 3u32), (50_000, 3), (50_000, 5)] {
         let dir = tempfile::tempdir().unwrap();
         let file = synthetic_file(&dir, num_pages, 512, num_pages);
-        let cpu = CpuScanner::new(file.clone(), 0).unwrap().with_epoch_window(4);
+        let cpu = CpuScanner::new(file.clone(), 0)
+            .unwrap()
+            .with_epoch_window(4);
         let shards: Vec<CudaScanner> = ShardSpec::all_ranges(count, num_pages)
             .unwrap()
             .into_iter()

@@ -92,8 +92,18 @@ fn cuda_synthetic(
 }
 
 /// The pages of `db` that shard `spec` serves.
+/// A shard file (`pirq db split`) serves the shard it was cut for, and no other.
 pub fn shard_range(db: &PirDb, spec: ShardSpec) -> Result<std::ops::Range<u64>, ScanError> {
-    spec.range(db.num_pages())
+    if let Some(origin) = db.shard() {
+        if origin.spec != spec {
+            return Err(ScanError::Device(format!(
+                "{} is the file of shard {}, not of shard {spec}",
+                db.path().display(),
+                origin.spec
+            )));
+        }
+    }
+    spec.range(db.total_pages())
         .map_err(|e| ScanError::Device(format!("--shard {spec}: {e}")))
 }
 

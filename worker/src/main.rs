@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
 
     let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
     let max_batch_keys = config.max_batch_keys as usize;
-    let options = ScannerOptions {
+    let mut options = ScannerOptions {
         threads: config.threads,
         max_batch_keys,
         epoch_window: config.epoch_window as usize,
@@ -49,9 +49,12 @@ async fn main() -> anyhow::Result<()> {
             0,
         ),
         (None, Some(path)) => {
-            let db = Arc::new(
-                PirDb::open(path).with_context(|| format!("opening {}", path.display()))?,
-            );
+            let db =
+                Arc::new(PirDb::open(path).with_context(|| format!("opening {}", path.display()))?);
+            // A shard file serves its own shard when --shard is not given.
+            if let (None, Some(origin)) = (config.shard, db.shard()) {
+                options.shard = origin.spec;
+            }
             let epoch = db.header().epoch;
             let scanner = pirq_worker::backend::open(config.backend, db, options)
                 .context("starting the scanner")?;
@@ -60,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
     };
     let pages = scanner.page_range();
+    let shard = options.shard;
     let geometry = scanner.geometry();
 
     let client = redis::Client::open(config.redis_url.as_str())

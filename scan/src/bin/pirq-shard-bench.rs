@@ -171,7 +171,11 @@ fn time(args: &Args, num_pages: u64, scanners: &[CudaScanner], q: usize) -> Resu
     let n = pirq_shared::db::domain_bits(num_pages);
     let mut rng = rand::rng();
     let keys: Vec<DpfKey> = (0..q)
-        .map(|_| generate(n, rng.random_range(0..num_pages), &mut rng).unwrap().0)
+        .map(|_| {
+            generate(n, rng.random_range(0..num_pages), &mut rng)
+                .unwrap()
+                .0
+        })
         .collect();
     let reps = args.reps + 1;
     let start = Barrier::new(scanners.len() + 1);

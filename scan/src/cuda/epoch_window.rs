@@ -131,7 +131,11 @@ impl CudaScanner {
     /// window is full the base moves forward one epoch on the GPU.
     pub fn apply_update(&self, update: &EpochUpdate) -> Result<UpdateTimings, ScanError> {
         // A shard keeps only its own pages' writes, re-indexed from its first page.
-        let own = crate::own_writes(&crate::Scanner::geometry(self), &self.db.shape().page_range(), update)?;
+        let own = crate::own_writes(
+            &crate::Scanner::geometry(self),
+            &self.db.shape().page_range(),
+            update,
+        )?;
         let update = &EpochUpdate {
             epoch: update.epoch,
             pages: own,

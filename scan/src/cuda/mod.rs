@@ -164,9 +164,18 @@ impl CudaScanner {
         progress: impl FnMut(u64, u64),
     ) -> Result<CudaScanner, CudaError> {
         let ps = db.page_size();
-        let shape = Shape::shard(ps, db.num_pages(), range.clone());
+        let first = db.first_page();
+        if range.start < first || range.end > first + db.num_pages() {
+            return Err(CudaError::Unsupported(format!(
+                "{} holds database pages {:?}, not {range:?}",
+                db.path().display(),
+                first..first + db.num_pages()
+            )));
+        }
+        let shape = Shape::shard(ps, db.total_pages(), range.clone());
         let mut scanner = CudaScanner::with_shape(shape, config)?;
-        let pages = &db.pages()[range.start as usize * ps..range.end as usize * ps];
+        let pages =
+            &db.pages()[(range.start - first) as usize * ps..(range.end - first) as usize * ps];
         scanner
             .db
             .load(&scanner.main, &scanner.kernels, pages, progress)?;

@@ -53,7 +53,11 @@ async fn main() -> anyhow::Result<()> {
     let party = Arc::new(Party::new(reqwest::Client::new(), &args.url));
     let info = party.info().await.context("GET /v1/info")?;
     if info.num_pages != args.pages {
-        bail!("the party serves {} pages, not {}", info.num_pages, args.pages);
+        bail!(
+            "the party serves {} pages, not {}",
+            info.num_pages,
+            args.pages
+        );
     }
     println!(
         "party: {} pages of {} B, {} workers, shards: {}",
@@ -127,7 +131,12 @@ async fn one_query(party: &Party, args: &Args, domain_bits: u8) -> anyhow::Resul
         epoch: None,
     };
     let result = party
-        .query(&request, Encoding::Bincode, Wait::Events, Duration::from_secs(120))
+        .query(
+            &request,
+            Encoding::Bincode,
+            Wait::Events,
+            Duration::from_secs(120),
+        )
         .await?;
     if result.pages.len() != 2 * args.pairs {
         bail!("{} answers for {} keys", result.pages.len(), 2 * args.pairs);
