@@ -7,7 +7,9 @@ mod answer;
 mod bench;
 mod db;
 mod epoch;
+mod get;
 mod keys;
+mod kv;
 mod load;
 mod query;
 mod record;
@@ -43,6 +45,12 @@ enum Command {
     Combine(answer::CombineArgs),
     /// Fetch pages privately from two running parties (verifies they serve the same database).
     Query(query::QueryArgs),
+    /// Key-value databases: build one from records, generate records, update by key.
+    #[command(subcommand)]
+    Kv(kv::KvCommand),
+    /// Look keys up privately in a kv database served by two parties (hex values out; exit 0
+    /// all found, 1 any absent, 2 error).
+    Get(get::GetArgs),
     /// Benchmarks (results as a table, optionally recorded under docs/bench/).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -65,6 +73,8 @@ fn main() -> anyhow::Result<()> {
         Command::Answer(args) => answer::answer(args),
         Command::Combine(args) => answer::combine(args),
         Command::Query(args) => query::run(args),
+        Command::Kv(cmd) => kv::run(cmd),
+        Command::Get(args) => get::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     }
 }

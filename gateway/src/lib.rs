@@ -8,7 +8,8 @@
 //! - [`store`]: every Redis command the gateway sends, over one lazily-connected manager.
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
 //! - [`dbinfo`]: the registered database, cached for validation.
-//! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON.
+//! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON, [`body`]: request bodies
+//!   read only after the checks that need none, bounded in size and time.
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
 //!   backlog, `--durability fsync`.
 //! - [`cors`]: which browser origins may call the party (`--cors-origin`).
@@ -16,6 +17,7 @@
 //!   `pirq_queue_*` gauges sampled from Redis.
 
 pub mod backpressure;
+pub mod body;
 pub mod config;
 pub mod cors;
 pub mod dbinfo;
@@ -26,9 +28,11 @@ pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;
+pub mod server;
 pub mod shards;
 pub mod state;
 pub mod store;
+pub mod waiters;
 
 pub use config::Config;
 pub use routes::router;

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use pirq_shared::db::PirDb;
+use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::Config;
+use pirq_worker::digests::Digests;
 use pirq_worker::epoch_follower::Follower;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
@@ -42,26 +43,42 @@ async fn main() -> anyhow::Result<()> {
         workspaces: config.workspaces as usize,
         shard,
     };
-    let (scanner, file_epoch) = match (&config.synthetic, &config.db) {
-        (Some(source), _) => (
-            pirq_worker::backend::open_synthetic(config.backend, source, options)
-                .context("starting the scanner")?,
-            0,
-        ),
+    // The database: a file (mapped, and guarded against changes under the mapping), or the
+    // seeded generator's pages made on the GPU (`--synthetic`, benches).
+    let (scanner, file_epoch, file_digest, kv) = match (&config.synthetic, &config.db) {
+        (Some(source), _) => {
+            let scanner = pirq_worker::backend::open_synthetic(config.backend, source, options)
+                .context("starting the scanner")?;
+            let digest = synthetic::digest(source.page_size, source.num_pages, source.seed);
+            (scanner, 0, digest, None)
+        }
         (None, Some(path)) => {
             let db =
                 Arc::new(PirDb::open(path).with_context(|| format!("opening {}", path.display()))?);
+            // A file changed under the mapping must not kill the worker silently or change its
+            // answers behind its digest.
+            pirq_worker::guard::exit_on_sigbus(path).context("installing the SIGBUS handler")?;
+            pirq_worker::guard::watch_for_changes(path)
+                .with_context(|| format!("watching {}", path.display()))?;
             // A shard file serves its own shard when --shard is not given.
             if let (None, Some(origin)) = (config.shard, db.shard()) {
                 options.shard = origin.spec;
             }
+            // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool
+            // that wrote it; a file from before digests is hashed once here.
+            let digest = db.recorded_digest().unwrap_or_else(|| {
+                tracing::info!(db = %path.display(), "the file records no digest; hashing its pages once");
+                db.content_digest()
+            });
             let epoch = db.header().epoch;
+            let kv = db.kv().map(|kv| kv.info());
             let scanner = pirq_worker::backend::open(config.backend, db, options)
                 .context("starting the scanner")?;
-            (scanner, epoch)
+            (scanner, epoch, digest, kv)
         }
         (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
     };
+    let digests = Digests::new(file_epoch, file_digest);
     let pages = scanner.page_range();
     let shard = options.shard;
     let geometry = scanner.geometry();
@@ -93,6 +110,33 @@ async fn main() -> anyhow::Result<()> {
     // Apply every epoch already in the updates stream before serving, on a connection of the
     // follower's own (it blocks in XREAD).
     let (epochs_tx, epochs_rx) = watch::channel(scanner.epoch_window());
+    let mut reg = Registration {
+        worker_id: consumer.clone(),
+        backend: scanner.name(),
+        num_pages: geometry.num_pages,
+        page_size: geometry.page_size as u32,
+        domain_bits: geometry.domain_bits,
+        window: scanner.epoch_window(),
+        max_batch_keys: config.max_batch_keys,
+        started_ms: Registration::now_ms(),
+        kv,
+        shard: (!shard.is_whole()).then_some(shard),
+        pages: [pages.start, pages.end],
+        db_id: String::new(),
+        digests: digests.clone(),
+    };
+    let mut conn = queue.connection();
+    // The updates stream belongs to the registered database: check before applying it.
+    registry::check_prefix(
+        &mut conn,
+        &layout,
+        &reg,
+        file_epoch,
+        file_digest,
+        config.replace_db,
+    )
+    .await
+    .with_context(|| format!("serving {}", source_name(&config)))?;
     let mut follower = Follower {
         scanner: scanner.clone(),
         conn: client
@@ -103,44 +147,36 @@ async fn main() -> anyhow::Result<()> {
         epochs: epochs_tx,
         block: config.block(),
         retain: config.updates_retain,
+        digests: digests.clone(),
     };
     let window = follower
         .catch_up()
         .await
         .context("catching up with the updates stream")?;
 
-    let reg = Registration {
-        worker_id: consumer.clone(),
-        backend: scanner.name(),
-        num_pages: geometry.num_pages,
-        page_size: geometry.page_size as u32,
-        domain_bits: geometry.domain_bits,
-        window,
-        max_batch_keys: config.max_batch_keys,
-        started_ms: Registration::now_ms(),
-        shard: (!shard.is_whole()).then_some(shard),
-        pages: [pages.start, pages.end],
-    };
-    let mut conn = queue.connection();
-    registry::register(&mut conn, &layout, &reg, config.heartbeat() * 3)
+    reg.window = window;
+    registry::register(&mut conn, &layout, &mut reg, config.heartbeat() * 3)
         .await
-        .context("registering")?;
+        .with_context(|| format!("serving {}", source_name(&config)))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Finishes only when another database replaced this one under the prefix (it then sets
+    // `stop_tx`).
     let heartbeat = registry::spawn_heartbeat(
         conn.clone(),
         layout.clone(),
         reg.clone(),
         epochs_rx.clone(),
         config.heartbeat(),
+        stop_tx.clone(),
     );
     metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
         page_size = geometry.page_size, file_epoch, oldest = window.oldest,
         newest = window.newest, shard = %shard, first_page = pages.start, end_page = pages.end,
-        group = queue.group(), "pirq-worker serving"
+        group = queue.group(), digest = %digests.newest().1, "pirq-worker serving"
     );
 
-    let (stop_tx, stop_rx) = watch::channel(false);
     let follower_stop = stop_tx.clone();
     let following = tokio::spawn(async move {
         let error = follower.run(reg).await;
@@ -163,6 +199,7 @@ async fn main() -> anyhow::Result<()> {
         scanner,
         queue: queue.clone(),
         epochs: epochs_rx,
+        digests,
         epoch_wait: config.epoch_wait(),
         concurrent_windows,
         max_batch_keys,
@@ -171,7 +208,9 @@ async fn main() -> anyhow::Result<()> {
     };
     serve::run(worker, stop_rx).await;
 
+    // The heartbeat task ends by itself only when it found this worker replaced.
     heartbeat.abort();
+    let replaced = heartbeat.await.is_ok();
     let follow_error = if following.is_finished() {
         following.await.ok()
     } else {
@@ -184,6 +223,9 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!("pirq-worker stopped");
     match follow_error {
         Some(e) => Err(e).context("following the updates stream"),
+        None if replaced => anyhow::bail!(
+            "another database replaced this worker's under prefix {layout} (--replace-db)"
+        ),
         None => Ok(()),
     }
 }
@@ -216,4 +258,13 @@ async fn shutdown_signal() {
         }
     };
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// What the worker serves, for messages: the file, or the synthetic generator's parameters.
+fn source_name(config: &Config) -> String {
+    match (&config.synthetic, &config.db) {
+        (Some(s), _) => format!("synthetic {}:{}:{}", s.num_pages, s.page_size, s.seed),
+        (None, Some(path)) => path.display().to_string(),
+        (None, None) => String::new(),
+    }
 }

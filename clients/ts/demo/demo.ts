@@ -54,7 +54,7 @@ function showTrace(trace: LookupTrace): void {
   shape.className = same ? "same" : "differs";
   shape.dataset.same = String(same);
   shape.textContent = same
-    ? `Same shape: each party got ${a.length} requests, ${bytes(a)} B of request bodies, ${trace.dpfKeys} DPF key(s) of identical length.`
+    ? `Same shape: each party got ${a.length} requests, ${bytes(a)} B of request bodies, ${trace.dpfKeys} DPF key${trace.dpfKeys === 1 ? "" : "s"} of one length.`
     : "The parties were asked differently shaped queries!";
 }
 

@@ -75,6 +75,12 @@ const ZERO_NONCE = [0, 0, 0];
  * 8 rounds. Left child seed = out[0..4], right = out[4..8], tL = out[8] & 1, tR = out[9] & 1.
  */
 export function prg(seed: Uint32Array, out: Uint32Array): void {
-  const key = [seed[0], seed[1], seed[2], seed[3], seed[0], seed[1], seed[2], seed[3]];
-  chachaBlock(key, 0, ZERO_NONCE, 8, out);
+  PRG_KEY[0] = PRG_KEY[4] = seed[0];
+  PRG_KEY[1] = PRG_KEY[5] = seed[1];
+  PRG_KEY[2] = PRG_KEY[6] = seed[2];
+  PRG_KEY[3] = PRG_KEY[7] = seed[3];
+  chachaBlock(PRG_KEY, 0, ZERO_NONCE, 8, out);
 }
+
+/** Scratch for the PRG's key (s || s), reused: key generation calls the PRG 2·(n−7) times. */
+const PRG_KEY = new Uint32Array(8);

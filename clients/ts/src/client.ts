@@ -7,7 +7,7 @@ import { xorBytes } from "./bytes.js";
 import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
 import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout } from "./kv.js";
-import { Exchange, Party, PartyAnswer, PartyInfo, PartyOptions } from "./party.js";
+import { CallContext, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions } from "./party.js";
 
 export interface ConnectOptions extends PartyOptions {
   /** Longest a lookup may take, in milliseconds, before it fails with `timeout` (default 60 000). */
@@ -77,7 +77,7 @@ export class Pirq {
 
   /** Reads both parties' `/v1/info` and checks that they serve the same database. */
   async agree(signal?: AbortSignal): Promise<DatabaseInfo> {
-    this.info = await agree(this.a, this.b, signal);
+    this.info = await agree(this.a, this.b, { signal }, { signal });
     return this.info;
   }
 
@@ -145,10 +145,11 @@ export class Pirq {
     plan: (info: DatabaseInfo) => Promise<number[]>,
   ): Promise<PagesResult> {
     return this.withDeadline(options.signal, async (signal) => {
-      const startA = this.a.exchanges.length;
-      const startB = this.b.exchanges.length;
+      const ctxA: CallContext = { signal, trace: [] };
+      const ctxB: CallContext = { signal, trace: [] };
       const started = performance.now();
-      const info = await this.agree(signal);
+      const info = await agree(this.a, this.b, ctxA, ctxB);
+      this.info = info;
       const indices = await plan(info);
       const size = typeof group === "number" ? group : group();
       const perQuery = Math.floor(info.maxKeysPerQuery / size) * size;
@@ -158,12 +159,12 @@ export class Pirq {
       const epoch = options.epoch ?? info.epoch.newest;
       const pages: Uint8Array[] = [];
       for (let from = 0; from < indices.length; from += perQuery) {
-        pages.push(...(await this.queryChunk(indices.slice(from, from + perQuery), epoch, info, signal)));
+        pages.push(...(await this.queryChunk(indices.slice(from, from + perQuery), epoch, info, ctxA, ctxB)));
       }
       return {
         epoch,
         pages,
-        exchanges: [this.a.exchanges.slice(startA), this.b.exchanges.slice(startB)],
+        exchanges: [ctxA.trace!, ctxB.trace!],
         elapsedMs: performance.now() - started,
         dpfKeys: indices.length,
       };
@@ -171,7 +172,7 @@ export class Pirq {
   }
 
   /** One query to each party for `indices` (at most the key limit), combined. */
-  private async queryChunk(indices: number[], epoch: number, info: DatabaseInfo, signal: AbortSignal): Promise<Uint8Array[]> {
+  private async queryChunk(indices: number[], epoch: number, info: DatabaseInfo, ctxA: CallContext, ctxB: CallContext): Promise<Uint8Array[]> {
     const keysA: Uint8Array[] = [];
     const keysB: Uint8Array[] = [];
     for (const i of indices) {
@@ -179,11 +180,11 @@ export class Pirq {
       keysA.push(k0);
       keysB.push(k1);
     }
-    const ask = async (party: Party, keys: Uint8Array[]): Promise<PartyAnswer> => {
-      const id = await party.submit(keys, epoch, signal);
-      return party.result(id, signal);
+    const ask = async (party: Party, keys: Uint8Array[], ctx: CallContext): Promise<PartyAnswer> => {
+      const id = await party.submit(keys, epoch, ctx);
+      return party.result(id, ctx);
     };
-    const [answerA, answerB] = await Promise.all([ask(this.a, keysA), ask(this.b, keysB)]);
+    const [answerA, answerB] = await Promise.all([ask(this.a, keysA, ctxA), ask(this.b, keysB, ctxB)]);
     for (const [party, answer] of [[this.a, answerA], [this.b, answerB]] as const) {
       if (answer.epoch !== epoch) {
         throw new PirqError("epoch_mismatch", `answered epoch ${answer.epoch}, ${epoch} was pinned`, { party: party.name });
@@ -231,8 +232,8 @@ export class Pirq {
 }
 
 /** Both parties' info, checked to describe the same database, with their common epoch window. */
-export async function agree(a: Party, b: Party, signal?: AbortSignal): Promise<DatabaseInfo> {
-  const [ia, ib] = await Promise.all([a.info(signal), b.info(signal)]);
+export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: CallContext = {}): Promise<DatabaseInfo> {
+  const [ia, ib] = await Promise.all([a.info(ctxA), b.info(ctxB)]);
   for (const field of ["numPages", "pageSize", "domainBits"] as const) {
     if (ia[field] !== ib[field]) {
       throw new PirqError("parties_disagree", `party A serves ${field} = ${ia[field]}, party B ${ib[field]}`);
@@ -241,6 +242,12 @@ export async function agree(a: Party, b: Party, signal?: AbortSignal): Promise<D
   if (ia.party !== undefined && ia.party === ib.party) {
     // One party behind both URLs would see both halves of every key pair: no privacy at all.
     throw new PirqError("same_party", `both URLs are the same party (identity ${ia.party}): ${a.url} and ${b.url}`);
+  }
+  if (ia.digest && ib.digest && ia.epoch.newest === ib.epoch.newest && ia.digest !== ib.digest) {
+    throw new PirqError(
+      "parties_disagree",
+      `the parties serve different databases at epoch ${ia.epoch.newest} (digest ${ia.digest.slice(0, 12)} vs ${ib.digest.slice(0, 12)})`,
+    );
   }
   let kv: KvLayout | undefined;
   if (ia.raw.kv !== undefined || ib.raw.kv !== undefined) {
@@ -279,6 +286,14 @@ export async function agree(a: Party, b: Party, signal?: AbortSignal): Promise<D
 export async function connect(a: string, b: string, options: ConnectOptions = {}): Promise<Pirq> {
   const partyA = new Party("A", a, options);
   const partyB = new Party("B", b, options);
-  const info = await agree(partyA, partyB);
-  return new Pirq(partyA, partyB, info, options.timeoutMs ?? 60_000);
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new PirqError("timeout", `no answer to /v1/info after ${timeoutMs} ms`)), timeoutMs);
+  let info: DatabaseInfo;
+  try {
+    info = await agree(partyA, partyB, { signal: controller.signal }, { signal: controller.signal });
+  } finally {
+    clearTimeout(timer);
+  }
+  return new Pirq(partyA, partyB, info, timeoutMs);
 }

@@ -15,7 +15,7 @@ export type { ConnectOptions, DatabaseInfo, GetResult, LookupOptions, LookupTrac
 export type { KvLayout } from "./kv.js";
 export { kvTag, kvCandidates } from "./kv.js";
 export { Party } from "./party.js";
-export type { Exchange, PartyAnswer, PartyInfo, PartyOptions, WaitMode } from "./party.js";
+export type { CallContext, Exchange, PartyAnswer, PartyInfo, PartyOptions, WaitMode } from "./party.js";
 export { PirqError } from "./errors.js";
 export type { ClientErrorCode } from "./errors.js";
 export { generateKeys, parseKey, evalPoint, evalFullDomain, keyLength, treeDepth } from "./dpf.js";

@@ -47,6 +47,13 @@ export interface Exchange {
   status: number;
 }
 
+/** Per call: an abort signal, and where to record the call's HTTP exchanges. */
+export interface CallContext {
+  signal?: AbortSignal;
+  /** Every exchange of the call is appended here (the lookup's trace). */
+  trace?: Exchange[];
+}
+
 export interface PartyOptions {
   /** "sse" (default) or "poll". */
   wait?: WaitMode;
@@ -95,8 +102,6 @@ export class Party {
   readonly name: string;
   /** Base URL without a trailing slash. */
   readonly url: string;
-  /** Every HTTP exchange with this party, in order (the demo shows them). */
-  readonly exchanges: Exchange[] = [];
   private readonly wait: WaitMode;
   private readonly retries: number;
   private readonly fetchFn: typeof fetch;
@@ -114,15 +119,15 @@ export class Party {
   }
 
   /** fetch that turns a network failure into `party_unreachable` and records the exchange. */
-  private async request(path: string, init: RequestInit & { bodyBytes?: number }): Promise<Response> {
+  private async request(path: string, init: RequestInit & { bodyBytes?: number }, ctx: CallContext): Promise<Response> {
     let response: Response;
     try {
-      response = await this.fetchFn(this.url + path, init);
+      response = await this.fetchFn(this.url + path, { ...init, signal: ctx.signal });
     } catch (cause) {
-      if (init.signal?.aborted) throw init.signal.reason;
+      if (ctx.signal?.aborted) throw ctx.signal.reason;
       throw this.err("party_unreachable", `cannot reach ${this.url}${path}: ${String((cause as Error)?.cause ?? cause)}`, { cause });
     }
-    this.exchanges.push({ method: init.method ?? "GET", path: path.replace(/\?.*/, ""), requestBytes: init.bodyBytes ?? 0, status: response.status });
+    ctx.trace?.push({ method: init.method ?? "GET", path: path.replace(/\?.*/, ""), requestBytes: init.bodyBytes ?? 0, status: response.status });
     return response;
   }
 
@@ -163,8 +168,8 @@ export class Party {
   }
 
   /** `GET /v1/info`. */
-  async info(signal?: AbortSignal): Promise<PartyInfo> {
-    const response = await this.request("/v1/info", { signal });
+  async info(ctx: CallContext = {}): Promise<PartyInfo> {
+    const response = await this.request("/v1/info", {}, ctx);
     if (!response.ok) throw await this.errorFrom(response, "GET /v1/info");
     const body = await this.json(response, "GET /v1/info");
     if (
@@ -190,7 +195,7 @@ export class Party {
    * `POST /v1/queries` with an `Idempotency-Key`, retried (same key, so never queued twice)
    * after `Retry-After` on 429/503 or when the connection fails; returns the query id.
    */
-  async submit(keys: Uint8Array[], epoch: number | undefined, signal?: AbortSignal): Promise<string> {
+  async submit(keys: Uint8Array[], epoch: number | undefined, ctx: CallContext = {}): Promise<string> {
     const body = JSON.stringify(epoch === undefined ? { keys: keys.map(toBase64) } : { keys: keys.map(toBase64), epoch });
     const bodyBytes = new TextEncoder().encode(body).length;
     const idempotencyKey = uuid4();
@@ -202,11 +207,10 @@ export class Party {
           headers: { "content-type": "application/json", "idempotency-key": idempotencyKey },
           body,
           bodyBytes,
-          signal,
-        });
+        }, ctx);
       } catch (e) {
         if (e instanceof PirqError && e.code === "party_unreachable" && attempt < this.retries) {
-          await sleep(250 * (attempt + 1), signal);
+          await sleep(250 * (attempt + 1), ctx.signal);
           continue;
         }
         throw e;
@@ -221,7 +225,7 @@ export class Party {
       if ((response.status === 429 || response.status === 503) && attempt < this.retries) {
         const after = Number(response.headers.get("retry-after") ?? "1");
         await response.body?.cancel();
-        await sleep(Math.min(Number.isFinite(after) ? after : 1, 5) * 1000, signal);
+        await sleep(Math.min(Number.isFinite(after) ? after : 1, 5) * 1000, ctx.signal);
         continue;
       }
       throw await this.errorFrom(response, "POST /v1/queries");
@@ -229,18 +233,18 @@ export class Party {
   }
 
   /** Waits for query `id` and returns its answer; a failed query throws its error code. */
-  async result(id: string, signal?: AbortSignal): Promise<PartyAnswer> {
+  async result(id: string, ctx: CallContext = {}): Promise<PartyAnswer> {
     if (this.wait === "sse") {
-      const answer = await this.resultBySse(id, signal);
+      const answer = await this.resultBySse(id, ctx);
       if (answer) return answer;
       // the stream ended without a result (gateway shutting down, proxy cut it): poll instead
     }
-    return this.resultByPolling(id, signal);
+    return this.resultByPolling(id, ctx);
   }
 
-  private async resultByPolling(id: string, signal?: AbortSignal): Promise<PartyAnswer> {
+  private async resultByPolling(id: string, ctx: CallContext): Promise<PartyAnswer> {
     for (;;) {
-      const response = await this.request(`/v1/queries/${id}?wait=${LONG_POLL_SECONDS}`, { signal, headers: { accept: "application/json" } });
+      const response = await this.request(`/v1/queries/${id}?wait=${LONG_POLL_SECONDS}`, { headers: { accept: "application/json" } }, ctx);
       if (response.status === 202) {
         await response.body?.cancel();
         continue;
@@ -251,9 +255,9 @@ export class Party {
   }
 
   /** SSE over a streamed fetch; `null` when the stream ends without a `result` event. */
-  private async resultBySse(id: string, signal?: AbortSignal): Promise<PartyAnswer | null> {
+  private async resultBySse(id: string, ctx: CallContext): Promise<PartyAnswer | null> {
     const path = `/v1/queries/${id}/events`;
-    const response = await this.request(path, { signal, headers: { accept: "text/event-stream" } });
+    const response = await this.request(path, { headers: { accept: "text/event-stream" } }, ctx);
     if (!response.ok) throw await this.errorFrom(response, `GET ${path}`);
     if (!response.body || !(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
       await response.body?.cancel();
@@ -269,7 +273,7 @@ export class Party {
         try {
           chunk = await reader.read();
         } catch (cause) {
-          if (signal?.aborted) throw signal.reason;
+          if (ctx.signal?.aborted) throw ctx.signal.reason;
           return null; // connection cut mid-stream: the caller polls
         }
         if (chunk.done) return null;

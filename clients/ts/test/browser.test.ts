@@ -1,17 +1,21 @@
 // The client in real headless Chromium against real parties (redis-server + pirq-gateway +
-// pirq-worker each, gateways with --cors-origin for the page's origin): the demo page's bundle,
-// pages exact, the demo UI, errors with codes, a party that is down.
+// pirq-worker each, gateways with --cors-origin for the page's origin) serving a key-value
+// database built by `pirq kv build`: the demo page's bundle, pages and values exact, absent keys,
+// the demo UI, errors with codes, a party that is down. PIRQ_SCREENSHOT=file.png saves the demo
+// page after a key lookup.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import type { BrowserContext, Page } from "playwright-core";
 import { toHex } from "../src/bytes.js";
-import { freePort, makePageDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { freePort, kvRecords, makeKvDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
 import { launchChromium, serveWeb } from "./browser.js";
 
-const PAGES = 3000; // domain 12 bits
-const PAGE_SIZE = 512;
+const PAGES = 1000; // domain 10 bits
+const PAGE_SIZE = 256;
+const VALUE_SIZE = 32;
+const records = kvRecords(2000, VALUE_SIZE);
 let parties: Parties;
 let db: Buffer;
 let web: { server: Server; origin: string };
@@ -20,7 +24,7 @@ let page: Page;
 
 before(async () => {
   web = await serveWeb();
-  const file = makePageDb(tempDir(), PAGES, PAGE_SIZE, 11);
+  const file = makeKvDb(tempDir(), records, { valueSize: VALUE_SIZE, pageSize: PAGE_SIZE, pages: PAGES, choices: 2 });
   db = readFileSync(file);
   parties = await startParties({ db: file, corsOrigins: [web.origin] });
   browser = await launchChromium();
@@ -36,11 +40,11 @@ after(async () => {
 
 test("the page connected to both parties across origins (CORS)", async () => {
   assert.equal(await page.locator("#status").getAttribute("data-state"), "ok", await page.locator("#status").textContent() ?? "");
-  assert.match((await page.locator("#info").textContent()) ?? "", new RegExp(`^${PAGES} pages of ${PAGE_SIZE} B \\(domain 12 bits\\)`));
+  assert.match((await page.locator("#info").textContent()) ?? "", new RegExp(`^${PAGES} pages of ${PAGE_SIZE} B \\(domain 10 bits\\).*key-value: 2 choices`));
 });
 
 test("pages fetched in the browser are exact (SSE and long-poll)", async () => {
-  const indices = [0, 1, 2047, 2048, PAGES - 1];
+  const indices = [0, 1, 127, 128, PAGES - 1];
   for (const wait of ["sse", "poll"] as const) {
     const got = await page.evaluate(
       async ({ a, b, indices, wait }) => {
@@ -57,12 +61,12 @@ test("pages fetched in the browser are exact (SSE and long-poll)", async () => {
 });
 
 test("the demo UI shows the page, the time, and the same shape of query at both parties", async () => {
-  await page.fill("#page-index", "1234");
+  await page.fill("#page-index", "777");
   await page.click("#get-page");
   await page.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
   const statusText = (await page.locator("#status").textContent()) ?? "";
-  assert.match(statusText, /^page 1234: 512 B at epoch 0 in [0-9.]+ ms$/);
-  assert.equal(await page.locator("#value").getAttribute("data-hex"), toHex(pageFromFile(db, 1234)));
+  assert.match(statusText, /^page 777: 256 B at epoch 0 in [0-9.]+ ms$/);
+  assert.equal(await page.locator("#value").getAttribute("data-hex"), toHex(pageFromFile(db, 777)));
   assert.equal(await page.locator("#shape").getAttribute("data-same"), "true");
   // per party: the database info, the query, its result by server-sent events
   const rows = await page.locator("#exchanges tr").allTextContents();
@@ -70,6 +74,42 @@ test("the demo UI shows the page, the time, and the same shape of query at both 
   assert.match(rows[0], /GET \/v1\/info/);
   assert.match(rows[1], /POST \/v1\/queries · \d+ B → 202/);
   assert.match(rows[2], /GET \/v1\/queries\/\{id\}\/events · 0 B → 200/);
+});
+
+test("key-value lookups in the browser: values exact, absent keys null", async () => {
+  const picks = [0, 1, 500, 1999];
+  const got = await page.evaluate(
+    async ({ a, b, keys }) => {
+      const { connect, toHex, fromHex } = (window as any).pirq;
+      const pirq = await connect(a, b);
+      const one = await pirq.get(fromHex(keys[0]));
+      const many = await pirq.getMany([...keys.map((k: string) => fromHex(k)), new TextEncoder().encode("user:9999")]);
+      return { one: one && toHex(one), many: many.values.map((v: Uint8Array | null) => v && toHex(v)) };
+    },
+    { a: parties.a.url, b: parties.b.url, keys: picks.map((k) => toHex(records[k][0])) },
+  );
+  assert.equal(got.one, toHex(records[0][1]));
+  assert.deepEqual(got.many, [...picks.map((k) => toHex(records[k][1])), null]);
+});
+
+test("the demo UI looks up a key: absent, then present, same shape", async () => {
+  await page.fill("#kv-key", "user:12345");
+  await page.click("#get-key");
+  await page.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
+  assert.match((await page.locator("#status").textContent()) ?? "", /^key absent at epoch 0 in [0-9.]+ ms$/);
+  assert.equal(await page.locator("#value").getAttribute("data-hex"), "absent");
+  const absentRows = await page.locator("#exchanges tr").allTextContents();
+
+  await page.fill("#kv-key", "user:0042");
+  await page.click("#get-key");
+  await page.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
+  assert.match((await page.locator("#status").textContent()) ?? "", /^value of 32 B at epoch 0 in [0-9.]+ ms$/);
+  assert.equal(await page.locator("#value").getAttribute("data-hex"), toHex(records[42][1]));
+  assert.equal(await page.locator("#shape").getAttribute("data-same"), "true");
+  assert.match((await page.locator("#shape").textContent()) ?? "", /2 DPF keys of one length/);
+  // an absent key and a present one: the same requests of the same sizes
+  assert.deepEqual(await page.locator("#exchanges tr").allTextContents(), absentRows);
+  if (process.env.PIRQ_SCREENSHOT) await page.screenshot({ path: process.env.PIRQ_SCREENSHOT, fullPage: true });
 });
 
 test("a party's error code reaches the browser: an epoch outside the window", async () => {

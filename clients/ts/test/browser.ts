@@ -12,8 +12,8 @@ export const chromiumPath = process.env.PIRQ_CHROMIUM ?? "/usr/bin/chromium";
 
 const TYPES: Record<string, string> = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".map": "application/json" };
 
-/** Serves dist/web on 127.0.0.1 at a free port; its origin is what the gateways must allow. */
-export async function serveWeb(): Promise<{ server: Server; origin: string }> {
+/** Serves dist/web on 127.0.0.1 (`port` 0: a free one); its origin is what the gateways must allow. */
+export async function serveWeb(port = 0): Promise<{ server: Server; origin: string }> {
   if (!existsSync(join(webRoot, "index.html"))) throw new Error(`${webRoot} has no bundle: run \`npm run build\` first`);
   const server = createServer((req, res) => {
     const path = normalize(decodeURIComponent(new URL(req.url ?? "/", "http://x").pathname)).replace(/^(\.\.[/\\])+/, "");
@@ -24,9 +24,11 @@ export async function serveWeb(): Promise<{ server: Server; origin: string }> {
     }
     res.writeHead(200, { "content-type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as { port: number }).port;
-  return { server, origin: `http://127.0.0.1:${port}` };
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, "127.0.0.1", resolve);
+  });
+  return { server, origin: `http://127.0.0.1:${(server.address() as { port: number }).port}` };
 }
 
 /** Headless Chromium with a fresh profile directory, removed by `close`. */
@@ -45,7 +47,7 @@ export async function launchChromium(): Promise<{ context: BrowserContext; close
       "--disable-component-update",
       "--disable-sync",
     ],
-    viewport: { width: 1100, height: 1200 },
+    viewport: { width: 1000, height: 700 },
   });
   return {
     context,

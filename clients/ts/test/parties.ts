@@ -3,7 +3,7 @@
 //
 // Binaries: $PIRQ_BIN_DIR, else <repo>/target/release (scripts/test.sh builds them first).
 import { spawn, ChildProcess, execFileSync } from "node:child_process";
-import { mkdtempSync, openSync, readFileSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, openSync, readFileSync, rmSync, existsSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -81,6 +81,8 @@ export interface Parties {
 export interface PartiesOptions {
   /** The .pirdb both parties serve. */
   db: string;
+  /** Another .pirdb for party B (to test parties that disagree). */
+  dbB?: string;
   /** Origins for the gateways' --cors-origin (none: flag left out). */
   corsOrigins?: string[];
 }
@@ -89,6 +91,32 @@ export interface PartiesOptions {
 export function makePageDb(dir: string, pages: number, pageSize: number, seed = 1): string {
   const out = join(dir, `pages-${pages}x${pageSize}.pirdb`);
   execFileSync(join(binDir, "pirq"), ["db", "gen", "--pages", String(pages), "--page-size", String(pageSize), "--seed", String(seed), "--out", out], { stdio: "pipe" });
+  return out;
+}
+
+/** Records for a kv test database: text keys `user:0000`.., values of `valueSize` bytes. */
+export function kvRecords(count: number, valueSize: number): [Uint8Array, Uint8Array][] {
+  const enc = new TextEncoder();
+  return Array.from({ length: count }, (_, i) => {
+    const value = new Uint8Array(valueSize).map((_, j) => (i * 31 + j * 7 + 1) & 255);
+    return [enc.encode(`user:${String(i).padStart(4, "0")}`), value];
+  });
+}
+
+/** `pirq kv build` (the Rust tool) of `records` into `dir`: a key-value database. */
+export function makeKvDb(
+  dir: string,
+  records: [Uint8Array, Uint8Array][],
+  options: { valueSize: number; pageSize: number; pages: number; choices: number },
+): string {
+  const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+  const input = join(dir, "records.jsonl");
+  writeFileSync(input, records.map(([k, v]) => JSON.stringify({ key: hex(k), value: hex(v) })).join("\n") + "\n");
+  const out = join(dir, `kv-${options.pages}x${options.pageSize}.pirdb`);
+  execFileSync(join(binDir, "pirq"), [
+    "kv", "build", "--records", input, "--value-size", String(options.valueSize), "--page-size", String(options.pageSize),
+    "--pages", String(options.pages), "--choices", String(options.choices), "--seed", "5", "--out", out,
+  ], { stdio: "pipe" });
   return out;
 }
 
@@ -130,7 +158,7 @@ async function startParty(dir: string, name: string, options: PartiesOptions): P
     "--redis", redisUrl, "--prefix", prefix, "--listen", `127.0.0.1:${gatewayPort}`, ...cors,
   ]);
   const worker = new Proc(`worker-${name}`, join(dir, `worker-${name}.log`), join(binDir, "pirq-worker"), [
-    "--redis", redisUrl, "--prefix", prefix, "--db", options.db, "--backend", "cpu", "--threads", "1",
+    "--redis", redisUrl, "--prefix", prefix, "--db", name === "b" && options.dbB ? options.dbB : options.db, "--backend", "cpu", "--threads", "1",
   ]);
   const url = `http://127.0.0.1:${gatewayPort}`;
   await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`));

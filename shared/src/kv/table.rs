@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::hash::{Tag, TAG_LEN};
+use super::hash::{Candidates, Tag, TAG_LEN};
 use super::layout::KvParams;
 use super::page;
 
@@ -159,9 +159,12 @@ impl<'a> Table<'a> {
 
     /// `(page, slot)` holding `tag`, if any.
     pub fn locate(&self, tag: &Tag) -> Option<(u64, usize)> {
+        self.locate_in(tag, &self.params.candidates(tag))
+    }
+
+    fn locate_in(&self, tag: &Tag, candidates: &Candidates) -> Option<(u64, usize)> {
         let ss = self.params.slot_size();
-        self.params
-            .candidates(tag)
+        candidates
             .iter()
             .find_map(|&p| page::find(self.page(p), ss, tag).map(|s| (p, s)))
     }
@@ -174,10 +177,22 @@ impl<'a> Table<'a> {
 
     /// Adds a record whose tag is not in the table yet.
     pub fn insert(&mut self, tag: &Tag, value: &[u8]) -> Result<(), PlaceError> {
-        if self.locate(tag).is_some() {
+        self.insert_hashed(tag, &self.params.candidates(tag), value)
+    }
+
+    /// [`Table::insert`] with the tag's candidates computed by the caller (a builder hashes
+    /// batches of records in parallel and places them one by one).
+    pub fn insert_hashed(
+        &mut self,
+        tag: &Tag,
+        candidates: &Candidates,
+        value: &[u8],
+    ) -> Result<(), PlaceError> {
+        debug_assert_eq!(*candidates, self.params.candidates(tag));
+        if self.locate_in(tag, candidates).is_some() {
             return Err(PlaceError::Duplicate);
         }
-        self.place(*tag, value.to_vec())
+        self.place(*tag, value.to_vec(), *candidates)
     }
 
     /// Sets `tag`'s value, adding the record if it is new.
@@ -188,9 +203,11 @@ impl<'a> Table<'a> {
                 page::write(self.page_mut(p), ss, s, tag, value);
                 Ok(Upserted::Changed)
             }
-            None => self
-                .place(*tag, value.to_vec())
-                .map(|()| Upserted::Inserted),
+            None => {
+                let candidates = self.params.candidates(tag);
+                self.place(*tag, value.to_vec(), candidates)
+                    .map(|()| Upserted::Inserted)
+            }
         }
     }
 
@@ -207,10 +224,10 @@ impl<'a> Table<'a> {
     }
 
     /// The least-filled candidate with a free slot (first such on ties).
-    fn roomiest(&mut self, tag: &Tag, except: Option<u64>) -> Option<u64> {
+    fn roomiest(&mut self, candidates: &Candidates, except: Option<u64>) -> Option<u64> {
         let spp = self.params.slots_per_page();
         let mut best: Option<(u64, usize)> = None;
-        for &p in self.params.candidates(tag).iter() {
+        for &p in candidates.iter() {
             if Some(p) == except {
                 continue;
             }
@@ -232,15 +249,20 @@ impl<'a> Table<'a> {
     }
 
     /// Cuckoo insertion by random walk (module doc); undoes its moves on failure.
-    fn place(&mut self, tag: Tag, value: Vec<u8>) -> Result<(), PlaceError> {
+    fn place(
+        &mut self,
+        tag: Tag,
+        value: Vec<u8>,
+        candidates: Candidates,
+    ) -> Result<(), PlaceError> {
         let ss = self.params.slot_size();
         let spp = self.params.slots_per_page();
-        let (mut tag, mut value) = (tag, value);
+        let (mut tag, mut value, mut cands) = (tag, value, candidates);
         let mut from: Option<u64> = None;
         // (page, slot, the record that was there before the swap)
         let mut moves: Vec<(u64, usize, Tag, Vec<u8>)> = Vec::new();
         loop {
-            if let Some(p) = self.roomiest(&tag, from) {
+            if let Some(p) = self.roomiest(&cands, from) {
                 self.put(p, &tag, &value);
                 self.records += 1;
                 self.kicks += moves.len() as u64;
@@ -249,7 +271,6 @@ impl<'a> Table<'a> {
             if moves.len() >= self.max_kicks {
                 break;
             }
-            let cands = self.params.candidates(&tag);
             let pick: Vec<u64> = cands.iter().copied().filter(|&p| Some(p) != from).collect();
             let p = pick[self.rng.random_range(0..pick.len())];
             let s = self.rng.random_range(0..spp);
@@ -260,6 +281,7 @@ impl<'a> Table<'a> {
             moves.push((p, s, old_tag, old_value.clone()));
             debug_assert_ne!(old_tag, [0; TAG_LEN], "a full page has no empty slot");
             (tag, value) = (old_tag, old_value);
+            cands = self.params.candidates(&tag);
             from = Some(p);
         }
         for (p, s, old_tag, old_value) in moves.into_iter().rev() {
