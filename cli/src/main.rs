@@ -13,6 +13,7 @@ mod kv;
 mod load;
 mod query;
 mod record;
+mod split;
 
 use clap::{Parser, Subcommand};
 
