@@ -52,7 +52,8 @@ pub struct LoadArgs {
     /// Base URL of party A's gateway, e.g. http://127.0.0.1:8081.
     #[arg(long, env = "PIRQ_PARTY_A")]
     party_a: String,
-    /// Base URL of party B's gateway.
+    /// Base URL of party B's gateway. Required, except with --submit-only (which talks to
+    /// party A alone).
     #[arg(long, env = "PIRQ_PARTY_B", required_unless_present = "submit_only")]
     party_b: Option<String>,
     /// Accept party URLs that reach the same party (it then sees both keys of every pair):
@@ -392,6 +393,7 @@ fn error_kind(e: &ClientError) -> String {
         ClientError::Mismatch(_) => "mismatch".into(),
         ClientError::IndexOutOfRange { .. } => "index_out_of_range".into(),
         ClientError::Protocol { .. } => "protocol".into(),
+        ClientError::StreamEnded { .. } => "stream_ended".into(),
         ClientError::NotKv(_) => "not_kv".into(),
         ClientError::BadKey { .. } => "bad_key".into(),
         ClientError::BadUrl { .. } => "bad_url".into(),
