@@ -201,6 +201,15 @@ impl Producer {
         QueryRecord::parse(id, &fields).map(Some)
     }
 
+    /// Lowers the time left to the query's record to `secs` (never raises it: `EXPIRE … LT`),
+    /// once a client has read its final result.
+    pub async fn expire_within(&self, id: &RequestId, secs: u64) -> Result<(), QueueError> {
+        let mut cmd = redis::cmd("EXPIRE");
+        cmd.arg(self.layout.query(id.as_str())).arg(secs).arg("LT");
+        self.run::<i64>(Query::Cmd(&cmd)).await?;
+        Ok(())
+    }
+
     /// The registered database, `None` if no worker has registered one.
     pub async fn database(&self) -> Result<Option<RegisteredDb>, QueueError> {
         let cmd = redis::Cmd::hgetall(self.layout.db());
