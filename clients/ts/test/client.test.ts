@@ -65,5 +65,5 @@ test("info: same party, no workers, different digests at one epoch, disjoint win
   const ahead = await connect("http://a", "http://b", { fetch: fakeParties({ info: { digest: D1, epoch: { oldest: 0, newest: 3 } } }, { info: { digest: D2 } }) });
   assert.deepEqual(ahead.info.epoch, { oldest: 0, newest: 2 });
   await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { epoch: { oldest: 5, newest: 6 } } }, {}) }), rejectsWith("epoch_mismatch"));
-  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { page_size: 512 } }, {}) }), rejectsWith("parties_disagree", /page_size = 256, party B 512/));
+  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { page_size: 512 } }, {}) }), rejectsWith("parties_disagree", /page_size = 512, party B 256/));
 });
