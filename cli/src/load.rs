@@ -51,6 +51,10 @@ pub struct LoadArgs {
     /// Base URL of party B's gateway.
     #[arg(long, env = "PIRQ_PARTY_B", required_unless_present = "submit_only")]
     party_b: Option<String>,
+    /// Accept party URLs that reach the same party (it then sees both keys of every pair):
+    /// for capacity runs against one party only.
+    #[arg(long)]
+    allow_same_party: bool,
     /// Only submit queries to party A and never wait for answers: the gateway's own ceiling.
     #[arg(long, conflicts_with_all = ["verify", "poll"])]
     submit_only: bool,
@@ -274,6 +278,8 @@ fn error_kind(e: &ClientError) -> String {
         ClientError::NotKv(_) => "not_kv".into(),
         ClientError::BadKey { .. } => "bad_key".into(),
         ClientError::BadUrl { .. } => "bad_url".into(),
+        ClientError::SameParty { .. } => "same_party".into(),
+        ClientError::NoWorkers { .. } => "no_workers".into(),
     }
 }
 
@@ -296,11 +302,13 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         (None, Some(c)) if c > 0 => Mode::Closed { concurrency: c },
         _ => bail!("give --rate R > 0 (open loop) or --concurrency C > 0 (closed loop)"),
     };
-    let options = Options::from_flags(
+    let mut options = Options::from_flags(
         args.poll.then_some(Duration::from_millis(5)),
         args.bincode,
         Duration::from_secs(args.timeout),
     );
+    // --submit-only talks to party A alone.
+    options.allow_same_party = args.allow_same_party || args.submit_only;
     let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
     let client = Client::with_options(&args.party_a, party_b, options.clone())?;
     let (info, epoch, max_keys) = if args.submit_only {

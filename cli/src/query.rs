@@ -29,6 +29,10 @@ pub struct QueryArgs {
     /// Seconds to wait for the answers.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// Accept party URLs that reach the same party. Never for real use: that party sees both
+    /// keys and learns which pages are fetched; only for capacity benchmarks.
+    #[arg(long)]
+    pub allow_same_party: bool,
     /// Compare every page with this local copy of the database file and fail on a difference.
     #[arg(long, value_name = "FILE")]
     pub verify: Option<PathBuf>,
@@ -45,11 +49,12 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
 }
 
 pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
-    let options = Options::from_flags(
+    let mut options = Options::from_flags(
         args.poll.then_some(Duration::from_millis(20)),
         args.bincode,
         Duration::from_secs(args.timeout),
     );
+    options.allow_same_party = args.allow_same_party;
     let client = Client::with_options(&args.party_a, &args.party_b, options)?;
     let start = Instant::now();
     let fetched = client.fetch(&args.indices).await?;

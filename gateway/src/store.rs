@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use pirq_shared::digest::Digest;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::{db_field, query_field as qf, Layout};
 use pirq_shared::wire::{ErrorBody, Job, QueryResult, QueryStatus};
@@ -45,6 +46,23 @@ impl DbInfo {
         }
     }
 }
+
+/// The party's workers as their heartbeats describe them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveWorkers {
+    /// Workers whose heartbeat key is alive.
+    pub live: u32,
+    /// The newest epoch any live worker answers (`None` without live workers).
+    pub newest: Option<u64>,
+}
+
+/// The party identity script: the existing id, or `ARGV[1]` stored as the id.
+const PARTY_ID: &str = r#"
+local id = redis.call('GET', KEYS[1])
+if id then return id end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+"#;
 
 /// A query as stored under `{P}:q:<id>`, plus the worker's timings when it is done.
 #[derive(Clone, Debug)]
@@ -149,7 +167,6 @@ impl Store {
             let fut = async {
                 match what {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
-                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
@@ -278,30 +295,54 @@ impl Store {
         .transpose()
     }
 
-    /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
-    /// worker that died without deregistering) are removed on the way.
-    pub async fn live_workers(&self) -> Result<u32, StoreError> {
+    /// Workers whose heartbeat key is alive, and the newest epoch they answer (from the window
+    /// in each heartbeat). Members of the set whose heartbeat expired (a worker that died without
+    /// deregistering) are removed on the way.
+    pub async fn live_workers(&self) -> Result<LiveWorkers, StoreError> {
         let cmd = redis::Cmd::smembers(self.layout.workers());
         let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         if ids.is_empty() {
-            return Ok(0);
+            return Ok(LiveWorkers::default());
         }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.exists(self.layout.worker(id));
-        }
-        let alive: Vec<bool> = self.run(Query::Pipe(&pipe)).await?;
+        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
+        let cmd = redis::Cmd::mget(&keys);
+        let beats: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
         let dead: Vec<&String> = ids
             .iter()
-            .zip(&alive)
-            .filter(|(_, a)| !**a)
+            .zip(&beats)
+            .filter(|(_, b)| b.is_none())
             .map(|(id, _)| id)
             .collect();
         if !dead.is_empty() {
             let cmd = redis::Cmd::srem(self.layout.workers(), dead);
             let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
         }
-        Ok(alive.iter().filter(|a| **a).count() as u32)
+        let mut workers = LiveWorkers::default();
+        for beat in beats.iter().flatten() {
+            workers.live += 1;
+            let newest = serde_json::from_str::<serde_json::Value>(beat)
+                .ok()
+                .and_then(|v| v["window"]["newest"].as_u64());
+            workers.newest = workers.newest.max(newest);
+        }
+        Ok(workers)
+    }
+
+    /// The database digest (SPEC §2.1) a worker registered for `epoch`, if any.
+    pub async fn digest_at(&self, epoch: u64) -> Result<Option<Digest>, StoreError> {
+        let cmd = redis::Cmd::hget(self.layout.digests(), epoch);
+        let hex: Option<String> = self.run(Query::Cmd(&cmd)).await?;
+        Ok(hex.as_deref().and_then(Digest::from_hex))
+    }
+
+    /// The party's identity (`{P}:party`), drawn and stored by the first gateway that asks.
+    pub async fn party_id(&self) -> Result<String, StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(PARTY_ID)
+            .arg(1)
+            .arg(self.layout.party())
+            .arg(format!("{:032x}", rand::random::<u128>()));
+        self.run(Query::Cmd(&cmd)).await
     }
 }
 
@@ -325,11 +366,10 @@ impl Store {
     }
 }
 
-/// One command or one pipeline, as [`Store::run`] sends it.
+/// One command, as [`Store::run`] sends it.
 #[derive(Clone, Copy)]
 enum Query<'a> {
     Cmd(&'a redis::Cmd),
-    Pipe(&'a redis::Pipeline),
 }
 
 fn malformed(detail: String) -> StoreError {
@@ -362,6 +402,7 @@ fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuer
                 )));
             }
             result.epoch = number(qf::EPOCH);
+            result.digest = text(qf::DIGEST).and_then(Digest::from_hex);
             result.pages = pages
                 .chunks(page_size as usize)
                 .map(<[u8]>::to_vec)

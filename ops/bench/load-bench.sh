@@ -235,7 +235,7 @@ if section 5; then
     pages=${GPU_DB_PAGES:-8388608}
     echo "== 5. one party, 1 vs 2 CUDA workers (one per GPU), $pages pages of 4 KiB"
     pirq db gen --pages "$pages" --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
-    SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --verify "$W/db.pirdb")
+    SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --allow-same-party --verify "$W/db.pirdb")
     for n in 1 2; do
         redis 0 7101
         sleep 0.3

@@ -181,8 +181,9 @@ impl PirDb {
         if len < HEADER_LEN as u64 {
             return Err(DbError::ShortHeader { len });
         }
-        // SAFETY: the file is opened read-only; pirq never writes a database in place, and the
-        // operations guide says not to modify a file a worker is serving.
+        // SAFETY: the file is opened read-only; pirq's tools never write a database in place
+        // (they rename a new file over it, see `write_atomically`), and a worker exits with a
+        // message when something else modifies or truncates the file it maps (worker::guard).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = Header::parse(&map[..HEADER_LEN])?;
         let kv = header.kv_params(&map[..HEADER_LEN])?;

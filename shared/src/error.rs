@@ -71,6 +71,8 @@ pub enum ErrorCode {
     BacklogFull,
     /// `--durability fsync`: Redis did not confirm the job on disk in time.
     NotDurable,
+    /// `/readyz`: no live worker serves the party's newest epoch.
+    NoWorkers,
     /// A request id in a path that is not 32 lowercase hex digits.
     InvalidId,
     /// The body did not arrive within `--body-timeout-ms`.
@@ -91,7 +93,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 40] = [
+    pub const ALL: [ErrorCode; 41] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -124,6 +126,7 @@ impl ErrorCode {
         ErrorCode::InvalidIdempotencyKey,
         ErrorCode::BacklogFull,
         ErrorCode::NotDurable,
+        ErrorCode::NoWorkers,
         ErrorCode::InvalidId,
         ErrorCode::BodyTimeout,
         ErrorCode::UriTooLong,
@@ -168,6 +171,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
             ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
             ErrorCode::BacklogFull => "backlog_full",
+            ErrorCode::NoWorkers => "no_workers",
             ErrorCode::NotDurable => "not_durable",
             ErrorCode::InvalidId => "invalid_id",
             ErrorCode::BodyTimeout => "body_timeout",
@@ -220,6 +224,7 @@ impl ErrorCode {
             ErrorCode::RedisUnavailable
             | ErrorCode::NoDatabase
             | ErrorCode::NotDurable
+            | ErrorCode::NoWorkers
             | ErrorCode::TooManyConnections
             | ErrorCode::TooManyWaiters
             | ErrorCode::ShardUnavailable => 503,

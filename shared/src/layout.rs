@@ -74,6 +74,8 @@ pub mod query_field {
     /// Sharded parties: prefix of the per-shard field `part:<I>`, set once shard `I`'s partial
     /// is in (a replica retrying after a reclaim must not XOR it twice).
     pub const PART_PREFIX: &str = "part:";
+    /// Database digest (SPEC §2.1) at `epoch`, 64 hex digits (done only).
+    pub const DIGEST: &str = "digest";
 }
 
 /// Field of an updates stream entry holding the bincode update.
@@ -93,6 +95,10 @@ pub mod db_field {
     pub const KV: &str = "kv";
     /// Shard count `S` of the party (absent or 1: unsharded), written by its workers.
     pub const SHARDS: &str = "shards";
+    /// Random id of the registered database, drawn by the worker that registered it first (or
+    /// replaced it with `--replace-db`); every worker serving it carries the same id, and a
+    /// worker that finds another id has been replaced and stops.
+    pub const DB_ID: &str = "db_id";
 }
 
 /// Why a prefix was rejected.
@@ -146,6 +152,18 @@ impl Layout {
     /// Hash describing the database the party serves ([`db_field`]); written by workers.
     pub fn db(&self) -> String {
         format!("{}:db", self.tag)
+    }
+
+    /// Hash epoch (decimal) → database digest at that epoch (SPEC §2.1, 64 hex digits), written
+    /// by the workers that applied it; trimmed with the updates stream.
+    pub fn digests(&self) -> String {
+        format!("{}:digests", self.tag)
+    }
+
+    /// The party's identity (32 hex digits), drawn once with `SET NX` by the first gateway and
+    /// shared by all of them; `/v1/info` shows it so a client can refuse one party twice.
+    pub fn party(&self) -> String {
+        format!("{}:party", self.tag)
     }
 
     /// Set of worker ids that have registered; members whose heartbeat key is gone are dead.

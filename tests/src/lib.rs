@@ -406,6 +406,13 @@ impl Party {
 
     /// [`Party::start_worker`] with flags beyond the party's `worker_args` (later ones win).
     pub async fn start_worker_with(&mut self, extra: &[&str]) -> anyhow::Result<()> {
+        let db = self.db_path.clone();
+        self.start_worker_on(&db, extra).await
+    }
+
+    /// [`Party::start_worker_with`] serving another database file than the party's. A worker
+    /// that exits instead of registering is an error that carries its log.
+    pub async fn start_worker_on(&mut self, db: &Path, extra: &[&str]) -> anyhow::Result<()> {
         let n = self.workers.len();
         let mut cmd = Command::new(bin_dir().join("pirq-worker"));
         cmd.args([
@@ -417,7 +424,7 @@ impl Party {
             "cpu",
         ])
         .arg("--db")
-        .arg(&self.db_path)
+        .arg(db)
         .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
         .args(&self.options.worker_args)
         .args(extra)
@@ -430,22 +437,23 @@ impl Party {
             self.dir.path().join(format!("worker-{n}.log")),
         )?;
         self.workers.push(proc);
-        let want = self
-            .workers
-            .iter_mut()
-            .map(Proc::is_running)
-            .filter(|r| *r)
-            .count() as u64;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            if self.live_workers().await.unwrap_or(0) >= want {
-                return Ok(());
-            }
-            if Instant::now() > deadline || !self.workers.last_mut().unwrap().is_running() {
+            if !self.workers.last_mut().unwrap().is_running() || Instant::now() > deadline {
                 bail!(
                     "pirq-worker did not register:\n{}",
                     self.workers.last().unwrap().log_text()
                 );
+            }
+            // Counted again each time: a worker replaced by this one (--replace-db) stops.
+            let want = self
+                .workers
+                .iter_mut()
+                .map(Proc::is_running)
+                .filter(|r| *r)
+                .count() as u64;
+            if self.live_workers().await.unwrap_or(0) >= want {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

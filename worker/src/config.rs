@@ -129,6 +129,13 @@ pub struct Config {
     #[arg(long, env = "PIRQ_UPDATES_RETAIN", default_value_t = 1024)]
     pub updates_retain: u64,
 
+    /// Make this worker's database the party's even when another one (another shape or
+    /// digest) is registered under the prefix: its registration, digests and updates stream are
+    /// dropped, and the workers serving it stop. Without this flag such a worker refuses to
+    /// start.
+    #[arg(long, env = "PIRQ_REPLACE_DB")]
+    pub replace_db: bool,
+
     /// Consumer name in the group (default: host name, process id and a random suffix).
     #[arg(long, env = "PIRQ_CONSUMER")]
     pub consumer: Option<String>,

@@ -21,6 +21,7 @@ use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use tokio::sync::watch;
 
+use crate::digests::Digests;
 use crate::registry::{self, Registration};
 use pirq_scan::{ScanError, Scanner};
 
@@ -54,6 +55,8 @@ pub struct Follower {
     pub epochs: watch::Sender<EpochRange>,
     pub block: Duration,
     pub retain: u64,
+    /// Extended by every applied epoch (SPEC §2.1), before the scanner answers at it.
+    pub digests: Digests,
 }
 
 impl Follower {
@@ -73,6 +76,8 @@ impl Follower {
                 Ok(_) => {
                     backoff = Duration::from_millis(50);
                     reg.window = self.scanner.epoch_window();
+                    self.digests.forget_before(reg.window);
+                    // A replaced worker is stopped by its heartbeat, which sees the same answer.
                     if let Err(e) =
                         registry::publish_window(&mut self.conn, &self.layout, &reg).await
                     {
@@ -135,6 +140,7 @@ impl Follower {
             if update.epoch != epoch {
                 return Err(bad(format!("holds epoch {}", update.epoch)));
             }
+            self.digests.push(&update).map_err(bad)?;
             let scanner = self.scanner.clone();
             let pages = update.pages.len();
             tokio::task::spawn_blocking(move || scanner.apply_epoch(&update))
@@ -184,6 +190,15 @@ impl Follower {
             .arg(format!("{keep_from}-0"))
             .query_async(&mut self.conn)
             .await?;
+        // The digests of the trimmed epochs go with them.
+        let epochs: Vec<String> = self.conn.hkeys(self.layout.digests()).await?;
+        let old: Vec<&String> = epochs
+            .iter()
+            .filter(|e| e.parse::<u64>().is_ok_and(|e| e < keep_from))
+            .collect();
+        if !old.is_empty() {
+            let _: i64 = self.conn.hdel(self.layout.digests(), old).await?;
+        }
         Ok(())
     }
 }

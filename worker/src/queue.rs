@@ -55,6 +55,8 @@ pub enum Outcome {
         worker: Duration,
         /// The gateway's acceptance time (Unix ms), for the end-to-end latency metric.
         accepted_ms: u64,
+        /// Digest of the database at `epoch` (SPEC §2.1), stamped on the result.
+        digest: Option<pirq_shared::digest::Digest>,
     },
     Failed {
         entry_id: String,
@@ -95,6 +97,10 @@ impl Outcome {
 
 /// Marks queued queries as running; never moves a final status back, and never creates a record
 /// that expired (HSET keeps the gateway's TTL on an existing key).
+/// `HSET KEYS[1] ARGV[1] ARGV[2]` only when the key exists.
+const SET_IF_EXISTS: &str =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end";
+
 const MARK_RUNNING: &str = r#"
 for i, key in ipairs(KEYS) do
   if redis.call('HGET', key, 'status') == 'queued' then
@@ -656,8 +662,20 @@ impl Queue {
                     pages,
                     scan,
                     worker,
+                    digest,
                     ..
                 } if !self.shard.is_whole() => {
+                    // Every shard stamps the same digest (the whole database's); only on a
+                    // record that still exists, so a late partial leaves no key without a TTL.
+                    if let Some(digest) = digest {
+                        pipe.cmd("EVAL")
+                            .arg(SET_IF_EXISTS)
+                            .arg(1)
+                            .arg(self.layout.query(request_id))
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
                     pipe.cmd("EVAL")
                         .arg(SHARD_COMBINE)
                         .arg(4)
@@ -687,9 +705,17 @@ impl Queue {
                     pages,
                     scan,
                     worker,
+                    digest,
                     ..
                 } => {
                     let key = self.layout.query(request_id);
+                    if let Some(digest) = digest {
+                        pipe.cmd("HSET")
+                            .arg(&key)
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
                     pipe.cmd("HSET")
                         .arg(&key)
                         .arg(qf::STATUS)

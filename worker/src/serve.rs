@@ -29,6 +29,8 @@ pub struct Worker {
     pub queue: Arc<Queue>,
     /// The scanner's epoch window, as the updates follower announces it.
     pub epochs: watch::Receiver<EpochRange>,
+    /// The digest of every epoch answered, stamped on each result.
+    pub digests: crate::digests::Digests,
     /// How long a job pinned to an epoch not applied yet waits for it.
     pub epoch_wait: Duration,
     pub max_batch_keys: usize,
@@ -197,8 +199,21 @@ async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
         .map(|d| (d.entry_id.clone(), d.deliveries))
         .collect();
     let start = Instant::now();
-    let outcomes = run_window_inner(worker, window).instrument(span).await;
+    let mut outcomes = run_window_inner(worker, window).instrument(span).await;
     worker.queue.note_window(start.elapsed());
+    // Every answer carries the digest of the epoch it answers (SPEC §2.1).
+    for outcome in &mut outcomes {
+        if let Outcome::Done { epoch, digest, .. } = outcome {
+            *digest = worker.digests.get(*epoch);
+            if digest.is_none() {
+                tracing::error!(
+                    epoch,
+                    "no digest for an answered epoch; clients will refuse it"
+                );
+            }
+        }
+    }
+
     reclaim::apply_policy(outcomes, &deliveries, worker.queue.policy().max_deliveries)
 }
 
@@ -456,6 +471,7 @@ impl Valid {
             scan,
             worker: self.received.elapsed(),
             accepted_ms: self.accepted_ms,
+            digest: None,
         }
     }
 }

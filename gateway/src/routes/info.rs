@@ -27,8 +27,10 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         domain_bits: db.domain_bits,
         epoch: db.window(),
         max_keys_per_query: st.config.max_keys_per_query,
-        workers,
+        workers: workers.live,
         kv,
         shards,
+        digest: st.store.digest_at(db.epoch).await?,
+        party: Some(st.store.party_id().await?),
     }))
 }
