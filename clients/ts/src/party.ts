@@ -125,6 +125,9 @@ export class Party {
 
   /** fetch that turns a network failure into `party_unreachable` and records the exchange. */
   private async request(path: string, init: RequestInit & { bodyBytes?: number }, ctx: CallContext): Promise<Response> {
+    // A fetch given an aborted signal rejects, but check here too: a loop of long-polls must
+    // end at the deadline even with a fetch that ignores signals.
+    ctx.signal?.throwIfAborted();
     let response: Response;
     try {
       response = await this.fetchFn(this.url + path, { ...init, signal: ctx.signal });

@@ -10,6 +10,8 @@ const D2 = "22".repeat(32);
 
 interface FakeParty {
   info?: Record<string, unknown>;
+  /** Never answer: every long-poll returns 202 after 50 ms. */
+  stall?: boolean;
   digest?: string | null; // null: no digest on the answer
   epoch?: number;
 }
@@ -24,6 +26,10 @@ function fakeParties(a: FakeParty, b: FakeParty): typeof fetch {
     if (init.method === "POST") {
       const body = JSON.parse(String(init.body));
       (party as { keys?: number }).keys = body.keys.length;
+      return Response.json({ id: "ab".repeat(16), status: "queued" }, { status: 202 });
+    }
+    if (party.stall) {
+      await new Promise((r) => setTimeout(r, 50));
       return Response.json({ id: "ab".repeat(16), status: "queued" }, { status: 202 });
     }
     const n = (party as { keys?: number }).keys ?? 1;
@@ -54,6 +60,13 @@ test("an answer without a digest is refused", async () => {
 test("an answer at another epoch than pinned is refused", async () => {
   const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ epoch: 1 }, {}), wait: "poll" });
   await assert.rejects(pirq.getPage(5), rejectsWith("epoch_mismatch"));
+});
+
+test("a query that stays pending fails with timeout at the client's limit", async () => {
+  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { stall: true }), wait: "poll", timeoutMs: 300 });
+  const started = performance.now();
+  await assert.rejects(pirq.getPage(5), rejectsWith("timeout", /300 ms/));
+  assert.ok(performance.now() - started < 3000);
 });
 
 test("info: same party, no workers, different digests at one epoch, disjoint windows, other geometry", async () => {
