@@ -75,6 +75,30 @@ pub enum ScanError {
     Device(String),
 }
 
+/// What a pass costs on one scanner, measured: the window policy ([`crate::policy`]) derives
+/// from it where passes stop being memory-bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassCost {
+    /// Wall time of a one-key pass: the database read once, the floor of any pass.
+    pub one_key: std::time::Duration,
+    /// Wall time of a pass of `full_keys` keys (the largest batch).
+    pub full: std::time::Duration,
+    pub full_keys: usize,
+    /// The scan's own part of that full pass (the rest is upload, expansion, download, copies).
+    pub full_scan: std::time::Duration,
+}
+
+impl PassCost {
+    /// Share of a full pass that is not the scan itself: what overlapping two passes can hide.
+    pub fn non_scan_share(&self) -> f64 {
+        let full = self.full.as_secs_f64();
+        if full <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - self.full_scan.as_secs_f64() / full).clamp(0.0, 1.0)
+    }
+}
+
 /// A scanner backend. `pass` takes `&self` so that a backend with several workspaces (the CUDA
 /// pool) can run passes from several threads at once, overlapping one batch's key upload and
 /// expansion with another's scan.
@@ -96,6 +120,13 @@ pub trait Scanner: Send + Sync {
     /// One pass over the database: the answer of every key, in order, `keys[q]` answered at
     /// `epochs[q]` (each inside [`epoch_window`](Self::epoch_window)).
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError>;
+
+    /// Times passes of this scanner at start-up (a one-key pass and a full one, with random
+    /// keys) so that the worker can choose its window policy; `None` when the backend does not
+    /// measure (the worker then keeps the flags' fixed behaviour).
+    fn measure_pass_cost(&self) -> Option<PassCost> {
+        None
+    }
 
     /// One pass with every key at the newest epoch.
     fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
