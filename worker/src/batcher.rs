@@ -5,13 +5,23 @@
 //! A full window never waits, and jobs that are already buffered are always taken without
 //! waiting. A job is never split: one that would overflow a non-empty window is carried over to
 //! open the next one, and one larger than `max_keys` forms a window by itself.
+//!
+//! [`Batcher::next_window_by`] closes by a [`Close`] rule of the window policy
+//! ([`crate::policy`]) instead: stop waiting once the window has `enough` keys, and, while a
+//! scan runs that this window must not run beside, keep taking jobs until that scan ends.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::timeout_at;
 
+use crate::policy::Close;
 use crate::queue::Delivery;
+
+/// Resolves when the scans a held window waits for have ended.
+pub type Idle = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The jobs of one scanner pass.
 #[derive(Debug, Default)]
@@ -48,23 +58,44 @@ impl Batcher {
     /// The next window; waits for its first job as long as it takes. `None` once the sender is
     /// gone and nothing is left.
     pub async fn next_window(&mut self) -> Option<Window> {
+        let close = Close {
+            enough: self.max_keys,
+            gather: self.max_wait,
+            until_idle: false,
+        };
+        self.next_window_by(close, None).await
+    }
+
+    /// The next window, closed by `close`: buffered jobs are always taken (up to `max_keys`);
+    /// it then waits for more until it has `close.enough` keys, or its first job has waited
+    /// `close.gather` and `idle` (when given: the end of the scans running now) has resolved.
+    pub async fn next_window_by(&mut self, close: Close, idle: Option<Idle>) -> Option<Window> {
         let first = match self.carry.take() {
             Some(d) => d,
             None => self.rx.recv().await?,
         };
-        let deadline = tokio::time::Instant::from_std(first.received) + self.max_wait;
+        let deadline = tokio::time::Instant::from_std(first.received) + close.gather;
+        let enough = close.enough.clamp(1, self.max_keys);
+        let mut idle = idle;
         let mut window = Window::default();
         window.push(first);
         while window.keys < self.max_keys {
             let next = match self.rx.try_recv() {
                 Ok(d) => d,
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    match timeout_at(deadline, self.rx.recv()).await {
+                Err(mpsc::error::TryRecvError::Empty) if window.keys >= enough => break,
+                Err(mpsc::error::TryRecvError::Empty) => match idle.as_mut() {
+                    Some(wait) => {
+                        tokio::select! {
+                            d = self.rx.recv() => match d { Some(d) => d, None => break },
+                            _ = wait => { idle = None; continue }
+                        }
+                    }
+                    None => match timeout_at(deadline, self.rx.recv()).await {
                         Ok(Some(d)) => d,
                         Ok(None) | Err(_) => break,
-                    }
-                }
+                    },
+                },
             };
             if window.keys + next.keys() > self.max_keys {
                 self.carry = Some(next);
@@ -140,6 +171,55 @@ mod tests {
         }
         let w = b.next_window().await.unwrap();
         assert_eq!(w.keys, 5);
+    }
+
+    #[tokio::test]
+    async fn a_held_window_takes_jobs_until_the_running_scan_ends() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let idle: Idle = Box::pin(async move {
+            let _ = done_rx.await;
+        });
+        let close = Close {
+            enough: 50,
+            gather: Duration::ZERO,
+            until_idle: true,
+        };
+        tx.send(job(1)).await.unwrap();
+        let feeder = tx.clone();
+        tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                feeder.send(job(2)).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = done_tx.send(());
+        });
+        // Gather time zero, yet every job sent before the scan ended is in the window.
+        let w = b.next_window_by(close, Some(idle)).await.unwrap();
+        assert_eq!((w.deliveries.len(), w.keys), (4, 7));
+    }
+
+    #[tokio::test]
+    async fn a_held_window_with_enough_keys_starts_at_once() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        let idle: Idle = Box::pin(std::future::pending());
+        let close = Close {
+            enough: 4,
+            gather: Duration::from_secs(3600),
+            until_idle: true,
+        };
+        for k in [2, 3, 1] {
+            tx.send(job(k)).await.unwrap();
+        }
+        let w = tokio::time::timeout(Duration::from_secs(1), b.next_window_by(close, Some(idle)))
+            .await
+            .expect("enough keys: no waiting for the running scan")
+            .unwrap();
+        // Buffered jobs are all taken, past `enough`.
+        assert_eq!(w.keys, 6);
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ pub mod batcher;
 pub mod config;
 pub mod epochs;
 pub mod metrics_export;
+pub mod policy;
 pub mod queue;
 pub mod reclaim;
 pub mod registry;

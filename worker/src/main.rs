@@ -9,7 +9,8 @@ use clap::Parser;
 use pirq_shared::db::PirDb;
 use pirq_shared::layout::Layout;
 use pirq_worker::backend::ScannerOptions;
-use pirq_worker::config::Config;
+use pirq_worker::config::{Config, WindowPolicyKind};
+use pirq_worker::policy::WindowPolicy;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
@@ -45,6 +46,8 @@ async fn main() -> anyhow::Result<()> {
     let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
         .context("starting the scanner")?;
     let geometry = scanner.geometry();
+    // Before registering: the measuring passes are not the queue's.
+    let policy = window_policy(&config, scanner.as_ref());
 
     let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
     let consumer = config.consumer_name();
@@ -129,19 +132,13 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("stopping: finishing the window in flight");
         let _ = stop_tx.send(true);
     });
-    let concurrent_windows = if scanner.name() == "cuda" {
-        config.workspaces as usize
-    } else {
-        1
-    };
     let worker = Worker {
         scanner,
         queue: queue.clone(),
         epochs: epochs_rx,
         epoch_wait: config.epoch_wait(),
-        concurrent_windows,
+        policy,
         max_batch_keys,
-        max_wait: config.max_wait(),
         block: config.block(),
     };
     serve::run(worker, stop_rx).await;
@@ -160,6 +157,38 @@ async fn main() -> anyhow::Result<()> {
     match follow_error {
         Some(e) => Err(e).context("following the updates stream"),
         None => Ok(()),
+    }
+}
+
+/// The window policy of `--window-policy`: from the pass cost the scanner measures, or the
+/// flags' fixed behaviour. Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU
+/// backend (its threads already share one pass).
+fn window_policy(config: &Config, scanner: &dyn pirq_worker::scan::Scanner) -> WindowPolicy {
+    let max_keys = config.max_batch_keys as usize;
+    let slots = if scanner.name() == "cuda" {
+        config.workspaces as usize
+    } else {
+        1
+    };
+    let fixed = || WindowPolicy::fixed(max_keys, slots, config.max_wait().unwrap_or_default());
+    if config.window_policy == WindowPolicyKind::Fixed {
+        return fixed();
+    }
+    match scanner.measure_pass_cost() {
+        Some(cost) => {
+            let policy = WindowPolicy::from_cost(&cost, max_keys, slots, config.max_wait());
+            tracing::info!(
+                one_key_ms = cost.one_key.as_secs_f64() * 1e3,
+                full_ms = cost.full.as_secs_f64() * 1e3,
+                full_keys = cost.full_keys,
+                knee_keys = policy.knee,
+                gather_ms = policy.gather.as_secs_f64() * 1e3,
+                overlap_below_knee = policy.overlap_below_knee,
+                "window policy from the measured pass cost"
+            );
+            policy
+        }
+        None => fixed(),
     }
 }
 

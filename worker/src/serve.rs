@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::batcher::{Batcher, Window};
+use crate::batcher::{Batcher, Idle, Window};
+use crate::policy::WindowPolicy;
 use crate::queue::{Delivery, Outcome, Queue};
 use crate::reclaim;
 use crate::scan::{Geometry, Scanner};
@@ -32,11 +33,9 @@ pub struct Worker {
     /// How long a job pinned to an epoch not applied yet waits for it.
     pub epoch_wait: Duration,
     pub max_batch_keys: usize,
-    pub max_wait: Duration,
     pub block: Duration,
-    /// Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU backend (its
-    /// threads already share one pass).
-    pub concurrent_windows: usize,
+    /// How windows close and how many scan at once ([`crate::policy`]).
+    pub policy: WindowPolicy,
 }
 
 /// Runs until `stop` turns true: then stops reading, finishes the window in flight, writes its
@@ -50,13 +49,16 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         worker.block,
         stop.clone(),
     ));
-    let mut batcher = Batcher::new(rx, worker.max_batch_keys, worker.max_wait);
-    // Up to `concurrent_windows` windows scan at once (the CUDA backend's workspaces: one
-    // window's upload and expansion overlap another's scan); a window's results are written
-    // while the next windows scan, with as many writes in flight as scans.
-    let concurrency = worker.concurrent_windows.max(1);
-    let scans = Arc::new(Semaphore::new(concurrency));
-    let writes = Arc::new(Semaphore::new(concurrency));
+    let policy = worker.policy;
+    let mut batcher = Batcher::new(rx, policy.max_keys, policy.gather);
+    // Up to `policy.slots` windows scan at once (the CUDA backend's workspaces: one window's
+    // upload and expansion overlap another's scan), but a window that the policy keeps from
+    // scanning beside another takes jobs until the running scans end. A window's results are
+    // written while the next windows scan, with as many writes in flight as scans.
+    let scans = Arc::new(Semaphore::new(policy.slots));
+    let writes = Arc::new(Semaphore::new(policy.slots));
+    // Windows scanning now.
+    let (running, _) = watch::channel(0usize);
     let worker = Arc::new(worker);
     let mut in_flight = JoinSet::new();
     let mut stop_wait = stop.clone();
@@ -65,15 +67,24 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         let Ok(scan_permit) = scans.clone().acquire_owned().await else {
             break;
         };
+        let close = policy.close(*running.borrow());
+        let idle: Option<Idle> = close.until_idle.then(|| {
+            let mut scans_now = running.subscribe();
+            Box::pin(async move {
+                let _ = scans_now.wait_for(|n| *n == 0).await;
+            }) as Idle
+        });
         // Stop first: once stopping, buffered jobs are not started (they are handed back).
         let window = tokio::select! {
             biased;
             _ = stop_wait.wait_for(|s| *s) => break,
-            w = batcher.next_window() => match w { Some(w) => w, None => break },
+            w = batcher.next_window_by(close, idle) => match w { Some(w) => w, None => break },
         };
-        let (worker, writes) = (worker.clone(), writes.clone());
+        running.send_modify(|n| *n += 1);
+        let (worker, writes, running) = (worker.clone(), writes.clone(), running.clone());
         in_flight.spawn(async move {
             let outcomes = run_window(&worker, window).await;
+            running.send_modify(|n| *n -= 1);
             drop(scan_permit);
             let _write_permit = writes.acquire_owned().await;
             write_outcomes(&worker.queue, outcomes).await

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use pirq_shared::dpf::{generate, DpfKey};
+use pirq_worker::policy::WindowPolicy;
 use pirq_worker::scan::cuda::{CudaConfig, CudaScanner, PassTimings, ScanPlan};
+use pirq_worker::scan::Scanner;
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the CUDA scanner on synthetic databases generated on the GPU")]
@@ -107,6 +109,21 @@ fn main() -> Result<()> {
             "read-all floor: {floor:.2} ms ({:.0} GB/s)\n",
             scanner.db_bytes() as f64 / floor / 1e6
         );
+        // What the worker's window policy would derive here (it measures at --max-batch-keys).
+        if let Some(cost) = scanner.measure_pass_cost() {
+            let policy = WindowPolicy::from_cost(&cost, max_q, scanner.workspaces(), None);
+            println!(
+                "window policy: one-key pass {:.2} ms, {}-key pass {:.2} ms (scan {:.2}): knee {} keys, \
+                 gather {:.2} ms, overlap below the knee: {}\n",
+                cost.one_key.as_secs_f64() * 1e3,
+                cost.full_keys,
+                cost.full.as_secs_f64() * 1e3,
+                cost.full_scan.as_secs_f64() * 1e3,
+                policy.knee,
+                policy.gather.as_secs_f64() * 1e3,
+                policy.overlap_below_knee
+            );
+        }
         let keys = make_keys(scanner_domain(&scanner), max_q);
         println!("| Q | plan | ms/pass | keys/s | h2d ms | expand ms | scan ms | d2h ms | scan / floor |");
         println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");

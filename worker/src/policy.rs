@@ -1,0 +1,239 @@
+//! When a window closes and whether it may scan beside another: chosen from what a pass costs.
+//!
+//! A pass reads the whole database once, so below some batch size Q* (the *knee*) its time is
+//! the memory floor whatever the number of keys; above it, time grows with the keys. Two
+//! consequences drive the windows:
+//!
+//! - **Below the knee, one pass at a time.** Two windows scanning at once each read the whole
+//!   database, so each pass takes about twice as long and answers no more keys than one pass of
+//!   both windows' keys would have. So a window below the knee never starts while another scan
+//!   runs: it keeps taking jobs until the running scan ends, and then every job waiting joins it.
+//!   (Measured on an H100 at 64 GiB with two windows at once: 1,914 keys/s with 128 keys in flight
+//!   against ~4,200 possible in one pass.)
+//! - **At or above the knee a window may start beside a running scan**: its keys cost tensor
+//!   time, not another read of the database, so the overlap hides the pass's upload, expansion
+//!   and download without wasting a pass. Likewise below the knee when the part of a pass that is
+//!   not the scan is large enough that overlapping it pays (small databases).
+//!
+//! A window below the knee that finds the scanner idle waits a little for more jobs (a quarter
+//! of the floor, counted from its first job): keys that arrive within that time would otherwise
+//! wait a whole pass. At idle this adds at most a quarter of a pass to the latency.
+//!
+//! The cost comes from [`crate::scan::Scanner::measure_pass_cost`] at start-up (the CUDA
+//! backend times a one-key pass and a full one); a backend that does not measure keeps the
+//! fixed behaviour of the flags: up to `slots` windows at once, each closing when full or when
+//! its first job has waited `--max-wait-ms`.
+
+use std::time::Duration;
+
+use crate::scan::PassCost;
+
+/// A pass whose non-scan part (upload, expansion, download, copy-out, launch gaps) is at least
+/// this share of the whole pays for overlapping with another pass even below the knee.
+const OVERLAP_PAYS_SHARE: f64 = 0.2;
+
+/// A full pass this much slower than a one-key pass has a knee inside the batch range; below,
+/// the whole range counts as memory-bound (run-to-run spread is a few per cent).
+const COMPUTE_BOUND_RATIO: f64 = 1.15;
+
+/// How windows are formed; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowPolicy {
+    /// Most keys in one window.
+    pub max_keys: usize,
+    /// Most windows scanning at once (the CUDA workspaces; 1 on the CPU backend).
+    pub slots: usize,
+    /// A window with at least this many keys closes at once and may scan beside another.
+    pub knee: usize,
+    /// How long a window below the knee waits for more jobs after its first one arrived.
+    pub gather: Duration,
+    /// Whether a window below the knee may start while another scan runs.
+    pub overlap_below_knee: bool,
+}
+
+/// How the next window is to be closed, given the scans running now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Close {
+    /// Stop waiting for more jobs once the window holds this many keys (buffered jobs are
+    /// always taken, up to the window's maximum).
+    pub enough: usize,
+    /// Longest the window waits for more jobs, counted from its first job's arrival...
+    pub gather: Duration,
+    /// ...and, when set, not before the running scans have ended (unless `enough` is reached).
+    pub until_idle: bool,
+}
+
+impl WindowPolicy {
+    /// The flags' fixed behaviour: up to `slots` windows at once, each closing when full or
+    /// after `max_wait`.
+    pub fn fixed(max_keys: usize, slots: usize, max_wait: Duration) -> WindowPolicy {
+        WindowPolicy {
+            max_keys: max_keys.max(1),
+            slots: slots.max(1),
+            knee: max_keys.max(1),
+            gather: max_wait,
+            overlap_below_knee: true,
+        }
+    }
+
+    /// The policy for a scanner whose measured pass cost is `cost`; `max_wait` (the flag, when
+    /// given) replaces the derived gather time.
+    pub fn from_cost(
+        cost: &PassCost,
+        max_keys: usize,
+        slots: usize,
+        max_wait: Option<Duration>,
+    ) -> WindowPolicy {
+        let max_keys = max_keys.max(1);
+        let knee = knee(cost, max_keys);
+        let gather = max_wait.unwrap_or(if knee > 1 {
+            cost.one_key / 4
+        } else {
+            Duration::ZERO
+        });
+        WindowPolicy {
+            max_keys,
+            slots: slots.max(1),
+            knee,
+            gather,
+            overlap_below_knee: cost.non_scan_share() >= OVERLAP_PAYS_SHARE,
+        }
+    }
+
+    /// How to close the next window while `running` scans are in flight.
+    pub fn close(&self, running: usize) -> Close {
+        Close {
+            enough: self.knee.min(self.max_keys),
+            gather: self.gather,
+            until_idle: running > 0 && !self.overlap_below_knee,
+        }
+    }
+}
+
+/// The batch size from which a pass is compute-bound: where the per-key cost of a full pass
+/// reaches the one-key pass (`max_keys` and beyond when a full pass is hardly slower).
+pub fn knee(cost: &PassCost, max_keys: usize) -> usize {
+    let (one, full) = (cost.one_key.as_secs_f64(), cost.full.as_secs_f64());
+    if cost.full_keys <= 1 || one <= 0.0 || full < one * COMPUTE_BOUND_RATIO {
+        return max_keys.max(cost.full_keys);
+    }
+    let per_key = full / cost.full_keys as f64;
+    ((one / per_key).ceil() as usize).clamp(1, max_keys.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: f64) -> Duration {
+        Duration::from_secs_f64(x / 1e3)
+    }
+
+    /// The H100 at 64 GiB with the wgmma kernel (docs/bench/gpu-scan.md): 1 key 22.9 ms,
+    /// 256 keys 32 ms, scan ~97 % of a pass.
+    fn big() -> PassCost {
+        PassCost {
+            one_key: ms(22.9),
+            full: ms(32.0),
+            full_keys: 256,
+            full_scan: ms(31.0),
+        }
+    }
+
+    #[test]
+    fn memory_bound_windows_never_scan_beside_another() {
+        let p = WindowPolicy::from_cost(&big(), 256, 2, None);
+        // 22.9 / (32 / 256) = 183.2 -> 184 keys.
+        assert_eq!(p.knee, 184);
+        assert!(!p.overlap_below_knee);
+        assert_eq!(p.gather, ms(22.9) / 4);
+        // Scanner idle: the window starts when it has the knee or its gather time is over.
+        assert_eq!(
+            p.close(0),
+            Close {
+                enough: 184,
+                gather: ms(22.9) / 4,
+                until_idle: false
+            }
+        );
+        // A scan running: a window below the knee waits for it to end.
+        assert!(p.close(1).until_idle);
+        assert_eq!(p.close(1).enough, 184);
+    }
+
+    #[test]
+    fn a_full_pass_hardly_slower_than_one_key_means_every_batch_is_memory_bound() {
+        let cost = PassCost {
+            one_key: ms(22.9),
+            full: ms(25.0),
+            full_keys: 128,
+            full_scan: ms(24.5),
+        };
+        let p = WindowPolicy::from_cost(&cost, 128, 2, None);
+        assert_eq!(p.knee, 128);
+        assert!(p.close(1).until_idle);
+    }
+
+    #[test]
+    fn small_databases_overlap_where_the_non_scan_part_is_large() {
+        // A tiny database: launches and copies are most of a pass.
+        let cost = PassCost {
+            one_key: ms(0.20),
+            full: ms(0.60),
+            full_keys: 256,
+            full_scan: ms(0.25),
+        };
+        let p = WindowPolicy::from_cost(&cost, 256, 2, None);
+        assert!(p.overlap_below_knee);
+        assert!(!p.close(1).until_idle);
+        // 8 GiB on the H100 (mma.sync, 2026-11-22): scan 2.75 of 2.96 ms, 7 % elsewhere.
+        let cost = PassCost {
+            one_key: ms(3.14),
+            full: ms(6.93),
+            full_keys: 256,
+            full_scan: ms(6.53),
+        };
+        let p = WindowPolicy::from_cost(&cost, 256, 2, None);
+        assert!(!p.overlap_below_knee);
+        assert_eq!(p.knee, 116);
+    }
+
+    #[test]
+    fn flags_override_and_fixed_keeps_the_old_behaviour() {
+        let p = WindowPolicy::from_cost(&big(), 256, 2, Some(ms(2.0)));
+        assert_eq!(p.gather, ms(2.0));
+        let f = WindowPolicy::fixed(256, 2, Duration::ZERO);
+        assert_eq!(
+            f.close(1),
+            Close {
+                enough: 256,
+                gather: Duration::ZERO,
+                until_idle: false
+            }
+        );
+    }
+
+    #[test]
+    fn the_knee_never_leaves_the_batch_range() {
+        let fast = PassCost {
+            one_key: ms(1.0),
+            full: ms(400.0),
+            full_keys: 256,
+            full_scan: ms(399.0),
+        };
+        assert_eq!(knee(&fast, 256), 1);
+        let odd = PassCost {
+            one_key: ms(0.0),
+            full: ms(1.0),
+            full_keys: 1,
+            full_scan: ms(1.0),
+        };
+        assert_eq!(knee(&odd, 64), 64);
+        let p = WindowPolicy::from_cost(&fast, 256, 2, None);
+        assert_eq!(
+            p.gather,
+            Duration::ZERO,
+            "no memory-bound range: no waiting"
+        );
+    }
+}
