@@ -60,7 +60,7 @@ pub struct Config {
     pub max_batch_keys: u32,
 
     /// Longest a window waits for more jobs after its first one arrived, in milliseconds. A
-    /// full window never waits. Default: chosen by the window policy (`auto`: a quarter of a
+    /// full window never waits. Default: chosen by the window policy (`auto`: half a
     /// one-key pass while passes are memory-bound, else 0; `fixed`: 0).
     #[arg(long, env = "PIRQ_MAX_WAIT_MS")]
     pub max_wait_ms: Option<u64>,

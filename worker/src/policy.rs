@@ -15,22 +15,31 @@
 //!   and download without wasting a pass. Likewise below the knee when the part of a pass that is
 //!   not the scan is large enough that overlapping it pays (small databases).
 //!
-//! A window below the knee that finds the scanner idle waits a little for more jobs (a quarter
-//! of the floor, counted from its first job): keys that arrive within that time would otherwise
-//! wait a whole pass. At idle this adds at most a quarter of a pass to the latency.
+//! A window below the knee waits a little for more jobs (half the floor, counted from
+//! when the scanner became free or from its first job, whichever is later): keys that arrive
+//! within that time would otherwise wait a whole pass, and the answers of the pass that just
+//! ended bring their clients' next jobs a few milliseconds later. (Counted from the first job
+//! only, 64 closed-loop clients at 64 GiB split into two groups that took turns, 65 keys a pass.)
+//! The wait ends early once the window holds the jobs that waited through the last scan plus as
+//! many keys as that scan answered (a closed loop's clients are then all back). At idle this
+//! adds at most half a pass to the latency (measured at 64 GiB with 64 closed-loop clients: a
+//! quarter of the floor still let stragglers miss their pass, 116 of 128 keys a pass).
 //!
 //! The cost comes from [`crate::scan::Scanner::measure_pass_cost`] at start-up (the CUDA
 //! backend times a one-key pass and a full one); a backend that does not measure keeps the
 //! fixed behaviour of the flags: up to `slots` windows at once, each closing when full or when
 //! its first job has waited `--max-wait-ms`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::scan::PassCost;
 
 /// A pass whose non-scan part (upload, expansion, download, copy-out, launch gaps) is at least
 /// this share of the whole pays for overlapping with another pass even below the knee.
 const OVERLAP_PAYS_SHARE: f64 = 0.2;
+
+/// A window below the knee waits at most a one-key pass divided by this for more jobs.
+const GATHER_DIVISOR: u32 = 2;
 
 /// A full pass this much slower than a one-key pass has a knee inside the batch range; below,
 /// the whole range counts as memory-bound (run-to-run spread is a few per cent).
@@ -49,6 +58,9 @@ pub struct WindowPolicy {
     pub gather: Duration,
     /// Whether a window below the knee may start while another scan runs.
     pub overlap_below_knee: bool,
+    /// Derived from a measured pass cost (else the flags' fixed behaviour: the gather time
+    /// counts from a window's first job only).
+    pub measured: bool,
 }
 
 /// How the next window is to be closed, given the scans running now.
@@ -57,10 +69,18 @@ pub struct Close {
     /// Stop waiting for more jobs once the window holds this many keys (buffered jobs are
     /// always taken, up to the window's maximum).
     pub enough: usize,
-    /// Longest the window waits for more jobs, counted from its first job's arrival...
+    /// Longest the window waits for more jobs, counted from its first job's arrival or, when
+    /// `gather_from` is set, from the later of that and `gather_from`...
     pub gather: Duration,
-    /// ...and, when set, not before the running scans have ended (unless `enough` is reached).
+    /// ...the moment the scanner last became free (the end of the last scan);
+    pub gather_from: Option<Instant>,
+    /// and, when set, not before the running scans have ended (unless `enough` is reached;
+    /// the gather time then counts from their end).
     pub until_idle: bool,
+    /// Keys the last pass answered (0: no expectation). Their clients' next jobs are expected
+    /// back: once the window holds the keys that waited through the scan plus this many, it
+    /// closes without waiting out the gather time.
+    pub expect_back: usize,
 }
 
 impl WindowPolicy {
@@ -73,6 +93,7 @@ impl WindowPolicy {
             knee: max_keys.max(1),
             gather: max_wait,
             overlap_below_knee: true,
+            measured: false,
         }
     }
 
@@ -87,7 +108,7 @@ impl WindowPolicy {
         let max_keys = max_keys.max(1);
         let knee = knee(cost, max_keys);
         let gather = max_wait.unwrap_or(if knee > 1 {
-            cost.one_key / 4
+            cost.one_key / GATHER_DIVISOR
         } else {
             Duration::ZERO
         });
@@ -97,15 +118,23 @@ impl WindowPolicy {
             knee,
             gather,
             overlap_below_knee: cost.non_scan_share() >= OVERLAP_PAYS_SHARE,
+            measured: true,
         }
     }
 
-    /// How to close the next window while `running` scans are in flight.
-    pub fn close(&self, running: usize) -> Close {
+    /// How to close the next window while `running` scans are in flight; the last scan ended
+    /// at `last_end`. The gather time counts from when the scanner is free: jobs that waited
+    /// through a scan must not close the window before the jobs that scan answered are back
+    /// (clients in a closed loop would otherwise split into groups that alternate passes); once
+    /// they are back the window need not wait longer.
+    /// `last_keys` is what the last pass answered.
+    pub fn close(&self, running: usize, last_end: Instant, last_keys: usize) -> Close {
         Close {
             enough: self.knee.min(self.max_keys),
             gather: self.gather,
+            gather_from: self.measured.then_some(last_end),
             until_idle: running > 0 && !self.overlap_below_knee,
+            expect_back: if self.measured { last_keys } else { 0 },
         }
     }
 }
@@ -142,23 +171,27 @@ mod tests {
 
     #[test]
     fn memory_bound_windows_never_scan_beside_another() {
+        let end = Instant::now();
         let p = WindowPolicy::from_cost(&big(), 256, 2, None);
         // 22.9 / (32 / 256) = 183.2 -> 184 keys.
         assert_eq!(p.knee, 184);
         assert!(!p.overlap_below_knee);
-        assert_eq!(p.gather, ms(22.9) / 4);
+        assert_eq!(p.gather, ms(22.9) / 2);
         // Scanner idle: the window starts when it has the knee or its gather time is over.
+        // The gather time counts from the end of the last scan.
         assert_eq!(
-            p.close(0),
+            p.close(0, end, 100),
             Close {
                 enough: 184,
-                gather: ms(22.9) / 4,
-                until_idle: false
+                gather: ms(22.9) / 2,
+                gather_from: Some(end),
+                until_idle: false,
+                expect_back: 100
             }
         );
         // A scan running: a window below the knee waits for it to end.
-        assert!(p.close(1).until_idle);
-        assert_eq!(p.close(1).enough, 184);
+        assert!(p.close(1, end, 0).until_idle);
+        assert_eq!(p.close(1, end, 0).enough, 184);
     }
 
     #[test]
@@ -171,7 +204,7 @@ mod tests {
         };
         let p = WindowPolicy::from_cost(&cost, 128, 2, None);
         assert_eq!(p.knee, 128);
-        assert!(p.close(1).until_idle);
+        assert!(p.close(1, Instant::now(), 0).until_idle);
     }
 
     #[test]
@@ -185,7 +218,7 @@ mod tests {
         };
         let p = WindowPolicy::from_cost(&cost, 256, 2, None);
         assert!(p.overlap_below_knee);
-        assert!(!p.close(1).until_idle);
+        assert!(!p.close(1, Instant::now(), 0).until_idle);
         // 8 GiB on the H100 (mma.sync, 2026-11-22): scan 2.75 of 2.96 ms, 7 % elsewhere.
         let cost = PassCost {
             one_key: ms(3.14),
@@ -204,11 +237,13 @@ mod tests {
         assert_eq!(p.gather, ms(2.0));
         let f = WindowPolicy::fixed(256, 2, Duration::ZERO);
         assert_eq!(
-            f.close(1),
+            f.close(1, Instant::now(), 64),
             Close {
                 enough: 256,
                 gather: Duration::ZERO,
-                until_idle: false
+                gather_from: None,
+                until_idle: false,
+                expect_back: 0
             }
         );
     }

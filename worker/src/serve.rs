@@ -57,8 +57,10 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
     // written while the next windows scan, with as many writes in flight as scans.
     let scans = Arc::new(Semaphore::new(policy.slots));
     let writes = Arc::new(Semaphore::new(policy.slots));
-    // Windows scanning now.
+    // Windows scanning now, and when the last scan ended.
     let (running, _) = watch::channel(0usize);
+    // When the last scan ended and how many keys it answered.
+    let last_end = Arc::new(std::sync::Mutex::new((Instant::now(), 0usize)));
     let worker = Arc::new(worker);
     let mut in_flight = JoinSet::new();
     let mut stop_wait = stop.clone();
@@ -67,11 +69,13 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         let Ok(scan_permit) = scans.clone().acquire_owned().await else {
             break;
         };
-        let close = policy.close(*running.borrow());
+        let (ended, answered) = *last_end.lock().unwrap_or_else(|e| e.into_inner());
+        let close = policy.close(*running.borrow(), ended, answered);
         let idle: Option<Idle> = close.until_idle.then(|| {
-            let mut scans_now = running.subscribe();
+            let (mut scans_now, last_end) = (running.subscribe(), last_end.clone());
             Box::pin(async move {
                 let _ = scans_now.wait_for(|n| *n == 0).await;
+                *last_end.lock().unwrap_or_else(|e| e.into_inner())
             }) as Idle
         });
         // Stop first: once stopping, buffered jobs are not started (they are handed back).
@@ -81,9 +85,12 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
             w = batcher.next_window_by(close, idle) => match w { Some(w) => w, None => break },
         };
         running.send_modify(|n| *n += 1);
-        let (worker, writes, running) = (worker.clone(), writes.clone(), running.clone());
+        let (worker, writes) = (worker.clone(), writes.clone());
+        let (running, last_end) = (running.clone(), last_end.clone());
         in_flight.spawn(async move {
+            let keys = window.keys;
             let outcomes = run_window(&worker, window).await;
+            *last_end.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), keys);
             running.send_modify(|n| *n -= 1);
             drop(scan_permit);
             let _write_permit = writes.acquire_owned().await;
