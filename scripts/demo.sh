@@ -3,7 +3,8 @@
 #   builds everything (release), installs redis-server if missing, makes a small database,
 #   starts two parties (each: its own redis-server, a pirq-gateway and a pirq-worker),
 #   fetches pages privately with `pirq query` (SSE, polling, bincode), checks every page
-#   against the database file with dd + cmp, prints the latency, and cleans up on exit.
+#   against the database file with dd + cmp, looks a page up through the TypeScript client's
+#   demo page in headless Chromium, prints the latency, and cleans up on exit.
 #
 #   scripts/demo.sh                       # 16384 pages of 4096 B (64 MiB)
 #   PIRQ_DEMO_PAGES=65536 scripts/demo.sh # 256 MiB
@@ -18,8 +19,8 @@ base=${PIRQ_DEMO_PORT_BASE:-17300}
 
 scripts/install-deps.sh >/dev/null
 
-echo "== build (release): pirq-gateway, pirq-worker, pirq"
-cargo build --release --quiet -p pirq-gateway -p pirq-worker -p pirq-client \
+echo "== build (release): pirq-gateway, pirq-worker, pirq (the first build takes minutes; cargo shows its progress)"
+cargo build --release -p pirq-gateway -p pirq-worker -p pirq-cli \
     --bin pirq-gateway --bin pirq-worker --bin pirq
 bin=$PWD/target/release
 
@@ -40,7 +41,7 @@ trap 'exit 130' INT TERM
 
 # A port is taken when something accepts a connection on it.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)); do
+for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)); do
     if port_busy "$p"; then
         echo "port $p is in use; set PIRQ_DEMO_PORT_BASE to a free range" >&2
         exit 1
@@ -71,6 +72,8 @@ echo "== database: $pages pages of $page_size B ($(((pages * page_size) >> 20)) 
 "$bin/pirq" db gen --pages "$pages" --page-size "$page_size" --seed 42 --out "$work/demo.pirdb" >/dev/null
 
 admin_token=demo-admin-$RANDOM$RANDOM
+# The demo page of the TypeScript client is served here; the gateways allow it (CORS).
+web_origin=http://127.0.0.1:$((base + 20))
 start_party() { # name redis_port gateway_port
     local name=$1 rport=$2 gport=$3
     mkdir -p "$work/redis-$name"
@@ -79,7 +82,8 @@ start_party() { # name redis_port gateway_port
     pids+=($!)
     wait_for "redis-server $name" redis_up "$rport"
     PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
-        --prefix "demo-$name" --listen "127.0.0.1:$gport" >"$work/gateway-$name.log" 2>&1 &
+        --prefix "demo-$name" --listen "127.0.0.1:$gport" --cors-origin "$web_origin" \
+        >"$work/gateway-$name.log" 2>&1 &
     pids+=($!)
     "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name" \
         --db "$work/demo.pirdb" --backend auto --threads 1 >"$work/worker-$name.log" 2>&1 &
@@ -116,6 +120,11 @@ echo "== pirq query --poll --bincode"
 "$bin/pirq" query --party-a "$a" --party-b "$b" "${index_args[@]}" --out "$work/poll" --poll --bincode \
     --verify "$work/demo.pirdb"
 check_pages "$work/poll" "${indices[@]}"
+
+echo "== the TypeScript client in headless Chromium: the demo page (clients/ts), page 4242"
+(cd clients/ts && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build) >"$work/npm.log" 2>&1
+node clients/ts/dist/demo/headless.js --a "$a" --b "$b" --port $((base + 20)) --index 4242 \
+    --db "$work/demo.pirdb"
 
 echo "== latency: 10 single-page queries, one after another"
 for _ in $(seq 1 10); do

@@ -28,10 +28,10 @@ find_nvrtc() {
 
 case "${1:-}" in
 build)
-    cargo build --release --features cuda -p pirq-worker --bin pirq-gpu-bench
+    cargo build --release --features cuda -p pirq-scan --bin pirq-gpu-bench
     mkdir -p .gpu
     for t in gpu_parity gpu_epochs; do
-        exe=$(cargo test --release --features cuda -p pirq-worker --test "$t" --no-run --message-format=json 2>/dev/null |
+        exe=$(cargo test --release --features cuda -p pirq-scan --test "$t" --no-run --message-format=json 2>/dev/null |
             T="$t" python3 -c 'import json,os,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==os.environ["T"]][0])')
         cp "$exe" ".gpu/$t"
         strip ".gpu/$t"

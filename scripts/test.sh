@@ -5,7 +5,9 @@
 #   1. formatting and lints (also of the CUDA backend, which builds without CUDA installed),
 #      and the ops checks (docker-compose schema, Dockerfile lint, dashboard vs metrics catalog)
 #   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
-#   3. a bounded fuzz run of the key and .pirdb header parsers
+#   3. the TypeScript client (clients/ts): the spec's vectors, then Node and headless Chromium
+#      against real parties (needs Node >= 20, npm and chromium: install-deps.sh gets them)
+#   4. a bounded fuzz run of the key and .pirdb header parsers
 #
 # GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
 set -euo pipefail
@@ -15,17 +17,26 @@ scripts/install-deps.sh
 echo "== fmt, clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo clippy -p pirq-worker --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p pirq-scan --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p pirq-worker -p pirq-cli --all-targets --features cuda --locked -- -D warnings
 
 echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics catalog"
 scripts/check-ops.sh
 
 echo "== tests"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+ts_log=$(mktemp)
+trap 'rm -f "$log" "$ts_log"' EXIT
 cargo test --workspace --release --locked 2>&1 | tee "$log"
 passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
+
+echo "== TypeScript client: spec vectors, Node and headless Chromium against real parties"
+cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli \
+    --bin pirq-gateway --bin pirq-worker --bin pirq
+(cd clients/ts && npm ci --no-audit --no-fund --loglevel=error && npm test) 2>&1 | tee "$ts_log"
+passed=$((passed + $(grep -o '^# pass [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
+failed=$((failed + $(grep -o '^# fail [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
 
 echo "== fuzz"
 scripts/fuzz.sh "${PIRQ_FUZZ_SECONDS:-20}"

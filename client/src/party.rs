@@ -25,6 +25,28 @@ fn retry_after(resp: &reqwest::Response) -> Duration {
     Duration::from_secs(secs.min(5))
 }
 
+/// Checks a party's base URL before anything is sent: `host:port` without a scheme would
+/// otherwise fail later as "relative URL without a base" (or, for `localhost:8080`, parse as a
+/// URL of scheme `localhost`).
+pub fn check_url(url: &str) -> Result<(), ClientError> {
+    let bad = |hint: String| ClientError::BadUrl {
+        url: url.to_string(),
+        hint,
+    };
+    match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(()),
+        _ if !url.contains("://") => Err(bad(format!(
+            "it has no scheme; write http://{url} (or https://)"
+        ))),
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => Err(bad(format!(
+            "scheme {:?}; write http://HOST:PORT or https://HOST:PORT",
+            u.scheme()
+        ))),
+        Ok(_) => Err(bad("it names no host; write http://HOST:PORT".into())),
+        Err(e) => Err(bad(format!("{e}; write http://HOST:PORT"))),
+    }
+}
+
 /// Body encoding used for requests and answers (SSE events are always JSON).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
@@ -386,6 +408,21 @@ fn parse_event(raw: &[u8]) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn party_urls_need_a_scheme() {
+        assert!(check_url("http://127.0.0.1:8080").is_ok());
+        assert!(check_url("https://pir.example.org/").is_ok());
+        for (bad, says) in [
+            ("127.0.0.1:8080", "write http://127.0.0.1:8080"),
+            ("localhost:8080", "write http://localhost:8080"),
+            ("ftp://host:1", "scheme \"ftp\""),
+            ("http://", "write http://HOST:PORT"),
+        ] {
+            let e = check_url(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn sse_events_parse() {

@@ -94,10 +94,51 @@ pub struct Config {
     #[arg(long, env = "PIRQ_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
 
+    /// Milliseconds a client has to send a whole request head once it connected or once the
+    /// previous answer was sent: this is also how long an idle keep-alive connection stays open.
+    /// A slower or silent client is disconnected.
+    #[arg(long, env = "PIRQ_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+
+    /// Milliseconds a client has to send a whole request body; slower bodies get 408
+    /// `body_timeout` and the connection is closed.
+    #[arg(long, env = "PIRQ_BODY_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout_ms: u64,
+
+    /// Milliseconds a connection may go without a byte moving either way (a client that stopped
+    /// reading its answer, a body that stalls in a handler that does not read it). Keep it above
+    /// the longest `?wait=` (30 s) and the SSE keep-alive (15 s).
+    #[arg(long, env = "PIRQ_IDLE_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+
+    /// Most open client connections. Past it, a new connection closes the oldest one that is
+    /// between requests (or has not sent one yet); when every connection is busy, the new one
+    /// gets 503 `too_many_connections` and is closed. Lowered at start to fit the process's
+    /// descriptor limit.
+    #[arg(long, env = "PIRQ_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// Most long-polls (`?wait=`) and event streams open at once; past it they get 503
+    /// `too_many_waiters` with `Retry-After` (plain status reads still work).
+    #[arg(long, env = "PIRQ_MAX_WAITERS", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiters: u32,
+
     /// Timeout of one Redis command and of one connection attempt, in milliseconds. A Redis that
     /// does not answer within it turns into 503 `redis_unavailable`.
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]
     pub redis_timeout_ms: u64,
+
+    /// Web origins whose pages may query this party from a browser (CORS), e.g.
+    /// `https://wallet.example`; repeat the flag or separate origins with commas; `*` allows
+    /// every origin. None (the default): no CORS headers, and browsers refuse cross-origin calls.
+    #[arg(long = "cors-origin", env = "PIRQ_CORS_ORIGIN", value_delimiter = ',',
+          value_parser = crate::cors::parse_origin)]
+    pub cors_origins: Vec<crate::cors::Origin>,
 }
 
 impl Config {
@@ -109,7 +150,82 @@ impl Config {
         Duration::from_millis(self.shutdown_grace_ms)
     }
 
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_timeout_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    /// Limits of a query body.
+    pub fn query_body(&self) -> crate::body::BodyLimits {
+        crate::body::BodyLimits {
+            limit: self.body_limit,
+            timeout: self.body_timeout(),
+        }
+    }
+
+    /// Limits of an epoch update body.
+    pub fn update_body(&self) -> crate::body::BodyLimits {
+        crate::body::BodyLimits {
+            limit: self.max_update_bytes,
+            timeout: self.body_timeout(),
+        }
+    }
+
+    /// The Redis URL for logs: a password (or a lone user name, which Redis 6 ACLs also treat
+    /// as a secret when it is the only credential) becomes `***`.
+    pub fn redis_url_redacted(&self) -> String {
+        redact_url(&self.redis_url)
+    }
+
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms.max(1))
+    }
+}
+
+/// `scheme://user:secret@host` → `scheme://user:***@host`; `scheme://secret@host` →
+/// `scheme://***@host`. Anything without credentials is returned as it is.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let redacted = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{scheme}://{redacted}{}", &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://:s3cret@10.0.0.1:6379/0"),
+            "redis://:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://app:p@ss@host:6380"),
+            "rediss://app:***@host:6380"
+        );
+        assert_eq!(redact_url("redis://tok@host"), "redis://***@host");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
     }
 }

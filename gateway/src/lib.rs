@@ -8,14 +8,18 @@
 //! - [`store`]: every Redis command the gateway sends, over one lazily-connected manager.
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
 //! - [`dbinfo`]: the registered database, cached for validation.
-//! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON.
+//! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON, [`body`]: request bodies
+//!   read only after the checks that need none, bounded in size and time.
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
 //!   backlog, `--durability fsync`.
+//! - [`cors`]: which browser origins may call the party (`--cors-origin`).
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
 pub mod backpressure;
+pub mod body;
 pub mod config;
+pub mod cors;
 pub mod dbinfo;
 pub mod durability;
 pub mod error;
@@ -24,8 +28,11 @@ pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod routes;
+pub mod server;
+pub mod shards;
 pub mod state;
 pub mod store;
+pub mod waiters;
 
 pub use config::Config;
 pub use routes::router;

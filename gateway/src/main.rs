@@ -1,7 +1,6 @@
 //! `pirq-gateway`: parse flags, build the state, serve until Ctrl-C or SIGTERM.
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use clap::Parser;
 use std::time::Duration;
 
@@ -23,7 +22,8 @@ async fn main() -> anyhow::Result<()> {
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
     if config.durability == Durability::Fsync {
-        let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+        let client = redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
         match Durable::probe(&client, Duration::from_secs(30)).await {
             Ok(d) => state = state.with_durability(d),
             Err(why) => {
@@ -35,21 +35,18 @@ async fn main() -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
-        redis::Client::open(config.redis_url.as_str()).context("redis url")?,
+        redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?,
         pirq_shared::layout::Layout::new(&config.prefix)?,
         config.redis_timeout(),
     );
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
-    tracing::info!(addr = %listener.local_addr()?, prefix = %config.prefix, redis = %config.redis_url, "pirq-gateway listening");
-    // No Nagle: an SSE stream writes small events that must leave at once, not wait for the
-    // client's delayed ACK of the previous one (that cost ~25 ms per result before).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+    tracing::info!(addr = %listener.local_addr()?, prefix = %config.prefix, redis = %config.redis_url_redacted(), "pirq-gateway listening");
     let grace = config.shutdown_grace();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+    let limits = pirq_gateway::server::ServerLimits::of(&config);
+    let server = pirq_gateway::server::serve(listener, router(state), limits, async move {
         shutdown_signal().await;
         // Waiters answer now and SSE streams end; new connections are refused.
         tracing::info!("stopping: draining open requests");
@@ -61,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
-        r = server => r?,
+        _ = server => {}
         _ = deadline => tracing::warn!(?grace, "open requests still running after the grace time; closing them"),
     }
     tracing::info!("pirq-gateway stopped");

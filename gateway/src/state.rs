@@ -14,6 +14,7 @@ use crate::dbinfo::DbCache;
 use crate::durability::Durable;
 use crate::events::Events;
 use crate::store::{Store, StoreError};
+use crate::waiters::Waiters;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -29,6 +30,8 @@ pub struct AppState {
     pub durable: Durable,
     /// Turns true on SIGTERM: waiters answer at once and streams end.
     pub shutdown: watch::Receiver<bool>,
+    /// Slots for long-polls and event streams (`--max-waiters`).
+    pub waiters: Waiters,
 }
 
 /// Why the state could not be built (bad prefix or Redis URL).
@@ -36,7 +39,7 @@ pub struct AppState {
 pub enum StateError {
     #[error(transparent)]
     Prefix(#[from] pirq_shared::layout::PrefixError),
-    #[error("redis url: {0}")]
+    #[error("{}", pirq_shared::layout::bad_redis_url(.0))]
     Redis(#[from] redis::RedisError),
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -54,6 +57,7 @@ impl AppState {
         if config.max_backlog > 0 {
             drain.spawn(client, layout, config.redis_timeout());
         }
+        let waiters = Waiters::new(config.max_waiters);
         Ok(AppState {
             config: Arc::new(config),
             store,
@@ -63,6 +67,7 @@ impl AppState {
             drain,
             durable: Durable::ack(),
             shutdown: watch::channel(false).1,
+            waiters,
         })
     }
 

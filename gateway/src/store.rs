@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use pirq_shared::digest::Digest;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::{db_field, query_field as qf, Layout};
 use pirq_shared::wire::{ErrorBody, Job, QueryResult, QueryStatus};
@@ -32,6 +33,8 @@ pub struct DbInfo {
     pub domain_bits: u8,
     pub epoch: u64,
     pub min_epoch: u64,
+    /// Shard count of the party (1: unsharded).
+    pub shards: u32,
 }
 
 impl DbInfo {
@@ -43,6 +46,23 @@ impl DbInfo {
         }
     }
 }
+
+/// The party's workers as their heartbeats describe them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveWorkers {
+    /// Workers whose heartbeat key is alive.
+    pub live: u32,
+    /// The newest epoch any live worker answers (`None` without live workers).
+    pub newest: Option<u64>,
+}
+
+/// The party identity script: the existing id, or `ARGV[1]` stored as the id.
+const PARTY_ID: &str = r#"
+local id = redis.call('GET', KEYS[1])
+if id then return id end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+"#;
 
 /// A query as stored under `{P}:q:<id>`, plus the worker's timings when it is done.
 #[derive(Clone, Debug)]
@@ -147,7 +167,6 @@ impl Store {
             let fut = async {
                 match what {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
-                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
@@ -258,41 +277,99 @@ impl Store {
             domain_bits: get(db_field::DOMAIN_BITS)? as u8,
             epoch,
             min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
+            shards: get(db_field::SHARDS).unwrap_or(1).max(1) as u32,
         }))
     }
 
-    /// Workers whose heartbeat key is alive. Members of the set whose heartbeat expired (a
-    /// worker that died without deregistering) are removed on the way.
-    pub async fn live_workers(&self) -> Result<u32, StoreError> {
+    /// The key-value layout the workers registered with the database, `None` for a page
+    /// database.
+    pub async fn kv_layout(&self) -> Result<Option<pirq_shared::kv::KvInfo>, StoreError> {
+        let cmd = redis::Cmd::hget(self.layout.db(), db_field::KV);
+        let json: Option<String> = self.run(Query::Cmd(&cmd)).await?;
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| StoreError::Malformed {
+                what: "kv layout registration",
+                detail: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    /// Workers whose heartbeat key is alive, and the newest epoch they answer (from the window
+    /// in each heartbeat). Members of the set whose heartbeat expired (a worker that died without
+    /// deregistering) are removed on the way.
+    pub async fn live_workers(&self) -> Result<LiveWorkers, StoreError> {
         let cmd = redis::Cmd::smembers(self.layout.workers());
         let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         if ids.is_empty() {
-            return Ok(0);
+            return Ok(LiveWorkers::default());
         }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.exists(self.layout.worker(id));
-        }
-        let alive: Vec<bool> = self.run(Query::Pipe(&pipe)).await?;
+        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
+        let cmd = redis::Cmd::mget(&keys);
+        let beats: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
         let dead: Vec<&String> = ids
             .iter()
-            .zip(&alive)
-            .filter(|(_, a)| !**a)
+            .zip(&beats)
+            .filter(|(_, b)| b.is_none())
             .map(|(id, _)| id)
             .collect();
         if !dead.is_empty() {
             let cmd = redis::Cmd::srem(self.layout.workers(), dead);
             let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
         }
-        Ok(alive.iter().filter(|a| **a).count() as u32)
+        let mut workers = LiveWorkers::default();
+        for beat in beats.iter().flatten() {
+            workers.live += 1;
+            let newest = serde_json::from_str::<serde_json::Value>(beat)
+                .ok()
+                .and_then(|v| v["window"]["newest"].as_u64());
+            workers.newest = workers.newest.max(newest);
+        }
+        Ok(workers)
+    }
+
+    /// The database digest (SPEC §2.1) a worker registered for `epoch`, if any.
+    pub async fn digest_at(&self, epoch: u64) -> Result<Option<Digest>, StoreError> {
+        let cmd = redis::Cmd::hget(self.layout.digests(), epoch);
+        let hex: Option<String> = self.run(Query::Cmd(&cmd)).await?;
+        Ok(hex.as_deref().and_then(Digest::from_hex))
+    }
+
+    /// The party's identity (`{P}:party`), drawn and stored by the first gateway that asks.
+    pub async fn party_id(&self) -> Result<String, StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(PARTY_ID)
+            .arg(1)
+            .arg(self.layout.party())
+            .arg(format!("{:032x}", rand::random::<u128>()));
+        self.run(Query::Cmd(&cmd)).await
     }
 }
 
-/// One command or one pipeline, as [`Store::run`] sends it.
+impl Store {
+    /// The heartbeat records (JSON, as workers write them) of the workers that are alive, with
+    /// their ids.
+    pub async fn worker_records(&self) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+        let cmd = redis::Cmd::smembers(self.layout.workers());
+        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
+        let cmd = redis::Cmd::mget(keys);
+        let records: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
+        Ok(ids
+            .into_iter()
+            .zip(records)
+            .filter_map(|(id, r)| Some((id, serde_json::from_str(&r?).ok()?)))
+            .collect())
+    }
+}
+
+/// One command, as [`Store::run`] sends it.
 #[derive(Clone, Copy)]
 enum Query<'a> {
     Cmd(&'a redis::Cmd),
-    Pipe(&'a redis::Pipeline),
 }
 
 fn malformed(detail: String) -> StoreError {
@@ -325,6 +402,7 @@ fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuer
                 )));
             }
             result.epoch = number(qf::EPOCH);
+            result.digest = text(qf::DIGEST).and_then(Digest::from_hex);
             result.pages = pages
                 .chunks(page_size as usize)
                 .map(<[u8]>::to_vec)

@@ -27,7 +27,7 @@ D=.gpu/ops
 
 case "${1:-}" in
 build)
-    cargo build --release -p pirq-gateway -p pirq-client --bin pirq-gateway --bin pirq
+    cargo build --release -p pirq-gateway -p pirq-cli --bin pirq-gateway --bin pirq
     # The CUDA feature loads the driver at run time only: the same worker serves --backend cpu.
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$D" && mkdir -p "$D"
@@ -235,7 +235,7 @@ if section 5; then
     pages=${GPU_DB_PAGES:-8388608}
     echo "== 5. one party, 1 vs 2 CUDA workers (one per GPU), $pages pages of 4 KiB"
     pirq db gen --pages "$pages" --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
-    SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --verify "$W/db.pirdb")
+    SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --allow-same-party --verify "$W/db.pirdb")
     for n in 1 2; do
         redis 0 7101
         sleep 0.3

@@ -157,7 +157,7 @@ def test_db_init_runs_real_cli_flags():
     assert "pirq db gen" in script
     gen = script[script.index("pirq db gen") :]
     flags = {tok[2:] for tok in shlex.split(gen) if tok.startswith("--")}
-    source = (ROOT / "client/src/bin/pirq/db.rs").read_text()
+    source = (ROOT / "cli/src/db.rs").read_text()
     block = source[source.index("pub struct GenArgs") :]
     block = block[: block.index("}")]
     fields = {f.replace("_", "-") for f in re.findall(r"^\s*(\w+):", block, re.M)}

@@ -3,15 +3,21 @@
 pub mod synthetic;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
+
+use crate::digest::Digest;
+
+use crate::kv::{KvLayout, KvParams};
 
 /// First 8 bytes of every `.pirdb` file.
 pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
 /// Bytes before page 0.
 pub const HEADER_LEN: usize = 4096;
+/// Where the database digest (SPEC §2.1) sits in the header: bytes 32..64.
+pub const DIGEST_RANGE: std::ops::Range<usize> = 32..64;
 pub const MIN_PAGE_SIZE: u32 = 256;
 pub const MAX_PAGE_SIZE: u32 = 65536;
 /// Keys have at most 40 domain bits, so a database holds at most 2^40 pages.
@@ -40,6 +46,14 @@ pub enum DbError {
     NumPages(u64),
     #[error("reserved header bytes at offset {offset} are not zero")]
     Reserved { offset: usize },
+    /// The key-value layout block (header bytes 64..512, `docs/spec/kv.md`) is malformed.
+    #[error("{0}")]
+    Kv(#[from] crate::kv::KvError),
+    #[error(
+        "refusing to write {}: it is the input {} (same file); write to another path",
+        output.display(), input.display()
+    )]
+    OutputIsInput { output: PathBuf, input: PathBuf },
     #[error("file is {actual} bytes, header says {expected} ({num_pages} pages of {page_size})")]
     Length {
         expected: u64,
@@ -84,13 +98,37 @@ impl Header {
         if u32_at(12) != 0 {
             return Err(DbError::Reserved { offset: 12 });
         }
-        if let Some(i) = bytes[32..HEADER_LEN].iter().position(|b| *b != 0) {
-            return Err(DbError::Reserved { offset: 32 + i });
+        // Bytes 32..64 hold the digest (any value); bytes 64..512 are the kv layout block: zero,
+        // or a layout that fits these pages.
+        let kv = crate::kv::BLOCK;
+        for reserved in [DIGEST_RANGE.end..kv.start, kv.end..HEADER_LEN] {
+            if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
+                return Err(DbError::Reserved {
+                    offset: reserved.start + i,
+                });
+            }
         }
+        header.kv_params(bytes)?;
         Ok(header)
     }
 
-    /// The 4096 header bytes.
+    /// The kv layout in header `bytes` (64..512) checked against this geometry; `None` for a
+    /// plain page database.
+    pub fn kv_params(&self, bytes: &[u8]) -> Result<Option<KvParams>, DbError> {
+        match KvLayout::from_header(bytes)? {
+            None => Ok(None),
+            Some(layout) => Ok(Some(KvParams::new(layout, self.page_size, self.num_pages)?)),
+        }
+    }
+
+    /// The digest recorded in header bytes 32..64; `None` when they are zero (a file written
+    /// before digests existed).
+    pub fn parse_digest(bytes: &[u8]) -> Option<Digest> {
+        let raw: [u8; 32] = bytes.get(DIGEST_RANGE)?.try_into().ok()?;
+        (raw != [0; 32]).then_some(Digest(raw))
+    }
+
+    /// The 4096 header bytes (digest bytes zero).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = vec![0u8; HEADER_LEN];
         out[..8].copy_from_slice(&MAGIC);
@@ -124,6 +162,8 @@ pub fn domain_bits(num_pages: u64) -> u8 {
 /// A `.pirdb` file mapped read-only. Page bytes are read straight from the page cache.
 pub struct PirDb {
     header: Header,
+    digest: Option<Digest>,
+    kv: Option<KvParams>,
     map: Mmap,
     path: PathBuf,
 }
@@ -141,10 +181,13 @@ impl PirDb {
         if len < HEADER_LEN as u64 {
             return Err(DbError::ShortHeader { len });
         }
-        // SAFETY: the file is opened read-only; pirq never writes a database in place, and the
-        // operations guide says not to modify a file a worker is serving.
+        // SAFETY: the file is opened read-only; pirq's tools never write a database in place
+        // (they rename a new file over it, see `write_atomically`), and a worker exits with a
+        // message when something else modifies or truncates the file it maps (worker::guard).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = Header::parse(&map[..HEADER_LEN])?;
+        let kv = header.kv_params(&map[..HEADER_LEN])?;
+        let digest = Header::parse_digest(&map[..HEADER_LEN]);
         if len != header.file_len() {
             return Err(DbError::Length {
                 expected: header.file_len(),
@@ -155,11 +198,40 @@ impl PirDb {
         }
         #[cfg(unix)]
         let _ = map.advise(memmap2::Advice::Sequential);
-        Ok(PirDb { header, map, path })
+        Ok(PirDb {
+            header,
+            digest,
+            kv,
+            map,
+            path,
+        })
     }
 
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The digest the header records (SPEC §2.1); `None` for a file written before digests.
+    pub fn recorded_digest(&self) -> Option<Digest> {
+        self.digest
+    }
+
+    /// The recorded digest, or for an older file without one its content digest (one pass over
+    /// the file, on all cores).
+    pub fn digest(&self) -> Digest {
+        self.digest.unwrap_or_else(|| self.content_digest())
+    }
+
+    /// Hashes the header's shape and every page (SPEC §2.1): what [`write`] records. A file made
+    /// by `pirq db apply` records a chained digest instead, which this does not reproduce.
+    pub fn content_digest(&self) -> Digest {
+        let h = &self.header;
+        Digest::content(h.page_size, h.num_pages, h.epoch, self.pages())
+    }
+
+    /// The key-value layout, if this is a kv database (`docs/spec/kv.md`).
+    pub fn kv(&self) -> Option<&KvParams> {
+        self.kv.as_ref()
     }
 
     pub fn path(&self) -> &Path {
@@ -192,16 +264,37 @@ impl PirDb {
     /// A private copy-on-write mapping of the pages: a scanner folds epoch updates into it in
     /// memory while the file stays untouched. Only pages that are written cost memory.
     pub fn private_pages(&self) -> Result<PrivatePages, DbError> {
+        self.private_range(0..self.header.num_pages)
+    }
+
+    /// [`private_pages`](Self::private_pages) of pages `range` only (a shard's): page
+    /// `range.start` is page 0 of the mapping, and nothing outside the range is mapped or read.
+    /// `range.start` must be a multiple of 256 (shard boundaries are), so the mapping starts on
+    /// an OS page.
+    pub fn private_range(&self, range: std::ops::Range<u64>) -> Result<PrivatePages, DbError> {
         let io = |source| DbError::Io {
             path: self.path.clone(),
             source,
         };
+        let ps = self.header.page_size as u64;
+        assert!(
+            range.start <= range.end && range.end <= self.header.num_pages,
+            "page range {range:?} outside the database"
+        );
         let file = File::open(&self.path).map_err(io)?;
+        let len = (range.end - range.start) * ps;
         // SAFETY: as in `open`: the file is not modified while pirq serves it; writes go to
         // private pages of this process only.
-        let map =
-            unsafe { MmapOptions::new().offset(HEADER_LEN as u64).map_copy(&file) }.map_err(io)?;
-        if map.len() as u64 != self.header.pages_len() {
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(HEADER_LEN as u64 + range.start * ps)
+                .len(len as usize)
+                .map_copy(&file)
+        }
+        .map_err(io)?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        if map.len() as u64 != len {
             return Err(DbError::Length {
                 expected: self.header.file_len(),
                 actual: HEADER_LEN as u64 + map.len() as u64,
@@ -236,42 +329,261 @@ impl PrivatePages {
     pub fn page_mut(&mut self, p: u64) -> &mut [u8] {
         &mut self.map[p as usize * self.page_size..(p as usize + 1) * self.page_size]
     }
+
+    /// All pages back to back, writable (private to this process).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
 }
 
-/// Writes a database file: the header, then `num_pages` pages produced by `fill(p, page)` in
-/// order. `progress(bytes_written)` is called after each chunk so tools can draw a bar.
-pub fn write(
-    path: impl AsRef<Path>,
-    header: &Header,
-    fill: impl Fn(u64, &mut [u8]) + Sync,
-    mut progress: impl FnMut(u64),
-) -> Result<(), DbError> {
-    use rayon::prelude::*;
-    header.validate()?;
-    let path = path.as_ref();
+/// Refuses an `output` that is one of the `inputs` (the same file, by device and inode, so
+/// `./x.pirdb` and a hard link or symlink to it count too): a tool must never destroy what it
+/// reads. An output that does not exist yet is never an input.
+pub fn ensure_not_an_input(output: &Path, inputs: &[&Path]) -> Result<(), DbError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(());
+    };
+    for input in inputs {
+        let io = |source| DbError::Io {
+            path: input.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(input).map_err(io)?;
+        if (meta.dev(), meta.ino()) == (out.dev(), out.ino()) {
+            return Err(DbError::OutputIsInput {
+                output: output.to_path_buf(),
+                input: input.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file so that `path` always holds either its old contents or the complete new ones:
+/// `write` fills a temporary file in the same directory, which is then flushed to disk and
+/// renamed over `path`. A process that has the old file open or mapped (a worker serving it)
+/// keeps the old inode and never sees a byte change; a failure leaves `path` untouched and the
+/// temporary file removed. Every tool that writes a `.pirdb` goes through this (or through
+/// [`MappedWriter`], which does the same for builders that write through a mapping).
+pub fn write_atomically<T>(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> io::Result<T>,
+) -> Result<T, DbError> {
+    use std::os::unix::fs::PermissionsExt;
     let io = |source| DbError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io)?);
-    out.write_all(&header.to_bytes()).map_err(io)?;
-    let ps = header.page_size as usize;
-    let pages_per_chunk = ((16usize << 20) / ps) as u64;
-    let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
-    let mut first = 0u64;
-    while first < header.num_pages {
-        let count = pages_per_chunk.min(header.num_pages - first);
-        let buf = &mut chunk[..count as usize * ps];
-        buf.par_chunks_mut(ps)
-            .enumerate()
-            .for_each(|(i, page)| fill(first + i as u64, page));
-        out.write_all(buf).map_err(io)?;
-        first += count;
-        progress(first * ps as u64);
-    }
-    out.into_inner()
-        .map_err(|e| io(e.into_error()))?
-        .sync_all()
+    let dir = parent_dir(path);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
         .map_err(io)?;
-    Ok(())
+    let value = write(tmp.as_file_mut()).map_err(io)?;
+    let file = tmp.as_file();
+    // A temporary file is created 0600; the database is read by workers of other users.
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(io)?;
+    file.sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    sync_dir(dir);
+    Ok(value)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Makes a rename in `dir` durable (best effort: some file systems cannot sync a directory).
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Writes a database file (atomically, see [`write_atomically`]): the header, then `num_pages`
+/// pages produced by `fill(p, page)` in order, and records their content digest (SPEC §2.1),
+/// hashed as the pages go out, in the header. Returns the digest. `progress(bytes_written)` is
+/// called after each chunk so tools can draw a bar.
+pub fn write(
+    path: impl AsRef<Path>,
+    header: &Header,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    write_pages(path.as_ref(), header, None, None, fill, progress)
+}
+
+/// The header bytes with the kv layout block (if any), checked against the geometry.
+fn header_bytes(header: &Header, kv: Option<&KvLayout>) -> Result<Vec<u8>, DbError> {
+    header.validate()?;
+    let mut bytes = header.to_bytes();
+    if let Some(layout) = kv {
+        KvParams::new(*layout, header.page_size, header.num_pages)?;
+        bytes[crate::kv::BLOCK].copy_from_slice(&layout.to_block());
+    }
+    Ok(bytes)
+}
+
+/// [`write`], with a kv layout block in the header (`None`: a plain page database).
+pub fn write_kv(
+    path: impl AsRef<Path>,
+    header: &Header,
+    kv: Option<&KvLayout>,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    write_pages(path.as_ref(), header, kv, None, fill, progress)
+}
+
+/// Like [`write_kv`], but records `digest` instead of the content digest: for files whose digest
+/// is inherited, such as a snapshot at a later epoch (`pirq db apply` records the chained
+/// digest and passes the source's kv layout through) or a part of a database (it names the
+/// whole database).
+pub fn write_with_digest(
+    path: impl AsRef<Path>,
+    header: &Header,
+    kv: Option<&KvLayout>,
+    digest: Digest,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<(), DbError> {
+    write_pages(path.as_ref(), header, kv, Some(digest), fill, progress).map(drop)
+}
+
+fn write_pages(
+    path: &Path,
+    header: &Header,
+    kv: Option<&KvLayout>,
+    recorded: Option<Digest>,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    mut progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    use rayon::prelude::*;
+    let header_bytes = header_bytes(header, kv)?;
+    write_atomically(path, |file| {
+        let mut hasher = recorded
+            .is_none()
+            .then(|| Digest::content_hasher(header.page_size, header.num_pages, header.epoch));
+        let mut out = BufWriter::with_capacity(1 << 20, &mut *file);
+        out.write_all(&header_bytes)?;
+        let ps = header.page_size as usize;
+        let pages_per_chunk = ((16usize << 20) / ps) as u64;
+        let mut chunk = vec![0u8; pages_per_chunk as usize * ps];
+        let mut first = 0u64;
+        while first < header.num_pages {
+            let count = pages_per_chunk.min(header.num_pages - first);
+            let buf = &mut chunk[..count as usize * ps];
+            buf.par_chunks_mut(ps)
+                .enumerate()
+                .for_each(|(i, page)| fill(first + i as u64, page));
+            if let Some(h) = hasher.as_mut() {
+                h.update(buf);
+            }
+            out.write_all(buf)?;
+            first += count;
+            progress(first * ps as u64);
+        }
+        out.flush()?;
+        drop(out);
+        let digest = match (recorded, hasher) {
+            (Some(d), _) => d,
+            (None, Some(h)) => h.finish(),
+            (None, None) => unreachable!("a hasher runs when no digest is given"),
+        };
+        file.seek(SeekFrom::Start(DIGEST_RANGE.start as u64))?;
+        file.write_all(&digest.0)?;
+        Ok(digest)
+    })
+}
+
+/// A database file written in place through a writable mapping, for builders that place data
+/// at random positions (the kv builder's cuckoo table is the page file itself). The file is
+/// made as `<path>.tmp-<pid>` beside `path` and renamed over `path` only by [`MappedWriter::commit`];
+/// dropped without a commit, the temporary file is removed.
+pub struct MappedWriter {
+    header: Header,
+    map: MmapMut,
+    tmp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl MappedWriter {
+    /// Creates the temporary file: the header (with `kv`'s block) and all-zero pages.
+    pub fn create(
+        path: impl AsRef<Path>,
+        header: &Header,
+        kv: Option<&KvLayout>,
+    ) -> Result<MappedWriter, DbError> {
+        let header_bytes = header_bytes(header, kv)?;
+        let path = path.as_ref().to_path_buf();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "db".into());
+        let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        let io = |source| DbError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io)?;
+        let mut writer = MappedWriter {
+            header: *header,
+            // Filled in below; a zero-length placeholder cannot be mapped, so map first.
+            map: {
+                file.set_len(header.file_len()).map_err(io)?;
+                // SAFETY: the file was just created by this process under a private name;
+                // nothing else maps or writes it until `commit` renames it.
+                unsafe { MmapMut::map_mut(&file) }.map_err(io)?
+            },
+            tmp: tmp.clone(),
+            path,
+            committed: false,
+        };
+        writer.map[..HEADER_LEN].copy_from_slice(&header_bytes);
+        Ok(writer)
+    }
+
+    /// All pages back to back, writable.
+    pub fn pages_mut(&mut self) -> &mut [u8] {
+        &mut self.map[HEADER_LEN..]
+    }
+
+    /// Records the pages' content digest (SPEC §2.1) in the header, flushes the file, then
+    /// renames it over the destination.
+    pub fn commit(mut self) -> Result<(), DbError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| DbError::Io { path, source }
+        };
+        let h = self.header;
+        let digest = Digest::content(h.page_size, h.num_pages, h.epoch, &self.map[HEADER_LEN..]);
+        self.map[DIGEST_RANGE].copy_from_slice(&digest.0);
+        self.map.flush().map_err(io(&self.tmp))?;
+        std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
+        sync_dir(parent_dir(&self.path));
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for MappedWriter {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }

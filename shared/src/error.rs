@@ -71,11 +71,29 @@ pub enum ErrorCode {
     BacklogFull,
     /// `--durability fsync`: Redis did not confirm the job on disk in time.
     NotDurable,
+    /// `/readyz`: no live worker serves the party's newest epoch.
+    NoWorkers,
+    /// A request id in a path that is not 32 lowercase hex digits.
+    InvalidId,
+    /// The body did not arrive within `--body-timeout-ms`.
+    BodyTimeout,
+    /// The request target is longer than the gateway accepts.
+    UriTooLong,
+    /// The request headers are larger than the gateway accepts.
+    HeadersTooLarge,
+    /// The gateway holds `--max-connections` open connections and none of them is idle.
+    TooManyConnections,
+    /// `--max-waiters` long-polls and event streams are open: retry after `Retry-After`.
+    TooManyWaiters,
+    /// Redis holds more than the gateway's `--max-redis-memory`: retry after `Retry-After`.
+    StorageFull,
+    /// A sharded party with a shard that has no live worker at the newest epoch (`/readyz`).
+    ShardUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 32] = [
+    pub const ALL: [ErrorCode; 41] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -108,6 +126,15 @@ impl ErrorCode {
         ErrorCode::InvalidIdempotencyKey,
         ErrorCode::BacklogFull,
         ErrorCode::NotDurable,
+        ErrorCode::NoWorkers,
+        ErrorCode::InvalidId,
+        ErrorCode::BodyTimeout,
+        ErrorCode::UriTooLong,
+        ErrorCode::HeadersTooLarge,
+        ErrorCode::TooManyConnections,
+        ErrorCode::TooManyWaiters,
+        ErrorCode::StorageFull,
+        ErrorCode::ShardUnavailable,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -144,7 +171,16 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
             ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
             ErrorCode::BacklogFull => "backlog_full",
+            ErrorCode::NoWorkers => "no_workers",
             ErrorCode::NotDurable => "not_durable",
+            ErrorCode::InvalidId => "invalid_id",
+            ErrorCode::BodyTimeout => "body_timeout",
+            ErrorCode::UriTooLong => "uri_too_long",
+            ErrorCode::HeadersTooLarge => "headers_too_large",
+            ErrorCode::TooManyConnections => "too_many_connections",
+            ErrorCode::TooManyWaiters => "too_many_waiters",
+            ErrorCode::StorageFull => "storage_full",
+            ErrorCode::ShardUnavailable => "shard_unavailable",
         }
     }
 
@@ -168,6 +204,7 @@ impl ErrorCode {
             | ErrorCode::InvalidParameter
             | ErrorCode::InvalidUpdate
             | ErrorCode::InvalidIdempotencyKey
+            | ErrorCode::InvalidId
             | ErrorCode::InvalidJob => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::AdminDisabled => 403,
@@ -176,12 +213,21 @@ impl ErrorCode {
             // Outside the window of epochs the party answers exactly.
             ErrorCode::EpochUnavailable => 410,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::BodyTimeout => 408,
             ErrorCode::BodyTooLarge => 413,
+            ErrorCode::UriTooLong => 414,
+            ErrorCode::HeadersTooLarge => 431,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::IdempotencyKeyReused => 422,
-            ErrorCode::BacklogFull => 429,
+            ErrorCode::BacklogFull | ErrorCode::StorageFull => 429,
             ErrorCode::ScanFailed | ErrorCode::DeliveryLimit | ErrorCode::Internal => 500,
-            ErrorCode::RedisUnavailable | ErrorCode::NoDatabase | ErrorCode::NotDurable => 503,
+            ErrorCode::RedisUnavailable
+            | ErrorCode::NoDatabase
+            | ErrorCode::NotDurable
+            | ErrorCode::NoWorkers
+            | ErrorCode::TooManyConnections
+            | ErrorCode::TooManyWaiters
+            | ErrorCode::ShardUnavailable => 503,
         }
     }
 

@@ -7,8 +7,32 @@
 
 use std::fmt;
 
-/// Consumer group every worker of a party reads the job stream through.
+/// The forms of a Redis URL, for the message that refuses a malformed one.
+pub const REDIS_URL_FORMS: &str =
+    "redis://[:PASSWORD@]HOST:PORT[/DB], rediss://... (TLS) or unix:///PATH/TO/SOCKET";
+
+/// What to say about a Redis URL the `redis` crate refused: what is wrong and what to type. The
+/// URL itself is not repeated (it may hold a password).
+pub fn bad_redis_url(error: impl fmt::Display) -> String {
+    format!(
+        "the Redis URL (--redis, PIRQ_REDIS_URL) is not valid ({error}); write {REDIS_URL_FORMS}, \
+         e.g. redis://127.0.0.1:6379"
+    )
+}
+
+/// Consumer group every worker of an unsharded party reads the job stream through.
 pub const GROUP: &str = "workers";
+
+/// The consumer group of shard `spec`: [`GROUP`] for an unsharded party, else
+/// `shard-<I>-of-<S>`. One group per shard makes Redis deliver every job once to every shard,
+/// and once only within a shard (its replicas share the group).
+pub fn shard_group(spec: crate::shard::ShardSpec) -> String {
+    if spec.is_whole() {
+        GROUP.to_string()
+    } else {
+        format!("shard-{}-of-{}", spec.index, spec.count)
+    }
+}
 
 /// Fields of a job stream entry.
 pub mod job_field {
@@ -42,6 +66,16 @@ pub mod query_field {
     pub const SCAN_US: &str = "scan_us";
     /// Microseconds between the worker reading the job and writing its result (done/failed).
     pub const WORKER_US: &str = "worker_us";
+    /// Sharded parties: the shard count `S` the job is answered with (set by the first shard
+    /// that starts it; the combine completes the job when `S` partials are in).
+    pub const SHARDS: &str = "shards";
+    /// Sharded parties: how many shards' partials are XORed in so far.
+    pub const PARTS: &str = "parts";
+    /// Sharded parties: prefix of the per-shard field `part:<I>`, set once shard `I`'s partial
+    /// is in (a replica retrying after a reclaim must not XOR it twice).
+    pub const PART_PREFIX: &str = "part:";
+    /// Database digest (SPEC §2.1) at `epoch`, 64 hex digits (done only).
+    pub const DIGEST: &str = "digest";
 }
 
 /// Field of an updates stream entry holding the bincode update.
@@ -57,6 +91,14 @@ pub mod db_field {
     pub const EPOCH: &str = "epoch";
     /// Oldest epoch still answered exactly: raised by workers as they fold their base forward.
     pub const MIN_EPOCH: &str = "min_epoch";
+    /// The key-value layout (`docs/spec/kv.md` §5) as JSON; absent for a page database.
+    pub const KV: &str = "kv";
+    /// Shard count `S` of the party (absent or 1: unsharded), written by its workers.
+    pub const SHARDS: &str = "shards";
+    /// Random id of the registered database, drawn by the worker that registered it first (or
+    /// replaced it with `--replace-db`); every worker serving it carries the same id, and a
+    /// worker that finds another id has been replaced and stops.
+    pub const DB_ID: &str = "db_id";
 }
 
 /// Why a prefix was rejected.
@@ -112,6 +154,18 @@ impl Layout {
         format!("{}:db", self.tag)
     }
 
+    /// Hash epoch (decimal) → database digest at that epoch (SPEC §2.1, 64 hex digits), written
+    /// by the workers that applied it; trimmed with the updates stream.
+    pub fn digests(&self) -> String {
+        format!("{}:digests", self.tag)
+    }
+
+    /// The party's identity (32 hex digits), drawn once with `SET NX` by the first gateway and
+    /// shared by all of them; `/v1/info` shows it so a client can refuse one party twice.
+    pub fn party(&self) -> String {
+        format!("{}:party", self.tag)
+    }
+
     /// Set of worker ids that have registered; members whose heartbeat key is gone are dead.
     pub fn workers(&self) -> String {
         format!("{}:workers", self.tag)
@@ -127,6 +181,18 @@ impl Layout {
     /// applied whole or not at all), read in full by every worker (no consumer group).
     pub fn updates(&self) -> String {
         format!("{}:updates", self.tag)
+    }
+
+    /// Sharded parties: the running XOR of a query's partial answers (a string, `BITOP XOR`
+    /// target), deleted when the last shard's partial completes the query. Has a TTL.
+    pub fn partial_sum(&self, id: &str) -> String {
+        format!("{}:acc:{id}", self.tag)
+    }
+
+    /// Sharded parties: where shard `index`'s partial is staged for the `BITOP` inside the
+    /// combine script (set and deleted by that one script).
+    pub fn partial_in(&self, id: &str, index: u32) -> String {
+        format!("{}:part:{id}:{index}", self.tag)
     }
 
     /// Dead-letter stream for jobs that could not be answered (reliability work).
@@ -171,6 +237,8 @@ mod tests {
             l.db(),
             l.workers(),
             l.dead_letters(),
+            l.partial_sum("x"),
+            l.partial_in("x", 2),
         ] {
             assert!(key.starts_with("{party-a}:"));
         }

@@ -17,6 +17,7 @@ use base64::Engine as _;
 use bincode::{Decode, Encode};
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Digest;
 use crate::error::ErrorCode;
 
 /// Media type of JSON bodies.
@@ -203,6 +204,23 @@ pub struct QueryResult {
     /// Why the query failed (failed only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+    /// Digest (SPEC §2.1) of the database at `epoch`, the contents the pages were computed
+    /// from (done only). A client combines two parties' answers only when their digests are
+    /// equal. Added after the first release: the last field, so an older body simply ends
+    /// before it (see [`QueryResult::from_bincode`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Digest>,
+}
+
+/// [`QueryResult`] as servers encoded it before `digest` existed: decoded when a body ends
+/// before that field.
+#[derive(Decode)]
+struct QueryResultWithoutDigest {
+    id: String,
+    status: QueryStatus,
+    epoch: Option<u64>,
+    pages: Vec<Vec<u8>>,
+    error: Option<ErrorBody>,
 }
 
 impl QueryResult {
@@ -214,6 +232,7 @@ impl QueryResult {
             epoch: None,
             pages: Vec::new(),
             error: None,
+            digest: None,
         }
     }
 
@@ -230,8 +249,23 @@ impl QueryResult {
             .map_err(|e| WireError::new(ErrorCode::InvalidJson, e.to_string()))
     }
 
+    /// Decodes a bincode body; trailing bytes are an error. A body from a server older than the
+    /// `digest` field (it ends right after `error`) decodes with `digest: None`.
     pub fn from_bincode(body: &[u8]) -> Result<QueryResult, WireError> {
-        decode_exact(body).map_err(|m| WireError::new(ErrorCode::InvalidBincode, m))
+        decode_exact(body)
+            .or_else(|first| {
+                decode_exact::<QueryResultWithoutDigest>(body)
+                    .map(|r| QueryResult {
+                        id: r.id,
+                        status: r.status,
+                        epoch: r.epoch,
+                        pages: r.pages,
+                        error: r.error,
+                        digest: None,
+                    })
+                    .map_err(|_| first)
+            })
+            .map_err(|m| WireError::new(ErrorCode::InvalidBincode, m))
     }
 }
 
@@ -259,6 +293,43 @@ pub struct Info {
     pub max_keys_per_query: u32,
     /// Workers with a live heartbeat.
     pub workers: u32,
+    /// Digest (SPEC §2.1) of the database at `epoch.newest`, once a worker has applied that
+    /// epoch (absent for the moment between a pushed epoch and its first worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Digest>,
+    /// This party's identity: 32 hex digits drawn once per party (all its gateways share it).
+    /// A client refuses two URLs with the same `party`: one party would see both keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub party: Option<String>,
+    /// The key-value layout of a kv database (`docs/spec/kv.md` §5); absent for page databases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<crate::kv::KvInfo>,
+    /// Sharded parties: every shard, its pages and its live workers (absent when unsharded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardInfo>,
+}
+
+/// One shard of a sharded party in `GET /v1/info`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Shard `index` of the party's `count`.
+    pub index: u32,
+    pub count: u32,
+    /// The pages it serves, `[first, end)`.
+    pub pages: [u64; 2],
+    /// Its workers with a live heartbeat.
+    pub workers: Vec<ShardWorker>,
+    /// Whether one of them answers the party's newest epoch (the party is ready only when every
+    /// shard is).
+    pub ready: bool,
+}
+
+/// A live worker of a shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardWorker {
+    pub id: String,
+    /// The epochs it answers now.
+    pub epoch: EpochRange,
 }
 
 /// A job as the gateway puts it on the stream (field `job` of the entry, bincode).
@@ -363,8 +434,25 @@ mod tests {
             epoch: Some(3),
             pages: vec![vec![9]],
             error: None,
+            digest: None,
         };
-        assert_eq!(done.to_bincode(), vec![2, b'a', b'b', 2, 1, 3, 1, 1, 9, 0]);
+        assert_eq!(
+            done.to_bincode(),
+            vec![2, b'a', b'b', 2, 1, 3, 1, 1, 9, 0, 0]
+        );
+        let stamped = QueryResult {
+            digest: Some(Digest([0xcd; 32])),
+            ..done.clone()
+        };
+        let mut bytes = vec![2, b'a', b'b', 2, 1, 3, 1, 1, 9, 0, 1];
+        bytes.extend([0xcd; 32]);
+        assert_eq!(stamped.to_bincode(), bytes);
+        assert_eq!(QueryResult::from_bincode(&bytes).unwrap(), stamped);
+        // A body from a server that predates `digest` ends after `error`.
+        assert_eq!(
+            QueryResult::from_bincode(&[2, b'a', b'b', 2, 1, 3, 1, 1, 9, 0]).unwrap(),
+            done
+        );
     }
 
     #[test]
@@ -416,6 +504,7 @@ mod tests {
             epoch: Some(0),
             pages: vec![vec![1, 2, 3]],
             error: None,
+            digest: None,
         };
         let json = String::from_utf8(done.to_json()).unwrap();
         assert_eq!(

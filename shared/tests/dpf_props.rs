@@ -1,7 +1,9 @@
 //! Property tests of DPF v1: correctness of the pair, serialization, and evaluator agreement.
 
 use pirq_shared::bits::bit;
-use pirq_shared::dpf::{bitmap_words, eval_full, eval_point, generate, DpfKey};
+use pirq_shared::dpf::{
+    bitmap_words, eval_full, eval_point, eval_range, generate, range_words, DpfKey,
+};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, SeedableRng};
 
@@ -57,6 +59,35 @@ proptest! {
             let v = eval_point(&k0, x).unwrap() ^ eval_point(&k1, x).unwrap();
             prop_assert_eq!(v, x == alpha, "x={}", x);
         }
+    }
+
+    /// Subtree evaluation of any leaf-aligned range equals that slice of the full domain (and
+    /// bits past the range's end are zero), for both keys of a pair.
+    #[test]
+    fn range_matches_full_domain(
+        n in 1u8..=20,
+        seed in any::<u64>(),
+        lo_frac in 0.0f64..1.0,
+        len_frac in 0.0f64..1.0,
+    ) {
+        let size = 1u64 << n;
+        let alpha = seed % size;
+        let lo = ((size as f64 * lo_frac) as u64 / 128 * 128).min(size);
+        let hi = lo + ((size - lo) as f64 * len_frac).round() as u64;
+        let (k0, k1) = pair(n, alpha, seed);
+        for key in [&k0, &k1] {
+            let full = eval_full(key);
+            let part = eval_range(key, lo..hi).unwrap();
+            prop_assert_eq!(part.len(), range_words(&(lo..hi)));
+            for j in 0..(hi - lo) as usize {
+                prop_assert_eq!(bit(&part, j), bit(&full, lo as usize + j), "n={} range {}..{} index {}", n, lo, hi, lo + j as u64);
+            }
+            for j in (hi - lo) as usize..64 * part.len() {
+                prop_assert!(!bit(&part, j), "bit {} past the range end is set", j);
+            }
+        }
+        prop_assert!(eval_range(&k0, 1..size).is_err());
+        prop_assert!(eval_range(&k0, 0..size + 1).is_err());
     }
 
     /// Any byte string either parses into a key that re-serializes to it, or is rejected.

@@ -107,8 +107,13 @@ fn header_rejections() {
         DbError::Reserved { offset: 12 }
     ));
     assert!(matches!(
+        header_error(|b| b[600] = 1),
+        DbError::Reserved { offset: 600 }
+    ));
+    // Bytes 64..512 are the kv layout block: not zero means a layout, checked as one.
+    assert!(matches!(
         header_error(|b| b[100] = 1),
-        DbError::Reserved { offset: 100 }
+        DbError::Kv(pirq_shared::kv::KvError::BadMagic { .. })
     ));
     assert!(matches!(
         header_error(|b| b.truncate(100)),
@@ -152,4 +157,164 @@ fn truncated_and_overlong_files() {
         PirDb::open(dir.path().join("missing")),
         Err(DbError::Io { .. })
     ));
+}
+
+fn kv_layout(choices: u8) -> pirq_shared::kv::KvLayout {
+    pirq_shared::kv::KvLayout {
+        choices,
+        value_size: 32,
+        key_size: 20,
+        seed: [4; 32],
+    }
+}
+
+#[test]
+fn kv_layout_travels_in_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 4,
+        epoch: 3,
+    };
+    let path = dir.path().join("kv.pirdb");
+    db::write_kv(&path, &header, Some(&kv_layout(2)), |_, _| {}, |_| {}).unwrap();
+    let opened = PirDb::open(&path).unwrap();
+    assert_eq!(opened.header(), &header);
+    let kv = opened.kv().expect("a kv database");
+    assert_eq!(kv.layout, kv_layout(2));
+    assert_eq!(kv.slots_per_page(), 5);
+    // A plain database has none.
+    let plain = write_db(&dir, &header, 1);
+    assert!(PirDb::open(&plain).unwrap().kv().is_none());
+    // A layout that does not fit the geometry is refused on write and on open.
+    let bad = db::write_kv(&path, &header, Some(&kv_layout(5)), |_, _| {}, |_| {});
+    assert!(matches!(bad, Err(DbError::Kv(_))));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[72] = 5;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(PirDb::open(&path), Err(DbError::Kv(_))));
+}
+
+#[test]
+fn mapped_writer_renames_only_on_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 3,
+        epoch: 0,
+    };
+    let path = dir.path().join("m.pirdb");
+    {
+        let mut w = db::MappedWriter::create(&path, &header, Some(&kv_layout(3))).unwrap();
+        w.pages_mut()[300] = 9;
+        // dropped: nothing appears, no temporary file stays
+    }
+    assert!(!path.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let mut w = db::MappedWriter::create(&path, &header, Some(&kv_layout(3))).unwrap();
+    w.pages_mut()[300] = 9;
+    w.commit().unwrap();
+    let opened = PirDb::open(&path).unwrap();
+    assert_eq!(opened.page(1).unwrap()[44], 9);
+    assert_eq!(opened.kv().unwrap().layout, kv_layout(3));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+/// SPEC §2.1's test vector (`vectors/digest_v1.json`, computed by an independent Python
+/// implementation): the digest `db::write` records, and the chain through one update.
+#[test]
+fn digest_test_vector() {
+    use pirq_shared::digest::Digest;
+    use pirq_shared::update::{EpochUpdate, PageWrite};
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("vectors/digest_v1.json")).unwrap();
+    let header = Header {
+        page_size: v["page_size"].as_u64().unwrap() as u32,
+        num_pages: v["num_pages"].as_u64().unwrap(),
+        epoch: v["epoch"].as_u64().unwrap(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vector.pirdb");
+    let written = db::write(
+        &path,
+        &header,
+        |p, page| {
+            for (i, b) in page.iter_mut().enumerate() {
+                *b = (31 * p as usize + i) as u8;
+            }
+        },
+        |_| {},
+    )
+    .unwrap();
+    let expect = Digest::from_hex(v["content_digest"].as_str().unwrap()).unwrap();
+    assert_eq!(written, expect);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[32..64], &expect.0, "recorded in header bytes 32..64");
+    let db = PirDb::open(&path).unwrap();
+    assert_eq!(db.recorded_digest(), Some(expect));
+    assert_eq!(db.content_digest(), expect);
+    let update = EpochUpdate {
+        epoch: v["update"]["epoch"].as_u64().unwrap(),
+        pages: v["update"]["pages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| PageWrite {
+                index: w["index"].as_u64().unwrap(),
+                page: vec![w["fill"].as_u64().unwrap() as u8; header.page_size as usize],
+            })
+            .collect(),
+    };
+    assert_eq!(
+        expect.next(&update).to_hex(),
+        v["epoch_1_digest"].as_str().unwrap()
+    );
+}
+
+#[test]
+fn a_file_without_a_digest_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 2,
+        epoch: 0,
+    };
+    let path = dir.path().join("old.pirdb");
+    let mut bytes = header.to_bytes();
+    bytes.extend(std::iter::repeat_n(5u8, 512));
+    std::fs::write(&path, &bytes).unwrap();
+    let db = PirDb::open(&path).unwrap();
+    assert_eq!(db.recorded_digest(), None);
+    assert_eq!(db.digest(), db.content_digest());
+}
+
+#[test]
+fn writes_replace_files_atomically_and_refuse_their_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 4,
+        epoch: 0,
+    };
+    let path = write_db(&dir, &header, 1);
+    let served = PirDb::open(&path).unwrap();
+    let before = served.page(3).unwrap().to_vec();
+    // Rewriting the path leaves an open mapping (a worker serving it) intact.
+    write_db(&dir, &header, 2);
+    assert_eq!(served.page(3).unwrap(), &before[..]);
+    assert_ne!(PirDb::open(&path).unwrap().page(3).unwrap(), &before[..]);
+    // No temporary file is left behind.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("t.pirdb")]);
+    // The same file under another name is still an input.
+    let link = dir.path().join("link.pirdb");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let other = dir.path().join("other.pirdb");
+    assert!(db::ensure_not_an_input(&other, &[&path]).is_ok());
+    let err = db::ensure_not_an_input(&link, &[&path]).unwrap_err();
+    assert!(matches!(err, DbError::OutputIsInput { .. }), "{err}");
+    assert!(err.to_string().contains("same file"), "{err}");
 }

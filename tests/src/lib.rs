@@ -1,7 +1,8 @@
 //! The end-to-end harness: real `redis-server`, `pirq-gateway` and `pirq-worker` processes on
 //! free loopback ports and in temporary directories, grouped into parties.
 //!
-//! Binaries: the harness runs `cargo build -p pirq-gateway -p pirq-worker` once per test
+//! Binaries: the harness runs `cargo build -p pirq-gateway -p pirq-worker` (and the `pirq`
+//! tool, which the kv suite drives) once per test
 //! process (a no-op when they are fresh) into the same target directory and profile as the
 //! test itself, found from the test executable's path. Set `PIRQ_E2E_BIN_DIR` to use prebuilt
 //! binaries instead. Every process is killed when its handle drops; its log stays in the
@@ -35,6 +36,7 @@ pub fn bin_dir() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-q", "-p", "pirq-gateway", "-p", "pirq-worker"])
+            .args(["-p", "pirq-cli", "--bin", "pirq"])
             .args(["--bin", "pirq-gateway", "--bin", "pirq-worker"])
             .arg("--target-dir")
             .arg(&target_dir)
@@ -404,6 +406,13 @@ impl Party {
 
     /// [`Party::start_worker`] with flags beyond the party's `worker_args` (later ones win).
     pub async fn start_worker_with(&mut self, extra: &[&str]) -> anyhow::Result<()> {
+        let db = self.db_path.clone();
+        self.start_worker_on(&db, extra).await
+    }
+
+    /// [`Party::start_worker_with`] serving another database file than the party's. A worker
+    /// that exits instead of registering is an error that carries its log.
+    pub async fn start_worker_on(&mut self, db: &Path, extra: &[&str]) -> anyhow::Result<()> {
         let n = self.workers.len();
         let mut cmd = Command::new(bin_dir().join("pirq-worker"));
         cmd.args([
@@ -415,7 +424,7 @@ impl Party {
             "cpu",
         ])
         .arg("--db")
-        .arg(&self.db_path)
+        .arg(db)
         .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
         .args(&self.options.worker_args)
         .args(extra)
@@ -428,22 +437,23 @@ impl Party {
             self.dir.path().join(format!("worker-{n}.log")),
         )?;
         self.workers.push(proc);
-        let want = self
-            .workers
-            .iter_mut()
-            .map(Proc::is_running)
-            .filter(|r| *r)
-            .count() as u64;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            if self.live_workers().await.unwrap_or(0) >= want {
-                return Ok(());
-            }
-            if Instant::now() > deadline || !self.workers.last_mut().unwrap().is_running() {
+            if !self.workers.last_mut().unwrap().is_running() || Instant::now() > deadline {
                 bail!(
                     "pirq-worker did not register:\n{}",
                     self.workers.last().unwrap().log_text()
                 );
+            }
+            // Counted again each time: a worker replaced by this one (--replace-db) stops.
+            let want = self
+                .workers
+                .iter_mut()
+                .map(Proc::is_running)
+                .filter(|r| *r)
+                .count() as u64;
+            if self.live_workers().await.unwrap_or(0) >= want {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

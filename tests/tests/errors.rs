@@ -218,7 +218,7 @@ async fn every_validation_error_has_its_status_and_code() {
     // Ids and parameters.
     send(http.get(format!("{url}/v1/queries/nothex")))
         .await
-        .assert(404, "not_found", None, "malformed id");
+        .assert(400, "invalid_id", None, "malformed id");
     send(http.get(format!("{url}/v1/queries/{}", "0".repeat(32))))
         .await
         .assert(404, "not_found", None, "unknown id");

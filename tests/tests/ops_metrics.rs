@@ -141,6 +141,7 @@ async fn every_catalog_metric_is_exported_after_traffic() {
             wait: Wait::Events,
             encoding: Encoding::Json,
             timeout: Duration::from_secs(60),
+            ..Default::default()
         },
     )
     .unwrap();

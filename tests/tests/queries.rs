@@ -19,6 +19,7 @@ fn options(encoding: Encoding, wait: Wait) -> Options {
         wait,
         encoding,
         timeout: Duration::from_secs(60),
+        ..Default::default()
     }
 }
 

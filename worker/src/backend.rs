@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use pirq_shared::db::PirDb;
+use pirq_shared::shard::ShardSpec;
 
 use crate::config::Backend;
-use crate::scan::cpu::CpuScanner;
-use crate::scan::{ScanError, Scanner};
+use pirq_scan::cpu::CpuScanner;
+use pirq_scan::{ScanError, Scanner};
 
 /// What the backends are configured with (the worker's flags).
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +22,8 @@ pub struct ScannerOptions {
     pub gpu: usize,
     /// CUDA workspaces, each with its own stream (`--workspaces`).
     pub workspaces: usize,
+    /// The shard served (`--shard`): the scanner loads and answers its page range only.
+    pub shard: ShardSpec,
 }
 
 /// Opens the scanner. `auto` takes CUDA when this build has it and a GPU answers, else CPU.
@@ -42,9 +45,16 @@ pub fn open(
     }
 }
 
+/// The pages of `db` that shard `spec` serves.
+pub fn shard_range(db: &PirDb, spec: ShardSpec) -> Result<std::ops::Range<u64>, ScanError> {
+    spec.range(db.num_pages())
+        .map_err(|e| ScanError::Device(format!("--shard {spec}: {e}")))
+}
+
 fn cpu(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
+    let range = shard_range(&db, options.shard)?;
     Ok(Arc::new(
-        CpuScanner::new(db, options.threads)?
+        CpuScanner::with_range(db, options.threads, range)?
             .with_max_batch_keys(options.max_batch_keys)
             .with_epoch_window(options.epoch_window),
     ))
@@ -52,7 +62,7 @@ fn cpu(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, Sca
 
 #[cfg(feature = "cuda")]
 fn cuda(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
-    use crate::scan::cuda::{CudaConfig, CudaScanner};
+    use pirq_scan::cuda::{CudaConfig, CudaScanner};
     let config = CudaConfig {
         device: options.gpu,
         workspaces: options.workspaces,

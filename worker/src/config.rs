@@ -45,6 +45,13 @@ pub struct Config {
     #[arg(long, env = "PIRQ_DB")]
     pub db: PathBuf,
 
+    /// Serve shard I of S (`I/S`, I = 0..S-1): only pages of that range are loaded and scanned,
+    /// and answers are partials that Redis XORs together. Every shard needs at least one live
+    /// worker; any number of workers may serve the same shard (replicas). Default: the whole
+    /// database, unsharded.
+    #[arg(long, env = "PIRQ_SHARD")]
+    pub shard: Option<pirq_shared::shard::ShardSpec>,
+
     /// Scanner backend.
     #[arg(long, env = "PIRQ_BACKEND", value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
@@ -137,6 +144,13 @@ pub struct Config {
     /// older than what the stream keeps starts from a snapshot (`pirq db apply`).
     #[arg(long, env = "PIRQ_UPDATES_RETAIN", default_value_t = 1024)]
     pub updates_retain: u64,
+
+    /// Make this worker's database the party's even when another one (another shape or
+    /// digest) is registered under the prefix: its registration, digests and updates stream are
+    /// dropped, and the workers serving it stop. Without this flag such a worker refuses to
+    /// start.
+    #[arg(long, env = "PIRQ_REPLACE_DB")]
+    pub replace_db: bool,
 
     /// Consumer name in the group (default: host name, process id and a random suffix).
     #[arg(long, env = "PIRQ_CONSUMER")]

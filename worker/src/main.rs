@@ -8,13 +8,15 @@ use anyhow::Context;
 use clap::Parser;
 use pirq_shared::db::PirDb;
 use pirq_shared::layout::Layout;
+use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::{Config, WindowPolicyKind};
+use pirq_worker::digests::Digests;
+use pirq_worker::epoch_follower::Follower;
 use pirq_worker::policy::WindowPolicy;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
-use pirq_worker::updates::Follower;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -28,13 +30,28 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let layout = Layout::new(&config.prefix)?;
     if let Some(addr) = config.metrics_listen {
-        pirq_worker::metrics_export::install(addr).context("starting the metrics endpoint")?;
+        pirq_worker::metrics_export::install(addr, config.shard)
+            .context("starting the metrics endpoint")?;
     }
 
     let db = Arc::new(
         PirDb::open(&config.db).with_context(|| format!("opening {}", config.db.display()))?,
     );
+    // A file changed under the mapping must not kill the worker silently or change its
+    // answers behind its digest.
+    pirq_worker::guard::exit_on_sigbus(&config.db).context("installing the SIGBUS handler")?;
+    pirq_worker::guard::watch_for_changes(&config.db)
+        .with_context(|| format!("watching {}", config.db.display()))?;
     let header = *db.header();
+    // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool that
+    // wrote it; a file from before digests is hashed once here.
+    let file_digest = db.recorded_digest().unwrap_or_else(|| {
+        tracing::info!(db = %config.db.display(), "the file records no digest; hashing its pages once");
+        db.content_digest()
+    });
+    let digests = Digests::new(header.epoch, file_digest);
+    let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
+    let pages = pirq_worker::backend::shard_range(&db, shard)?;
     let max_batch_keys = config.max_batch_keys as usize;
     let options = ScannerOptions {
         threads: config.threads,
@@ -42,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
         epoch_window: config.epoch_window as usize,
         gpu: config.gpu,
         workspaces: config.workspaces as usize,
+        shard,
     };
     let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
         .context("starting the scanner")?;
@@ -49,7 +67,8 @@ async fn main() -> anyhow::Result<()> {
     // Before registering: the measuring passes are not the queue's.
     let policy = window_policy(&config, scanner.as_ref());
 
-    let client = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+    let client = redis::Client::open(config.redis_url.as_str())
+        .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
         Queue::new(
@@ -59,7 +78,8 @@ async fn main() -> anyhow::Result<()> {
             config.block(),
             config.result_ttl,
         )?
-        .with_policy(config.policy()),
+        .with_policy(config.policy())
+        .with_shard(shard),
     );
     wait_for_redis(&queue).await;
     match queue.probe().await {
@@ -74,6 +94,33 @@ async fn main() -> anyhow::Result<()> {
     // Apply every epoch already in the updates stream before serving, on a connection of the
     // follower's own (it blocks in XREAD).
     let (epochs_tx, epochs_rx) = watch::channel(scanner.epoch_window());
+    let mut reg = Registration {
+        worker_id: consumer.clone(),
+        backend: scanner.name(),
+        num_pages: geometry.num_pages,
+        page_size: geometry.page_size as u32,
+        domain_bits: geometry.domain_bits,
+        window: scanner.epoch_window(),
+        max_batch_keys: config.max_batch_keys,
+        started_ms: Registration::now_ms(),
+        kv: db.kv().map(|kv| kv.info()),
+        shard: (!shard.is_whole()).then_some(shard),
+        pages: [pages.start, pages.end],
+        db_id: String::new(),
+        digests: digests.clone(),
+    };
+    let mut conn = queue.connection();
+    // The updates stream belongs to the registered database: check before applying it.
+    registry::check_prefix(
+        &mut conn,
+        &layout,
+        &reg,
+        header.epoch,
+        file_digest,
+        config.replace_db,
+    )
+    .await
+    .with_context(|| format!("serving {}", config.db.display()))?;
     let mut follower = Follower {
         scanner: scanner.clone(),
         conn: client
@@ -84,41 +131,36 @@ async fn main() -> anyhow::Result<()> {
         epochs: epochs_tx,
         block: config.block(),
         retain: config.updates_retain,
+        digests: digests.clone(),
     };
     let window = follower
         .catch_up()
         .await
         .context("catching up with the updates stream")?;
 
-    let reg = Registration {
-        worker_id: consumer.clone(),
-        backend: scanner.name(),
-        num_pages: geometry.num_pages,
-        page_size: geometry.page_size as u32,
-        domain_bits: geometry.domain_bits,
-        window,
-        max_batch_keys: config.max_batch_keys,
-        started_ms: Registration::now_ms(),
-    };
-    let mut conn = queue.connection();
-    registry::register(&mut conn, &layout, &reg, config.heartbeat() * 3)
+    reg.window = window;
+    registry::register(&mut conn, &layout, &mut reg, config.heartbeat() * 3)
         .await
-        .context("registering")?;
+        .with_context(|| format!("serving {}", config.db.display()))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Finishes only when another database replaced this one under the prefix (it then sets
+    // `stop_tx`).
     let heartbeat = registry::spawn_heartbeat(
         conn.clone(),
         layout.clone(),
         reg.clone(),
         epochs_rx.clone(),
         config.heartbeat(),
+        stop_tx.clone(),
     );
     metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
         page_size = geometry.page_size, file_epoch = header.epoch, oldest = window.oldest,
-        newest = window.newest, "pirq-worker serving"
+        newest = window.newest, shard = %shard, first_page = pages.start, end_page = pages.end,
+        group = queue.group(), digest = %digests.newest().1, "pirq-worker serving"
     );
 
-    let (stop_tx, stop_rx) = watch::channel(false);
     let follower_stop = stop_tx.clone();
     let following = tokio::spawn(async move {
         let error = follower.run(reg).await;
@@ -136,6 +178,7 @@ async fn main() -> anyhow::Result<()> {
         scanner,
         queue: queue.clone(),
         epochs: epochs_rx,
+        digests,
         epoch_wait: config.epoch_wait(),
         policy,
         max_batch_keys,
@@ -143,7 +186,9 @@ async fn main() -> anyhow::Result<()> {
     };
     serve::run(worker, stop_rx).await;
 
+    // The heartbeat task ends by itself only when it found this worker replaced.
     heartbeat.abort();
+    let replaced = heartbeat.await.is_ok();
     let follow_error = if following.is_finished() {
         following.await.ok()
     } else {
@@ -156,6 +201,9 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!("pirq-worker stopped");
     match follow_error {
         Some(e) => Err(e).context("following the updates stream"),
+        None if replaced => anyhow::bail!(
+            "another database replaced this worker's under prefix {layout} (--replace-db)"
+        ),
         None => Ok(()),
     }
 }
@@ -163,7 +211,7 @@ async fn main() -> anyhow::Result<()> {
 /// The window policy of `--window-policy`: from the pass cost the scanner measures, or the
 /// flags' fixed behaviour. Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU
 /// backend (its threads already share one pass).
-fn window_policy(config: &Config, scanner: &dyn pirq_worker::scan::Scanner) -> WindowPolicy {
+fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPolicy {
     let max_keys = config.max_batch_keys as usize;
     let slots = if scanner.name() == "cuda" {
         config.workspaces as usize

@@ -5,9 +5,17 @@ use std::net::SocketAddr;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use pirq_shared::metrics::{self as m, Emitter};
 
-/// Installs the recorder and serves `GET /metrics` on `addr` (needs a Tokio runtime).
-pub fn install(addr: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
+/// Installs the recorder and serves `GET /metrics` on `addr` (needs a Tokio runtime). A shard's
+/// worker labels every series with `shard="I/S"`, so dashboards split pass time, keys and jobs
+/// per shard.
+pub fn install(
+    addr: SocketAddr,
+    shard: Option<pirq_shared::shard::ShardSpec>,
+) -> Result<(), metrics_exporter_prometheus::BuildError> {
     let mut builder = PrometheusBuilder::new().with_http_listener(addr);
+    if let Some(spec) = shard {
+        builder = builder.add_global_label("shard", spec.to_string());
+    }
     for metric in m::of(Emitter::Worker) {
         if let Some(buckets) = metric.buckets() {
             builder =

@@ -25,14 +25,14 @@
 //! adds at most half a pass to the latency (measured at 64 GiB with 64 closed-loop clients: a
 //! quarter of the floor still let stragglers miss their pass, 116 of 128 keys a pass).
 //!
-//! The cost comes from [`crate::scan::Scanner::measure_pass_cost`] at start-up (the CUDA
+//! The cost comes from [`pirq_scan::Scanner::measure_pass_cost`] at start-up (the CUDA
 //! backend times a one-key pass and a full one); a backend that does not measure keeps the
 //! fixed behaviour of the flags: up to `slots` windows at once, each closing when full or when
 //! its first job has waited `--max-wait-ms`.
 
 use std::time::{Duration, Instant};
 
-use crate::scan::PassCost;
+use pirq_scan::PassCost;
 
 /// A pass whose non-scan part (upload, expansion, download, copy-out, launch gaps) is at least
 /// this share of the whole pays for overlapping with another pass even below the knee.
@@ -40,10 +40,6 @@ const OVERLAP_PAYS_SHARE: f64 = 0.2;
 
 /// A window below the knee waits at most a one-key pass divided by this for more jobs.
 const GATHER_DIVISOR: u32 = 2;
-
-/// A full pass this much slower than a one-key pass has a knee inside the batch range; below,
-/// the whole range counts as memory-bound (run-to-run spread is a few per cent).
-const COMPUTE_BOUND_RATIO: f64 = 1.15;
 
 /// How windows are formed; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,7 +102,7 @@ impl WindowPolicy {
         max_wait: Option<Duration>,
     ) -> WindowPolicy {
         let max_keys = max_keys.max(1);
-        let knee = knee(cost, max_keys);
+        let knee = cost.knee(max_keys);
         let gather = max_wait.unwrap_or(if knee > 1 {
             cost.one_key / GATHER_DIVISOR
         } else {
@@ -137,17 +133,6 @@ impl WindowPolicy {
             expect_back: if self.measured { last_keys } else { 0 },
         }
     }
-}
-
-/// The batch size from which a pass is compute-bound: where the per-key cost of a full pass
-/// reaches the one-key pass (`max_keys` and beyond when a full pass is hardly slower).
-pub fn knee(cost: &PassCost, max_keys: usize) -> usize {
-    let (one, full) = (cost.one_key.as_secs_f64(), cost.full.as_secs_f64());
-    if cost.full_keys <= 1 || one <= 0.0 || full < one * COMPUTE_BOUND_RATIO {
-        return max_keys.max(cost.full_keys);
-    }
-    let per_key = full / cost.full_keys as f64;
-    ((one / per_key).ceil() as usize).clamp(1, max_keys.max(1))
 }
 
 #[cfg(test)]
@@ -219,16 +204,16 @@ mod tests {
         let p = WindowPolicy::from_cost(&cost, 256, 2, None);
         assert!(p.overlap_below_knee);
         assert!(!p.close(1, Instant::now(), 0).until_idle);
-        // 8 GiB on the H100 (mma.sync, 2026-11-22): scan 2.75 of 2.96 ms, 7 % elsewhere.
+        // 8 GiB on the H100 (wgmma, pirq-gpu-bench 2026-11-23): 12 % of a pass elsewhere.
         let cost = PassCost {
-            one_key: ms(3.14),
-            full: ms(6.93),
-            full_keys: 256,
-            full_scan: ms(6.53),
+            one_key: ms(3.46),
+            full: ms(7.64),
+            full_keys: 512,
+            full_scan: ms(6.73),
         };
-        let p = WindowPolicy::from_cost(&cost, 256, 2, None);
+        let p = WindowPolicy::from_cost(&cost, 512, 2, None);
         assert!(!p.overlap_below_knee);
-        assert_eq!(p.knee, 116);
+        assert_eq!(p.knee, 232);
     }
 
     #[test]
@@ -256,14 +241,14 @@ mod tests {
             full_keys: 256,
             full_scan: ms(399.0),
         };
-        assert_eq!(knee(&fast, 256), 1);
+        assert_eq!(fast.knee(256), 1);
         let odd = PassCost {
             one_key: ms(0.0),
             full: ms(1.0),
             full_keys: 1,
             full_scan: ms(1.0),
         };
-        assert_eq!(knee(&odd, 64), 64);
+        assert_eq!(odd.knee(64), 64);
         let p = WindowPolicy::from_cost(&fast, 256, 2, None);
         assert_eq!(
             p.gather,

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use pirq_shared::layout::{job_field, query_field as qf, Layout, GROUP};
+use pirq_shared::layout::{job_field, query_field as qf, shard_group, Layout};
 use pirq_shared::metrics as m;
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
@@ -54,6 +55,8 @@ pub enum Outcome {
         worker: Duration,
         /// The gateway's acceptance time (Unix ms), for the end-to-end latency metric.
         accepted_ms: u64,
+        /// Digest of the database at `epoch` (SPEC §2.1), stamped on the result.
+        digest: Option<pirq_shared::digest::Digest>,
     },
     Failed {
         entry_id: String,
@@ -63,6 +66,9 @@ pub enum Outcome {
     },
     /// Not a job at all: acknowledge and delete, nobody waits for it.
     Discard { entry_id: String },
+    /// Nothing left to do for this shard (the query is already final, or its record expired):
+    /// acknowledge and delete, without writing anything.
+    Settled { entry_id: String },
     /// Not answered this time: give the entry back to the group at once (not acknowledged), so
     /// any worker claims it again; `deliveries` so far stay counted.
     Retry { entry_id: String, deliveries: u64 },
@@ -82,6 +88,7 @@ impl Outcome {
             Outcome::Done { entry_id, .. }
             | Outcome::Failed { entry_id, .. }
             | Outcome::Discard { entry_id }
+            | Outcome::Settled { entry_id }
             | Outcome::Retry { entry_id, .. }
             | Outcome::DeadLetter { entry_id, .. } => entry_id,
         }
@@ -90,6 +97,10 @@ impl Outcome {
 
 /// Marks queued queries as running; never moves a final status back, and never creates a record
 /// that expired (HSET keeps the gateway's TTL on an existing key).
+/// `HSET KEYS[1] ARGV[1] ARGV[2]` only when the key exists.
+const SET_IF_EXISTS: &str =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end";
+
 const MARK_RUNNING: &str = r#"
 for i, key in ipairs(KEYS) do
   if redis.call('HGET', key, 'status') == 'queued' then
@@ -152,8 +163,28 @@ impl Default for Policy {
 /// The floor of the derived claim-idle time.
 pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
 
+/// A sharded party's start of a window (see `lua/shard_start.lua`).
+const SHARD_START: &str = include_str!("lua/shard_start.lua");
+
+/// A sharded party's combine of one partial answer (see `lua/shard_combine.lua`).
+const SHARD_COMBINE: &str = include_str!("lua/shard_combine.lua");
+
+/// What [`Queue::start_shard_window`] found for one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardStart {
+    /// Answer at this epoch (every shard answers the job at the same one).
+    At(u64),
+    /// Nothing to answer: the query is final already, or its record expired.
+    Settled,
+    /// The query holds partials of another shard count (the party was re-split meanwhile).
+    OtherShardCount,
+}
+
 pub struct Queue {
     layout: Layout,
+    /// The shard this worker serves ([`ShardSpec::WHOLE`] when unsharded) and its group.
+    shard: ShardSpec,
+    group: String,
     consumer: String,
     reader: ConnectionManager,
     writer: ConnectionManager,
@@ -193,6 +224,8 @@ impl Queue {
         )?;
         Ok(Queue {
             layout,
+            shard: ShardSpec::WHOLE,
+            group: shard_group(ShardSpec::WHOLE),
             consumer,
             reader,
             writer,
@@ -212,6 +245,23 @@ impl Queue {
             ..policy
         };
         self
+    }
+
+    /// Serves shard `spec`: reads through that shard's consumer group, and writes partial
+    /// answers through the combine script instead of results.
+    pub fn with_shard(mut self, spec: ShardSpec) -> Queue {
+        self.shard = spec;
+        self.group = shard_group(spec);
+        self
+    }
+
+    pub fn shard(&self) -> ShardSpec {
+        self.shard
+    }
+
+    /// The consumer group this worker reads through.
+    pub fn group(&self) -> &str {
+        &self.group
     }
 
     pub fn policy(&self) -> &Policy {
@@ -278,7 +328,7 @@ impl Queue {
         let r: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(self.layout.jobs())
-            .arg(GROUP)
+            .arg(&self.group)
             .arg("0")
             .arg("MKSTREAM")
             .query_async(&mut conn)
@@ -315,7 +365,7 @@ impl Queue {
         let mut conn = self.reader.clone();
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
-            .arg(GROUP)
+            .arg(&self.group)
             .arg(&self.consumer)
             .arg("COUNT")
             .arg(count.max(1));
@@ -364,7 +414,7 @@ impl Queue {
         let mut conn = self.writer.clone();
         let reply: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
             .arg(self.layout.jobs())
-            .arg(GROUP)
+            .arg(&self.group)
             .arg(&self.consumer)
             .arg(min_idle.as_millis() as u64)
             .arg(cursor.as_str())
@@ -418,7 +468,7 @@ impl Queue {
         let mut conn = self.writer.clone();
         redis::cmd("XACK")
             .arg(self.layout.jobs())
-            .arg(GROUP)
+            .arg(&self.group)
             .arg(&gone)
             .query_async::<()>(&mut conn)
             .await
@@ -434,7 +484,7 @@ impl Queue {
         for d in deliveries.iter() {
             pipe.cmd("XPENDING")
                 .arg(self.layout.jobs())
-                .arg(GROUP)
+                .arg(&self.group)
                 .arg(&d.entry_id)
                 .arg(&d.entry_id)
                 .arg(1);
@@ -455,7 +505,7 @@ impl Queue {
         let mut conn = self.writer.clone();
         let reply: Value = redis::cmd("XPENDING")
             .arg(self.layout.jobs())
-            .arg(GROUP)
+            .arg(&self.group)
             .arg("-")
             .arg("+")
             .arg(count.max(1))
@@ -489,7 +539,7 @@ impl Queue {
     fn release_cmd(&self, pipe: &mut redis::Pipeline, entry_id: &str, retry_count: u64) {
         pipe.cmd("XCLAIM")
             .arg(self.layout.jobs())
-            .arg(GROUP)
+            .arg(&self.group)
             .arg(&self.consumer)
             .arg(0)
             .arg(entry_id)
@@ -512,7 +562,7 @@ impl Queue {
         for chunk in ids.chunks(500) {
             redis::cmd("XCLAIM")
                 .arg(self.layout.jobs())
-                .arg(GROUP)
+                .arg(&self.group)
                 .arg(&self.consumer)
                 .arg(0)
                 .arg(chunk)
@@ -559,8 +609,41 @@ impl Queue {
         inv.invoke_async::<()>(&mut conn).await
     }
 
+    /// Sharded parties: marks a window's queries running, fixes their shard count and pins the
+    /// epoch every shard answers them at (`lua/shard_start.lua`). `jobs`: (request id, the
+    /// epoch this worker would answer at).
+    pub async fn start_shard_window(
+        &self,
+        jobs: &[(String, u64)],
+    ) -> redis::RedisResult<Vec<ShardStart>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(SHARD_START).arg(jobs.len());
+        for (id, _) in jobs {
+            cmd.arg(self.layout.query(id));
+        }
+        cmd.arg(self.layout.events()).arg(self.shard.count);
+        for (id, epoch) in jobs {
+            cmd.arg(id).arg(*epoch);
+        }
+        let mut conn = self.writer.clone();
+        let replies: Vec<i64> = cmd.query_async(&mut conn).await?;
+        Ok(replies
+            .into_iter()
+            .map(|r| match r {
+                e if e >= 0 => ShardStart::At(e as u64),
+                -3 => ShardStart::OtherShardCount,
+                _ => ShardStart::Settled,
+            })
+            .collect())
+    }
+
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
-    /// entries (and hands back the ones to retry), all in one `MULTI`.
+    /// entries (and hands back the ones to retry), all in one `MULTI`. A shard of a sharded
+    /// party writes its answers as partials through the combine script, which acknowledges them
+    /// itself and deletes the entry once the last shard's partial completed the query.
     pub async fn finish(&self, outcomes: &[Outcome]) -> redis::RedisResult<()> {
         if outcomes.is_empty() {
             return Ok(());
@@ -579,9 +662,60 @@ impl Queue {
                     pages,
                     scan,
                     worker,
+                    digest,
+                    ..
+                } if !self.shard.is_whole() => {
+                    // Every shard stamps the same digest (the whole database's); only on a
+                    // record that still exists, so a late partial leaves no key without a TTL.
+                    if let Some(digest) = digest {
+                        pipe.cmd("EVAL")
+                            .arg(SET_IF_EXISTS)
+                            .arg(1)
+                            .arg(self.layout.query(request_id))
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
+                    pipe.cmd("EVAL")
+                        .arg(SHARD_COMBINE)
+                        .arg(4)
+                        .arg(self.layout.query(request_id))
+                        .arg(self.layout.partial_sum(request_id))
+                        .arg(self.layout.partial_in(request_id, self.shard.index))
+                        .arg(self.layout.jobs())
+                        .arg(self.shard.index)
+                        .arg(self.shard.count)
+                        .arg(pages.as_slice())
+                        .arg(*epoch)
+                        .arg(*page_size)
+                        .arg(scan.as_micros() as u64)
+                        .arg(worker.as_micros() as u64)
+                        .arg(self.result_ttl)
+                        .arg(entry_id)
+                        .arg(&self.group)
+                        .arg(&events)
+                        .arg(request_id)
+                        .ignore();
+                }
+                Outcome::Done {
+                    entry_id,
+                    request_id,
+                    epoch,
+                    page_size,
+                    pages,
+                    scan,
+                    worker,
+                    digest,
                     ..
                 } => {
                     let key = self.layout.query(request_id);
+                    if let Some(digest) = digest {
+                        pipe.cmd("HSET")
+                            .arg(&key)
+                            .arg(qf::DIGEST)
+                            .arg(digest.to_hex())
+                            .ignore();
+                    }
                     pipe.cmd("HSET")
                         .arg(&key)
                         .arg(qf::STATUS)
@@ -613,7 +747,9 @@ impl Queue {
                     self.fail_cmds(&mut pipe, request_id, error, *worker);
                     acked.push(entry_id);
                 }
-                Outcome::Discard { entry_id } => acked.push(entry_id),
+                Outcome::Discard { entry_id } | Outcome::Settled { entry_id } => {
+                    acked.push(entry_id)
+                }
                 Outcome::Retry {
                     entry_id,
                     deliveries,
@@ -644,10 +780,10 @@ impl Queue {
             }
         }
         if !acked.is_empty() {
-            if self.uses_xackdel() {
+            if self.uses_xackdel() && self.shard.is_whole() {
                 pipe.cmd("XACKDEL")
                     .arg(self.layout.jobs())
-                    .arg(GROUP)
+                    .arg(&self.group)
                     .arg("IDS")
                     .arg(acked.len())
                     .arg(&acked)
@@ -655,7 +791,7 @@ impl Queue {
             } else {
                 pipe.cmd("XACK")
                     .arg(self.layout.jobs())
-                    .arg(GROUP)
+                    .arg(&self.group)
                     .arg(&acked)
                     .ignore();
                 pipe.cmd("XDEL")

@@ -4,14 +4,24 @@
 //! The database registration outlives the worker: a gateway keeps accepting queries for the
 //! party's database while no worker is up, and they are answered when one starts. Liveness is
 //! the heartbeat key alone; a worker that dies stops refreshing it and Redis expires it.
+//!
+//! One prefix serves one database. The registration carries the database's id
+//! ([`db_field::DB_ID`]) and the digest of every recent epoch (`{P}:digests`, SPEC §2.1): a
+//! worker whose file has another shape or digest refuses to start ([`check_prefix`],
+//! [`register`]) unless it was told `--replace-db`; then it claims the prefix with a new id, and
+//! the workers of the old database see the new id at their next heartbeat and stop.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pirq_shared::digest::Digest;
 use pirq_shared::layout::{db_field, Layout};
+use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::Serialize;
+
+use crate::digests::Digests;
 
 /// What a worker tells Redis about itself.
 #[derive(Clone, Debug, Serialize)]
@@ -25,7 +35,164 @@ pub struct Registration {
     pub window: EpochRange,
     pub max_batch_keys: u32,
     pub started_ms: u64,
+    /// The database's key-value layout, if it is a kv database (gateways serve it in
+    /// `/v1/info`, so clients need only the parties' URLs).
+    pub kv: Option<pirq_shared::kv::KvInfo>,
+    /// The shard served (`--shard I/S`), absent when unsharded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardSpec>,
+    /// The pages served, `[first, end)`: all of them, or the shard's range.
+    pub pages: [u64; 2],
+    /// The registered database this worker serves ([`db_field::DB_ID`]); set by [`register`].
+    pub db_id: String,
+    /// The digest of every epoch this worker answers, published with the window.
+    #[serde(skip)]
+    pub digests: Digests,
 }
+
+/// Why a worker may not serve this prefix.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(
+        "another database is registered under prefix {prefix}: {registered}; this worker's file \
+         has {ours}. Start the worker with that database's file, give it another --prefix, or \
+         pass --replace-db to make this file the party's database (the workers serving the \
+         registered one then stop)"
+    )]
+    Conflict {
+        prefix: String,
+        registered: String,
+        ours: String,
+    },
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// The shape and digest of a database at one epoch, as messages name it.
+fn describe(pages: &str, page_size: &str, epoch: &str, digest: Option<&str>) -> String {
+    let digest = match digest {
+        Some(d) if !d.is_empty() => format!("digest {}", &d[..d.len().min(16)]),
+        _ => "no digest recorded".into(),
+    };
+    format!("{pages} pages of {page_size} bytes, at epoch {epoch} {digest}")
+}
+
+/// The registration's view of one of our epochs: geometry and digest from `{P}:db` and
+/// `{P}:digests`.
+struct Registered {
+    fields: std::collections::HashMap<String, String>,
+}
+
+impl Registered {
+    async fn read(conn: &mut ConnectionManager, layout: &Layout) -> redis::RedisResult<Self> {
+        Ok(Registered {
+            fields: conn.hgetall(layout.db()).await?,
+        })
+    }
+
+    fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map(String::as_str).unwrap_or("?")
+    }
+}
+
+/// Before the worker applies the party's updates to its file: refuses a file whose shape or
+/// digest differs from the database registered under the prefix (the updates stream belongs to
+/// that database). With `replace`, drops the registration, its digests and its updates stream
+/// instead, so this file becomes the party's database.
+pub async fn check_prefix(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    reg: &Registration,
+    file_epoch: u64,
+    file_digest: Digest,
+    replace: bool,
+) -> Result<(), RegistryError> {
+    let registered = Registered::read(conn, layout).await?;
+    if !registered.fields.contains_key(db_field::NUM_PAGES) {
+        return Ok(());
+    }
+    let at_file_epoch: Option<String> = conn.hget(layout.digests(), file_epoch).await?;
+    let shape_differs = registered.field(db_field::NUM_PAGES) != reg.num_pages.to_string()
+        || registered.field(db_field::PAGE_SIZE) != reg.page_size.to_string();
+    let digest_differs = at_file_epoch
+        .as_deref()
+        .is_some_and(|d| d != file_digest.to_hex());
+    if !(shape_differs || digest_differs) {
+        return Ok(());
+    }
+    let newest = registered.field(db_field::EPOCH).to_string();
+    let registered_digest: Option<String> = match &at_file_epoch {
+        Some(d) if !shape_differs => Some(d.clone()),
+        _ => conn.hget(layout.digests(), &newest).await?,
+    };
+    let registered_epoch = if shape_differs {
+        newest
+    } else {
+        file_epoch.to_string()
+    };
+    let registered_text = describe(
+        registered.field(db_field::NUM_PAGES),
+        registered.field(db_field::PAGE_SIZE),
+        &registered_epoch,
+        registered_digest.as_deref(),
+    );
+    if replace {
+        tracing::info!(
+            prefix = %layout, registered = %registered_text,
+            "--replace-db: this worker's database replaces the registered one; its updates stream is dropped"
+        );
+        redis::pipe()
+            .atomic()
+            .del(layout.db())
+            .ignore()
+            .del(layout.digests())
+            .ignore()
+            .del(layout.updates())
+            .ignore()
+            .query_async::<()>(conn)
+            .await?;
+        return Ok(());
+    }
+    Err(RegistryError::Conflict {
+        prefix: layout.prefix().to_string(),
+        registered: registered_text,
+        ours: describe(
+            &reg.num_pages.to_string(),
+            &reg.page_size.to_string(),
+            &file_epoch.to_string(),
+            Some(&file_digest.to_hex()),
+        ),
+    })
+}
+
+/// Joins the registered database or registers this one, atomically (see [`register`]).
+/// KEYS: db, digests. ARGV: num_pages, page_size, newest epoch, its digest, candidate id,
+/// domain_bits, oldest epoch, kv layout JSON ('' for a page database). Returns {'ok', id} or {'conflict', pages, size, epoch, digest}.
+const REGISTER: &str = r#"
+local pages = redis.call('HGET', KEYS[1], 'num_pages')
+if pages then
+  local size = redis.call('HGET', KEYS[1], 'page_size')
+  local newest = redis.call('HGET', KEYS[1], 'epoch') or '0'
+  if pages ~= ARGV[1] or size ~= ARGV[2] then
+    return {'conflict', pages, size or '?', newest, redis.call('HGET', KEYS[2], newest) or ''}
+  end
+  local d = redis.call('HGET', KEYS[2], ARGV[3])
+  if d and d ~= ARGV[4] then
+    return {'conflict', pages, size, ARGV[3], d}
+  end
+  if not d and redis.call('HLEN', KEYS[2]) > 0 and tonumber(ARGV[3]) > tonumber(newest) then
+    return {'conflict', pages, size, newest, redis.call('HGET', KEYS[2], newest) or ''}
+  end
+  local id = redis.call('HGET', KEYS[1], 'db_id')
+  if id then return {'ok', id} end
+  redis.call('HSET', KEYS[1], 'db_id', ARGV[5])
+  return {'ok', ARGV[5]}
+end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'kv', ARGV[8]) end
+redis.call('HSET', KEYS[1], 'db_id', ARGV[5], 'num_pages', ARGV[1], 'page_size', ARGV[2],
+  'domain_bits', ARGV[6], 'epoch', ARGV[3], 'min_epoch', ARGV[7])
+return {'ok', ARGV[5]}
+"#;
 
 impl Registration {
     pub fn now_ms() -> u64 {
@@ -36,53 +203,156 @@ impl Registration {
     }
 }
 
-/// Writes the database registration and the first heartbeat. Warns when another geometry was
-/// registered before: gateways then validate against this worker's database.
+/// After catching up with the updates stream: joins the database registered under the prefix
+/// (same shape, same digest at this worker's newest epoch; `reg.db_id` becomes its id) or, when
+/// none is, registers this one; then writes the first heartbeat. A different database is
+/// refused with [`RegistryError::Conflict`] (the check and the claim are one script, so two
+/// workers starting at once on different files cannot both win).
 pub async fn register(
     conn: &mut ConnectionManager,
     layout: &Layout,
-    reg: &Registration,
+    reg: &mut Registration,
     heartbeat_ttl: Duration,
-) -> redis::RedisResult<()> {
-    let previous: std::collections::HashMap<String, String> = conn.hgetall(layout.db()).await?;
-    if let (Some(pages), Some(size)) = (
-        previous.get(db_field::NUM_PAGES),
-        previous.get(db_field::PAGE_SIZE),
-    ) {
-        if *pages != reg.num_pages.to_string() || *size != reg.page_size.to_string() {
-            tracing::warn!(
-                registered_pages = %pages, registered_page_size = %size,
-                "another database was registered under this prefix; replacing it with this worker's"
-            );
+) -> Result<(), RegistryError> {
+    let (newest, digest) = reg.digests.newest();
+    let candidate = format!("{:032x}", rand::random::<u128>());
+    let reply: Vec<String> = redis::Script::new(REGISTER)
+        .key(layout.db())
+        .key(layout.digests())
+        .arg(reg.num_pages)
+        .arg(reg.page_size)
+        .arg(newest)
+        .arg(digest.to_hex())
+        .arg(&candidate)
+        .arg(reg.domain_bits)
+        .arg(reg.window.oldest)
+        .arg(
+            reg.kv
+                .as_ref()
+                .map(|info| serde_json::to_string(info).expect("kv info serializes"))
+                .unwrap_or_default(),
+        )
+        .invoke_async(conn)
+        .await?;
+    match reply.as_slice() {
+        [ok, id] if ok == "ok" => reg.db_id = id.clone(),
+        [_, pages, size, epoch, registered] => {
+            return Err(RegistryError::Conflict {
+                prefix: layout.prefix().to_string(),
+                registered: describe(pages, size, epoch, Some(registered)),
+                ours: describe(
+                    &reg.num_pages.to_string(),
+                    &reg.page_size.to_string(),
+                    &newest.to_string(),
+                    Some(&digest.to_hex()),
+                ),
+            })
+        }
+        other => {
+            return Err(RegistryError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "unexpected reply of the register script",
+                format!("{other:?}"),
+            ))))
         }
     }
-    beat(conn, layout, reg, heartbeat_ttl).await
+    match beat(conn, layout, reg, heartbeat_ttl).await? {
+        Published::Current(id) => {
+            reg.db_id = id;
+            Ok(())
+        }
+        Published::Replaced => Err(RegistryError::Conflict {
+            prefix: layout.prefix().to_string(),
+            registered: "a database registered by a --replace-db worker a moment ago".into(),
+            ours: describe(
+                &reg.num_pages.to_string(),
+                &reg.page_size.to_string(),
+                &newest.to_string(),
+                Some(&digest.to_hex()),
+            ),
+        }),
+    }
 }
+
+/// Whether this worker's database is still the registered one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// It is, under this id (another worker on the same database may have registered it anew).
+    Current(String),
+    /// Another database took the prefix (`--replace-db`): stop taking jobs.
+    Replaced,
+}
+
+/// Writes (ARGV 3 not empty) or deletes the kv layout field (ARGV 2) of the registration,
+/// unless another database id than this worker's (ARGV 1) is registered.
+const KV_WRITE: &str = r#"
+local id = redis.call('HGET', KEYS[1], 'db_id')
+if id and id ~= ARGV[1] then return 0 end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[2]) else redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end
+return 1
+"#;
 
 /// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
 /// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
-/// moment behind never moves a party's advertised window back. A new geometry replaces all.
+/// moment behind never moves a party's advertised window back. The shard count (ARGV[11],
+/// ARGV[12]) is written as it is: gateways read it for readiness. Writes the digests of the
+/// worker's window (ARGV 14.. as epoch, digest pairs, the newest last). Returns the database id
+/// in force. When another id than this worker's (ARGV 13) is registered, the same database
+/// registered anew (two `--replace-db` workers on one file) is joined under that id; a different
+/// one (its digest at this worker's newest epoch differs or is missing) replaced this worker's:
+/// then nothing is written and the answer is ''. An absent id (Redis lost its data) is written
+/// again, with everything else.
 const RAISE: &str = r#"
+local id = redis.call('HGET', KEYS[1], 'db_id')
+local n = #ARGV
+if id and id ~= ARGV[13] then
+  if n < 15 or redis.call('HGET', KEYS[2], ARGV[n - 1]) ~= ARGV[n] then return '' end
+else
+  id = ARGV[13]
+  redis.call('HSET', KEYS[1], 'db_id', id)
+end
+for i = 14, n, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
 local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
   and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[11], ARGV[12])
 for i = 7, 9, 2 do
   local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
   if not same or tonumber(ARGV[i + 1]) > current then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end
 end
-return 1
+return id
 "#;
 
-/// Publishes the database and this worker's epoch window (see [`RAISE`]).
+/// Publishes the database, this worker's epoch window and its digests (see [`RAISE`]). The kv
+/// layout is written first (unless another database replaced this one), so a gateway that sees
+/// this geometry sees its layout too.
 pub async fn publish_window(
     conn: &mut ConnectionManager,
     layout: &Layout,
     reg: &Registration,
-) -> redis::RedisResult<()> {
-    redis::Script::new(RAISE)
+) -> redis::RedisResult<Published> {
+    let kv = reg
+        .kv
+        .as_ref()
+        .map(|info| serde_json::to_string(info).expect("kv info serializes"))
+        .unwrap_or_default();
+    redis::cmd("EVAL")
+        .arg(KV_WRITE)
+        .arg(1)
+        .arg(layout.db())
+        .arg(&reg.db_id)
+        .arg(db_field::KV)
+        .arg(kv)
+        .query_async::<()>(conn)
+        .await?;
+    let raise = redis::Script::new(RAISE);
+    let mut script = raise.prepare_invoke();
+    script
         .key(layout.db())
+        .key(layout.digests())
         .arg(db_field::NUM_PAGES)
         .arg(reg.num_pages)
         .arg(db_field::PAGE_SIZE)
@@ -93,9 +363,18 @@ pub async fn publish_window(
         .arg(reg.window.newest)
         .arg(db_field::MIN_EPOCH)
         .arg(reg.window.oldest)
-        .invoke_async::<i64>(conn)
-        .await
-        .map(drop)
+        .arg(db_field::SHARDS)
+        .arg(reg.shard.map_or(1, |s| s.count))
+        .arg(&reg.db_id);
+    for (epoch, digest) in reg.digests.in_window(reg.window) {
+        script.arg(epoch).arg(digest.to_hex());
+    }
+    let id: String = script.invoke_async(conn).await?;
+    Ok(if id.is_empty() {
+        Published::Replaced
+    } else {
+        Published::Current(id)
+    })
 }
 
 /// One heartbeat. It rewrites the database registration too, so a Redis that lost its data
@@ -105,8 +384,11 @@ pub async fn beat(
     layout: &Layout,
     reg: &Registration,
     ttl: Duration,
-) -> redis::RedisResult<()> {
-    publish_window(conn, layout, reg).await?;
+) -> redis::RedisResult<Published> {
+    let published = publish_window(conn, layout, reg).await?;
+    if published == Published::Replaced {
+        return Ok(published);
+    }
     let json = serde_json::to_string(reg).expect("registration serializes");
     redis::pipe()
         .atomic()
@@ -120,18 +402,21 @@ pub async fn beat(
         .arg(layout.workers())
         .arg(&reg.worker_id)
         .ignore()
-        .query_async(conn)
-        .await
+        .query_async::<()>(conn)
+        .await?;
+    Ok(published)
 }
 
 /// Heartbeats every `interval` until the task is aborted; failures are logged and retried.
-/// Each beat carries the window from `epochs` as it is then.
+/// Each beat carries the window from `epochs` as it is then. When another database replaced
+/// this worker's under the prefix, says so and sets `stop` (the worker stops taking jobs).
 pub fn spawn_heartbeat(
     mut conn: ConnectionManager,
     layout: Layout,
     mut reg: Registration,
     epochs: tokio::sync::watch::Receiver<EpochRange>,
     interval: Duration,
+    stop: tokio::sync::watch::Sender<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
@@ -140,8 +425,20 @@ pub fn spawn_heartbeat(
             tick.tick().await;
             reg.window = *epochs.borrow();
             match beat(&mut conn, &layout, &reg, interval * 3).await {
-                Ok(()) => metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
-                    .set(pirq_shared::metrics::unix_now_seconds()),
+                Ok(Published::Replaced) => {
+                    tracing::error!(
+                        prefix = %layout,
+                        "stopping: another worker (--replace-db) registered a different database \
+                         under this prefix; this worker's answers would come from the old one"
+                    );
+                    let _ = stop.send(true);
+                    return;
+                }
+                Ok(Published::Current(id)) => {
+                    reg.db_id = id;
+                    metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
+                        .set(pirq_shared::metrics::unix_now_seconds())
+                }
                 Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
             }
         }

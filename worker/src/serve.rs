@@ -20,9 +20,9 @@ use tracing::Instrument;
 
 use crate::batcher::{Batcher, Idle, Window};
 use crate::policy::WindowPolicy;
-use crate::queue::{Delivery, Outcome, Queue};
+use crate::queue::{Delivery, Outcome, Queue, ShardStart};
 use crate::reclaim;
-use crate::scan::{Geometry, Scanner};
+use pirq_scan::{Geometry, Scanner};
 
 /// Everything the loop needs.
 pub struct Worker {
@@ -30,6 +30,8 @@ pub struct Worker {
     pub queue: Arc<Queue>,
     /// The scanner's epoch window, as the updates follower announces it.
     pub epochs: watch::Receiver<EpochRange>,
+    /// The digest of every epoch answered, stamped on each result.
+    pub digests: crate::digests::Digests,
     /// How long a job pinned to an epoch not applied yet waits for it.
     pub epoch_wait: Duration,
     pub max_batch_keys: usize,
@@ -57,7 +59,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
     // written while the next windows scan, with as many writes in flight as scans.
     let scans = Arc::new(Semaphore::new(policy.slots));
     let writes = Arc::new(Semaphore::new(policy.slots));
-    // Windows scanning now, and when the last scan ended.
+    // Windows scanning now.
     let (running, _) = watch::channel(0usize);
     // When the last scan ended and how many keys it answered.
     let last_end = Arc::new(std::sync::Mutex::new((Instant::now(), 0usize)));
@@ -215,12 +217,28 @@ async fn run_window(worker: &Worker, window: Window) -> Vec<Outcome> {
         .map(|d| (d.entry_id.clone(), d.deliveries))
         .collect();
     let start = Instant::now();
-    let outcomes = run_window_inner(worker, window).instrument(span).await;
+    let mut outcomes = run_window_inner(worker, window).instrument(span).await;
     worker.queue.note_window(start.elapsed());
+    // Every answer carries the digest of the epoch it answers (SPEC §2.1).
+    for outcome in &mut outcomes {
+        if let Outcome::Done { epoch, digest, .. } = outcome {
+            *digest = worker.digests.get(*epoch);
+            if digest.is_none() {
+                tracing::error!(
+                    epoch,
+                    "no digest for an answered epoch; clients will refuse it"
+                );
+            }
+        }
+    }
+
     reclaim::apply_policy(outcomes, &deliveries, worker.queue.policy().max_deliveries)
 }
 
 async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
+    if !worker.queue.shard().is_whole() {
+        return run_shard_window(worker, window).await;
+    }
     let ids: Vec<String> = window
         .deliveries
         .iter()
@@ -265,6 +283,108 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         };
     // "running" must land before "done", or it could overwrite it.
     let _ = running.await;
+    outcomes
+}
+
+/// A shard's window: the start script marks the jobs running and pins the epoch all shards
+/// answer each job at (the first shard to start a job picks it), then the window runs as usual
+/// at those epochs. Jobs that are final already (another shard failed them) or expired are
+/// settled without a pass.
+async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
+    let newest = worker.epochs.borrow().newest;
+    let startable: Vec<usize> = (0..window.deliveries.len())
+        .filter(|&i| {
+            let d = &window.deliveries[i];
+            d.request_id.is_some() && d.job.is_ok()
+        })
+        .collect();
+    let proposals: Vec<(String, u64)> = startable
+        .iter()
+        .map(|&i| {
+            let d = &window.deliveries[i];
+            let job = d.job.as_ref().expect("startable jobs decoded");
+            (
+                d.request_id.clone().expect("startable jobs have ids"),
+                job.epoch.unwrap_or(newest),
+            )
+        })
+        .collect();
+    let starts = match worker.queue.start_shard_window(&proposals).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Nothing pinned, nothing run: give the window back for another try.
+            tracing::warn!(error = %e, "starting a shard window failed; handing its jobs back");
+            return window
+                .deliveries
+                .into_iter()
+                .map(|d| Outcome::Retry {
+                    entry_id: d.entry_id,
+                    deliveries: d.deliveries,
+                })
+                .collect();
+        }
+    };
+    let mut outcomes = Vec::new();
+    let mut settled = vec![false; window.deliveries.len()];
+    for (&i, start) in startable.iter().zip(starts) {
+        let d = &mut window.deliveries[i];
+        match start {
+            ShardStart::At(epoch) => {
+                if let Ok(job) = d.job.as_mut() {
+                    job.epoch = Some(epoch);
+                }
+            }
+            ShardStart::Settled => {
+                settled[i] = true;
+                outcomes.push(Outcome::Settled {
+                    entry_id: d.entry_id.clone(),
+                });
+            }
+            ShardStart::OtherShardCount => {
+                settled[i] = true;
+                outcomes.push(Outcome::Failed {
+                    entry_id: d.entry_id.clone(),
+                    request_id: d.request_id.clone().expect("startable jobs have ids"),
+                    error: ErrorBody::new(
+                        ErrorCode::Internal,
+                        "the party was re-split into another number of shards while this query \
+                         was being answered; submit it again",
+                    ),
+                    worker: d.received.elapsed(),
+                });
+            }
+        }
+    }
+    let mut keep = settled.iter().map(|s| !s);
+    window.deliveries.retain(|_| keep.next().unwrap_or(true));
+    window.keys = window.deliveries.iter().map(Delivery::keys).sum();
+    if window.deliveries.is_empty() {
+        return outcomes;
+    }
+    wait_for_pinned_epochs(worker, &window).await;
+    let scanner = worker.scanner.clone();
+    let entries: Vec<(String, Option<String>, Instant)> = window
+        .deliveries
+        .iter()
+        .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
+        .collect();
+    match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
+        Ok(o) => outcomes.extend(o),
+        Err(e) => {
+            tracing::error!(error = %e, "scanner pass panicked; failing its window");
+            outcomes.extend(entries.into_iter().map(|(entry_id, request_id, received)| {
+                match request_id {
+                    Some(request_id) => Outcome::Failed {
+                        entry_id,
+                        request_id,
+                        error: ErrorBody::new(ErrorCode::ScanFailed, "the scanner pass failed"),
+                        worker: received.elapsed(),
+                    },
+                    None => Outcome::Discard { entry_id },
+                }
+            }))
+        }
+    }
     outcomes
 }
 
@@ -341,7 +461,7 @@ fn record_outcomes(outcomes: &[Outcome]) {
                 }
             }
             Outcome::Retry { .. } => metrics::counter!(m::WORKER_JOBS_RELEASED).increment(1),
-            Outcome::Discard { .. } => {}
+            Outcome::Discard { .. } | Outcome::Settled { .. } => {}
         }
     }
 }
@@ -369,6 +489,7 @@ impl Valid {
             scan,
             worker: self.received.elapsed(),
             accepted_ms: self.accepted_ms,
+            digest: None,
         }
     }
 }
@@ -532,7 +653,7 @@ fn check_job(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::{Answers, ScanError};
+    use pirq_scan::{Answers, ScanError};
     use pirq_shared::dpf::generate;
     use pirq_shared::update::EpochUpdate;
 

@@ -7,7 +7,7 @@
 //! registered newest epoch: all pages of an epoch or none, and no two gateways can append the
 //! same epoch.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
@@ -43,10 +43,13 @@ pub struct Pushed {
 pub async fn push_epoch(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<(StatusCode, Json<Pushed>), ApiError> {
+    // The token before a byte of the body: a wrong token costs the gateway nothing.
     authorize(state.config.admin_token.as_deref(), &headers)?;
-    let update = match Format::of_request(&headers)? {
+    let format = Format::of_request(&headers)?;
+    let body = crate::body::read(&headers, body, state.config.update_body()).await?;
+    let update = match format {
         Format::Json => EpochUpdate::from_json(&body),
         Format::Bincode => EpochUpdate::from_bincode(&body),
     }
@@ -101,7 +104,7 @@ pub async fn push_epoch(
 }
 
 /// 403 when the gateway has no admin token (an empty one counts as none), 401 unless
-/// `Authorization: Bearer <token>` matches.
+/// `Authorization: Bearer <token>` matches (the scheme in any case, RFC 9110 §11.1).
 fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = expected.filter(|t| !t.is_empty()) else {
         return Err(ApiError::new(
@@ -112,7 +115,7 @@ fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer)
         .unwrap_or("");
     if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         return Err(ApiError::new(
@@ -123,10 +126,30 @@ fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError
     Ok(())
 }
 
+/// The token of `Bearer <token>`, the scheme matched case-insensitively.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// Compares without an early exit, so response timing does not reveal a token prefix.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer abc"), Some("abc"));
+        assert_eq!(bearer("BEARER  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearerabc"), None);
+    }
 }

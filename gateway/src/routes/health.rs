@@ -14,13 +14,34 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready when Redis answers, a database is registered and the pub/sub listener is subscribed.
+/// Ready when Redis answers, a database is registered, a live worker answers its newest epoch
+/// (a query accepted now would otherwise wait for one; for a sharded party, every shard needs
+/// one) and the pub/sub listener is subscribed.
 pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     st.store.ping().await?;
-    st.store
+    let db = st
+        .store
         .database()
         .await?
         .ok_or_else(super::queries_no_database)?;
+    if db.shards > 1 {
+        let shards = crate::shards::view(&db, &st.store.worker_records().await?);
+        if let Some(why) = crate::shards::not_ready(&db, &shards) {
+            return Err(ApiError::new(ErrorCode::ShardUnavailable, why).retry_after(1));
+        }
+    } else {
+        let workers = st.store.live_workers().await?;
+        if workers.newest.is_none_or(|n| n < db.epoch) {
+            let message = match workers.newest {
+                None => "no live worker: queries would wait until one starts".to_string(),
+                Some(n) => format!(
+                    "no live worker answers the newest epoch {} yet ({} live, newest {n})",
+                    db.epoch, workers.live
+                ),
+            };
+            return Err(ApiError::new(ErrorCode::NoWorkers, message).retry_after(1));
+        }
+    }
     if !st.events.is_connected() {
         return Err(ApiError::new(
             ErrorCode::RedisUnavailable,

@@ -15,12 +15,22 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         .await?
         .ok_or_else(super::queries_no_database)?;
     let workers = st.store.live_workers().await?;
+    let kv = st.store.kv_layout().await?;
+    let shards = if db.shards > 1 {
+        crate::shards::view(&db, &st.store.worker_records().await?)
+    } else {
+        Vec::new()
+    };
     Ok(Json(Info {
         num_pages: db.num_pages,
         page_size: db.page_size,
         domain_bits: db.domain_bits,
         epoch: db.window(),
         max_keys_per_query: st.config.max_keys_per_query,
-        workers,
+        workers: workers.live,
+        kv,
+        shards,
+        digest: st.store.digest_at(db.epoch).await?,
+        party: Some(st.store.party_id().await?),
     }))
 }

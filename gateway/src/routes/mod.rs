@@ -20,16 +20,13 @@ pub(crate) use queries::no_database as queries_no_database;
 
 /// Builds the gateway's router over `state`.
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.config.body_limit;
-    Router::new()
+    let cors = crate::cors::layer(&state.config.cors_origins);
+    let router = Router::new()
         .route("/v1/queries", post(queries::submit))
         .route("/v1/queries/{id}", get(queries::status))
         .route("/v1/queries/{id}/events", get(queries::events))
         .route("/v1/info", get(info::info))
-        .route(
-            "/v1/admin/epochs",
-            post(admin::push_epoch).layer(DefaultBodyLimit::max(state.config.max_update_bytes)),
-        )
+        .route("/v1/admin/epochs", post(admin::push_epoch))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -41,8 +38,16 @@ pub fn router(state: AppState) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        // Bodies are read by `crate::body` with each route's own limit.
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(crate::server::head_limits))
+        .with_state(state);
+    // Outermost, so preflights are answered before routing and error answers carry the
+    // headers too (a browser may then read their error codes).
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 /// Body encoding of a request or an answer (SPEC §4).

@@ -3,8 +3,8 @@
 use std::convert::Infallible;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -42,26 +42,12 @@ impl From<StoreError> for ApiError {
 pub async fn submit(
     State(st): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                ErrorCode::BodyTooLarge,
-                format!(
-                    "request body exceeds the limit of {} bytes",
-                    st.config.body_limit
-                ),
-            )
-        } else {
-            ApiError::new(
-                ErrorCode::InvalidJson,
-                format!("cannot read the request body: {r}"),
-            )
-        }
-    })?;
     let idem_key = idempotency::key(&headers)?;
-    let request = match Format::of_request(&headers)? {
+    let format = Format::of_request(&headers)?;
+    let body = crate::body::read(&headers, body, st.config.query_body()).await?;
+    let request = match format {
         Format::Json => QueryRequest::from_json(&body)?,
         Format::Bincode => QueryRequest::from_bincode(&body)?,
     };
@@ -269,11 +255,16 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if is_request_id(id) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(id))
+/// The request id of the path: 400 `invalid_id` (without a Redis round trip, and without
+/// echoing what was sent) unless it is 32 lowercase hex digits; a path that is not UTF-8 is
+/// refused the same way.
+fn check_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    match path {
+        Ok(Path(id)) if is_request_id(&id) => Ok(id),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidId,
+            "a query id is 32 lowercase hex digits",
+        )),
     }
 }
 
@@ -303,11 +294,11 @@ fn parse_wait(query: Option<&str>) -> Result<Duration, ApiError> {
 /// `GET /v1/queries/{id}`: 200 when done or failed, 202 while pending; `?wait=S` long-polls.
 pub async fn status(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check_id(&id)?;
+    let id = check_id(path)?;
     let wait = parse_wait(query.as_deref())?;
     let stored = if wait.is_zero() {
         st.store
@@ -315,6 +306,7 @@ pub async fn status(
             .await?
             .ok_or_else(|| ApiError::not_found(&id))?
     } else {
+        let _waiter = st.waiters.enter()?;
         wait_final(&st, &id, wait).await?
     };
     let final_ = stored.result.status.is_final();
@@ -375,9 +367,11 @@ async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQue
 /// `GET /v1/queries/{id}/events`: `status` events while pending, then one `result` event.
 pub async fn events(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    check_id(&id)?;
+    let id = check_id(path)?;
+    // Held by the task that feeds the stream, so released when the stream ends.
+    let waiter = st.waiters.enter()?;
     let sub = st.events.subscribe(&id);
     let first = st
         .store
@@ -385,7 +379,10 @@ pub async fn events(
         .await?
         .ok_or_else(|| ApiError::not_found(&id))?;
     let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(follow(st, id, sub, first, tx));
+    tokio::spawn(async move {
+        follow(st, id, sub, first, tx).await;
+        drop(waiter);
+    });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|ev| (Ok(ev), rx))
     });

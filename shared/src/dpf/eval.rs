@@ -104,6 +104,112 @@ pub fn eval_full_into(key: &DpfKey, out: &mut [u64]) {
     }
 }
 
+/// Why a range evaluation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RangeError {
+    #[error("range {lo}..{hi} does not start on a 128-index leaf or is not inside 0..2^{n}")]
+    Bad { lo: u64, hi: u64, n: u8 },
+}
+
+/// Number of u64 words of the bitmap of indices `range` (index `range.start + j` at bit `j`).
+pub fn range_words(range: &std::ops::Range<u64>) -> usize {
+    range.end.saturating_sub(range.start).div_ceil(64) as usize
+}
+
+/// The bitmap of indices `range` only: index `range.start + j` at bit `j % 64` of word `j / 64`,
+/// [`range_words`] words, bits past `range.end` zero. `range.start` must be a multiple of 128
+/// (a leaf boundary; shard boundaries are).
+///
+/// Subtree evaluation: only the nodes whose subtree meets the range are expanded, so a range of
+/// `r` indices costs about `r / 128 + 2 · depth` PRG calls instead of `2^n / 128`. This is what
+/// lets a shard's expansion shrink with the shard, as its scan does.
+pub fn eval_range(key: &DpfKey, range: std::ops::Range<u64>) -> Result<Vec<u64>, RangeError> {
+    let mut out = vec![0u64; range_words(&range)];
+    eval_range_into(key, range, &mut out)?;
+    Ok(out)
+}
+
+/// [`eval_range`] into `out`, which must be [`range_words`] long.
+pub fn eval_range_into(
+    key: &DpfKey,
+    range: std::ops::Range<u64>,
+    out: &mut [u64],
+) -> Result<(), RangeError> {
+    let n = key.domain_bits();
+    let (lo, hi) = (range.start, range.end);
+    if lo % 128 != 0 || lo > hi || hi > 1u64 << n {
+        return Err(RangeError::Bad { lo, hi, n });
+    }
+    assert_eq!(
+        out.len(),
+        range_words(&range),
+        "bitmap length for {range:?}"
+    );
+    if lo == hi {
+        return Ok(());
+    }
+    let m = tree_depth(n);
+    if m == 0 {
+        // One leaf: the whole domain is at most 128 indices.
+        let full = eval_full(key);
+        out.copy_from_slice(&full[..out.len()]);
+    } else {
+        let (first_leaf, end_leaf) = (lo >> 7, hi.div_ceil(128));
+        let sub = m.min(SUBTREE_LEVELS);
+        let (top_cws, sub_cws) = key.correction_words().split_at((m - sub) as usize);
+        // The top levels, trimmed at every level to the nodes above the range.
+        let mut top = Level::root((*key.root(), key.party() == 1));
+        let top_first = top.expand_trimmed(
+            top_cws,
+            0,
+            (first_leaf >> sub, ((end_leaf - 1) >> sub) + 1),
+            &mut Level::default(),
+        );
+        // Each top node's subtree: the part of [first_leaf, end_leaf) below it, and its words.
+        let mut tasks = Vec::with_capacity(top.len);
+        let mut rest = &mut *out;
+        for i in 0..top.len {
+            let node = top_first + i as u64;
+            let a = first_leaf.max(node << sub);
+            let b = end_leaf.min((node + 1) << sub);
+            let words = (2 * (b - a) as usize).min(rest.len());
+            let (mine, tail) = rest.split_at_mut(words);
+            rest = tail;
+            tasks.push((top.node(i), a - (node << sub), b - (node << sub), mine));
+        }
+        let finish =
+            |(level, spare): &mut (Level, Level),
+             (root, a, b, out): ((Seed, bool), u64, u64, &mut [u64])| {
+                level.reset_to(root);
+                level.expand_trimmed(sub_cws, 0, (a, b), spare);
+                if out.len() == 2 * level.len {
+                    level.write_leaves(key.cw_out(), out);
+                } else {
+                    // The last leaf is cut by the range's end: write it whole, keep its first word.
+                    let mut whole = vec![0u64; 2 * level.len];
+                    level.write_leaves(key.cw_out(), &mut whole);
+                    out.copy_from_slice(&whole[..out.len()]);
+                }
+            };
+        if tasks.len() >= 2 * SUBTREES_PER_TASK {
+            tasks
+                .into_par_iter()
+                .with_min_len(SUBTREES_PER_TASK)
+                .for_each_init(|| (Level::default(), Level::default()), finish);
+        } else {
+            let mut scratch = (Level::default(), Level::default());
+            for task in tasks {
+                finish(&mut scratch, task);
+            }
+        }
+    }
+    let tail_bits = (hi - lo) % 64;
+    if tail_bits != 0 {
+        *out.last_mut().expect("non-empty range") &= (1u64 << tail_bits) - 1;
+    }
+    Ok(())
+}
+
 /// One level of the tree in structure-of-arrays form, so that [`LANES`] consecutive nodes load
 /// straight into SIMD registers: `w[j][i]` is word `j` of node `i`'s seed, `t[i]` its control bit
 /// as an all-ones or all-zero mask. Vectors are padded to whole lane groups.
@@ -150,6 +256,40 @@ impl Level {
             expand_level(self, cw, spare);
             std::mem::swap(self, spare);
         }
+    }
+
+    /// Expands one level per correction word like [`expand_through`](Self::expand_through), but
+    /// keeps at each level only the nodes whose subtree meets `want` (node indices at the level
+    /// reached after the last word). `first` is the index of this level's node 0; returns the
+    /// index of the kept nodes' first at the last level.
+    fn expand_trimmed(
+        &mut self,
+        cws: &[CorrectionWord],
+        mut first: u64,
+        want: (u64, u64),
+        spare: &mut Level,
+    ) -> u64 {
+        for (done, cw) in cws.iter().enumerate() {
+            spare.resize(self.len * 2);
+            expand_level(self, cw, spare);
+            std::mem::swap(self, spare);
+            let below = (cws.len() - done - 1) as u32;
+            let (lo, hi) = (want.0 >> below, ((want.1 - 1) >> below) + 1);
+            self.keep((lo - 2 * first) as usize, (hi - lo) as usize);
+            first = lo;
+        }
+        first
+    }
+
+    /// Keeps nodes `from..from + len` only, moved to the front.
+    fn keep(&mut self, from: usize, len: usize) {
+        if from > 0 {
+            for w in &mut self.w {
+                w.copy_within(from..from + len, 0);
+            }
+            self.t.copy_within(from..from + len, 0);
+        }
+        self.resize(len);
     }
 
     /// Writes this level's nodes as leaves (after the output correction) to bitmap words.

@@ -9,7 +9,10 @@ pub mod gen;
 pub mod key;
 pub mod prg;
 
-pub use eval::{bitmap_words, eval_full, eval_full_into, eval_point, OutOfDomain};
+pub use eval::{
+    bitmap_words, eval_full, eval_full_into, eval_point, eval_range, eval_range_into, range_words,
+    OutOfDomain, RangeError,
+};
 pub use gen::generate;
 pub use key::{CorrectionWord, DpfKey, KeyError, MAX_DOMAIN_BITS};
 pub use prg::Seed;

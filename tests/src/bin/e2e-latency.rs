@@ -68,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
         wait,
         encoding: Encoding::Json,
         timeout: Duration::from_secs(60),
+        ..Default::default()
     });
     let (info, epoch, _) = client.agree().await?;
     let (pa, pb) = client.parties();

@@ -1,0 +1,188 @@
+//! `pirq db gen`, `pirq db info` and `pirq db verify`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use pirq_shared::db::{self, synthetic, Header, PirDb};
+
+#[derive(Subcommand)]
+pub enum DbCommand {
+    /// Write a synthetic database at epoch 0 (deterministic in --seed).
+    Gen(GenArgs),
+    /// Fold epoch updates into a new database file (a snapshot at the last update's epoch).
+    Apply(crate::epoch::ApplyArgs),
+    /// Print a database file's header fields as JSON.
+    Info {
+        /// The .pirdb file.
+        file: PathBuf,
+    },
+    /// Check that a database file's pages match the digest its header records (one read of
+    /// the whole file). A snapshot written by `db apply` records a chained digest: give the
+    /// file it was made from and the updates, and they are checked too.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// The .pirdb file to check.
+    file: PathBuf,
+    /// For a snapshot: the database it was made from (itself checked by content).
+    #[arg(long, requires = "updates")]
+    base: Option<PathBuf>,
+    /// For a snapshot: the update files applied to --base, in epoch order.
+    #[arg(long = "update", requires = "base")]
+    updates: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct GenArgs {
+    /// Number of pages.
+    #[arg(long)]
+    pages: u64,
+    /// Page size in bytes: a power of two from 256 to 65536.
+    #[arg(long, default_value_t = 4096)]
+    page_size: u32,
+    /// Seed of the synthetic contents (same seed, same bytes, on every machine).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output file.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
+    match cmd {
+        DbCommand::Gen(args) => gen(args),
+        DbCommand::Apply(args) => crate::epoch::apply(args),
+        DbCommand::Info { file } => info(file),
+        DbCommand::Verify(args) => verify(args),
+    }
+}
+
+fn gen(args: GenArgs) -> anyhow::Result<()> {
+    let header = Header {
+        page_size: args.page_size,
+        num_pages: args.pages,
+        epoch: 0,
+    };
+    header.validate()?;
+    let bar = progress_bar(header.pages_len());
+    let digest = db::write(
+        &args.out,
+        &header,
+        |p, page| synthetic::fill_page(args.seed, p, page),
+        |done| bar.set_position(done),
+    )
+    .with_context(|| format!("writing {}", args.out.display()))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "wrote {} ({} pages of {} bytes, domain bits {}), digest {digest}",
+        args.out.display(),
+        header.num_pages,
+        header.page_size,
+        header.domain_bits()
+    );
+    Ok(())
+}
+
+/// A byte progress bar, drawn only for writes big enough to watch (and only on a terminal).
+fn progress_bar(total: u64) -> ProgressBar {
+    if total < 64 << 20 {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+fn info(file: PathBuf) -> anyhow::Result<()> {
+    let db = PirDb::open(&file)?;
+    let h = db.header();
+    let mut info = serde_json::json!({
+        "page_size": h.page_size,
+        "num_pages": h.num_pages,
+        "epoch": h.epoch,
+        "domain_bits": h.domain_bits(),
+        "pages_bytes": h.pages_len(),
+        "digest": db.recorded_digest(),
+    });
+    if let Some(kv) = db.kv() {
+        info["kv"] = serde_json::to_value(kv.info())?;
+    }
+    println!("{}", serde_json::to_string_pretty(&info)?);
+    Ok(())
+}
+
+/// Recomputes what a file's digest stands for and compares. Exit status 1 on any mismatch.
+fn verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let db = PirDb::open(&args.file)?;
+    let name = args.file.display();
+    let Some(recorded) = db.recorded_digest() else {
+        bail!("{name} records no digest (written before digests existed); its content digest is {}; rewrite it with `pirq db apply` or the tool that made it", db.content_digest());
+    };
+    let Some(base_path) = args.base else {
+        let content = db.content_digest();
+        if content != recorded {
+            bail!(
+                "{name}: the header records digest {recorded} but the pages hash to {content}: \
+                 the file is damaged, or it is a snapshot (pirq db apply) whose digest chains \
+                 its updates: then verify it with --base FILE --update U1 --update U2 ..."
+            );
+        }
+        println!("{name}: pages match digest {recorded}");
+        return Ok(());
+    };
+    let base = PirDb::open(&base_path)?;
+    let base_recorded = base.digest();
+    let base_content = base.content_digest();
+    if base_content != base_recorded {
+        bail!(
+            "{}: the header records digest {base_recorded} but the pages hash to {base_content}",
+            base_path.display()
+        );
+    }
+    let mut digest = base_content;
+    let mut latest = std::collections::HashMap::new();
+    for path in &args.updates {
+        let u = crate::epoch::read_update(path)?;
+        u.validate(base.num_pages(), base.page_size())?;
+        digest = digest.next(&u);
+        for w in u.pages {
+            latest.insert(w.index, w.page);
+        }
+    }
+    if digest != recorded {
+        bail!(
+            "{name}: the header records digest {recorded}, {} with these updates chains to {digest}",
+            base_path.display()
+        );
+    }
+    if db.header().num_pages != base.num_pages() || db.page_size() != base.page_size() {
+        bail!("{name}: not the shape of {}", base_path.display());
+    }
+    for p in 0..db.num_pages() {
+        let want = latest
+            .get(&p)
+            .map(Vec::as_slice)
+            .unwrap_or_else(|| base.page(p).expect("p < num_pages"));
+        if db.page(p) != Some(want) {
+            bail!(
+                "{name}: page {p} differs from {} with these updates applied",
+                base_path.display()
+            );
+        }
+    }
+    println!(
+        "{name}: pages match digest {recorded} ({} with {} updates)",
+        base_path.display(),
+        args.updates.len()
+    );
+    Ok(())
+}

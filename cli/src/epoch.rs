@@ -1,0 +1,177 @@
+//! `pirq epoch make` (a random update, for demos, tests and benches) and `pirq db apply` (fold
+//! updates into a new `.pirdb` snapshot, the way a new worker catches up after the updates
+//! stream was trimmed).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pirq_shared::db::{self, Header, PirDb};
+use pirq_shared::update::{EpochUpdate, PageWrite};
+use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
+
+#[derive(Args)]
+pub struct MakeArgs {
+    /// The database the update is for (its geometry bounds the page indices).
+    #[arg(long)]
+    db: PathBuf,
+    /// Epoch number of the update (the database's newest epoch + 1 where it is pushed; epoch 0
+    /// is a database's first contents, so updates start at 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    epoch: u64,
+    /// How many pages to replace (indices drawn at random, repeats allowed).
+    #[arg(long)]
+    pages: usize,
+    /// Seed for indices and contents.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output file: JSON if it ends in .json, else bincode.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ApplyArgs {
+    /// The database to start from.
+    #[arg(long)]
+    db: PathBuf,
+    /// Update files, in epoch order (each must be the next epoch).
+    #[arg(long = "update", required = true)]
+    updates: Vec<PathBuf>,
+    /// Where the new snapshot goes (a .pirdb at the last update's epoch).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Reads and parses an update file (JSON or bincode).
+pub fn read_update(path: &Path) -> anyhow::Result<EpochUpdate> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    EpochUpdate::parse_file(&bytes).map_err(|e| {
+        let form = if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+            "a JSON update"
+        } else {
+            "a bincode update (a file that does not start with '{' is read as bincode)"
+        };
+        anyhow::anyhow!(
+            "{} is not {form}: {e}\nan update file is JSON such as \
+             {{\"epoch\": 1, \"pages\": [{{\"index\": 3, \"page\": \"<base64 of one page>\"}}]}} \
+             or its bincode twin, as `pirq epoch make` writes",
+            path.display()
+        )
+    })
+}
+
+pub fn make(args: MakeArgs) -> anyhow::Result<()> {
+    db::ensure_not_an_input(&args.out, &[&args.db])?;
+    let db = PirDb::open(&args.db)?;
+    let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
+    let pages = (0..args.pages)
+        .map(|_| {
+            let mut page = vec![0u8; db.page_size()];
+            rng.fill_bytes(&mut page);
+            PageWrite {
+                index: rng.random_range(0..db.num_pages()),
+                page,
+            }
+        })
+        .collect();
+    let update = EpochUpdate {
+        epoch: args.epoch,
+        pages,
+    };
+    let json = args.out.extension().is_some_and(|e| e == "json");
+    let bytes = if json {
+        update.to_json()
+    } else {
+        update.to_bincode()
+    };
+    db::write_atomically(&args.out, |f| std::io::Write::write_all(f, &bytes))
+        .with_context(|| format!("writing {}", args.out.display()))
+}
+
+pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
+    // The output is written beside it and renamed into place, but an input is never replaced:
+    // a mistyped command must not cost the database it reads.
+    let mut inputs: Vec<&Path> = vec![&args.db];
+    inputs.extend(args.updates.iter().map(PathBuf::as_path));
+    db::ensure_not_an_input(&args.out, &inputs)?;
+    let db = PirDb::open(&args.db)?;
+    let mut header = *db.header();
+    // The snapshot records the chained digest (SPEC §2.1), the one a worker that followed the
+    // same updates computes.
+    let mut digest = db.digest();
+    let updates = args
+        .updates
+        .iter()
+        .map(|p| read_update(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Last write of each page wins, across updates in order.
+    let mut latest = std::collections::HashMap::new();
+    for u in &updates {
+        if u.epoch != header.epoch + 1 {
+            bail!(
+                "update for epoch {} does not follow epoch {}",
+                u.epoch,
+                header.epoch
+            );
+        }
+        u.validate(header.num_pages, db.page_size())?;
+        for w in &u.pages {
+            latest.insert(w.index, &w.page);
+        }
+        digest = digest.next(u);
+        header.epoch = u.epoch;
+    }
+    let out = Header {
+        epoch: header.epoch,
+        ..*db.header()
+    };
+    // A snapshot of a kv database is one too: the layout block goes along.
+    db::write_with_digest(
+        &args.out,
+        &out,
+        db.kv().map(|kv| &kv.layout),
+        digest,
+        |p, page| match latest.get(&p) {
+            Some(new) => page.copy_from_slice(new),
+            None => page.copy_from_slice(db.page(p).expect("p < num_pages")),
+        },
+        |_| {},
+    )?;
+    eprintln!(
+        "wrote {} at epoch {} ({} pages replaced), digest {digest}",
+        args.out.display(),
+        out.epoch,
+        latest.len()
+    );
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct PushArgs {
+    /// The party's gateway (`http://host:port`). Push the same updates to both parties.
+    #[arg(long)]
+    party: String,
+    /// The party's admin token (its gateway's `--admin-token`).
+    #[arg(long, env = "PIRQ_ADMIN_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Update file (JSON or bincode, as `pirq epoch make` writes).
+    #[arg(long)]
+    from: PathBuf,
+}
+
+pub fn push(args: PushArgs) -> anyhow::Result<()> {
+    pirq_client::check_url(&args.party)?;
+    let update = read_update(&args.from)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let party = pirq_client::Party::new(reqwest::Client::new(), &args.party);
+    let epoch = runtime.block_on(party.push_epoch(&args.token, &update))?;
+    eprintln!(
+        "{}: epoch {epoch} appended ({} pages)",
+        args.party,
+        update.pages.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! `pirq kv build`: records in, a kv `.pirdb` out.
+//!
+//! The table is sized from the record count and a target load, then built in place in the
+//! output file through a writable mapping ([`db::MappedWriter`]: a temporary file renamed over
+//! `--out` only when every record is placed). Memory besides the mapped file: two bytes per
+//! page and a few batches of records. Records stream through three stages: one thread parses,
+//! rayon hashes each batch (tag and candidates, the SHA-256 work), and the main thread places
+//! records one by one (cuckoo placement is sequential).
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use pirq_shared::db::{Header, MappedWriter, MAX_PAGES};
+use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
+use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag};
+use rayon::prelude::*;
+
+use super::records::{self, Format, Record, RecordError, Records, Sizes};
+
+#[derive(Args)]
+pub struct BuildArgs {
+    /// Record file, or `-` for standard input.
+    #[arg(long)]
+    records: PathBuf,
+    /// Record file format (default: from the extension, .csv or .bin, else JSON lines).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Bytes of every value.
+    #[arg(long)]
+    value_size: u32,
+    /// Bytes of every key (0: any length in 1..=1024; binary records need it).
+    #[arg(long, default_value_t = 0)]
+    key_size: u32,
+    /// Page size: a power of two from 256 to 65536.
+    #[arg(long, default_value_t = 4096)]
+    page_size: u32,
+    /// Candidate pages per key (d), 2..=4. More choices fill pages fuller; a lookup fetches d
+    /// pages.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=4))]
+    choices: u8,
+    /// Seed of the hashes and of the eviction walk (default: random; printed at the end).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Number of pages (default: from the record count and --load).
+    #[arg(long, conflicts_with = "load")]
+    pages: Option<u64>,
+    /// Target load factor: records / slots (default: 0.95 where the page holds enough slots
+    /// for that to place reliably, lower for pages of few slots; see docs/bench/kv.md).
+    #[arg(long)]
+    load: Option<f64>,
+    /// Number of records, to size the table when they come from standard input.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Epoch of the database.
+    #[arg(long, default_value_t = 0)]
+    epoch: u64,
+    /// Evictions tried per record before the build gives up.
+    #[arg(long, default_value_t = DEFAULT_MAX_KICKS)]
+    max_kicks: usize,
+    /// Output database file.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Default load target for pages of `slots` slots and `d` choices: below the load where
+/// random-walk cuckoo placement starts to fail (measured: docs/bench/kv.md), with a margin.
+pub fn default_load(slots: usize, d: u8) -> f64 {
+    match (d, slots) {
+        (2, 1) => 0.45,
+        (2, 2) => 0.83,
+        (2, 3) => 0.90,
+        (2, 4..=7) => 0.93,
+        (3, 1) => 0.85,
+        (4, 1) => 0.92,
+        _ => 0.95,
+    }
+}
+
+/// Records per batch between the stages.
+const BATCH: usize = 1 << 14;
+
+struct Hashed {
+    record: Record,
+    tag: Tag,
+    candidates: Candidates,
+}
+
+pub fn run(args: BuildArgs) -> anyhow::Result<()> {
+    let format = Format::pick(args.format, &args.records);
+    if format == Format::Bin && args.key_size == 0 {
+        bail!("binary records need --key-size (the key bytes before each value)");
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let layout = KvLayout {
+        choices: args.choices,
+        value_size: args.value_size,
+        key_size: args.key_size,
+        seed: super::layout_seed(seed),
+    };
+    // Geometry checks first, on a table of the smallest legal size.
+    let probe = KvParams::new(layout, args.page_size, args.choices as u64)?;
+    let slots = probe.slots_per_page();
+    let sizes = Sizes {
+        key_size: args.key_size as usize,
+        value_size: args.value_size as usize,
+    };
+    let load = args
+        .load
+        .unwrap_or_else(|| default_load(slots, args.choices));
+    if !(load > 0.0 && load <= 1.0) {
+        bail!("--load must be in (0, 1], got {load}");
+    }
+    let count = match (args.pages, args.count) {
+        (_, Some(c)) => Some(c),
+        (Some(_), None) if is_stdin(&args.records) => None,
+        (None, None) if is_stdin(&args.records) => bail!(
+            "records come from standard input: give --count N (how many records) or --pages N \
+             so the table can be sized before they arrive"
+        ),
+        _ => Some(
+            records::count(&args.records, format, sizes)
+                .with_context(|| format!("counting records in {}", args.records.display()))?,
+        ),
+    };
+    let num_pages = match args.pages {
+        Some(p) => p,
+        None => {
+            let c = count.expect("a count when --pages is not given");
+            ((c as f64 / (slots as f64 * load)).ceil() as u64).max(args.choices as u64)
+        }
+    };
+    if num_pages > MAX_PAGES {
+        bail!("{num_pages} pages are more than a database holds (2^40)");
+    }
+    let params = KvParams::new(layout, args.page_size, num_pages)?;
+    let header = Header {
+        page_size: args.page_size,
+        num_pages,
+        epoch: args.epoch,
+    };
+    let mut writer = MappedWriter::create(&args.out, &header, Some(&layout))
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let bar = progress(count);
+    let start = Instant::now();
+
+    // Stage 1: parse on a thread of its own; the channel bounds the batches in flight.
+    let (tx, rx) = mpsc::sync_channel::<Vec<Result<Record, RecordError>>>(4);
+    let input = records::open(&args.records)?;
+    let reader = std::thread::spawn(move || {
+        let mut recs = Records::new(input, format, sizes);
+        loop {
+            let batch: Vec<_> = std::iter::from_fn(|| recs.next_record())
+                .take(BATCH)
+                .collect();
+            let done = batch.len() < BATCH || batch.last().is_some_and(|r| r.is_err());
+            if tx.send(batch).is_err() || done {
+                break;
+            }
+        }
+    });
+
+    let mut table = Table::empty(params, writer.pages_mut(), seed);
+    table.set_max_kicks(args.max_kicks);
+    let result = (|| -> anyhow::Result<()> {
+        for batch in rx {
+            // A batch ends at the first bad record, which the reader sends last.
+            let mut good = Vec::with_capacity(batch.len());
+            let mut bad = None;
+            for r in batch {
+                match r {
+                    Ok(record) => good.push(record),
+                    Err(e) => {
+                        bad = Some(e);
+                        break;
+                    }
+                }
+            }
+            // Stage 2: hash the batch in parallel.
+            let hashed: Vec<Hashed> = good
+                .into_par_iter()
+                .map(|record| {
+                    let tag = params.tag(&record.key);
+                    let candidates = params.candidates(&tag);
+                    Hashed {
+                        record,
+                        tag,
+                        candidates,
+                    }
+                })
+                .collect();
+            // Stage 3: place, in file order.
+            for h in &hashed {
+                table
+                    .insert_hashed(&h.tag, &h.candidates, &h.record.value)
+                    .map_err(|e| place_error(e, h.record.line, &args, &table, slots, load))?;
+            }
+            bar.inc(hashed.len() as u64);
+            if let Some(e) = bad {
+                return Err(anyhow::Error::from(e).context(format!(
+                    "building {} ({} records placed)",
+                    args.out.display(),
+                    table.records()
+                )));
+            }
+        }
+        Ok(())
+    })();
+    let parsed = reader.join();
+    result?;
+    if parsed.is_err() {
+        bail!("the record reader panicked");
+    }
+    let records = table.records();
+    let kicks = table.kicks();
+    let achieved = table.load();
+    drop(table);
+    bar.finish_and_clear();
+    if let Some(c) = count {
+        if args.count.is_some() && records != c {
+            bail!("--count said {c} records, the input had {records}");
+        }
+    }
+    writer
+        .commit()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "wrote {}: {records} records in {num_pages} pages of {} bytes (d = {}, {slots} slots of \
+         {} bytes per page), load factor {achieved:.4}, {kicks} evictions, seed {seed}, \
+         {secs:.1} s ({:.0} records/s)",
+        args.out.display(),
+        args.page_size,
+        args.choices,
+        params.slot_size(),
+        records as f64 / secs.max(1e-9),
+    );
+    Ok(())
+}
+
+fn is_stdin(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+fn place_error(
+    e: PlaceError,
+    line: u64,
+    args: &BuildArgs,
+    table: &Table,
+    slots: usize,
+    load: f64,
+) -> anyhow::Error {
+    let at = if args.format == Some(Format::Bin)
+        || args.records.extension().is_some_and(|x| x == "bin")
+    {
+        "record"
+    } else {
+        "line"
+    };
+    match e {
+        PlaceError::Duplicate => {
+            anyhow::anyhow!("{at} {line}: duplicate key (the same key was on an earlier {at})")
+        }
+        full @ PlaceError::Full { .. } => anyhow::anyhow!(
+            "{at} {line}: {full}. The table is too full for d = {} with {slots} slots per page: \
+             build it with more pages ({}) or more choices (--choices {})",
+            args.choices,
+            match args.pages {
+                Some(p) => format!("--pages above {p}"),
+                None => format!("--load below {load}"),
+            },
+            (args.choices + 1).min(4),
+        ),
+    }
+    .context(format!(
+        "building {} ({} records placed)",
+        args.out.display(),
+        table.records()
+    ))
+}
+
+fn progress(count: Option<u64>) -> ProgressBar {
+    let bar = match count {
+        Some(c) => ProgressBar::new(c).with_style(
+            ProgressStyle::with_template(
+                "{bar:40} {human_pos}/{human_len} records {per_sec} eta {eta}",
+            )
+            .expect("valid template"),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {human_pos} records {per_sec}")
+                .expect("valid template"),
+        ),
+    };
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
+    bar
+}

@@ -1,0 +1,184 @@
+//! `pirq kv gen`: synthetic records, deterministic in `--seed`, for tests and benchmarks.
+//!
+//! Record `i`'s key starts with a bijective mix of `i` (so keys of one file never repeat,
+//! whatever their length from 8 bytes up) and the rest of the key and the value are random
+//! bytes from a generator seeded per chunk of records, so chunks are made in parallel and the
+//! output does not depend on the thread count.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+use rayon::prelude::*;
+
+use super::records::Format;
+
+#[derive(Args)]
+pub struct GenArgs {
+    /// Number of records.
+    #[arg(long)]
+    records: u64,
+    /// Bytes of every key (8 or more: keys are then unique by construction).
+    #[arg(long, default_value_t = 20)]
+    key_size: usize,
+    /// Bytes of every value.
+    #[arg(long, default_value_t = 32)]
+    value_size: usize,
+    /// Seed: the same seed gives the same records on every machine; another seed gives other
+    /// keys (to make absent keys for a table, generate with another seed).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Skip the first N records of the sequence (a file of records N.. of the same seed).
+    #[arg(long, default_value_t = 0)]
+    skip: u64,
+    /// Output format (default: from the extension, .csv or .bin, else JSON lines).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Output file, or `-` for standard output.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Records per independently seeded chunk.
+const CHUNK: u64 = 1 << 12;
+
+/// splitmix64's finalizer: a bijection on u64, so distinct indices give distinct prefixes.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+    z ^ (z >> 31)
+}
+
+/// Record `index` of `seed`: (key, value).
+fn record(seed: u64, index: u64, rng: &mut StdRng, key: &mut [u8], value: &mut [u8]) {
+    rng.fill_bytes(key);
+    rng.fill_bytes(value);
+    let prefix = mix(index ^ mix(seed)).to_be_bytes();
+    key[..8].copy_from_slice(&prefix);
+}
+
+fn chunk_rng(seed: u64, chunk: u64) -> StdRng {
+    let mut s = [0u8; 32];
+    s[..8].copy_from_slice(&seed.to_le_bytes());
+    s[8..16].copy_from_slice(&chunk.to_le_bytes());
+    s[16..].copy_from_slice(b"pirq kv gen rec\0");
+    StdRng::from_seed(s)
+}
+
+/// Encodes records `first..first + n` (all in one chunk) into `out`.
+fn encode_chunk(args: &GenArgs, format: Format, first: u64, n: u64, out: &mut Vec<u8>) {
+    let chunk = first / CHUNK;
+    let mut rng = chunk_rng(args.seed, chunk);
+    let mut key = vec![0u8; args.key_size];
+    let mut value = vec![0u8; args.value_size];
+    // Advance to `first` inside the chunk (only the first chunk of a --skip starts mid-way).
+    for i in chunk * CHUNK..first {
+        record(args.seed, i, &mut rng, &mut key, &mut value);
+    }
+    for i in first..first + n {
+        record(args.seed, i, &mut rng, &mut key, &mut value);
+        match format {
+            Format::Jsonl => {
+                out.extend_from_slice(b"{\"key\":\"");
+                out.extend_from_slice(hex::encode(&key).as_bytes());
+                out.extend_from_slice(b"\",\"value\":\"");
+                out.extend_from_slice(hex::encode(&value).as_bytes());
+                out.extend_from_slice(b"\"}\n");
+            }
+            Format::Csv => {
+                out.extend_from_slice(hex::encode(&key).as_bytes());
+                out.push(b',');
+                out.extend_from_slice(hex::encode(&value).as_bytes());
+                out.push(b'\n');
+            }
+            Format::Bin => {
+                out.extend_from_slice(&key);
+                out.extend_from_slice(&value);
+            }
+        }
+    }
+}
+
+pub fn run(args: GenArgs) -> anyhow::Result<()> {
+    if args.key_size < 8 || args.key_size > 1024 {
+        bail!(
+            "--key-size must be 8..=1024 (synthetic keys start with 8 bytes that make them unique)"
+        );
+    }
+    if args.value_size == 0 {
+        bail!("--value-size must be at least 1");
+    }
+    let format = Format::pick(args.format, &args.out);
+    let stdout = args.out.as_os_str() == "-";
+    let sink: Box<dyn Write> = if stdout {
+        Box::new(io::stdout().lock())
+    } else {
+        Box::new(
+            std::fs::File::create(&args.out)
+                .with_context(|| format!("creating {}", args.out.display()))?,
+        )
+    };
+    let mut out = BufWriter::with_capacity(1 << 20, sink);
+    if format == Format::Csv {
+        out.write_all(b"key,value\n")?;
+    }
+    let (start, end) = (args.skip, args.skip + args.records);
+    // Chunk boundaries aligned to CHUNK, so a record's bytes do not depend on --skip.
+    let mut bounds = Vec::new();
+    let mut i = start;
+    while i < end {
+        let next = ((i / CHUNK + 1) * CHUNK).min(end);
+        bounds.push((i, next - i));
+        i = next;
+    }
+    // A window of chunks at a time: parallel encoding, in-order writing, bounded memory.
+    for window in bounds.chunks(256) {
+        let encoded: Vec<Vec<u8>> = window
+            .par_iter()
+            .map(|&(first, n)| {
+                let mut buf = Vec::new();
+                encode_chunk(&args, format, first, n, &mut buf);
+                buf
+            })
+            .collect();
+        for buf in &encoded {
+            if let Err(e) = out.write_all(buf) {
+                if stdout && e.kind() == io::ErrorKind::BrokenPipe {
+                    // The reader stopped (e.g. a build that failed): its error is the one to read.
+                    return Ok(());
+                }
+                return Err(e).context("writing records");
+            }
+        }
+    }
+    out.flush().context("writing records")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_gives_the_same_records() {
+        let args = |skip, records| GenArgs {
+            records,
+            key_size: 20,
+            value_size: 8,
+            seed: 3,
+            skip,
+            format: Some(Format::Bin),
+            out: "-".into(),
+        };
+        let mut all = Vec::new();
+        encode_chunk(&args(0, 10), Format::Bin, 0, 10, &mut all);
+        let mut tail = Vec::new();
+        encode_chunk(&args(4, 6), Format::Bin, 4, 6, &mut tail);
+        assert_eq!(&all[4 * 28..], &tail[..]);
+        let keys: std::collections::HashSet<&[u8]> = all.chunks(28).map(|r| &r[..20]).collect();
+        assert_eq!(keys.len(), 10);
+    }
+}

@@ -1,0 +1,138 @@
+//! `pirq kv update`: insert, change and delete records by key, as one epoch update.
+//!
+//! The database (the snapshot as of the previous epoch) is mapped copy-on-write, the changes
+//! are applied in file order with the same cuckoo placement as the build, and every page that
+//! ends up different — including pages that evictions moved records into or out of — becomes a
+//! whole-page replacement of the new epoch. All of them go out together, so a lookup pinned to
+//! either epoch sees a complete table.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pirq_shared::db::PirDb;
+use pirq_shared::kv::table::{Upserted, DEFAULT_MAX_KICKS};
+use pirq_shared::kv::{page, PlaceError, Table};
+use pirq_shared::update::{EpochUpdate, PageWrite};
+
+use super::records::{self, Format, Records, Sizes};
+
+#[derive(Args)]
+pub struct UpdateArgs {
+    /// The kv database as of the previous epoch (as built, or a `pirq db apply` snapshot).
+    #[arg(long)]
+    db: PathBuf,
+    /// Change lines (JSON): {"key":"<hex>","value":"<hex>"} (insert or change) or
+    /// {"key":"<hex>","delete":true}; `-` for standard input.
+    #[arg(long)]
+    changes: PathBuf,
+    /// Epoch of the update: the database's epoch + 1.
+    #[arg(long)]
+    epoch: u64,
+    /// Seed of the eviction walk.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Evictions tried per insert before the update gives up.
+    #[arg(long, default_value_t = DEFAULT_MAX_KICKS)]
+    max_kicks: usize,
+    /// Output update file: JSON if it ends in .json, else bincode (as `pirq epoch make`).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
+    let db = PirDb::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let Some(params) = db.kv().copied() else {
+        bail!(
+            "{} is a page database, not a kv database (build one with pirq kv build)",
+            args.db.display()
+        );
+    };
+    if args.epoch != db.header().epoch + 1 {
+        bail!(
+            "{} is at epoch {}: its update is epoch {} (got --epoch {}); pass the snapshot of \
+             the epoch before (pirq db apply)",
+            args.db.display(),
+            db.header().epoch,
+            db.header().epoch + 1,
+            args.epoch
+        );
+    }
+    let mut pages = db.private_pages()?;
+    let mut changes = Records::new(
+        records::open(&args.changes)?,
+        Format::Jsonl,
+        Sizes {
+            key_size: params.layout.key_size as usize,
+            value_size: params.value_size(),
+        },
+    );
+    let (mut inserted, mut changed, mut deleted) = (0u64, 0u64, 0u64);
+    let mut table = Table::existing(params, pages.as_mut_slice(), args.seed, 0);
+    table.set_max_kicks(args.max_kicks);
+    let where_ = |line: u64| format!("{}: line {line}", args.changes.display());
+    while let Some(change) = changes.next_change() {
+        let records::Change { line, key, value } =
+            change.map_err(|e| anyhow::anyhow!("{}: {e}", args.changes.display()))?;
+        let tag = params.tag(&key);
+        match value {
+            Some(value) => match table.upsert(&tag, &value) {
+                Ok(Upserted::Inserted) => inserted += 1,
+                Ok(Upserted::Changed) => changed += 1,
+                Err(PlaceError::Full { kicks, .. }) => {
+                    let records = (0..params.num_pages)
+                        .map(|p| page::occupied(table.page(p), params.slot_size()) as u64)
+                        .sum::<u64>();
+                    bail!(
+                        "{}: cannot place the record: all {} candidate pages stayed full after \
+                         {kicks} evictions, at a load factor of {:.4} ({records} records in {} \
+                         slots). The table is too full: rebuild it with more pages (pirq kv \
+                         build --load lower or --pages more) or more choices",
+                        where_(line),
+                        params.choices(),
+                        records as f64 / params.capacity() as f64,
+                        params.capacity()
+                    )
+                }
+                Err(e) => bail!("{}: {e}", where_(line)),
+            },
+            None => {
+                if !table.remove(&tag) {
+                    bail!("{}: delete of a key that is not in the table", where_(line));
+                }
+                deleted += 1;
+            }
+        }
+    }
+    let kicks = table.kicks();
+    let touched: Vec<u64> = table.touched().collect();
+    drop(table);
+    // Pages written back to what they were (a change undone later in the file) are left out.
+    let writes: Vec<PageWrite> = touched
+        .into_iter()
+        .filter(|&p| Some(pages.page(p)) != db.page(p))
+        .map(|p| PageWrite {
+            index: p,
+            page: pages.page(p).to_vec(),
+        })
+        .collect();
+    let update = EpochUpdate {
+        epoch: args.epoch,
+        pages: writes,
+    };
+    let json = args.out.extension().is_some_and(|e| e == "json");
+    let bytes = if json {
+        update.to_json()
+    } else {
+        update.to_bincode()
+    };
+    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!(
+        "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
+         {kicks} evictions, {} pages replaced",
+        args.out.display(),
+        args.epoch,
+        update.pages.len()
+    );
+    Ok(())
+}

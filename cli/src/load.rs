@@ -1,0 +1,591 @@
+//! `pirq bench load`: drive two running parties with private queries and measure what a client
+//! sees.
+//!
+//! Two ways to offer load:
+//! - **open loop** (`--rate R`): query `i` is due at `start + i / R` whether or not earlier ones
+//!   have finished, as independent clients would send them. Latency counts from the moment a
+//!   query was *due*, not from when it was sent, so a stalled system shows up as latency
+//!   instead of being hidden by a slower send rate (coordinated omission). Past
+//!   `--max-in-flight` queries, due queries are counted as `skipped` rather than queued without
+//!   bound in the generator.
+//! - **closed loop** (`--concurrency C`): C clients each send their next query when the
+//!   previous one is answered; the offered rate is whatever the system sustains.
+//!
+//! Every query fetches `--keys` random pages the way `pirq query` does (one DPF key pair per
+//! page, both halves submitted concurrently, answers XORed) and, with `--verify FILE`, every
+//! page is compared with the database file: a wrong page is an error, never a latency sample.
+//! `--submit-only` measures the gateway alone (its ceiling): each query is only submitted to
+//! party A (`POST /v1/queries`, answered 202 once the job is on the Redis stream) and never
+//! awaited, so no worker needs to run; latency is the POST round trip. Requests are
+//! pre-generated so that key generation does not compete with the gateway for the CPU.
+//!
+//! Latencies go into an HDR histogram (µs, 3 significant digits); the report gives p50, p90, p99,
+//! p99.9 and max, achieved queries/s and keys/s, and error counts by kind, as JSON (stdout or
+//! `--json FILE`) and optionally as a table appended to a `docs/bench/` file (`--record`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use pirq_client::{Client, ClientError, Options};
+use pirq_shared::bits::xor_into;
+use pirq_shared::db::PirDb;
+use pirq_shared::dpf::generate;
+use pirq_shared::wire::QueryRequest;
+use rand::Rng;
+use serde::Serialize;
+
+use crate::record::{self, Table};
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// Base URL of party A's gateway, e.g. http://127.0.0.1:8081.
+    #[arg(long, env = "PIRQ_PARTY_A")]
+    party_a: String,
+    /// Base URL of party B's gateway.
+    #[arg(long, env = "PIRQ_PARTY_B", required_unless_present = "submit_only")]
+    party_b: Option<String>,
+    /// Accept party URLs that reach the same party (it then sees both keys of every pair):
+    /// for capacity runs against one party only.
+    #[arg(long)]
+    allow_same_party: bool,
+    /// Only submit queries to party A and never wait for answers: the gateway's own ceiling.
+    #[arg(long, conflicts_with_all = ["verify", "poll"])]
+    submit_only: bool,
+    /// Open loop: queries offered per second, sent on schedule regardless of answers.
+    #[arg(
+        long,
+        conflicts_with = "concurrency",
+        required_unless_present = "concurrency"
+    )]
+    rate: Option<f64>,
+    /// Closed loop: clients that each send a query as soon as their previous one is answered.
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Seconds of measured load.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Seconds of load before measuring starts (fills the pipeline, warms caches).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Pages (DPF keys) per query.
+    #[arg(long, default_value_t = 1)]
+    keys: usize,
+    /// Compare every fetched page with this database file (the one both parties serve).
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["no_verify", "submit_only"])]
+    verify: Option<PathBuf>,
+    /// Do not check the pages (only when no copy of the database is at hand).
+    #[arg(long)]
+    no_verify: bool,
+    /// Wait for answers by polling (every 5 ms) instead of Server-Sent Events.
+    #[arg(long)]
+    poll: bool,
+    /// Send requests and read answers as bincode instead of JSON.
+    #[arg(long)]
+    bincode: bool,
+    /// Seconds one query may take before it counts as a timeout error.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// Open loop only: most queries in flight; further due queries are skipped and counted.
+    #[arg(long, default_value_t = 4096)]
+    max_in_flight: u64,
+    /// Write the JSON report here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Also append the results as a table to this markdown file (e.g. docs/bench/load.md).
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// No progress bar (for logs and CI).
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// How load was offered.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Mode {
+    Open { rate: f64 },
+    Closed { concurrency: usize },
+}
+
+/// The JSON report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub mode: Mode,
+    /// `fetch` (both parties, answers awaited) or `submit` (party A's gateway only).
+    pub work: &'static str,
+    pub keys_per_query: usize,
+    pub encoding: &'static str,
+    pub wait: &'static str,
+    pub verified: bool,
+    pub duration_s: f64,
+    /// Queries answered (and verified) inside the measured interval.
+    pub ok: u64,
+    /// Failed queries by kind (timeout, http, api_<code>, failed_<code>, wrong_page, ...).
+    pub errors: BTreeMap<String, u64>,
+    /// Open loop: queries that were due while `max_in_flight` were outstanding, never sent.
+    pub skipped: u64,
+    pub achieved_qps: f64,
+    pub achieved_keys_per_s: f64,
+    pub latency_ms: Latency,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Latency {
+    fn of(h: &Histogram<u64>) -> Latency {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+/// What the query tasks share: the parties, the database to check against, the tallies.
+struct Shared {
+    client: Client,
+    /// Submit-only mode: the requests to cycle through.
+    submit: Option<Vec<QueryRequest>>,
+    next: AtomicU64,
+    options: Options,
+    db: Option<PirDb>,
+    num_pages: u64,
+    domain_bits: u8,
+    epoch: u64,
+    keys: usize,
+    /// Samples before this instant are warm-up and not counted.
+    measure_from: Instant,
+    tally: Mutex<Tally>,
+    in_flight: AtomicU64,
+}
+
+struct Tally {
+    latency_us: Histogram<u64>,
+    ok: u64,
+    errors: BTreeMap<String, u64>,
+    skipped: u64,
+}
+
+impl Shared {
+    /// Runs one query due at `due` and records its outcome.
+    async fn one(&self, due: Instant) {
+        let outcome = match &self.submit {
+            Some(requests) => self.submit_one(requests).await,
+            None => self.fetch_random().await,
+        };
+        let done = Instant::now();
+        if due < self.measure_from {
+            return;
+        }
+        let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(()) => {
+                t.ok += 1;
+                let us = done.duration_since(due).as_micros() as u64;
+                t.latency_us.saturating_record(us.max(1));
+            }
+            Err(kind) => *t.errors.entry(kind).or_default() += 1,
+        }
+    }
+
+    /// Submits the next pre-made request to party A; `Err` names the failure.
+    async fn submit_one(&self, requests: &[QueryRequest]) -> Result<(), String> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % requests.len();
+        let (a, _) = self.client.parties();
+        a.submit(&requests[i], self.options.encoding)
+            .await
+            .map(|_| ())
+            .map_err(|e| error_kind(&e))
+    }
+
+    /// Fetches `keys` random pages from both parties and checks them; `Err` names the failure.
+    async fn fetch_random(&self) -> Result<(), String> {
+        let indices: Vec<u64> = {
+            let mut rng = rand::rng();
+            (0..self.keys)
+                .map(|_| rng.random_range(0..self.num_pages))
+                .collect()
+        };
+        let (mut keys_a, mut keys_b) = (Vec::new(), Vec::new());
+        {
+            let mut rng = rand::rng();
+            for &i in &indices {
+                let (k0, k1) =
+                    generate(self.domain_bits, i, &mut rng).map_err(|e| format!("keygen: {e}"))?;
+                keys_a.push(k0.to_bytes());
+                keys_b.push(k1.to_bytes());
+            }
+        }
+        let (a, b) = self.client.parties();
+        let o = &self.options;
+        let req = |keys| QueryRequest {
+            keys,
+            epoch: Some(self.epoch),
+        };
+        let (req_a, req_b) = (req(keys_a), req(keys_b));
+        let (ra, rb) = futures::try_join!(
+            a.query(&req_a, o.encoding, o.wait, o.timeout),
+            b.query(&req_b, o.encoding, o.wait, o.timeout),
+        )
+        .map_err(|e| error_kind(&e))?;
+        if ra.pages.len() != indices.len() || rb.pages.len() != indices.len() {
+            return Err("wrong_answer_count".into());
+        }
+        for ((mut page, other), &index) in ra.pages.into_iter().zip(rb.pages).zip(&indices) {
+            if page.len() != other.len() {
+                return Err("wrong_page".into());
+            }
+            xor_into(&mut page, &other);
+            if let Some(db) = &self.db {
+                if db.page(index) != Some(page.as_slice()) {
+                    return Err("wrong_page".into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A short, countable name for a failure.
+fn error_kind(e: &ClientError) -> String {
+    match e {
+        ClientError::Http { .. } => "http".into(),
+        ClientError::Api { error, .. } => format!("api_{}", error.code.as_str()),
+        ClientError::Failed { error, .. } => format!("failed_{}", error.code.as_str()),
+        ClientError::Timeout { .. } => "timeout".into(),
+        ClientError::Mismatch(_) => "mismatch".into(),
+        ClientError::IndexOutOfRange { .. } => "index_out_of_range".into(),
+        ClientError::Protocol { .. } => "protocol".into(),
+        ClientError::NotKv(_) => "not_kv".into(),
+        ClientError::BadKey { .. } => "bad_key".into(),
+        ClientError::BadUrl { .. } => "bad_url".into(),
+        ClientError::SameParty { .. } => "same_party".into(),
+        ClientError::NoWorkers { .. } => "no_workers".into(),
+    }
+}
+
+pub fn run(args: LoadArgs) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(run_async(args))
+}
+
+async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(args.duration) || !(positive(args.warmup) || args.warmup == 0.0) || args.keys == 0
+    {
+        bail!("--duration must be > 0, --warmup >= 0 and --keys >= 1");
+    }
+    let mode = match (args.rate, args.concurrency) {
+        (Some(rate), None) if positive(rate) => Mode::Open { rate },
+        (None, Some(c)) if c > 0 => Mode::Closed { concurrency: c },
+        _ => bail!("give --rate R > 0 (open loop) or --concurrency C > 0 (closed loop)"),
+    };
+    let mut options = Options::from_flags(
+        args.poll.then_some(Duration::from_millis(5)),
+        args.bincode,
+        Duration::from_secs(args.timeout),
+    );
+    // --submit-only talks to party A alone.
+    options.allow_same_party = args.allow_same_party || args.submit_only;
+    let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
+    let client = Client::with_options(&args.party_a, party_b, options.clone())?;
+    let (info, epoch, max_keys) = if args.submit_only {
+        let info = client
+            .parties()
+            .0
+            .info()
+            .await
+            .context("reading party A's info")?;
+        let max_keys = info.max_keys_per_query as usize;
+        (info.clone(), info.epoch.newest, max_keys)
+    } else {
+        client.agree().await.context("reading both parties' info")?
+    };
+    if args.keys > max_keys {
+        bail!(
+            "--keys {} exceeds the parties' limit of {max_keys} keys per query",
+            args.keys
+        );
+    }
+    let db = match &args.verify {
+        Some(path) => {
+            let db = PirDb::open(path).with_context(|| format!("opening {}", path.display()))?;
+            let h = db.header();
+            if h.num_pages != info.num_pages || h.page_size != info.page_size {
+                bail!(
+                    "{} has {} pages of {} bytes; the parties serve {} pages of {} bytes",
+                    path.display(),
+                    h.num_pages,
+                    h.page_size,
+                    info.num_pages,
+                    info.page_size
+                );
+            }
+            if h.epoch != epoch {
+                bail!(
+                    "{} is at epoch {}, the parties serve epoch {epoch}: pages would not match",
+                    path.display(),
+                    h.epoch
+                );
+            }
+            Some(db)
+        }
+        None => None,
+    };
+
+    let submit = args
+        .submit_only
+        .then(|| premade_requests(&info, epoch, args.keys))
+        .transpose()?;
+
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let measured = Duration::from_secs_f64(args.duration);
+    let start = Instant::now();
+    let shared = Arc::new(Shared {
+        client,
+        submit,
+        next: AtomicU64::new(0),
+        options,
+        db,
+        num_pages: info.num_pages,
+        domain_bits: info.domain_bits,
+        epoch,
+        keys: args.keys,
+        measure_from: start + warmup,
+        tally: Mutex::new(Tally {
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            ok: 0,
+            errors: BTreeMap::new(),
+            skipped: 0,
+        }),
+        in_flight: AtomicU64::new(0),
+    });
+    let end = start + warmup + measured;
+    let bar = progress(&shared, warmup + measured, args.quiet);
+
+    match mode {
+        Mode::Open { rate } => open_loop(&shared, rate, end, args.max_in_flight).await,
+        Mode::Closed { concurrency } => closed_loop(&shared, concurrency, end).await,
+    }
+    // Queries still in flight at the end finish (or time out) and are counted: they were due
+    // inside the measured interval.
+    while shared.in_flight.load(Ordering::Acquire) > 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    bar.finish_and_clear();
+
+    let t = shared.tally.lock().unwrap_or_else(|e| e.into_inner());
+    let secs = measured.as_secs_f64();
+    let report = Report {
+        mode,
+        work: if args.submit_only { "submit" } else { "fetch" },
+        keys_per_query: args.keys,
+        encoding: if args.bincode { "bincode" } else { "json" },
+        wait: match (args.submit_only, args.poll) {
+            (true, _) => "none",
+            (false, true) => "poll",
+            (false, false) => "sse",
+        },
+        verified: shared.db.is_some(),
+        duration_s: secs,
+        ok: t.ok,
+        errors: t.errors.clone(),
+        skipped: t.skipped,
+        achieved_qps: t.ok as f64 / secs,
+        achieved_keys_per_s: (t.ok * args.keys as u64) as f64 / secs,
+        latency_ms: Latency::of(&t.latency_us),
+    };
+    drop(t);
+    emit(&args, &report)?;
+    let failed: u64 = report.errors.values().sum();
+    if report.ok == 0 {
+        bail!("no query succeeded ({failed} failed)");
+    }
+    Ok(())
+}
+
+/// Requests for submit-only mode: party A's halves of key pairs for random indices.
+fn premade_requests(
+    info: &pirq_shared::wire::Info,
+    epoch: u64,
+    keys: usize,
+) -> anyhow::Result<Vec<QueryRequest>> {
+    let mut rng = rand::rng();
+    (0..256)
+        .map(|_| {
+            let keys = (0..keys)
+                .map(|_| {
+                    let index = rng.random_range(0..info.num_pages);
+                    Ok(generate(info.domain_bits, index, &mut rng)?.0.to_bytes())
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(QueryRequest {
+                keys,
+                epoch: Some(epoch),
+            })
+        })
+        .collect()
+}
+
+/// Sends query `i` at `start + i / rate` until `end`.
+async fn open_loop(shared: &Arc<Shared>, rate: f64, end: Instant, max_in_flight: u64) {
+    let start = Instant::now();
+    for i in 0u64.. {
+        let due = start + Duration::from_secs_f64(i as f64 / rate);
+        if due >= end {
+            break;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        if shared.in_flight.load(Ordering::Acquire) >= max_in_flight {
+            if due >= shared.measure_from {
+                shared
+                    .tally
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .skipped += 1;
+            }
+            continue;
+        }
+        shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        let s = shared.clone();
+        tokio::spawn(async move {
+            s.one(due).await;
+            s.in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+/// `concurrency` clients, each with one query outstanding, until `end`.
+async fn closed_loop(shared: &Arc<Shared>, concurrency: usize, end: Instant) {
+    let clients = (0..concurrency).map(|_| {
+        let s = shared.clone();
+        tokio::spawn(async move {
+            while Instant::now() < end {
+                s.in_flight.fetch_add(1, Ordering::AcqRel);
+                s.one(Instant::now()).await;
+                s.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        })
+    });
+    futures::future::join_all(clients).await;
+}
+
+/// A bar over the run's seconds with the tallies so far.
+fn progress(shared: &Arc<Shared>, total: Duration, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total.as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
+            .expect("valid template"),
+    );
+    let s = shared.clone();
+    let b = bar.clone();
+    let start = Instant::now();
+    tokio::spawn(async move {
+        while !b.is_finished() {
+            let (ok, err) = {
+                let t = s.tally.lock().unwrap_or_else(|e| e.into_inner());
+                (t.ok, t.errors.values().sum::<u64>())
+            };
+            let phase = if Instant::now() < s.measure_from {
+                "warm-up"
+            } else {
+                "measuring"
+            };
+            b.set_position(start.elapsed().as_millis() as u64);
+            b.set_message(format!(
+                "{phase}: {ok} ok, {err} errors, {} in flight",
+                s.in_flight.load(Ordering::Relaxed)
+            ));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    bar
+}
+
+/// Prints a summary, writes the JSON report and the optional markdown record.
+fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
+    let offered = match r.mode {
+        Mode::Open { rate } => format!("{}, open loop, {rate} q/s offered", r.work),
+        Mode::Closed { concurrency } => format!("{}, closed loop, {concurrency} clients", r.work),
+    };
+    let mut table = Table::new(&[
+        "mode",
+        "keys/query",
+        "ok",
+        "errors",
+        "skipped",
+        "q/s",
+        "keys/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+    ]);
+    table.row(vec![
+        offered,
+        r.keys_per_query.to_string(),
+        r.ok.to_string(),
+        r.errors.values().sum::<u64>().to_string(),
+        r.skipped.to_string(),
+        format!("{:.1}", r.achieved_qps),
+        format!("{:.1}", r.achieved_keys_per_s),
+        format!("{:.2}", r.latency_ms.p50),
+        format!("{:.2}", r.latency_ms.p90),
+        format!("{:.2}", r.latency_ms.p99),
+        format!("{:.2}", r.latency_ms.p999),
+        format!("{:.2}", r.latency_ms.max),
+    ]);
+    eprint!("{}", table.to_markdown());
+    if !r.errors.is_empty() {
+        eprintln!("errors: {:?}", r.errors);
+    }
+    let json = serde_json::to_string_pretty(r)?;
+    match &args.json {
+        Some(path) => std::fs::write(path, json + "\n")
+            .with_context(|| format!("writing {}", path.display()))?,
+        None => println!("{json}"),
+    }
+    if let Some(file) = &args.record {
+        let body = format!(
+            "{}\n{} encoding, {} wait, answers {}; {} s measured after {} s warm-up.\n",
+            table.to_markdown(),
+            r.encoding,
+            r.wait,
+            match (r.work, r.verified) {
+                ("submit", _) => "not awaited (submit only)",
+                (_, true) => "verified against the database file",
+                (_, false) => "not verified",
+            },
+            args.duration,
+            args.warmup,
+        );
+        record::append(file, "pirq bench load", &body, &record::load_average())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! `pirq`: the pirq command-line tool.
+//!
+//! Offline tools (database files, keys, local answers) work without any server; `query` talks to
+//! two running parties; `bench` measures the scanner and the system.
+
+mod answer;
+mod bench;
+mod db;
+mod epoch;
+mod get;
+mod keys;
+mod kv;
+mod load;
+mod query;
+mod record;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pirq",
+    version,
+    about = "Two-server private page retrieval: tools, client and benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Database files (.pirdb): generate, inspect.
+    #[command(subcommand)]
+    Db(db::DbCommand),
+    /// Epoch updates: make one, push one to a party.
+    #[command(subcommand)]
+    Epoch(EpochCommand),
+    /// DPF keys: generate a pair for one index.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Answer one key locally, as one party would (raw page bytes out).
+    Answer(answer::AnswerArgs),
+    /// XOR two parties' answers into the retrieved page.
+    Combine(answer::CombineArgs),
+    /// Fetch pages privately from two running parties (verifies they serve the same database).
+    Query(query::QueryArgs),
+    /// Key-value databases: build one from records, generate records, update by key.
+    #[command(subcommand)]
+    Kv(kv::KvCommand),
+    /// Look keys up privately in a kv database served by two parties (hex values out; exit 0
+    /// all found, 1 any absent, 2 error).
+    Get(get::GetArgs),
+    /// Benchmarks (results as a table, optionally recorded under docs/bench/).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum EpochCommand {
+    /// Write a random update (whole-page replacements) for a database.
+    Make(epoch::MakeArgs),
+    /// Push an update file to a party (its gateway's admin route).
+    Push(epoch::PushArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Db(cmd) => db::run(cmd),
+        Command::Keys(cmd) => keys::run(cmd),
+        Command::Epoch(EpochCommand::Make(args)) => epoch::make(args),
+        Command::Epoch(EpochCommand::Push(args)) => epoch::push(args),
+        Command::Answer(args) => answer::answer(args),
+        Command::Combine(args) => answer::combine(args),
+        Command::Query(args) => query::run(args),
+        Command::Kv(cmd) => kv::run(cmd),
+        Command::Get(args) => get::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    }
+}

@@ -1,0 +1,224 @@
+//! The `pirq db` / `pirq epoch` file tools as a user runs them: outputs replace files atomically,
+//! an output that is an input is refused with the input intact, digests are recorded and
+//! verified, and mistakes get messages that say what to type.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pirq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pirq"))
+        .args(args)
+        .output()
+        .expect("running pirq")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(!out.status.success(), "pirq {args:?} succeeded");
+    stderr(&out)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn apply_in_place_is_refused_and_the_database_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.pirdb");
+    let update = dir.path().join("u1.bin");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "64",
+        "--page-size",
+        "256",
+        "--seed",
+        "7",
+        "--out",
+        s(&db),
+    ]);
+    ok(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&db),
+        "--epoch",
+        "1",
+        "--pages",
+        "3",
+        "--out",
+        s(&update),
+    ]);
+    let before = std::fs::read(&db).unwrap();
+
+    let err = fails(&[
+        "db",
+        "apply",
+        "--db",
+        s(&db),
+        "--update",
+        s(&update),
+        "--out",
+        s(&db),
+    ]);
+    assert!(err.contains("same file"), "{err}");
+    // Another name for the same file is the same file.
+    let link = dir.path().join("link.pirdb");
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let err = fails(&[
+        "db",
+        "apply",
+        "--db",
+        s(&db),
+        "--update",
+        s(&update),
+        "--out",
+        s(&link),
+    ]);
+    assert!(err.contains("same file"), "{err}");
+    let err = fails(&[
+        "db",
+        "apply",
+        "--db",
+        s(&db),
+        "--update",
+        s(&update),
+        "--out",
+        s(&update),
+    ]);
+    assert!(err.contains("same file"), "{err}");
+    assert_eq!(std::fs::read(&db).unwrap(), before, "the input is intact");
+
+    // A real snapshot: its header records the chained digest, which verify checks with the
+    // base and the updates, and which differs from the base's.
+    let snap = dir.path().join("snap.pirdb");
+    ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&db),
+        "--update",
+        s(&update),
+        "--out",
+        s(&snap),
+    ]);
+    let info = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&ok(&["db", "info", s(p)])).unwrap()
+    };
+    let (base_info, snap_info) = (info(&db), info(&snap));
+    assert_eq!(snap_info["epoch"], 1);
+    assert_eq!(base_info["digest"].as_str().unwrap().len(), 64);
+    assert_ne!(base_info["digest"], snap_info["digest"]);
+    assert!(ok(&["db", "verify", s(&db)]).contains("pages match"));
+    let err = fails(&["db", "verify", s(&snap)]);
+    assert!(err.contains("--base"), "{err}");
+    let out = ok(&[
+        "db",
+        "verify",
+        s(&snap),
+        "--base",
+        s(&db),
+        "--update",
+        s(&update),
+    ]);
+    assert!(out.contains("pages match"), "{out}");
+
+    // Only the renamed files remain: no temporary file left behind.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["link.pirdb", "snap.pirdb", "u1.bin", "x.pirdb"]);
+}
+
+#[test]
+fn verify_finds_a_damaged_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "16",
+        "--page-size",
+        "256",
+        "--out",
+        s(&db),
+    ]);
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[4096 + 5 * 256 + 17] ^= 1;
+    std::fs::write(&db, &bytes).unwrap();
+    let err = fails(&["db", "verify", s(&db)]);
+    assert!(err.contains("damaged"), "{err}");
+}
+
+#[test]
+fn mistakes_get_messages_that_say_what_to_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "16",
+        "--page-size",
+        "256",
+        "--out",
+        s(&db),
+    ]);
+    let out = dir.path().join("u.bin");
+    let err = fails(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&db),
+        "--epoch",
+        "0",
+        "--pages",
+        "1",
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("--epoch"), "{err}");
+
+    // Something that is neither JSON nor bincode.
+    let junk = dir.path().join("update.txt");
+    std::fs::write(&junk, "epoch = 1, pages = [3: AAAA]\n").unwrap();
+    let snap = dir.path().join("s.pirdb");
+    let err = fails(&[
+        "db",
+        "apply",
+        "--db",
+        s(&db),
+        "--update",
+        s(&junk),
+        "--out",
+        s(&snap),
+    ]);
+    assert!(err.contains("is not a bincode update"), "{err}");
+    assert!(err.contains("\"epoch\": 1"), "{err}");
+
+    let err = fails(&[
+        "query",
+        "--party-a",
+        "127.0.0.1:1",
+        "--party-b",
+        "http://127.0.0.1:2",
+        "--index",
+        "0",
+    ]);
+    assert!(err.contains("write http://127.0.0.1:1"), "{err}");
+}

@@ -1,0 +1,120 @@
+// The demo page's script: connect to two parties, look up a page or a key, show the value, the
+// time, and what each party was sent (the same shape of query for both, whatever is looked up).
+import * as pirqClient from "../src/index.js";
+import type { Exchange, LookupTrace, Pirq } from "../src/index.js";
+
+// Tests and the console reach the whole package as `window.pirq`.
+(globalThis as unknown as { pirq: typeof pirqClient }).pirq = pirqClient;
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const partyA = $<HTMLInputElement>("party-a");
+const partyB = $<HTMLInputElement>("party-b");
+const pageIndex = $<HTMLInputElement>("page-index");
+const kvKey = $<HTMLInputElement>("kv-key");
+const getPageButton = $<HTMLButtonElement>("get-page");
+const getKeyButton = $<HTMLButtonElement>("get-key");
+let client: Pirq | undefined;
+
+const params = new URLSearchParams(location.search);
+partyA.value = params.get("a") ?? "";
+partyB.value = params.get("b") ?? "";
+
+function status(text: string, kind: "ok" | "error" | "busy"): void {
+  const el = $("status");
+  el.textContent = text;
+  el.className = kind;
+  el.dataset.state = kind;
+}
+
+function hexDump(bytes: Uint8Array, limit: number): string {
+  const hex = pirqClient.toHex(bytes.subarray(0, limit)).replace(/(.{2})/g, "$1 ").replace(/((?:\S\S ){32})/g, "$1\n");
+  return hex.trim() + (bytes.length > limit ? `\n… ${bytes.length - limit} more bytes` : "");
+}
+
+function shapeOf(e: Exchange): string {
+  return `${e.method} ${e.path.replace(/[0-9a-f]{32}/, "{id}")} · ${e.requestBytes} B → ${e.status}`;
+}
+
+function showTrace(trace: LookupTrace): void {
+  const [a, b] = trace.exchanges;
+  const rows = $("exchanges");
+  rows.replaceChildren();
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const tr = document.createElement("tr");
+    for (const text of [String(i + 1), a[i] ? shapeOf(a[i]) : "", b[i] ? shapeOf(b[i]) : ""]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    rows.append(tr);
+  }
+  const same = a.length === b.length && a.every((e, i) => shapeOf(e) === shapeOf(b[i]));
+  const bytes = (x: Exchange[]) => x.reduce((n, e) => n + e.requestBytes, 0);
+  const shape = $("shape");
+  shape.className = same ? "same" : "differs";
+  shape.dataset.same = String(same);
+  shape.textContent = same
+    ? `Same shape: each party got ${a.length} requests, ${bytes(a)} B of request bodies, ${trace.dpfKeys} DPF key${trace.dpfKeys === 1 ? "" : "s"} of one length.`
+    : "The parties were asked differently shaped queries!";
+}
+
+async function onConnect(): Promise<void> {
+  status("connecting…", "busy");
+  try {
+    client = await pirqClient.connect(partyA.value.trim(), partyB.value.trim());
+    const i = client.info;
+    const kv = i.kv ? `, key-value: ${i.kv.choices} choices, ${i.kv.valueSize}-byte values, ${i.kv.slotsPerPage} slots per page` : ", page database";
+    $("info").textContent = `${i.numPages} pages of ${i.pageSize} B (domain ${i.domainBits} bits), epochs ${i.epoch.oldest}..${i.epoch.newest}${kv}`;
+    getPageButton.disabled = false;
+    getKeyButton.disabled = !i.kv;
+    status("connected", "ok");
+  } catch (e) {
+    showError(e);
+  }
+}
+
+function showError(e: unknown): void {
+  const code = e instanceof pirqClient.PirqError ? e.code : "error";
+  status(`${code}: ${(e as Error).message}`, "error");
+  $("status").dataset.code = code;
+  $("value").textContent = "";
+}
+
+async function onGetPage(): Promise<void> {
+  if (!client) return;
+  status("fetching…", "busy");
+  try {
+    const result = await client.getPages([Number(pageIndex.value)]);
+    $("value").textContent = hexDump(result.pages[0], 256);
+    $("value").dataset.hex = pirqClient.toHex(result.pages[0]);
+    status(`page ${pageIndex.value}: ${result.pages[0].length} B at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms`, "ok");
+    showTrace(result);
+  } catch (e) {
+    showError(e);
+  }
+}
+
+function keyBytes(text: string): Uint8Array {
+  return text.startsWith("0x") ? pirqClient.fromHex(text.slice(2)) : new TextEncoder().encode(text);
+}
+
+async function onGetKey(): Promise<void> {
+  if (!client) return;
+  status("fetching…", "busy");
+  try {
+    const result = await client.getMany([keyBytes(kvKey.value)]);
+    const value = result.values[0];
+    $("value").textContent = value ? hexDump(value, 256) : "(absent)";
+    $("value").dataset.hex = value ? pirqClient.toHex(value) : "absent";
+    const what = value ? `value of ${value.length} B` : "key absent";
+    status(`${what} at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms`, "ok");
+    showTrace(result);
+  } catch (e) {
+    showError(e);
+  }
+}
+
+$("connect").addEventListener("click", onConnect);
+getPageButton.addEventListener("click", onGetPage);
+getKeyButton.addEventListener("click", onGetKey);
+if (partyA.value && partyB.value) void onConnect();

@@ -1,0 +1,22 @@
+/**
+ * pirq client: private lookups from two non-colluding pirq parties, for browsers and Node.
+ *
+ * ```ts
+ * import { connect } from "pirq-client";
+ * const pirq = await connect("https://a.example", "https://b.example");
+ * const page = await pirq.getPage(42);            // Uint8Array of page_size bytes
+ * const value = await pirq.get(keyBytes);         // Uint8Array, or null when absent (kv databases)
+ * ```
+ *
+ * Implemented from docs/spec/v1.md and docs/http-api.md alone; zero runtime dependencies.
+ */
+export { connect, agree, Pirq } from "./client.js";
+export type { ConnectOptions, DatabaseInfo, GetResult, LookupOptions, LookupTrace, PagesResult } from "./client.js";
+export type { KvLayout } from "./kv.js";
+export { kvTag, kvCandidates } from "./kv.js";
+export { Party } from "./party.js";
+export type { CallContext, Exchange, PartyAnswer, PartyInfo, PartyOptions, WaitMode } from "./party.js";
+export { PirqError } from "./errors.js";
+export type { ClientErrorCode } from "./errors.js";
+export { generateKeys, parseKey, evalPoint, evalFullDomain, keyLength, treeDepth } from "./dpf.js";
+export { toBase64, fromBase64, toHex, fromHex } from "./bytes.js";

@@ -1,0 +1,145 @@
+// The client in real headless Chromium against real parties (redis-server + pirq-gateway +
+// pirq-worker each, gateways with --cors-origin for the page's origin) serving a key-value
+// database built by `pirq kv build`: the demo page's bundle, pages and values exact, absent keys,
+// the demo UI, errors with codes, a party that is down. PIRQ_SCREENSHOT=file.png saves the demo
+// page after a key lookup.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import type { Server } from "node:http";
+import type { BrowserContext, Page } from "playwright-core";
+import { toHex } from "../src/bytes.js";
+import { freePort, kvRecords, makeKvDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { launchChromium, serveWeb } from "./browser.js";
+
+const PAGES = 1000; // domain 10 bits
+const PAGE_SIZE = 256;
+const VALUE_SIZE = 32;
+const records = kvRecords(2000, VALUE_SIZE);
+let parties: Parties;
+let db: Buffer;
+let web: { server: Server; origin: string };
+let browser: { context: BrowserContext; close: () => Promise<void> };
+let page: Page;
+
+before(async () => {
+  web = await serveWeb();
+  const file = makeKvDb(tempDir(), records, { valueSize: VALUE_SIZE, pageSize: PAGE_SIZE, pages: PAGES, choices: 2 });
+  db = readFileSync(file);
+  parties = await startParties({ db: file, corsOrigins: [web.origin] });
+  browser = await launchChromium();
+  page = await browser.context.newPage();
+  await page.goto(`${web.origin}/?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(parties.b.url)}`);
+  await page.waitForFunction(() => document.getElementById("status")?.dataset.state === "ok" || document.getElementById("status")?.dataset.state === "error");
+});
+after(async () => {
+  await browser?.close();
+  web?.server.close();
+  await parties?.stop();
+});
+
+test("the page connected to both parties across origins (CORS)", async () => {
+  assert.equal(await page.locator("#status").getAttribute("data-state"), "ok", await page.locator("#status").textContent() ?? "");
+  assert.match((await page.locator("#info").textContent()) ?? "", new RegExp(`^${PAGES} pages of ${PAGE_SIZE} B \\(domain 10 bits\\).*key-value: 2 choices`));
+});
+
+test("pages fetched in the browser are exact (SSE and long-poll)", async () => {
+  const indices = [0, 1, 127, 128, PAGES - 1];
+  for (const wait of ["sse", "poll"] as const) {
+    const got = await page.evaluate(
+      async ({ a, b, indices, wait }) => {
+        const { connect, toHex } = (window as any).pirq;
+        const pirq = await connect(a, b, { wait });
+        const result = await pirq.getPages(indices);
+        return { epoch: result.epoch, pages: result.pages.map((p: Uint8Array) => toHex(p)) };
+      },
+      { a: parties.a.url, b: parties.b.url, indices, wait },
+    );
+    assert.equal(got.epoch, 0);
+    indices.forEach((i, k) => assert.equal(got.pages[k], toHex(pageFromFile(db, i)), `${wait}: page ${i}`));
+  }
+});
+
+test("the demo UI shows the page, the time, and the same shape of query at both parties", async () => {
+  await page.fill("#page-index", "777");
+  await page.click("#get-page");
+  await page.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
+  const statusText = (await page.locator("#status").textContent()) ?? "";
+  assert.match(statusText, /^page 777: 256 B at epoch 0 in [0-9.]+ ms$/);
+  assert.equal(await page.locator("#value").getAttribute("data-hex"), toHex(pageFromFile(db, 777)));
+  assert.equal(await page.locator("#shape").getAttribute("data-same"), "true");
+  // per party: the database info, the query, its result by server-sent events
+  const rows = await page.locator("#exchanges tr").allTextContents();
+  assert.equal(rows.length, 3);
+  assert.match(rows[0], /GET \/v1\/info/);
+  assert.match(rows[1], /POST \/v1\/queries · \d+ B → 202/);
+  assert.match(rows[2], /GET \/v1\/queries\/\{id\}\/events · 0 B → 200/);
+});
+
+test("key-value lookups in the browser: values exact, absent keys null", async () => {
+  const picks = [0, 1, 500, 1999];
+  const got = await page.evaluate(
+    async ({ a, b, keys }) => {
+      const { connect, toHex, fromHex } = (window as any).pirq;
+      const pirq = await connect(a, b);
+      const one = await pirq.get(fromHex(keys[0]));
+      const many = await pirq.getMany([...keys.map((k: string) => fromHex(k)), new TextEncoder().encode("user:9999")]);
+      return { one: one && toHex(one), many: many.values.map((v: Uint8Array | null) => v && toHex(v)) };
+    },
+    { a: parties.a.url, b: parties.b.url, keys: picks.map((k) => toHex(records[k][0])) },
+  );
+  assert.equal(got.one, toHex(records[0][1]));
+  assert.deepEqual(got.many, [...picks.map((k) => toHex(records[k][1])), null]);
+});
+
+test("the demo UI looks up a key: absent, then present, same shape", async () => {
+  await page.fill("#kv-key", "user:12345");
+  await page.click("#get-key");
+  await page.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
+  assert.match((await page.locator("#status").textContent()) ?? "", /^key absent at epoch 0 in [0-9.]+ ms$/);
+  assert.equal(await page.locator("#value").getAttribute("data-hex"), "absent");
+  const absentRows = await page.locator("#exchanges tr").allTextContents();
+
+  await page.fill("#kv-key", "user:0042");
+  await page.click("#get-key");
+  await page.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
+  assert.match((await page.locator("#status").textContent()) ?? "", /^value of 32 B at epoch 0 in [0-9.]+ ms$/);
+  assert.equal(await page.locator("#value").getAttribute("data-hex"), toHex(records[42][1]));
+  assert.equal(await page.locator("#shape").getAttribute("data-same"), "true");
+  assert.match((await page.locator("#shape").textContent()) ?? "", /2 DPF keys of one length/);
+  // an absent key and a present one: the same requests of the same sizes
+  assert.deepEqual(await page.locator("#exchanges tr").allTextContents(), absentRows);
+  if (process.env.PIRQ_SCREENSHOT) await page.screenshot({ path: process.env.PIRQ_SCREENSHOT, fullPage: true });
+});
+
+test("a party's error code reaches the browser: an epoch outside the window", async () => {
+  const err = await page.evaluate(async ({ a, b }) => {
+    const pirq = await (window as any).pirq.connect(a, b);
+    try {
+      await pirq.getPage(3, { epoch: 5 });
+      return null;
+    } catch (e: any) {
+      return { name: e.name, code: e.code, status: e.status, window: e.window };
+    }
+  }, { a: parties.a.url, b: parties.b.url });
+  assert.deepEqual(err, { name: "PirqError", code: "epoch_unavailable", status: 410, window: { oldest: 0, newest: 0 } });
+});
+
+test("a party that is down is reported as party_unreachable, naming it", async () => {
+  const down = `http://127.0.0.1:${await freePort()}`;
+  const err = await page.evaluate(async ({ a, b }) => {
+    try {
+      await (window as any).pirq.connect(a, b, { retries: 0 });
+      return null;
+    } catch (e: any) {
+      return { code: e.code, message: e.message };
+    }
+  }, { a: parties.a.url, b: down });
+  assert.ok(err);
+  assert.equal(err.code, "party_unreachable");
+  assert.ok(err.message.includes(`party B (${down})`), err.message);
+});
+
+test("no WARN or ERROR lines in the gateways' logs", () => {
+  for (const p of [parties.a, parties.b]) assert.deepEqual(warnings(p.gateway), [], p.gateway.name);
+});

@@ -1,0 +1,135 @@
+// The client against real parties (redis-server + pirq-gateway + pirq-worker each), in Node:
+// pages exact at both wait modes, epoch pinning, errors carrying the server's code, and a party
+// that is down reported as such.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { connect, Party, PirqError, generateKeys } from "../src/index.js";
+import { freePort, makePageDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+
+const PAGES = 1000; // domain 10 bits: a tree of 3 levels above the leaves
+const PAGE_SIZE = 256;
+let parties: Parties;
+let db: Buffer;
+
+before(async () => {
+  const dir = tempDir();
+  const file = makePageDb(dir, PAGES, PAGE_SIZE, 7);
+  db = readFileSync(file);
+  parties = await startParties({ db: file });
+});
+after(async () => {
+  await parties?.stop();
+});
+
+test("connect reads both parties' info and agrees on the database", async () => {
+  const pirq = await connect(parties.a.url, parties.b.url);
+  assert.equal(pirq.info.numPages, PAGES);
+  assert.equal(pirq.info.pageSize, PAGE_SIZE);
+  assert.equal(pirq.info.domainBits, 10);
+  assert.deepEqual(pirq.info.epoch, { oldest: 0, newest: 0 });
+});
+
+test("pages are exact, waiting by SSE", async () => {
+  const pirq = await connect(parties.a.url, parties.b.url);
+  for (const i of [0, 1, 127, 128, 500, PAGES - 1]) {
+    assert.deepEqual(await pirq.getPage(i), pageFromFile(db, i), `page ${i}`);
+  }
+});
+
+test("several pages in one query, waiting by long-poll; both parties see the same shape", async () => {
+  const pirq = await connect(parties.a.url, parties.b.url, { wait: "poll" });
+  const indices = [3, 999, 3, 640, 12];
+  const result = await pirq.getPages(indices);
+  assert.equal(result.epoch, 0);
+  indices.forEach((i, k) => assert.deepEqual(result.pages[k], pageFromFile(db, i), `page ${i}`));
+  const [ea, eb] = result.exchanges;
+  const shape = (ex: typeof ea) => ex.map((e) => `${e.method} ${e.path.replace(/[0-9a-f]{32}/, "{id}")} ${e.requestBytes} ${e.status}`);
+  assert.deepEqual(shape(ea), shape(eb));
+  assert.ok(ea.some((e) => e.method === "POST" && e.requestBytes > 0));
+});
+
+test("a query larger than the key limit is split into chunks", async () => {
+  const pirq = await connect(parties.a.url, parties.b.url);
+  const indices = Array.from({ length: 70 }, (_, k) => (k * 37) % PAGES);
+  const result = await pirq.getPages(indices);
+  indices.forEach((i, k) => assert.deepEqual(result.pages[k], pageFromFile(db, i)));
+  assert.equal(result.exchanges[0].filter((e) => e.method === "POST").length, 2);
+});
+
+test("an epoch outside the window: 410 epoch_unavailable with the window", async () => {
+  const pirq = await connect(parties.a.url, parties.b.url);
+  await assert.rejects(pirq.getPage(5, { epoch: 9 }), (e: unknown) => {
+    assert.ok(e instanceof PirqError);
+    assert.equal(e.code, "epoch_unavailable");
+    assert.equal(e.status, 410);
+    assert.deepEqual(e.window, { oldest: 0, newest: 0 });
+    return true;
+  });
+});
+
+test("server error codes come through: a key of the wrong domain", async () => {
+  const party = new Party("A", parties.a.url);
+  const [k0] = generateKeys(12, 5);
+  await assert.rejects(party.submit([k0], undefined), (e: unknown) => {
+    assert.ok(e instanceof PirqError);
+    assert.equal(e.code, "key_domain_mismatch");
+    assert.equal(e.status, 400);
+    assert.equal(e.keyIndex, 0);
+    return true;
+  });
+  const pirq = await connect(parties.a.url, parties.b.url);
+  await assert.rejects(pirq.getPage(PAGES), (e: unknown) => e instanceof PirqError && e.code === "invalid_argument");
+});
+
+test("a party that is down is named in a party_unreachable error", async () => {
+  const nobody = `http://127.0.0.1:${await freePort()}`;
+  await assert.rejects(connect(parties.a.url, nobody), (e: unknown) => {
+    assert.ok(e instanceof PirqError);
+    assert.equal(e.code, "party_unreachable");
+    assert.match(e.message, /party B/);
+    assert.match(e.message, new RegExp(nobody));
+    return true;
+  });
+});
+
+test("parties serving different contents are refused (database digest, SPEC §2.1)", async (t) => {
+  const dir = tempDir();
+  const other = await startParties({ db: makePageDb(dir, PAGES, PAGE_SIZE, 7), dbB: makePageDb(dir, PAGES, PAGE_SIZE, 8) });
+  try {
+    const info = await new Party("A", other.a.url).info();
+    if (info.digest === undefined) {
+      // TODO(#16): remove once the parties on main stamp digests (then this must run).
+      t.skip("the parties do not report a database digest yet");
+      return;
+    }
+    // Same geometry, different bytes: without the digest the XOR would be a wrong page that
+    // looks like any other.
+    await assert.rejects(
+      (async () => (await connect(other.a.url, other.b.url)).getPage(1))(),
+      (e: unknown) => e instanceof PirqError && e.code === "parties_disagree" && /digest/.test(e.message),
+    );
+  } finally {
+    await other.stop();
+  }
+});
+
+test("a party that goes down after connect: a stalled query times out, a dead gateway is named", async () => {
+  // (runs last: it stops party B)
+  const pirq = await connect(parties.a.url, parties.b.url, { timeoutMs: 1500 });
+  assert.deepEqual(await pirq.getPage(2), pageFromFile(db, 2));
+  await parties.b.worker.stop(); // B accepts the query but nobody answers it
+  await assert.rejects(pirq.getPage(2), (e: unknown) => e instanceof PirqError && e.code === "timeout");
+  await parties.b.gateway.stop();
+  await assert.rejects(pirq.getPage(2), (e: unknown) => {
+    assert.ok(e instanceof PirqError);
+    assert.equal(e.code, "party_unreachable");
+    assert.match(e.message, new RegExp(`party B \\(${parties.b.url}\\)`));
+    return true;
+  });
+});
+
+test("no WARN or ERROR lines in the gateways' logs", () => {
+  // (the workers' idle updates-follower timeout warning is issue #17's, fixed there)
+  for (const p of [parties.a, parties.b]) assert.deepEqual(warnings(p.gateway), [], p.gateway.name);
+});

@@ -1,0 +1,190 @@
+// Test harness: two real pirq parties on loopback, each its own redis-server, pirq-gateway and
+// pirq-worker (the binaries of the Rust build), started and stopped by the test itself.
+//
+// Binaries: $PIRQ_BIN_DIR, else <repo>/target/release (scripts/test.sh builds them first).
+import { spawn, ChildProcess, execFileSync } from "node:child_process";
+import { mkdtempSync, openSync, readFileSync, rmSync, existsSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
+export const binDir = process.env.PIRQ_BIN_DIR ?? join(repoRoot, "target", "release");
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as { port: number }).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const everyChild = new Set<ChildProcess>();
+process.on("exit", () => {
+  for (const child of everyChild) child.kill("SIGKILL");
+});
+
+class Proc {
+  readonly child: ChildProcess;
+  constructor(readonly name: string, readonly log: string, cmd: string, args: string[]) {
+    const fd = openSync(log, "w");
+    this.child = spawn(cmd, args, { stdio: ["ignore", fd, fd], env: { ...process.env, RUST_LOG: "info" } });
+    everyChild.add(this.child);
+    this.child.once("exit", () => everyChild.delete(this.child));
+  }
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    const exited = new Promise((r) => this.child.once("exit", r));
+    this.child.kill("SIGTERM");
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), 3000);
+    await exited;
+    clearTimeout(timer);
+  }
+  logText(): string {
+    return existsSync(this.log) ? readFileSync(this.log, "utf8") : "";
+  }
+}
+
+async function waitFor(what: string, procs: Proc[], check: () => Promise<boolean>, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await check().catch(() => false)) return;
+    const dead = procs.find((p) => !p.running);
+    if (dead) throw new Error(`${dead.name} exited while waiting for ${what}:\n${dead.logText().slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out waiting for ${what}:\n${procs.map((p) => `--- ${p.name}\n${p.logText().slice(-1000)}`).join("\n")}`);
+}
+
+export interface PartyProcs {
+  name: string;
+  url: string;
+  redis: Proc;
+  gateway: Proc;
+  worker: Proc;
+}
+
+export interface Parties {
+  dir: string;
+  a: PartyProcs;
+  b: PartyProcs;
+  stop(): Promise<void>;
+}
+
+export interface PartiesOptions {
+  /** The .pirdb both parties serve. */
+  db: string;
+  /** Another .pirdb for party B (to test parties that disagree). */
+  dbB?: string;
+  /** Origins for the gateways' --cors-origin (none: flag left out). */
+  corsOrigins?: string[];
+}
+
+/** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database. */
+export function makePageDb(dir: string, pages: number, pageSize: number, seed = 1): string {
+  const out = join(dir, `pages-${pages}x${pageSize}.pirdb`);
+  execFileSync(join(binDir, "pirq"), ["db", "gen", "--pages", String(pages), "--page-size", String(pageSize), "--seed", String(seed), "--out", out], { stdio: "pipe" });
+  return out;
+}
+
+/** Records for a kv test database: text keys `user:0000`.., values of `valueSize` bytes. */
+export function kvRecords(count: number, valueSize: number): [Uint8Array, Uint8Array][] {
+  const enc = new TextEncoder();
+  return Array.from({ length: count }, (_, i) => {
+    const value = new Uint8Array(valueSize).map((_, j) => (i * 31 + j * 7 + 1) & 255);
+    return [enc.encode(`user:${String(i).padStart(4, "0")}`), value];
+  });
+}
+
+/** `pirq kv build` (the Rust tool) of `records` into `dir`: a key-value database. */
+export function makeKvDb(
+  dir: string,
+  records: [Uint8Array, Uint8Array][],
+  options: { valueSize: number; pageSize: number; pages: number; choices: number },
+): string {
+  const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+  const input = join(dir, "records.jsonl");
+  writeFileSync(input, records.map(([k, v]) => JSON.stringify({ key: hex(k), value: hex(v) })).join("\n") + "\n");
+  const out = join(dir, `kv-${options.pages}x${options.pageSize}.pirdb`);
+  execFileSync(join(binDir, "pirq"), [
+    "kv", "build", "--records", input, "--value-size", String(options.valueSize), "--page-size", String(options.pageSize),
+    "--pages", String(options.pages), "--choices", String(options.choices), "--seed", "5", "--out", out,
+  ], { stdio: "pipe" });
+  return out;
+}
+
+/** Page `p` of a .pirdb file read straight from the file (SPEC §2: header 4096 B, then pages). */
+export function pageFromFile(db: Buffer, p: number): Uint8Array {
+  const pageSize = db.readUInt32LE(8);
+  return new Uint8Array(db.subarray(4096 + p * pageSize, 4096 + (p + 1) * pageSize));
+}
+
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), "pirq-ts-"));
+}
+
+async function httpOk(url: string): Promise<boolean> {
+  const r = await fetch(url);
+  await r.body?.cancel();
+  return r.status === 200;
+}
+
+async function startParty(dir: string, name: string, options: PartiesOptions): Promise<PartyProcs> {
+  const redisPort = await freePort();
+  const gatewayPort = await freePort();
+  const prefix = `ts-${name}`;
+  const redisDir = mkdtempSync(join(dir, `redis-${name}-`));
+  const redis = new Proc(`redis-${name}`, join(dir, `redis-${name}.log`), "redis-server", [
+    "--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", redisDir,
+  ]);
+  const redisUrl = `redis://127.0.0.1:${redisPort}`;
+  await waitFor(`redis-server ${name}`, [redis], async () => {
+    try {
+      execFileSync("redis-cli", ["-p", String(redisPort), "ping"], { stdio: "pipe" });
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  const cors = (options.corsOrigins ?? []).flatMap((o) => ["--cors-origin", o]);
+  const gateway = new Proc(`gateway-${name}`, join(dir, `gateway-${name}.log`), join(binDir, "pirq-gateway"), [
+    "--redis", redisUrl, "--prefix", prefix, "--listen", `127.0.0.1:${gatewayPort}`, ...cors,
+  ]);
+  const worker = new Proc(`worker-${name}`, join(dir, `worker-${name}.log`), join(binDir, "pirq-worker"), [
+    "--redis", redisUrl, "--prefix", prefix, "--db", name === "b" && options.dbB ? options.dbB : options.db, "--backend", "cpu", "--threads", "1",
+  ]);
+  const url = `http://127.0.0.1:${gatewayPort}`;
+  await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`));
+  return { name, url, redis, gateway, worker };
+}
+
+/** Starts party A and party B, both serving `options.db`. */
+export async function startParties(options: PartiesOptions): Promise<Parties> {
+  const dir = tempDir();
+  const started: PartyProcs[] = [];
+  const stop = async () => {
+    for (const p of started) await Promise.all([p.gateway.stop(), p.worker.stop()]);
+    for (const p of started) await p.redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    started.push(await startParty(dir, "a", options));
+    started.push(await startParty(dir, "b", options));
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { dir, a: started[0], b: started[1], stop };
+}
+
+/** Lines at WARN or ERROR level in a process log (normal operation must have none). */
+export function warnings(p: Proc): string[] {
+  return p.logText().split("\n").filter((l) => /\b(WARN|ERROR)\b/.test(l));
+}

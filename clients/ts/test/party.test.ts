@@ -1,0 +1,98 @@
+// The HTTP layer against a scripted fetch: SSE framing the real gateway happens not to produce
+// (events split across chunks, CRLF, comments, multi-line data), the fallback to long-poll when a
+// stream ends early, error bodies and retries. The real gateway is in e2e.test.ts.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Party, PirqError } from "../src/index.js";
+
+type Handler = (url: string, init: RequestInit) => Response;
+
+function scripted(handlers: Handler[]): { fetch: typeof fetch; calls: string[] } {
+  const calls: string[] = [];
+  return {
+    calls,
+    fetch: (async (input: RequestInfo | URL, init: RequestInit = {}) => {
+      const url = String(input);
+      calls.push(`${init.method ?? "GET"} ${url.replace("http://p", "")}`);
+      const h = handlers.shift();
+      if (!h) throw new Error(`unexpected request ${url}`);
+      return h(url, init);
+    }) as typeof fetch,
+  };
+}
+
+function stream(chunks: string[]): Response {
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      for (const chunk of chunks) c.enqueue(new TextEncoder().encode(chunk));
+      c.close();
+    },
+  });
+  return new Response(body, { status: 200, headers: { "content-type": "text/event-stream" } });
+}
+
+const ID = "0123456789abcdef0123456789abcdef";
+const DONE = JSON.stringify({ id: ID, status: "done", epoch: 4, pages: ["AAEC"] });
+
+test("SSE: events split across chunks, CRLF line ends, comments, multi-line data", async () => {
+  const half = DONE.indexOf(`"pages"`); // between two JSON tokens
+  const { fetch } = scripted([
+    () => stream([": keep-alive\r\n\r\nevent: status\r\ndata: {\"id\":\"", `${ID}","status":"running"}\r\n\r`, "\nevent: result\r\ndata: ", DONE.slice(0, half), "\r\ndata:", DONE.slice(half), "\r\n\r\n"]),
+  ]);
+  // multi-line data joins with "\n", which JSON tolerates between tokens
+  const answer = await new Party("A", "http://p", { fetch }).result(ID);
+  assert.equal(answer.epoch, 4);
+  assert.deepEqual(Array.from(answer.pages[0]), [0, 1, 2]);
+});
+
+test("SSE: a stream that ends without a result falls back to long-poll", async () => {
+  const { fetch, calls } = scripted([
+    () => stream([`event: status\ndata: {"id":"${ID}","status":"queued"}\n\n`]),
+    () => new Response(JSON.stringify({ id: ID, status: "running" }), { status: 202 }),
+    () => new Response(DONE, { status: 200 }),
+  ]);
+  const answer = await new Party("A", "http://p", { fetch }).result(ID);
+  assert.equal(answer.epoch, 4);
+  assert.deepEqual(calls, [`GET /v1/queries/${ID}/events`, `GET /v1/queries/${ID}?wait=30`, `GET /v1/queries/${ID}?wait=30`]);
+});
+
+test("SSE error event and failed results carry the server's code", async () => {
+  const { fetch } = scripted([
+    () => stream([`event: error\ndata: {"error":{"code":"redis_unavailable","message":"down"}}\n\n`]),
+    () => stream([`event: result\ndata: {"id":"${ID}","status":"failed","error":{"code":"scan_failed","message":"gave up","key_index":3}}\n\n`]),
+  ]);
+  const party = new Party("B", "http://p", { fetch });
+  await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "redis_unavailable" && e.party === "B (http://p)");
+  await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "scan_failed" && e.keyIndex === 3);
+});
+
+test("submit: 429 retried after Retry-After with the same Idempotency-Key; non-JSON errors get http_<status>", async () => {
+  const keys: string[] = [];
+  const { fetch } = scripted([
+    (_, init) => {
+      keys.push(new Headers(init.headers).get("idempotency-key")!);
+      return new Response(JSON.stringify({ error: { code: "backlog_full", message: "full" } }), { status: 429, headers: { "retry-after": "0" } });
+    },
+    (_, init) => {
+      keys.push(new Headers(init.headers).get("idempotency-key")!);
+      return new Response(JSON.stringify({ id: ID, status: "queued" }), { status: 202 });
+    },
+    () => new Response("<html>bad gateway</html>", { status: 502 }),
+  ]);
+  const party = new Party("A", "http://p", { fetch });
+  assert.equal(await party.submit([new Uint8Array([1, 2, 3])], 0), ID);
+  assert.equal(keys.length, 2);
+  assert.equal(keys[0], keys[1]);
+  assert.match(keys[0], /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  await assert.rejects(party.submit([new Uint8Array([1])], 0), (e: unknown) => e instanceof PirqError && e.code === "http_502" && e.status === 502);
+});
+
+test("answers that are not the documented API are bad_response", async () => {
+  const { fetch } = scripted([
+    () => new Response(JSON.stringify({ id: ID, status: "done", epoch: 1, pages: ["not base64!"] }), { status: 200 }),
+    () => new Response(JSON.stringify({ num_pages: "many" }), { status: 200 }),
+  ]);
+  const party = new Party("A", "http://p", { fetch, wait: "poll" });
+  await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "bad_response");
+  await assert.rejects(party.info(), (e: unknown) => e instanceof PirqError && e.code === "bad_response");
+});

@@ -1,0 +1,217 @@
+//! `pirq-scan`: the scanner boundary. One pass over the database answers a whole batch of keys.
+//!
+//! A backend expands every key of the batch into its selection bitmap and then streams the
+//! database once, XORing each page into the accumulator of every key that selects it. Backends:
+//! [`cpu`] (always) and `cuda` (cargo feature `cuda`). Both answer every epoch of their
+//! [`epoch_window`] exactly. The worker feeds a scanner from Redis; the `pirq` tool runs one
+//! locally (`pirq answer`, `pirq bench scan`): neither knows which backend it holds.
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod epoch_window;
+
+use pirq_shared::dpf::DpfKey;
+use pirq_shared::update::EpochUpdate;
+use pirq_shared::wire::EpochRange;
+
+/// Shape of the database a scanner serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub num_pages: u64,
+    pub page_size: usize,
+    /// Domain bits `n` that every key must have (SPEC §2).
+    pub domain_bits: u8,
+}
+
+/// The answers of one pass: `Q` pages of `page_size` bytes, `answer(q)` answers `keys[q]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answers {
+    page_size: usize,
+    bytes: Vec<u8>,
+}
+
+impl Answers {
+    /// Wraps `bytes`, which holds whole answers back to back.
+    pub fn new(page_size: usize, bytes: Vec<u8>) -> Answers {
+        assert_eq!(bytes.len() % page_size, 0, "answers are whole pages");
+        Answers { page_size, bytes }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.page_size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn answer(&self, q: usize) -> &[u8] {
+        &self.bytes[q * self.page_size..(q + 1) * self.page_size]
+    }
+
+    pub fn iter(&self) -> std::slice::ChunksExact<'_, u8> {
+        self.bytes.chunks_exact(self.page_size)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// Why a pass failed. A key error fails the whole pass: the worker validates keys first.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("key {index} has {got} domain bits, the database needs {want}")]
+    DomainBits { index: usize, got: u8, want: u8 },
+    #[error("batch of {got} keys exceeds this scanner's maximum of {max}")]
+    BatchTooLarge { got: usize, max: usize },
+    #[error(transparent)]
+    Epoch(#[from] crate::epoch_window::EpochError),
+    #[error("{0} is not supported by this backend")]
+    Unsupported(&'static str),
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// What a pass costs on one scanner, measured: the window policy ([`crate::policy`]) derives
+/// from it where passes stop being memory-bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassCost {
+    /// Wall time of a one-key pass: the database read once, the floor of any pass.
+    pub one_key: std::time::Duration,
+    /// Wall time of a pass of `full_keys` keys (the largest batch).
+    pub full: std::time::Duration,
+    pub full_keys: usize,
+    /// The scan's own part of that full pass (the rest is upload, expansion, download, copies).
+    pub full_scan: std::time::Duration,
+}
+
+/// A full pass this much slower than a one-key pass has a knee inside the batch range; below,
+/// the whole range counts as memory-bound (run-to-run spread is a few per cent).
+const COMPUTE_BOUND_RATIO: f64 = 1.15;
+
+impl PassCost {
+    /// The batch size from which a pass is compute-bound: where the per-key cost of a full pass
+    /// adds up to the one-key pass (`max_keys` and beyond when a full pass is hardly slower).
+    pub fn knee(&self, max_keys: usize) -> usize {
+        let (one, full) = (self.one_key.as_secs_f64(), self.full.as_secs_f64());
+        if self.full_keys <= 1 || one <= 0.0 || full < one * COMPUTE_BOUND_RATIO {
+            return max_keys.max(self.full_keys);
+        }
+        let per_key = full / self.full_keys as f64;
+        ((one / per_key).ceil() as usize).clamp(1, max_keys.max(1))
+    }
+
+    /// Share of a full pass that is not the scan itself: what overlapping two passes can hide.
+    pub fn non_scan_share(&self) -> f64 {
+        let full = self.full.as_secs_f64();
+        if full <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - self.full_scan.as_secs_f64() / full).clamp(0.0, 1.0)
+    }
+}
+
+/// A scanner backend. `pass` takes `&self` so that a backend with several workspaces (the CUDA
+/// pool) can run passes from several threads at once, overlapping one batch's key upload and
+/// expansion with another's scan.
+pub trait Scanner: Send + Sync {
+    /// Short backend name for logs and metrics (`cpu`, `cuda`).
+    fn name(&self) -> &'static str;
+
+    fn geometry(&self) -> Geometry;
+
+    /// Largest batch one pass accepts.
+    fn max_batch_keys(&self) -> usize;
+
+    /// The pages this scanner serves: all of them, or one shard's range (`--shard I/S`). A
+    /// shard's answers are partial: the XOR of the selected pages of its range only.
+    fn page_range(&self) -> std::ops::Range<u64> {
+        0..self.geometry().num_pages
+    }
+
+    /// The epochs this scanner answers exactly (see [`crate::epoch_window`]).
+    fn epoch_window(&self) -> EpochRange;
+
+    /// Adds epoch `newest + 1`. All of the update applies, or none of it.
+    fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError>;
+
+    /// One pass over the database: the answer of every key, in order, `keys[q]` answered at
+    /// `epochs[q]` (each inside [`epoch_window`](Self::epoch_window)).
+    fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError>;
+
+    /// Times passes of this scanner at start-up (a one-key pass and a full one, with random
+    /// keys) so that the worker can choose its window policy; `None` when the backend does not
+    /// measure (the worker then keeps the flags' fixed behaviour).
+    fn measure_pass_cost(&self) -> Option<PassCost> {
+        None
+    }
+
+    /// One pass with every key at the newest epoch.
+    fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {
+        let newest = self.epoch_window().newest;
+        self.pass_at(keys, &vec![newest; keys.len()])
+    }
+}
+
+/// The writes of `update` that fall in `range`, re-indexed from the range's first page (a
+/// shard applies only its own pages). Every write is checked against the whole database first,
+/// so all shards accept or refuse an update alike.
+pub fn own_writes(
+    geometry: &Geometry,
+    range: &std::ops::Range<u64>,
+    update: &EpochUpdate,
+) -> Result<Vec<pirq_shared::update::PageWrite>, ScanError> {
+    use crate::epoch_window::EpochError;
+    for w in &update.pages {
+        if w.index >= geometry.num_pages {
+            return Err(EpochError::PageIndex {
+                index: w.index,
+                num_pages: geometry.num_pages,
+            }
+            .into());
+        }
+        if w.page.len() != geometry.page_size {
+            return Err(EpochError::PageSize {
+                index: w.index,
+                got: w.page.len(),
+                page_size: geometry.page_size,
+            }
+            .into());
+        }
+    }
+    Ok(update
+        .pages
+        .iter()
+        .filter(|w| range.contains(&w.index))
+        .map(|w| pirq_shared::update::PageWrite {
+            index: w.index - range.start,
+            page: w.page.clone(),
+        })
+        .collect())
+}
+
+/// Checks that every key fits the database's domain; shared by all backends.
+pub fn check_keys(geometry: &Geometry, keys: &[DpfKey], max: usize) -> Result<(), ScanError> {
+    if keys.len() > max {
+        return Err(ScanError::BatchTooLarge {
+            got: keys.len(),
+            max,
+        });
+    }
+    for (index, key) in keys.iter().enumerate() {
+        if key.domain_bits() != geometry.domain_bits {
+            return Err(ScanError::DomainBits {
+                index,
+                got: key.domain_bits(),
+                want: geometry.domain_bits,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Sharded parties end to end: every party's pages split into S = 3 uneven shards (1000 pages =
+//! 256 + 256 + 488), each shard served by its own CPU worker processes (two replicas for shard
+//! 1), partial answers XORed together inside Redis. Every fetched page is compared with the
+//! database (or a model of it at the answer's epoch).
+
+use std::time::{Duration, Instant};
+
+use pirq_client::{Options, Party as PartyApi};
+use pirq_e2e::{fault, Party, PartyOptions, TestDb};
+use pirq_shared::update::{EpochUpdate, PageWrite};
+use rand::{Rng, RngCore};
+
+const SHARDS: u32 = 3;
+const NUM_PAGES: u64 = 1000;
+const PAGE_SIZE: u32 = 256;
+const TOKEN: &str = "test-admin-token";
+
+/// A party whose shard `i` has `replicas[i]` workers.
+async fn sharded_party(
+    db: &TestDb,
+    prefix: &str,
+    replicas: &[usize],
+    worker_args: &[&str],
+) -> Party {
+    let options = PartyOptions {
+        gateway_args: vec!["--admin-token".into(), TOKEN.into()],
+        worker_args: worker_args.iter().map(|s| s.to_string()).collect(),
+        no_worker: true,
+        ..PartyOptions::default()
+    };
+    let mut party = Party::start(&db.path, prefix, options).await.unwrap();
+    for (index, &count) in replicas.iter().enumerate() {
+        for _ in 0..count {
+            start_shard(&mut party, index as u32).await;
+        }
+    }
+    party
+}
+
+async fn start_shard(party: &mut Party, index: u32) {
+    party
+        .start_worker_with(&["--shard", &format!("{index}/{SHARDS}")])
+        .await
+        .unwrap();
+}
+
+fn client(a: &Party, b: &Party) -> pirq_client::Client {
+    let options = Options {
+        timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    pirq_client::Client::with_options(&a.url, &b.url, options).unwrap()
+}
+
+/// Random indices plus the edges of every shard.
+fn indices(count: usize) -> Vec<u64> {
+    let mut rng = rand::rng();
+    [0, 255, 256, 511, 512, 999]
+        .into_iter()
+        .chain((0..count).map(|_| rng.random_range(0..NUM_PAGES)))
+        .collect()
+}
+
+async fn readyz(party: &Party) -> (u16, serde_json::Value) {
+    let resp = reqwest::get(format!("{}/readyz", party.url)).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+async fn info(party: &Party) -> serde_json::Value {
+    reqwest::get(format!("{}/v1/info", party.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Nothing of a finished query stays behind: stream entries are deleted once every shard acked,
+/// and the running sums once the last partial is in.
+async fn assert_nothing_left(party: &Party) {
+    let mut conn = party.redis().await.unwrap();
+    let layout = party.layout();
+    assert_eq!(fault::stream_len(&mut conn, &layout).await, 0, "jobs left");
+    let sums: Vec<String> = redis::cmd("KEYS")
+        .arg(layout.partial_sum("*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(sums.is_empty(), "running sums left: {sums:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uneven_shards_with_a_replica_answer_exact_pages() {
+    let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
+    let (a, b) = tokio::join!(
+        sharded_party(&db, "party-a", &[1, 2, 1], &[]),
+        sharded_party(&db, "party-b", &[1, 1, 1], &[]),
+    );
+    for party in [&a, &b] {
+        assert_eq!(readyz(party).await.0, 200);
+    }
+    let info = info(&a).await;
+    let shards = info["shards"].as_array().expect("shards listed");
+    let pages: Vec<(u64, u64)> = shards
+        .iter()
+        .map(|s| {
+            (
+                s["pages"][0].as_u64().unwrap(),
+                s["pages"][1].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(pages, vec![(0, 256), (256, 512), (512, 1000)]);
+    let workers: Vec<usize> = shards
+        .iter()
+        .map(|s| s["workers"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(workers, vec![1, 2, 1]);
+    assert_eq!(info["workers"], 4);
+
+    let c = client(&a, &b);
+    for _ in 0..3 {
+        let want = indices(24);
+        let got = c.fetch(&want).await.expect("fetch");
+        for (i, index) in want.iter().enumerate() {
+            assert_eq!(got.pages[i], db.page(*index), "page {index}");
+        }
+    }
+    assert_nothing_left(&a).await;
+    assert_nothing_left(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
+    let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
+    let (mut a, b) = tokio::join!(
+        sharded_party(&db, "party-a", &[1, 0, 1], &[]),
+        sharded_party(&db, "party-b", &[1, 1, 1], &[]),
+    );
+    let (status, body) = readyz(&a).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "shard_unavailable");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shard 1/3"),
+        "{body}"
+    );
+    assert_eq!(readyz(&b).await.0, 200);
+
+    let want = indices(10);
+    let c = client(&a, &b);
+    let fetch = tokio::spawn({
+        let want = want.clone();
+        async move { c.fetch(&want).await }
+    });
+    // Shards 0 and 2 answer; the query must wait for shard 1, never complete without it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !fetch.is_finished(),
+        "a query completed with a shard missing"
+    );
+    let mut conn = a.redis().await.unwrap();
+    let layout = a.layout();
+    let ids: Vec<String> = redis::cmd("KEYS")
+        .arg(layout.query("*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1);
+    let (status, parts): (String, u32) = redis::cmd("HMGET")
+        .arg(&ids[0])
+        .arg("status")
+        .arg("parts")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((status.as_str(), parts), ("running", 2));
+
+    start_shard(&mut a, 1).await;
+    let got = tokio::time::timeout(Duration::from_secs(30), fetch)
+        .await
+        .expect("answered once shard 1 is up")
+        .unwrap()
+        .expect("fetch");
+    for (i, index) in want.iter().enumerate() {
+        assert_eq!(got.pages[i], db.page(*index), "page {index}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while readyz(&a).await.0 != 200 {
+        assert!(Instant::now() < deadline, "not ready with every shard up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_nothing_left(&a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_a_shard_worker_under_load_loses_no_query() {
+    let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
+    // Short claim-idle time: the surviving replica takes the dead one's jobs quickly.
+    let args = ["--claim-idle-ms", "400", "--max-batch-keys", "8"];
+    let (mut a, b) = tokio::join!(
+        sharded_party(&db, "party-a", &[1, 2, 1], &args),
+        sharded_party(&db, "party-b", &[1, 1, 1], &args),
+    );
+    let c = std::sync::Arc::new(client(&a, &b));
+    let mut tasks = Vec::new();
+    for _ in 0..40 {
+        let c = c.clone();
+        let want = indices(2);
+        tasks.push(tokio::spawn(async move {
+            let got = c.fetch(&want).await;
+            (want, got)
+        }));
+    }
+    // Shard 1's first replica (worker index 1) dies mid-load without a chance to clean up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.workers[1].kill();
+    let mut answered = 0;
+    for task in tasks {
+        let (want, got) = task.await.unwrap();
+        let got = got.expect("every query answered");
+        for (i, index) in want.iter().enumerate() {
+            assert_eq!(got.pages[i], db.page(*index), "page {index}");
+        }
+        answered += 1;
+    }
+    assert_eq!(answered, 40);
+    assert_nothing_left(&a).await;
+    assert_nothing_left(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn epochs_change_pages_in_every_shard() {
+    let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
+    let (a, b) = tokio::join!(
+        sharded_party(&db, "party-a", &[1, 2, 1], &[]),
+        sharded_party(&db, "party-b", &[1, 1, 1], &[]),
+    );
+    let mut model: Vec<Vec<u8>> = (0..NUM_PAGES).map(|p| db.page(p).to_vec()).collect();
+    let mut rng = rand::rng();
+    for epoch in 1..=3u64 {
+        // The first and last page of every shard, and a few random ones.
+        let mut targets = vec![0, 255, 256, 511, 512, 999];
+        targets.extend((0..4).map(|_| rng.random_range(0..NUM_PAGES)));
+        let pages: Vec<PageWrite> = targets
+            .iter()
+            .map(|&index| {
+                let mut page = vec![0u8; PAGE_SIZE as usize];
+                rng.fill_bytes(&mut page);
+                model[index as usize] = page.clone();
+                PageWrite { index, page }
+            })
+            .collect();
+        let update = EpochUpdate { epoch, pages };
+        for party in [&a, &b] {
+            let api = PartyApi::new(reqwest::Client::new(), &party.url);
+            assert_eq!(api.push_epoch(TOKEN, &update).await.unwrap(), epoch);
+        }
+        let want: Vec<u64> = targets.into_iter().chain(indices(6)).collect();
+        let got = client(&a, &b).fetch(&want).await.expect("fetch");
+        assert_eq!(got.epoch, epoch);
+        for (i, index) in want.iter().enumerate() {
+            assert_eq!(
+                got.pages[i], model[*index as usize],
+                "page {index} at epoch {epoch}"
+            );
+        }
+    }
+    assert_nothing_left(&a).await;
+}
