@@ -86,17 +86,51 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
             _ = stop_wait.wait_for(|s| *s) => break,
             w = batcher.next_window_by(close, idle) => match w { Some(w) => w, None => break },
         };
-        running.send_modify(|n| *n += 1);
-        let (worker, writes) = (worker.clone(), writes.clone());
+        let (worker, writes, scans) = (worker.clone(), writes.clone(), scans.clone());
         let (running, last_end) = (running.clone(), last_end.clone());
+        running.send_modify(|n| *n += 1);
         in_flight.spawn(async move {
-            let keys = window.keys;
-            let outcomes = run_window(&worker, window).await;
-            *last_end.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), keys);
-            running.send_modify(|n| *n -= 1);
-            drop(scan_permit);
-            let _write_permit = writes.acquire_owned().await;
-            write_outcomes(&worker.queue, outcomes).await
+            // The window policy's view of the scanner: how many windows scan, when the last
+            // one ended and how many keys it answered.
+            let scanned = |keys: Option<usize>| {
+                if let Some(keys) = keys {
+                    *last_end.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), keys);
+                }
+                running.send_modify(|n| *n -= 1);
+            };
+            // Jobs pinned to an epoch not applied yet wait apart, holding neither the rest of
+            // their window nor a scan slot while they wait.
+            // (A shard window pins its epochs in its start script and waits there.)
+            let (now, ahead) = if worker.queue.shard().is_whole() {
+                let newest = worker.epochs.borrow().newest;
+                window.split_pinned_ahead(newest)
+            } else {
+                (window, None)
+            };
+            if !now.deliveries.is_empty() {
+                let keys = now.keys;
+                let outcomes = run_window(&worker, now).await;
+                scanned(Some(keys));
+                drop(scan_permit);
+                let _write_permit = writes.clone().acquire_owned().await;
+                write_outcomes(&worker.queue, outcomes).await;
+            } else {
+                scanned(None);
+                drop(scan_permit);
+            }
+            if let Some(ahead) = ahead {
+                wait_for_pinned_epochs(&worker, &ahead).await;
+                let Ok(_scan_permit) = scans.acquire_owned().await else {
+                    return;
+                };
+                running.send_modify(|n| *n += 1);
+                let keys = ahead.keys;
+                let outcomes = run_window(&worker, ahead).await;
+                scanned(Some(keys));
+                drop(_scan_permit);
+                let _write_permit = writes.acquire_owned().await;
+                write_outcomes(&worker.queue, outcomes).await;
+            }
         });
     }
     reader.abort();
@@ -260,7 +294,7 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         .iter()
         .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
         .collect();
-    wait_for_pinned_epochs(worker, &window).await;
+    // Jobs pinned ahead were split off and waited for in `run` already.
     let scanner = worker.scanner.clone();
     let outcomes =
         match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
