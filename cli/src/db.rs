@@ -22,6 +22,8 @@ pub enum DbCommand {
     /// the whole file). A snapshot written by `db apply` records a chained digest: give the
     /// file it was made from and the updates, and they are checked too.
     Verify(VerifyArgs),
+    /// Cut a database into shard files, one per page-range shard (`pirq-worker --shard I/S`).
+    Split(crate::split::SplitArgs),
 }
 
 #[derive(Args)]
@@ -58,6 +60,7 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
         DbCommand::Apply(args) => crate::epoch::apply(args),
         DbCommand::Info { file } => info(file),
         DbCommand::Verify(args) => verify(args),
+        DbCommand::Split(args) => crate::split::split(args),
     }
 }
 
@@ -115,6 +118,13 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
     });
     if let Some(kv) = db.kv() {
         info["kv"] = serde_json::to_value(kv.info())?;
+    }
+    if let Some(s) = db.shard() {
+        info["shard"] = serde_json::json!({
+            "shard": s.spec.to_string(),
+            "first_page": s.first_page,
+            "total_pages": s.total_pages,
+        });
     }
     println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(())

@@ -222,3 +222,63 @@ fn mistakes_get_messages_that_say_what_to_type() {
     ]);
     assert!(err.contains("write http://127.0.0.1:1"), "{err}");
 }
+
+/// `pirq db split`: one file per shard, each holding exactly its range of pages with the shard
+/// block and the whole database's digest; the split of a shard file is refused.
+#[test]
+fn split_writes_one_file_per_shard() {
+    use pirq_shared::db::PirDb;
+    use pirq_shared::shard::ShardSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("big.pirdb");
+    let out = dir.path().join("shards");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "1000",
+        "--page-size",
+        "256",
+        "--seed",
+        "3",
+        "--out",
+        s(&db),
+    ]);
+    let report = ok(&["db", "split", s(&db), "--shards", "3", "--out-dir", s(&out)]);
+    assert!(report.contains("big.shard-2-of-3.pirdb"), "{report}");
+    let whole = PirDb::open(&db).unwrap();
+    for (index, range) in ShardSpec::all_ranges(3, 1000)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        let path = out.join(format!("big.shard-{index}-of-3.pirdb"));
+        let part = PirDb::open(&path).unwrap();
+        let origin = part.shard().expect("shard block");
+        assert_eq!(origin.spec, ShardSpec::new(index as u32, 3).unwrap());
+        assert_eq!((part.first_page(), part.total_pages()), (range.start, 1000));
+        assert_eq!(part.num_pages(), range.end - range.start);
+        assert_eq!(part.recorded_digest(), whole.recorded_digest());
+        for p in range.clone() {
+            assert_eq!(part.page(p - range.start).unwrap(), whole.page(p).unwrap());
+        }
+        let info = ok(&["db", "info", s(&path)]);
+        assert!(
+            info.contains(&format!("\"shard\": \"{index}/3\"")),
+            "{info}"
+        );
+    }
+    let again = out.join("big.shard-0-of-3.pirdb");
+    let err = fails(&[
+        "db",
+        "split",
+        s(&again),
+        "--shards",
+        "2",
+        "--out-dir",
+        s(&out),
+    ]);
+    assert!(err.contains("is a shard file already"), "{err}");
+    let err = fails(&["db", "split", s(&db), "--shards", "5", "--out-dir", s(&out)]);
+    assert!(err.contains("would leave shards empty"), "{err}");
+}

@@ -16,7 +16,7 @@ use redis::streams::{StreamPendingReply, StreamRangeReply};
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 
 /// One reading of a party's queue.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueueSample {
     /// Entries not yet delivered to any worker.
     pub depth: u64,
@@ -26,6 +26,17 @@ pub struct QueueSample {
     pub oldest_age: Duration,
     /// Registered workers whose heartbeat key exists.
     pub live_workers: u64,
+    /// Every consumer group on the stream (one per shard for a sharded party): its name,
+    /// entries delivered and not acknowledged, and entries not yet delivered to it (its lag).
+    pub groups: Vec<GroupSample>,
+}
+
+/// One consumer group of the job stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GroupSample {
+    pub name: String,
+    pub pending: u64,
+    pub lag: u64,
 }
 
 impl QueueSample {
@@ -35,6 +46,11 @@ impl QueueSample {
         metrics::gauge!(m::QUEUE_PENDING).set(self.pending as f64);
         metrics::gauge!(m::QUEUE_OLDEST_JOB_AGE).set(self.oldest_age.as_secs_f64());
         metrics::gauge!(m::QUEUE_LIVE_WORKERS).set(self.live_workers as f64);
+        for g in &self.groups {
+            metrics::gauge!(m::QUEUE_GROUP_PENDING, "group" => g.name.clone())
+                .set(g.pending as f64);
+            metrics::gauge!(m::QUEUE_GROUP_LAG, "group" => g.name.clone()).set(g.lag as f64);
+        }
     }
 }
 
@@ -87,18 +103,72 @@ pub async fn sample(
         .and_then(|e| entry_ms(&e.id))
         .map(|ms| Duration::from_millis(now_ms.saturating_sub(ms)))
         .unwrap_or_default();
+    let groups = match redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&jobs)
+        .query_async::<redis::Value>(conn)
+        .await
+    {
+        Ok(reply) => parse_groups(reply),
+        // No stream yet.
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
     Ok(QueueSample {
         depth: len.saturating_sub(pending),
         pending,
         oldest_age,
         live_workers,
+        groups,
     })
+}
+
+/// The groups of an `XINFO GROUPS` reply (RESP2 flat arrays or RESP3 maps). `lag` is nil
+/// when Redis cannot tell (entries deleted inside the group's range): read as 0 then.
+fn parse_groups(reply: redis::Value) -> Vec<GroupSample> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let number = |v: &Value| match v {
+        Value::Int(n) => (*n).max(0) as u64,
+        other => text(other).and_then(|t| t.parse().ok()).unwrap_or(0),
+    };
+    let Value::Array(groups) = reply else {
+        return Vec::new();
+    };
+    groups
+        .into_iter()
+        .filter_map(|g| {
+            let pairs: Vec<(Value, Value)> = match g {
+                Value::Map(pairs) => pairs,
+                Value::Array(flat) => {
+                    let mut it = flat.into_iter();
+                    std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+                }
+                _ => return None,
+            };
+            let field = |name: &str| pairs.iter().find(|(k, _)| text(k).as_deref() == Some(name));
+            Some(GroupSample {
+                name: text(&field("name")?.1)?,
+                pending: field("pending").map_or(0, |(_, v)| number(v)),
+                lag: field("lag").map_or(0, |(_, v)| number(v)),
+            })
+        })
+        .collect()
 }
 
 /// Milliseconds part of a stream entry id (`<ms>-<seq>`): when Redis appended it.
 fn entry_ms(id: &str) -> Option<u64> {
     id.split_once('-')?.0.parse().ok()
 }
+
+/// Consecutive failed samples before a warning.
+const WARN_AFTER_FAILURES: u32 = 5;
 
 /// Starts the sampler on its own connection; it runs for the life of the process. A Redis
 /// that is down leaves the gauges at their last reading (and `/readyz` reports it).
@@ -120,19 +190,24 @@ pub fn spawn(
         };
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
+        // One slow sample under load is no news (the next comes a second later); a Redis that
+        // stays unreachable is, once.
+        let mut failures = 0u32;
         loop {
             tick.tick().await;
             match sample(&mut conn, &layout).await {
                 Ok(s) => {
                     s.publish();
-                    failing = false;
+                    failures = 0;
                 }
-                Err(e) if !failing => {
-                    tracing::warn!(error = %e, "sampling the queue failed");
-                    failing = true;
+                Err(e) => {
+                    failures += 1;
+                    if failures == WARN_AFTER_FAILURES {
+                        tracing::warn!(error = %e, failures, "sampling the queue keeps failing");
+                    } else {
+                        tracing::debug!(error = %e, failures, "sampling the queue failed");
+                    }
                 }
-                Err(_) => {}
             }
         }
     })

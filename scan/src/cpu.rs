@@ -82,10 +82,17 @@ impl CpuScanner {
             .build()
             .map_err(|e| ScanError::Device(format!("cannot start scan threads: {e}")))?;
         let h = *db.header();
+        let file_pages = db.first_page()..db.first_page() + h.num_pages;
+        if range.start < file_pages.start || range.end > file_pages.end {
+            return Err(ScanError::Device(format!(
+                "{} holds database pages {file_pages:?}, not {range:?}",
+                db.path().display()
+            )));
+        }
         let geometry = Geometry {
-            num_pages: h.num_pages,
+            num_pages: db.total_pages(),
             page_size: h.page_size as usize,
-            domain_bits: h.domain_bits(),
+            domain_bits: pirq_shared::db::domain_bits(db.total_pages()),
         };
         let window = DeltaWindow::new(
             geometry.page_size,
@@ -94,7 +101,7 @@ impl CpuScanner {
             DEFAULT_EPOCH_WINDOW,
         );
         let pages = db
-            .private_range(range.clone())
+            .private_range(range.start - file_pages.start..range.end - file_pages.start)
             .map_err(|e| ScanError::Device(e.to_string()))?;
         Ok(CpuScanner {
             geometry,

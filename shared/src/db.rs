@@ -54,6 +54,9 @@ pub enum DbError {
         output.display(), input.display()
     )]
     OutputIsInput { output: PathBuf, input: PathBuf },
+    /// The shard block (header bytes 512..544, written by `pirq db split`) is malformed.
+    #[error("shard block: {0}")]
+    Shard(String),
     #[error("file is {actual} bytes, header says {expected} ({num_pages} pages of {page_size})")]
     Length {
         expected: u64,
@@ -101,7 +104,11 @@ impl Header {
         // Bytes 32..64 hold the digest (any value); bytes 64..512 are the kv layout block: zero,
         // or a layout that fits these pages.
         let kv = crate::kv::BLOCK;
-        for reserved in [DIGEST_RANGE.end..kv.start, kv.end..HEADER_LEN] {
+        for reserved in [
+            DIGEST_RANGE.end..kv.start,
+            kv.end..SHARD_BLOCK.start,
+            SHARD_BLOCK.end..HEADER_LEN,
+        ] {
             if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
                 return Err(DbError::Reserved {
                     offset: reserved.start + i,
@@ -109,6 +116,7 @@ impl Header {
             }
         }
         header.kv_params(bytes)?;
+        ShardOrigin::from_header(bytes, &header)?;
         Ok(header)
     }
 
@@ -164,6 +172,7 @@ pub struct PirDb {
     header: Header,
     digest: Option<Digest>,
     kv: Option<KvParams>,
+    shard: Option<ShardOrigin>,
     map: Mmap,
     path: PathBuf,
 }
@@ -188,6 +197,7 @@ impl PirDb {
         let header = Header::parse(&map[..HEADER_LEN])?;
         let kv = header.kv_params(&map[..HEADER_LEN])?;
         let digest = Header::parse_digest(&map[..HEADER_LEN]);
+        let shard = ShardOrigin::from_header(&map[..HEADER_LEN], &header)?;
         if len != header.file_len() {
             return Err(DbError::Length {
                 expected: header.file_len(),
@@ -202,6 +212,7 @@ impl PirDb {
             header,
             digest,
             kv,
+            shard,
             map,
             path,
         })
@@ -232,6 +243,21 @@ impl PirDb {
     /// The key-value layout, if this is a kv database (`docs/spec/kv.md`).
     pub fn kv(&self) -> Option<&KvParams> {
         self.kv.as_ref()
+    }
+
+    /// Which part of a database this file holds, for a shard file (`pirq db split`).
+    pub fn shard(&self) -> Option<&ShardOrigin> {
+        self.shard.as_ref()
+    }
+
+    /// The database page that is page 0 of this file (0 unless it is a shard file).
+    pub fn first_page(&self) -> u64 {
+        self.shard.map_or(0, |s| s.first_page)
+    }
+
+    /// Pages of the whole database this file belongs to (its own count unless a shard file).
+    pub fn total_pages(&self) -> u64 {
+        self.shard.map_or(self.header.num_pages, |s| s.total_pages)
     }
 
     pub fn path(&self) -> &Path {
@@ -417,7 +443,7 @@ pub fn write(
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
-    write_pages(path.as_ref(), header, None, None, fill, progress)
+    write_pages(path.as_ref(), header, None, None, None, fill, progress)
 }
 
 /// The header bytes with the kv layout block (if any), checked against the geometry.
@@ -439,7 +465,7 @@ pub fn write_kv(
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
-    write_pages(path.as_ref(), header, kv, None, fill, progress)
+    write_pages(path.as_ref(), header, kv, None, None, fill, progress)
 }
 
 /// Like [`write_kv`], but records `digest` instead of the content digest: for files whose digest
@@ -454,19 +480,32 @@ pub fn write_with_digest(
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<(), DbError> {
-    write_pages(path.as_ref(), header, kv, Some(digest), fill, progress).map(drop)
+    write_pages(
+        path.as_ref(),
+        header,
+        kv,
+        None,
+        Some(digest),
+        fill,
+        progress,
+    )
+    .map(drop)
 }
 
 fn write_pages(
     path: &Path,
     header: &Header,
     kv: Option<&KvLayout>,
+    shard: Option<&ShardOrigin>,
     recorded: Option<Digest>,
     fill: impl Fn(u64, &mut [u8]) + Sync,
     mut progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
     use rayon::prelude::*;
-    let header_bytes = header_bytes(header, kv)?;
+    let mut header_bytes = header_bytes(header, kv)?;
+    if let Some(origin) = shard {
+        header_bytes[SHARD_BLOCK].copy_from_slice(&origin.to_block());
+    }
     write_atomically(path, |file| {
         let mut hasher = recorded
             .is_none()
@@ -501,6 +540,118 @@ fn write_pages(
         file.write_all(&digest.0)?;
         Ok(digest)
     })
+}
+
+/// Where a shard file records the part of a database it holds: header bytes 512..544
+/// (`docs/spec/v1.md` §2.2). Zero in every other file.
+pub const SHARD_BLOCK: std::ops::Range<usize> = 512..544;
+const SHARD_MAGIC: [u8; 8] = *b"PIRQSHRD";
+
+/// The part of a database a shard file holds: its pages are database pages
+/// `first_page .. first_page + num_pages` of a `total_pages`-page database, shard `spec`'s range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardOrigin {
+    pub spec: crate::shard::ShardSpec,
+    pub first_page: u64,
+    pub total_pages: u64,
+}
+
+impl ShardOrigin {
+    /// The 32 bytes of the block: magic, index (u32 LE), count (u32 LE), first page (u64 LE),
+    /// total pages (u64 LE).
+    pub fn to_block(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out[..8].copy_from_slice(&SHARD_MAGIC);
+        out[8..12].copy_from_slice(&self.spec.index.to_le_bytes());
+        out[12..16].copy_from_slice(&self.spec.count.to_le_bytes());
+        out[16..24].copy_from_slice(&self.first_page.to_le_bytes());
+        out[24..32].copy_from_slice(&self.total_pages.to_le_bytes());
+        out
+    }
+
+    /// The block of header `bytes`, checked against the header: `None` when it is all zero.
+    pub fn from_header(bytes: &[u8], header: &Header) -> Result<Option<ShardOrigin>, DbError> {
+        let block = &bytes[SHARD_BLOCK];
+        if block.iter().all(|b| *b == 0) {
+            return Ok(None);
+        }
+        let bad = |m: String| Err(DbError::Shard(m));
+        if block[..8] != SHARD_MAGIC {
+            return bad("unknown magic (not written by pirq db split)".into());
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(block[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(block[o..o + 8].try_into().unwrap());
+        let spec = match crate::shard::ShardSpec::new(u32_at(8), u32_at(12)) {
+            Ok(s) => s,
+            Err(e) => return bad(e.to_string()),
+        };
+        let origin = ShardOrigin {
+            spec,
+            first_page: u64_at(16),
+            total_pages: u64_at(24),
+        };
+        match spec.range(origin.total_pages) {
+            Ok(r) if r == (origin.first_page..origin.first_page + header.num_pages) => {
+                Ok(Some(origin))
+            }
+            Ok(r) => bad(format!(
+                "shard {spec} of {} pages is pages {r:?}, the file holds {} pages from {}",
+                origin.total_pages, header.num_pages, origin.first_page
+            )),
+            Err(e) => bad(e.to_string()),
+        }
+    }
+}
+
+/// Writes shard `spec` of `source` as a file of its own (`pirq db split`): the shard's pages,
+/// the source's epoch, the shard block saying where they belong, and the source's digest (a
+/// shard file names the whole database it is part of). Written atomically. A kv layout is not
+/// carried over: workers serve pages; clients read the layout from the whole database.
+pub fn write_shard(
+    path: impl AsRef<Path>,
+    source: &PirDb,
+    spec: crate::shard::ShardSpec,
+    progress: impl FnMut(u64),
+) -> Result<ShardOrigin, DbError> {
+    let path = path.as_ref();
+    ensure_not_an_input(path, &[source.path()])?;
+    let total = source.total_pages();
+    let range = spec
+        .range(total)
+        .map_err(|e| DbError::Shard(e.to_string()))?;
+    if range.start < source.first_page() || range.end > source.first_page() + source.num_pages() {
+        return Err(DbError::Shard(format!(
+            "shard {spec} needs pages {range:?}, {} holds {:?}",
+            source.path().display(),
+            source.first_page()..source.first_page() + source.num_pages()
+        )));
+    }
+    let origin = ShardOrigin {
+        spec,
+        first_page: range.start,
+        total_pages: total,
+    };
+    let header = Header {
+        page_size: source.header().page_size,
+        num_pages: range.end - range.start,
+        epoch: source.header().epoch,
+    };
+    let ps = source.page_size();
+    let offset = range.start - source.first_page();
+    let pages = source.pages();
+    write_pages(
+        path,
+        &header,
+        None,
+        Some(&origin),
+        Some(source.digest()),
+        |p, page| {
+            let at = (offset + p) as usize * ps;
+            page.copy_from_slice(&pages[at..at + ps]);
+        },
+        progress,
+    )?;
+    Ok(origin)
 }
 
 /// A database file written in place through a writable mapping, for builders that place data
@@ -546,8 +697,10 @@ impl MappedWriter {
             map: {
                 file.set_len(header.file_len()).map_err(io)?;
                 // SAFETY: the file was just created by this process under a private name;
-                // nothing else maps or writes it until `commit` renames it.
-                unsafe { MmapMut::map_mut(&file) }.map_err(io)?
+                // nothing else maps or writes it until `commit` renames it. Populated up front:
+                // a builder writes nearly every page, and one bulk fault-in is several times
+                // cheaper than a page fault per page (measured in docs/bench/kv.md).
+                unsafe { MmapOptions::new().populate().map_mut(&file) }.map_err(io)?
             },
             tmp: tmp.clone(),
             path,

@@ -101,6 +101,10 @@ pub const QUEUE_PENDING: &str = "pirq_queue_pending_jobs";
 pub const QUEUE_OLDEST_JOB_AGE: &str = "pirq_queue_oldest_job_age_seconds";
 /// Workers whose heartbeat is alive.
 pub const QUEUE_LIVE_WORKERS: &str = "pirq_queue_live_workers";
+/// Jobs delivered and not acknowledged, per consumer group (per shard).
+pub const QUEUE_GROUP_PENDING: &str = "pirq_queue_group_pending_jobs";
+/// Jobs not yet delivered to a consumer group (per shard).
+pub const QUEUE_GROUP_LAG: &str = "pirq_queue_group_lag_jobs";
 
 /// Jobs answered.
 pub const WORKER_JOBS_COMPLETED: &str = "pirq_worker_jobs_completed_total";
@@ -191,6 +195,10 @@ pub const CATALOG: &[Metric] = &[
       "Age of the oldest job still in the stream, waiting or in progress (0 when empty), from its stream id."),
     m(QUEUE_LIVE_WORKERS, Gauge, Unit::Count, &[], Gateway, Always,
       "Registered workers whose heartbeat key has not expired."),
+    m(QUEUE_GROUP_PENDING, Gauge, Unit::Count, &["group"], Gateway, AfterTraffic,
+      "Jobs delivered and not yet acknowledged, per consumer group (`workers`, or `shard-I-of-S`: one per shard of a sharded party)."),
+    m(QUEUE_GROUP_LAG, Gauge, Unit::Count, &["group"], Gateway, AfterTraffic,
+      "Jobs in the stream not yet delivered to the consumer group (XINFO GROUPS lag): a shard whose lag grows is the one holding the party back."),
     m(WORKER_JOBS_COMPLETED, Counter, Unit::Count, &[], Worker, Always,
       "Jobs answered: result written, completion published, stream entry acknowledged."),
     m(WORKER_JOBS_FAILED, Counter, Unit::Count, &[], Worker, Always,

@@ -318,3 +318,53 @@ fn writes_replace_files_atomically_and_refuse_their_inputs() {
     assert!(matches!(err, DbError::OutputIsInput { .. }), "{err}");
     assert!(err.to_string().contains("same file"), "{err}");
 }
+
+/// A shard file's block is read back, and a block that does not describe the file's pages, or
+/// is not a shard block at all, is refused.
+#[test]
+fn shard_blocks() {
+    use pirq_shared::db::{write_shard, SHARD_BLOCK};
+    use pirq_shared::shard::ShardSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let header = Header {
+        page_size: 256,
+        num_pages: 1000,
+        epoch: 4,
+    };
+    let whole = PirDb::open(write_db(&dir, &header, 9)).unwrap();
+    let path = dir.path().join("s1.pirdb");
+    let origin = write_shard(&path, &whole, ShardSpec::new(1, 3).unwrap(), |_| {}).unwrap();
+    assert_eq!((origin.first_page, origin.total_pages), (256, 1000));
+    let part = PirDb::open(&path).unwrap();
+    assert_eq!(part.shard(), Some(&origin));
+    assert_eq!(part.header().epoch, 4);
+    assert_eq!(part.page(0).unwrap(), whole.page(256).unwrap());
+    // A shard of a shard file is cut from the pages it holds, and only from those.
+    assert!(write_shard(
+        dir.path().join("x.pirdb"),
+        &part,
+        ShardSpec::new(0, 3).unwrap(),
+        |_| {}
+    )
+    .is_err());
+    let bytes = std::fs::read(&path).unwrap();
+    for (what, mutate) in [
+        (
+            "magic",
+            Box::new(|b: &mut Vec<u8>| b[SHARD_BLOCK.start] ^= 1) as Box<dyn Fn(&mut Vec<u8>)>,
+        ),
+        (
+            "index past count",
+            Box::new(|b: &mut Vec<u8>| b[SHARD_BLOCK.start + 8] = 7),
+        ),
+        (
+            "wrong first page",
+            Box::new(|b: &mut Vec<u8>| b[SHARD_BLOCK.start + 16] = 1),
+        ),
+    ] {
+        let mut bad = bytes.clone();
+        mutate(&mut bad);
+        let err = Header::parse(&bad[..4096]).unwrap_err();
+        assert!(matches!(err, DbError::Shard(_)), "{what}: {err}");
+    }
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use pirq_shared::db::PirDb;
 use pirq_shared::shard::ShardSpec;
 
-use crate::config::Backend;
+use crate::config::{Backend, SyntheticDb};
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::{ScanError, Scanner};
 
@@ -45,9 +45,65 @@ pub fn open(
     }
 }
 
+/// Opens a scanner over synthetic pages generated on the GPU (`--synthetic`): the CUDA backend
+/// only (the CPU backend serves files).
+pub fn open_synthetic(
+    kind: Backend,
+    source: &SyntheticDb,
+    options: ScannerOptions,
+) -> Result<Arc<dyn Scanner>, ScanError> {
+    match kind {
+        Backend::Cpu => Err(ScanError::Unsupported(
+            "--synthetic with the CPU backend (use --backend cuda, or a file)",
+        )),
+        Backend::Cuda | Backend::Auto => cuda_synthetic(source, &options),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_synthetic(
+    source: &SyntheticDb,
+    options: &ScannerOptions,
+) -> Result<Arc<dyn Scanner>, ScanError> {
+    use pirq_scan::cuda::CudaScanner;
+    let range = options
+        .shard
+        .range(source.num_pages)
+        .map_err(|e| ScanError::Device(format!("--shard {}: {e}", options.shard)))?;
+    let scanner = CudaScanner::synthetic_range(
+        source.page_size as usize,
+        source.num_pages,
+        range,
+        source.seed,
+        cuda_config(options),
+    )
+    .map_err(|e| ScanError::Device(e.to_string()))?;
+    Ok(Arc::new(scanner))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_synthetic(
+    _source: &SyntheticDb,
+    _options: &ScannerOptions,
+) -> Result<Arc<dyn Scanner>, ScanError> {
+    Err(ScanError::Device(
+        "this build has no CUDA backend (cargo feature `cuda`)".into(),
+    ))
+}
+
 /// The pages of `db` that shard `spec` serves.
+/// A shard file (`pirq db split`) serves the shard it was cut for, and no other.
 pub fn shard_range(db: &PirDb, spec: ShardSpec) -> Result<std::ops::Range<u64>, ScanError> {
-    spec.range(db.num_pages())
+    if let Some(origin) = db.shard() {
+        if origin.spec != spec {
+            return Err(ScanError::Device(format!(
+                "{} is the file of shard {}, not of shard {spec}",
+                db.path().display(),
+                origin.spec
+            )));
+        }
+    }
+    spec.range(db.total_pages())
         .map_err(|e| ScanError::Device(format!("--shard {spec}: {e}")))
 }
 
@@ -62,16 +118,23 @@ fn cpu(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, Sca
 
 #[cfg(feature = "cuda")]
 fn cuda(db: Arc<PirDb>, options: &ScannerOptions) -> Result<Arc<dyn Scanner>, ScanError> {
-    use pirq_scan::cuda::{CudaConfig, CudaScanner};
-    let config = CudaConfig {
+    use pirq_scan::cuda::CudaScanner;
+    let config = cuda_config(options);
+    let range = shard_range(&db, options.shard)?;
+    let scanner =
+        CudaScanner::new(db, range, config).map_err(|e| ScanError::Device(e.to_string()))?;
+    Ok(Arc::new(scanner))
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_config(options: &ScannerOptions) -> pirq_scan::cuda::CudaConfig {
+    pirq_scan::cuda::CudaConfig {
         device: options.gpu,
         workspaces: options.workspaces,
         max_batch_keys: options.max_batch_keys,
         epoch_window: options.epoch_window,
-        ..CudaConfig::default()
-    };
-    let scanner = CudaScanner::new(db, config).map_err(|e| ScanError::Device(e.to_string()))?;
-    Ok(Arc::new(scanner))
+        ..pirq_scan::cuda::CudaConfig::default()
+    }
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -25,6 +25,25 @@ impl Window {
         self.keys += d.keys();
         self.deliveries.push(d);
     }
+
+    /// Splits off the jobs pinned to an epoch after `newest` (not applied here yet): they wait
+    /// for it apart, so the rest of the window is answered at once. `None` when there are none.
+    pub fn split_pinned_ahead(self, newest: u64) -> (Window, Option<Window>) {
+        let (now, ahead): (Vec<Delivery>, Vec<Delivery>) =
+            self.deliveries.into_iter().partition(|d| {
+                d.job
+                    .as_ref()
+                    .ok()
+                    .and_then(|j| j.epoch)
+                    .is_none_or(|e| e <= newest)
+            });
+        let window = |deliveries: Vec<Delivery>| Window {
+            keys: deliveries.iter().map(Delivery::keys).sum(),
+            deliveries,
+        };
+        let ahead = (!ahead.is_empty()).then(|| window(ahead));
+        (window(now), ahead)
+    }
 }
 
 pub struct Batcher {

@@ -5,6 +5,38 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+/// A synthetic database (`--synthetic PAGES:PAGE_SIZE:SEED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyntheticDb {
+    pub num_pages: u64,
+    pub page_size: u32,
+    pub seed: u64,
+}
+
+impl std::str::FromStr for SyntheticDb {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SyntheticDb, String> {
+        let bad = || format!("{s:?} is not PAGES:PAGE_SIZE:SEED (for example 41943040:4096:7)");
+        let parts: Vec<&str> = s.split(':').collect();
+        let [pages, size, seed] = parts[..] else {
+            return Err(bad());
+        };
+        let db = SyntheticDb {
+            num_pages: pages.parse().map_err(|_| bad())?,
+            page_size: size.parse().map_err(|_| bad())?,
+            seed: seed.parse().map_err(|_| bad())?,
+        };
+        let header = pirq_shared::db::Header {
+            page_size: db.page_size,
+            num_pages: db.num_pages,
+            epoch: 0,
+        };
+        header.validate().map_err(|e| format!("{s:?}: {e}"))?;
+        Ok(db)
+    }
+}
+
 /// Which scanner answers the passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
@@ -33,8 +65,15 @@ pub struct Config {
     pub prefix: String,
 
     /// The `.pirdb` page database file to serve.
-    #[arg(long, env = "PIRQ_DB")]
-    pub db: PathBuf,
+    #[arg(long, env = "PIRQ_DB", required_unless_present = "synthetic")]
+    pub db: Option<PathBuf>,
+
+    /// Serve synthetic pages instead of a file, generated on the GPU (`--backend cuda`):
+    /// `PAGES:PAGE_SIZE:SEED`, page `p` as `pirq_shared::db::synthetic` makes it under SEED, at
+    /// epoch 0. With `--shard`, only the shard's pages are generated: benches and tests of
+    /// databases larger than the host could hold as a file.
+    #[arg(long, env = "PIRQ_SYNTHETIC", conflicts_with = "db")]
+    pub synthetic: Option<SyntheticDb>,
 
     /// Serve shard I of S (`I/S`, I = 0..S-1): only pages of that range are loaded and scanned,
     /// and answers are partials that Redis XORs together. Every shard needs at least one live

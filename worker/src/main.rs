@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use pirq_shared::db::PirDb;
+use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
@@ -19,8 +19,20 @@ use pirq_worker::serve::{self, Worker};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
+/// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
+/// read these, and release builds have no symbols to show anyway.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -33,26 +45,9 @@ async fn main() -> anyhow::Result<()> {
             .context("starting the metrics endpoint")?;
     }
 
-    let db = Arc::new(
-        PirDb::open(&config.db).with_context(|| format!("opening {}", config.db.display()))?,
-    );
-    // A file changed under the mapping must not kill the worker silently or change its
-    // answers behind its digest.
-    pirq_worker::guard::exit_on_sigbus(&config.db).context("installing the SIGBUS handler")?;
-    pirq_worker::guard::watch_for_changes(&config.db)
-        .with_context(|| format!("watching {}", config.db.display()))?;
-    let header = *db.header();
-    // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool that
-    // wrote it; a file from before digests is hashed once here.
-    let file_digest = db.recorded_digest().unwrap_or_else(|| {
-        tracing::info!(db = %config.db.display(), "the file records no digest; hashing its pages once");
-        db.content_digest()
-    });
-    let digests = Digests::new(header.epoch, file_digest);
     let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
-    let pages = pirq_worker::backend::shard_range(&db, shard)?;
     let max_batch_keys = config.max_batch_keys as usize;
-    let options = ScannerOptions {
+    let mut options = ScannerOptions {
         threads: config.threads,
         max_batch_keys,
         epoch_window: config.epoch_window as usize,
@@ -60,8 +55,44 @@ async fn main() -> anyhow::Result<()> {
         workspaces: config.workspaces as usize,
         shard,
     };
-    let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
-        .context("starting the scanner")?;
+    // The database: a file (mapped, and guarded against changes under the mapping), or the
+    // seeded generator's pages made on the GPU (`--synthetic`, benches).
+    let (scanner, file_epoch, file_digest, kv) = match (&config.synthetic, &config.db) {
+        (Some(source), _) => {
+            let scanner = pirq_worker::backend::open_synthetic(config.backend, source, options)
+                .context("starting the scanner")?;
+            let digest = synthetic::digest(source.page_size, source.num_pages, source.seed);
+            (scanner, 0, digest, None)
+        }
+        (None, Some(path)) => {
+            let db =
+                Arc::new(PirDb::open(path).with_context(|| format!("opening {}", path.display()))?);
+            // A file changed under the mapping must not kill the worker silently or change its
+            // answers behind its digest.
+            pirq_worker::guard::exit_on_sigbus(path).context("installing the SIGBUS handler")?;
+            pirq_worker::guard::watch_for_changes(path)
+                .with_context(|| format!("watching {}", path.display()))?;
+            // A shard file serves its own shard when --shard is not given.
+            if let (None, Some(origin)) = (config.shard, db.shard()) {
+                options.shard = origin.spec;
+            }
+            // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool
+            // that wrote it; a file from before digests is hashed once here.
+            let digest = db.recorded_digest().unwrap_or_else(|| {
+                tracing::info!(db = %path.display(), "the file records no digest; hashing its pages once");
+                db.content_digest()
+            });
+            let epoch = db.header().epoch;
+            let kv = db.kv().map(|kv| kv.info());
+            let scanner = pirq_worker::backend::open(config.backend, db, options)
+                .context("starting the scanner")?;
+            (scanner, epoch, digest, kv)
+        }
+        (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
+    };
+    let digests = Digests::new(file_epoch, file_digest);
+    let pages = scanner.page_range();
+    let shard = options.shard;
     let geometry = scanner.geometry();
 
     let client = redis::Client::open(config.redis_url.as_str())
@@ -100,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
         window: scanner.epoch_window(),
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
-        kv: db.kv().map(|kv| kv.info()),
+        kv,
         shard: (!shard.is_whole()).then_some(shard),
         pages: [pages.start, pages.end],
         db_id: String::new(),
@@ -112,18 +143,25 @@ async fn main() -> anyhow::Result<()> {
         &mut conn,
         &layout,
         &reg,
-        header.epoch,
+        file_epoch,
         file_digest,
         config.replace_db,
     )
     .await
-    .with_context(|| format!("serving {}", config.db.display()))?;
+    .with_context(|| format!("serving {}", source_name(&config)))?;
     let mut follower = Follower {
         scanner: scanner.clone(),
-        conn: client
-            .get_connection_manager()
-            .await
-            .context("connecting the updates follower")?,
+        // Its reads block up to `--block-ms`: the response timeout must outlast the block, or
+        // every idle read times out (and logged a warning every couple of seconds).
+        conn: redis::aio::ConnectionManager::new_with_config(
+            client.clone(),
+            redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(5)))
+                .set_response_timeout(Some(config.block() + Duration::from_secs(5)))
+                .set_max_delay(Duration::from_secs(1)),
+        )
+        .await
+        .context("connecting the updates follower")?,
         layout: layout.clone(),
         epochs: epochs_tx,
         block: config.block(),
@@ -138,7 +176,7 @@ async fn main() -> anyhow::Result<()> {
     reg.window = window;
     registry::register(&mut conn, &layout, &mut reg, config.heartbeat() * 3)
         .await
-        .with_context(|| format!("serving {}", config.db.display()))?;
+        .with_context(|| format!("serving {}", source_name(&config)))?;
     let (stop_tx, stop_rx) = watch::channel(false);
     // Finishes only when another database replaced this one under the prefix (it then sets
     // `stop_tx`).
@@ -153,7 +191,7 @@ async fn main() -> anyhow::Result<()> {
     metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
     tracing::info!(
         worker = %consumer, prefix = %layout, backend = scanner.name(), pages = geometry.num_pages,
-        page_size = geometry.page_size, file_epoch = header.epoch, oldest = window.oldest,
+        page_size = geometry.page_size, file_epoch, oldest = window.oldest,
         newest = window.newest, shard = %shard, first_page = pages.start, end_page = pages.end,
         group = queue.group(), digest = %digests.newest().1, "pirq-worker serving"
     );
@@ -239,4 +277,13 @@ async fn shutdown_signal() {
         }
     };
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// What the worker serves, for messages: the file, or the synthetic generator's parameters.
+fn source_name(config: &Config) -> String {
+    match (&config.synthetic, &config.db) {
+        (Some(s), _) => format!("synthetic {}:{}:{}", s.num_pages, s.page_size, s.seed),
+        (None, Some(path)) => path.display().to_string(),
+        (None, None) => String::new(),
+    }
 }

@@ -73,12 +73,35 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
             _ = stop_wait.wait_for(|s| *s) => break,
             w = batcher.next_window() => match w { Some(w) => w, None => break },
         };
-        let (worker, writes) = (worker.clone(), writes.clone());
+        let (worker, writes, scans) = (worker.clone(), writes.clone(), scans.clone());
         in_flight.spawn(async move {
-            let outcomes = run_window(&worker, window).await;
-            drop(scan_permit);
-            let _write_permit = writes.acquire_owned().await;
-            write_outcomes(&worker.queue, outcomes).await
+            // Jobs pinned to an epoch not applied yet wait apart, holding neither the rest of
+            // their window nor a scan slot while they wait.
+            // (A shard window pins its epochs in its start script and waits there.)
+            let (now, ahead) = if worker.queue.shard().is_whole() {
+                let newest = worker.epochs.borrow().newest;
+                window.split_pinned_ahead(newest)
+            } else {
+                (window, None)
+            };
+            if !now.deliveries.is_empty() {
+                let outcomes = run_window(&worker, now).await;
+                drop(scan_permit);
+                let _write_permit = writes.clone().acquire_owned().await;
+                write_outcomes(&worker.queue, outcomes).await;
+            } else {
+                drop(scan_permit);
+            }
+            if let Some(ahead) = ahead {
+                wait_for_pinned_epochs(&worker, &ahead).await;
+                let Ok(_scan_permit) = scans.acquire_owned().await else {
+                    return;
+                };
+                let outcomes = run_window(&worker, ahead).await;
+                drop(_scan_permit);
+                let _write_permit = writes.acquire_owned().await;
+                write_outcomes(&worker.queue, outcomes).await;
+            }
         });
     }
     reader.abort();
@@ -242,7 +265,7 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         .iter()
         .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
         .collect();
-    wait_for_pinned_epochs(worker, &window).await;
+    // Jobs pinned ahead were split off and waited for in `run` already.
     let scanner = worker.scanner.clone();
     let outcomes =
         match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {

@@ -11,7 +11,6 @@ use cudarc::driver::{
     result, CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
 };
-use pirq_shared::db::PirDb;
 
 use super::kernels::Kernels;
 use super::layout::{Shape, BLOCK_PAGES};
@@ -71,10 +70,18 @@ impl DeviceDb {
     ) -> Result<(), CudaError> {
         let s = self.shape;
         let wpp = s.words_per_page() as u32;
-        // One launch per 65535 blocks (grid.x limit).
+        // A shard generates database pages from its first block on, at its own block 0: the
+        // kernel computes page numbers and A's addresses from the same block index, so it gets
+        // database block numbers and an A shifted back by the shard's first block (the
+        // addresses it writes are all inside A). Pages past the database's end are zero.
+        let a = self
+            .ptr
+            .wrapping_sub(s.first_block * BLOCK_PAGES * s.page_size as u64);
         let mut first = 0u64;
+        // One launch per 65535 blocks (grid.x limit).
         while first < s.scan_blocks() {
             let count = (s.scan_blocks() - first).min(65535);
+            let block = s.first_block + first;
             let cfg = LaunchConfig {
                 grid_dim: (count as u32, wpp.div_ceil(32), 1),
                 block_dim: (256, 1, 1),
@@ -82,10 +89,10 @@ impl DeviceDb {
             };
             let mut launch = stream.launch_builder(&kernels.synthetic);
             launch
-                .arg(&self.ptr)
+                .arg(&a)
                 .arg(&seed)
-                .arg(&first)
-                .arg(&s.num_pages)
+                .arg(&block)
+                .arg(&s.total_pages)
                 .arg(&wpp);
             // SAFETY: arguments match `db_synthetic`; A holds scan_blocks() blocks.
             unsafe { launch.launch(cfg) }?;
@@ -95,13 +102,13 @@ impl DeviceDb {
         Ok(())
     }
 
-    /// Copies and transposes every page of `db` (whose geometry must match), reporting
-    /// `progress(bytes_done, bytes_total)` after each chunk.
+    /// Copies and transposes `pages` (this GPU's pages back to back: the whole database, or a
+    /// shard's range of it), reporting `progress(bytes_done, bytes_total)` after each chunk.
     pub fn load(
         &mut self,
         stream: &Arc<CudaStream>,
         kernels: &Kernels,
-        db: &PirDb,
+        pages: &[u8],
         mut progress: impl FnMut(u64, u64),
     ) -> Result<(), CudaError> {
         let s = self.shape;
@@ -120,7 +127,6 @@ impl DeviceDb {
             raw.push(unsafe { stream.alloc::<u8>(chunk_bytes) }?);
             copied.push(ctx.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))?);
         }
-        let pages = db.pages();
         let total = pages.len() as u64;
         let wpp = s.words_per_page() as u32;
         let mut first_block = 0u64;

@@ -130,6 +130,16 @@ impl CudaScanner {
     /// Adds epoch `newest + 1` (whole-page replacements): all of it applies, or none. When the
     /// window is full the base moves forward one epoch on the GPU.
     pub fn apply_update(&self, update: &EpochUpdate) -> Result<UpdateTimings, ScanError> {
+        // A shard keeps only its own pages' writes, re-indexed from its first page.
+        let own = crate::own_writes(
+            &crate::Scanner::geometry(self),
+            &self.db.shape().page_range(),
+            update,
+        )?;
+        let update = &EpochUpdate {
+            epoch: update.epoch,
+            pages: own,
+        };
         let _serial = self.update_lock.lock().unwrap_or_else(|e| e.into_inner());
         let started = Instant::now();
         let ps = self.db.shape().page_size;
@@ -264,9 +274,10 @@ impl CudaScanner {
             q as u32,
             wpp as u32,
         );
+        let sel = super::sel_ptr(ws, &self.db.shape(), padded);
         let mut launch = stream.launch_builder(&self.kernels.epoch_merge);
         launch
-            .arg(&ws.sel.ptr)
+            .arg(&sel)
             .arg(&np_total)
             .arg(&merge.pages_ptr)
             .arg(&merge.diffs_ptr)

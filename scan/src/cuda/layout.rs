@@ -21,9 +21,15 @@ pub const NODE_LEVELS_PER_LAUNCH: u32 = 10;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub page_size: usize,
+    /// Pages on this GPU: the whole database, or one shard's range.
     pub num_pages: u64,
-    /// Domain bits `n` of the keys (SPEC §2).
+    /// Domain bits `n` of the keys (SPEC §2), those of the whole database.
     pub domain_bits: u8,
+    /// A shard's first page, in 256-page blocks (0 unsharded): page `BLOCK_PAGES * first_block`
+    /// of the database is page 0 on the GPU.
+    pub first_block: u64,
+    /// Pages of the whole database (= `num_pages` unsharded).
+    pub total_pages: u64,
 }
 
 impl Shape {
@@ -32,7 +38,47 @@ impl Shape {
             page_size,
             num_pages,
             domain_bits: pirq_shared::db::domain_bits(num_pages),
+            first_block: 0,
+            total_pages: num_pages,
         }
+    }
+
+    /// Pages `range` of a `total_pages`-page database (a shard; `range.start` a multiple of
+    /// [`BLOCK_PAGES`], as shard boundaries are).
+    pub fn shard(page_size: usize, total_pages: u64, range: std::ops::Range<u64>) -> Shape {
+        assert_eq!(range.start % BLOCK_PAGES, 0, "shards start on a block");
+        Shape {
+            page_size,
+            num_pages: range.end - range.start,
+            domain_bits: pirq_shared::db::domain_bits(total_pages),
+            first_block: range.start / BLOCK_PAGES,
+            total_pages,
+        }
+    }
+
+    /// The database pages this GPU holds.
+    pub fn page_range(&self) -> std::ops::Range<u64> {
+        let first = self.first_block * BLOCK_PAGES;
+        first..first + self.num_pages
+    }
+
+    /// The leaf kernel's nodes (at level `top_levels()`) whose subtrees cover this GPU's pages:
+    /// the expansion runs only those, so a shard expands about its share of the domain.
+    pub fn leaf_nodes(&self) -> std::ops::Range<u64> {
+        let per = self.blocks_per_leaf_node();
+        let first = self.first_block / per;
+        first..(self.first_block + self.scan_blocks()).div_ceil(per)
+    }
+
+    /// Selection blocks one leaf-kernel node writes.
+    pub fn blocks_per_leaf_node(&self) -> u64 {
+        self.sel_blocks() >> self.top_levels()
+    }
+
+    /// Where this GPU's first block lies in the selection buffer, whose block 0 is the first
+    /// block of [`leaf_nodes`](Self::leaf_nodes).
+    pub fn sel_first_block(&self) -> u64 {
+        self.first_block - self.leaf_nodes().start * self.blocks_per_leaf_node()
     }
 
     /// u32 words per page.
@@ -262,6 +308,13 @@ mod tests {
         assert_eq!(s.sel_blocks(), 1 << 16);
         assert_eq!(s.scan_blocks(), 1 << 16);
         assert_eq!(s.db_bytes(), 64 << 30);
+        let shard = Shape::shard(4096, 1 << 24, (5 << 14) + 256..(9 << 14) + 512);
+        assert_eq!(shard.blocks_per_leaf_node(), 64);
+        assert_eq!(shard.leaf_nodes(), 5..10);
+        assert_eq!(shard.sel_first_block(), 1);
+        assert_eq!(shard.page_range(), (5 << 14) + 256..(9 << 14) + 512);
+        let tiny = Shape::shard(256, 1000, 512..1000);
+        assert_eq!((tiny.leaf_nodes(), tiny.sel_first_block()), (0..1, 2));
         let small = Shape::new(256, 3);
         assert_eq!(
             (

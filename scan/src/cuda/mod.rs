@@ -125,10 +125,15 @@ pub struct CudaScanner {
 }
 
 impl CudaScanner {
-    /// The worker's constructor: loads `db` onto the GPU of `config`, logging load progress.
-    pub fn new(db: Arc<PirDb>, config: CudaConfig) -> Result<CudaScanner, CudaError> {
+    /// The worker's constructor: loads pages `range` of `db` (all of them, or a shard's) onto
+    /// the GPU of `config`, logging load progress.
+    pub fn new(
+        db: Arc<PirDb>,
+        range: std::ops::Range<u64>,
+        config: CudaConfig,
+    ) -> Result<CudaScanner, CudaError> {
         let mut next_report = 0u64;
-        CudaScanner::from_pirdb(&db, config, |done, total| {
+        CudaScanner::from_pirdb_range(&db, range, config, |done, total| {
             if done >= next_report || done == total {
                 tracing::info!(
                     done_bytes = done,
@@ -146,11 +151,34 @@ impl CudaScanner {
         config: CudaConfig,
         progress: impl FnMut(u64, u64),
     ) -> Result<CudaScanner, CudaError> {
-        let shape = Shape::new(db.page_size(), db.num_pages());
+        CudaScanner::from_pirdb_range(db, 0..db.num_pages(), config, progress)
+    }
+
+    /// Loads only pages `range` of `db` (a shard, `pirq_shared::shard`): answers are then the
+    /// XOR of the selected pages of the range, and keys are expanded over the leaf-kernel nodes
+    /// that cover it only.
+    pub fn from_pirdb_range(
+        db: &PirDb,
+        range: std::ops::Range<u64>,
+        config: CudaConfig,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<CudaScanner, CudaError> {
+        let ps = db.page_size();
+        let first = db.first_page();
+        if range.start < first || range.end > first + db.num_pages() {
+            return Err(CudaError::Unsupported(format!(
+                "{} holds database pages {:?}, not {range:?}",
+                db.path().display(),
+                first..first + db.num_pages()
+            )));
+        }
+        let shape = Shape::shard(ps, db.total_pages(), range.clone());
         let mut scanner = CudaScanner::with_shape(shape, config)?;
+        let pages =
+            &db.pages()[(range.start - first) as usize * ps..(range.end - first) as usize * ps];
         scanner
             .db
-            .load(&scanner.main, &scanner.kernels, db, progress)?;
+            .load(&scanner.main, &scanner.kernels, pages, progress)?;
         scanner.epochs = scanner.new_epochs(db.header().epoch);
         Ok(scanner)
     }
@@ -163,7 +191,19 @@ impl CudaScanner {
         seed: u64,
         config: CudaConfig,
     ) -> Result<CudaScanner, CudaError> {
-        let shape = Shape::new(page_size, num_pages);
+        CudaScanner::synthetic_range(page_size, num_pages, 0..num_pages, seed, config)
+    }
+
+    /// Pages `range` of a `num_pages`-page synthetic database, generated on the device: a shard
+    /// of a database larger than the host could hold as a file.
+    pub fn synthetic_range(
+        page_size: usize,
+        num_pages: u64,
+        range: std::ops::Range<u64>,
+        seed: u64,
+        config: CudaConfig,
+    ) -> Result<CudaScanner, CudaError> {
+        let shape = Shape::shard(page_size, num_pages, range);
         let mut scanner = CudaScanner::with_shape(shape, config)?;
         scanner
             .db
@@ -441,8 +481,16 @@ impl CudaScanner {
         }
         let np_total = (padded / 16) as u32;
         let (q32, depth) = (q as u32, shape.tree_depth());
+        // Only the nodes above this GPU's pages (all of them unsharded): the kernel indexes its
+        // input nodes and output blocks from its grid position, so the inputs start at the
+        // first node and the output at the selection buffer's start.
+        let nodes = shape.leaf_nodes();
+        if src_seed != 0 {
+            src_seed += nodes.start * 16;
+            src_t += nodes.start;
+        }
         let cfg = LaunchConfig {
-            grid_dim: (1 << top, np_total, 1),
+            grid_dim: ((nodes.end - nodes.start) as u32, np_total, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -478,6 +526,7 @@ impl CudaScanner {
             shape.words_per_page() as u32,
         );
         let db = self.db.ptr();
+        let sel = sel_ptr(ws, &shape, padded);
         match *plan {
             ScanPlan::Mma {
                 mt,
@@ -506,7 +555,7 @@ impl CudaScanner {
                 let mut launch = stream.launch_builder(func);
                 launch
                     .arg(&db)
-                    .arg(&ws.sel.ptr)
+                    .arg(&sel)
                     .arg(&ws.partial.ptr)
                     .arg(&mtiles)
                     .arg(&nblocks)
@@ -553,7 +602,7 @@ impl CudaScanner {
                 let mut launch = stream.launch_builder(func);
                 launch
                     .arg(&db)
-                    .arg(&ws.sel.ptr)
+                    .arg(&sel)
                     .arg(&ws.answers.ptr)
                     .arg(&mtiles)
                     .arg(&nblocks)
@@ -595,10 +644,14 @@ impl Scanner for CudaScanner {
         "cuda"
     }
 
+    fn page_range(&self) -> std::ops::Range<u64> {
+        self.db.shape().page_range()
+    }
+
     fn geometry(&self) -> Geometry {
         let s = self.db.shape();
         Geometry {
-            num_pages: s.num_pages,
+            num_pages: s.total_pages,
             page_size: s.page_size,
             domain_bits: s.domain_bits,
         }
@@ -636,4 +689,11 @@ impl Scanner for CudaScanner {
         }
         Ok(answers)
     }
+}
+
+/// Device address of the selection bits of this GPU's first block (the expansion wrote the
+/// blocks of the leaf nodes covering its pages, the first node's first block at the buffer's
+/// start): scan and merge read from here, with page indices relative to the GPU's first page.
+fn sel_ptr(ws: &Workspace, shape: &Shape, padded: usize) -> u64 {
+    ws.sel.ptr + shape.sel_first_block() * padded as u64 * 32
 }

@@ -35,3 +35,17 @@ pub fn fill_page(seed: u64, p: u64, out: &mut [u8]) {
         chunk.copy_from_slice(&w.to_le_bytes());
     }
 }
+
+/// The name the generator's database goes by where a digest is needed (SPEC §2.1): a worker
+/// serving `--synthetic PAGES:PAGE_SIZE:SEED` registers it at epoch 0. It is not the content
+/// digest (hashing pages that exist only on a GPU would cost a pass over them); it names the
+/// same pages on every machine: BLAKE3("pirq.synthetic.v1" || u32le(page_size) ||
+/// u64le(num_pages) || u64le(seed)).
+pub fn digest(page_size: u32, num_pages: u64, seed: u64) -> crate::digest::Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(b"pirq.synthetic.v1");
+    h.update(&page_size.to_le_bytes());
+    h.update(&num_pages.to_le_bytes());
+    h.update(&seed.to_le_bytes());
+    crate::digest::Digest(*h.finalize().as_bytes())
+}
