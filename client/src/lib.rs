@@ -73,6 +73,10 @@ pub enum ClientError {
     /// The party answered something that does not follow the API.
     #[error("{party}: {detail}")]
     Protocol { party: String, detail: String },
+    /// The party's event stream ended before the result (its gateway stopped); [`Party::wait`]
+    /// waits again.
+    #[error("{party}: event stream ended without a result")]
+    StreamEnded { party: String },
     #[error("{party}: no result within {after:?}")]
     Timeout { party: String, after: Duration },
     /// A party's base URL is not an `http://` or `https://` URL.

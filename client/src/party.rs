@@ -197,7 +197,10 @@ impl Party {
             let retry_in = match &sent {
                 Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Some(retry_after(r)),
                 Ok(_) => None,
-                Err(e) if e.is_connect() || e.is_request() => Some(Duration::from_millis(200)),
+                // A gateway restarting: 0.2, 0.4, 0.8, 1.6 s (3 s in all) before giving up.
+                Err(e) if e.is_connect() || e.is_request() => {
+                    Some(Duration::from_millis(200 << (attempt - 1)))
+                }
                 Err(_) => None,
             };
             match retry_in {
@@ -270,22 +273,34 @@ impl Party {
         how: Wait,
         timeout: Duration,
     ) -> Result<QueryResult, ClientError> {
+        // The query lives in the party's Redis, not in the gateway: a gateway restart (refused
+        // connections, an event stream ended early, 502/503 from a proxy or a gateway coming up)
+        // is waited out with back-off, within `timeout`.
         let fut = async {
-            match how {
-                Wait::Events => self.wait_events(id).await,
-                Wait::Poll { interval } => loop {
-                    let r = self.status(id, encoding, None).await?;
-                    if r.status.is_final() {
-                        break Ok(r);
-                    }
-                    tokio::time::sleep(interval).await;
-                },
-                Wait::LongPoll => loop {
-                    let r = self.status(id, encoding, Some(30)).await?;
-                    if r.status.is_final() {
-                        break Ok(r);
-                    }
-                },
+            let mut backoff = Backoff::new();
+            loop {
+                let attempt = match how {
+                    Wait::Events => self.wait_events(id).await,
+                    Wait::Poll { interval } => loop {
+                        let r = self.status(id, encoding, None).await?;
+                        if r.status.is_final() {
+                            break Ok(r);
+                        }
+                        backoff.reset();
+                        tokio::time::sleep(interval).await;
+                    },
+                    Wait::LongPoll => loop {
+                        let r = self.status(id, encoding, Some(30)).await?;
+                        if r.status.is_final() {
+                            break Ok(r);
+                        }
+                        backoff.reset();
+                    },
+                };
+                match attempt {
+                    Err(e) if is_transient(&e) => tokio::time::sleep(backoff.next()).await,
+                    other => break other,
+                }
             }
         };
         let result =
@@ -349,7 +364,9 @@ impl Party {
                 }
             }
         }
-        Err(self.protocol("event stream ended without a result".into()))
+        Err(ClientError::StreamEnded {
+            party: self.base.clone(),
+        })
     }
 
     /// Submits and waits: one party's half of a fetch.
@@ -369,6 +386,40 @@ impl Party {
             timeout.saturating_sub(start.elapsed()),
         )
         .await
+    }
+}
+
+/// Whether waiting again may succeed: the connection failed or broke, the event stream ended
+/// before its result (the gateway stopped), or the party asked to come back (429, 502, 503,
+/// 504). Anything else (404, a failed query, a malformed answer) is final.
+fn is_transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Http { source, .. } => {
+            source.is_connect() || source.is_request() || source.is_body() || source.is_timeout()
+        }
+        ClientError::StreamEnded { .. } => true,
+        ClientError::Api { status, .. } => matches!(status, 429 | 502 | 503 | 504),
+        ClientError::Protocol { detail, .. } => detail.starts_with("HTTP 50"),
+        _ => false,
+    }
+}
+
+/// Waits between attempts: 100 ms, doubling to 2 s.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(100))
+    }
+
+    fn next(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        now
+    }
+
+    fn reset(&mut self) {
+        *self = Backoff::new();
     }
 }
 

@@ -65,16 +65,32 @@ pub struct Config {
     #[arg(long, env = "PIRQ_MAX_UPDATE_BYTES", default_value_t = 256 << 20)]
     pub max_update_bytes: usize,
 
-    /// Backlog (jobs in the stream: waiting plus delivered and not yet acknowledged) above which
+    /// Backlog (jobs in the stream: waiting plus delivered and not yet acknowledged) at which
     /// new queries get 429 `backlog_full` with a `Retry-After` computed from the drain rate.
-    /// 0 turns the check off.
-    #[arg(long, env = "PIRQ_MAX_BACKLOG", default_value_t = 100_000)]
+    /// 0 turns the count bound off.
+    #[arg(long, env = "PIRQ_MAX_BACKLOG", default_value_t = 10_000)]
     pub max_backlog: u64,
+
+    /// Most seconds of work the backlog may hold at the measured drain rate (so the most a flood
+    /// delays a query accepted after it); past it 429 `backlog_full`. 0 turns it off.
+    #[arg(long, env = "PIRQ_MAX_BACKLOG_SECS", default_value_t = 30)]
+    pub max_backlog_secs: u64,
+
+    /// Bytes of Redis memory (`used_memory`, sampled every second) past which new queries get
+    /// 429 `storage_full`, whatever Redis's own `maxmemory`. 0 turns it off.
+    #[arg(long, env = "PIRQ_MAX_REDIS_MEMORY", default_value_t = 2 << 30)]
+    pub max_redis_memory: u64,
+
+    /// Seconds a final result is kept once a client has read it (never longer than the worker's
+    /// `--result-ttl`): clients that fetch their results free Redis early.
+    #[arg(long, env = "PIRQ_FETCHED_RESULT_TTL", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub fetched_result_ttl: u64,
 
     /// Seconds an `Idempotency-Key` is remembered after its first request: a replay within
     /// this time gets the first request's id (or its result); a reuse with another body gets
     /// 422.
-    #[arg(long, env = "PIRQ_IDEMPOTENCY_TTL", default_value_t = 3600,
+    #[arg(long, env = "PIRQ_IDEMPOTENCY_TTL", default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idempotency_ttl: u64,
 

@@ -116,8 +116,10 @@ impl Durable {
                 let (a, f) = aof_config(&mut conn).await;
                 let holds = match (a.as_deref(), f.as_deref()) {
                     (Some("yes"), Some("always")) => true,
-                    // Unreachable: submits fail with 503 anyway; keep the last verdict.
-                    (None, None) => continue,
+                    // One of the reads failed (Redis unreachable, or the first command after a
+                    // reconnect): that says nothing about its configuration. Keep the last
+                    // verdict; submits fail with 503 anyway while Redis is really down.
+                    (None, _) | (_, None) => continue,
                     _ => false,
                 };
                 if ok.swap(holds, Ordering::Relaxed) != holds {

@@ -10,8 +10,20 @@ use pirq_gateway::{router, AppState, Config};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
+/// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
+/// read these, and release builds have no symbols to show anyway.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),

@@ -167,6 +167,9 @@ fn entry_ms(id: &str) -> Option<u64> {
     id.split_once('-')?.0.parse().ok()
 }
 
+/// Consecutive failed samples before a warning.
+const WARN_AFTER_FAILURES: u32 = 5;
+
 /// Starts the sampler on its own connection; it runs for the life of the process. A Redis
 /// that is down leaves the gauges at their last reading (and `/readyz` reports it).
 pub fn spawn(
@@ -187,19 +190,24 @@ pub fn spawn(
         };
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
+        // One slow sample under load is no news (the next comes a second later); a Redis that
+        // stays unreachable is, once.
+        let mut failures = 0u32;
         loop {
             tick.tick().await;
             match sample(&mut conn, &layout).await {
                 Ok(s) => {
                     s.publish();
-                    failing = false;
+                    failures = 0;
                 }
-                Err(e) if !failing => {
-                    tracing::warn!(error = %e, "sampling the queue failed");
-                    failing = true;
+                Err(e) => {
+                    failures += 1;
+                    if failures == WARN_AFTER_FAILURES {
+                        tracing::warn!(error = %e, failures, "sampling the queue keeps failing");
+                    } else {
+                        tracing::debug!(error = %e, failures, "sampling the queue failed");
+                    }
                 }
-                Err(_) => {}
             }
         }
     })

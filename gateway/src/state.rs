@@ -54,7 +54,7 @@ impl AppState {
         let events = Events::start(client.clone(), layout.events());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
         let drain = Drain::default();
-        if config.max_backlog > 0 {
+        if config.max_backlog > 0 || config.max_backlog_secs > 0 || config.max_redis_memory > 0 {
             drain.spawn(client, layout, config.redis_timeout());
         }
         let waiters = Waiters::new(config.max_waiters);

@@ -254,6 +254,15 @@ impl Store {
         parse_query(id, &fields).map(Some)
     }
 
+    /// Lowers the time left to the query's record to `secs` (never raises it: `EXPIRE … LT`),
+    /// once a client has read its final result.
+    pub async fn expire_within(&self, id: &str, secs: u64) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("EXPIRE");
+        cmd.arg(self.layout.query(id)).arg(secs).arg("LT");
+        self.run::<i64>(Query::Cmd(&cmd)).await?;
+        Ok(())
+    }
+
     /// The registered database, `None` if no worker has registered one.
     pub async fn database(&self) -> Result<Option<DbInfo>, StoreError> {
         let cmd = redis::Cmd::hgetall(self.layout.db());

@@ -167,6 +167,16 @@ impl Drop for Proc {
     }
 }
 
+/// The `redis-server` the suites run against: `$PIRQ_REDIS_SERVER` when set (scripts/test.sh runs
+/// the durability and fault suites a second time with Redis 7.4 from
+/// `scripts/install-redis74.sh`), else the one on `PATH`.
+pub fn redis_server() -> String {
+    std::env::var("PIRQ_REDIS_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_string())
+}
+
 /// A `redis-server` on a free port in its own directory: without persistence, or with an
 /// append-only file fsynced on every write ([`Redis::start_aof`]).
 pub struct Redis {
@@ -211,7 +221,7 @@ impl Redis {
     }
 
     fn spawn(dir: &Path, port: u16, aof: bool) -> anyhow::Result<Proc> {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(redis_server());
         cmd.args([
             "--port",
             &port.to_string(),
@@ -485,6 +495,35 @@ impl Party {
             Party::spawn_gateway(self.dir.path(), &self.redis.url(), &self.prefix, &args).await?;
         self.gateway = gateway;
         self.url = url;
+        Ok(())
+    }
+
+    /// SIGTERM to the gateway, `down` with none, then a new gateway on the same address (what a
+    /// client sees of a gateway restart).
+    pub async fn restart_gateway_in_place(&mut self, down: Duration) -> anyhow::Result<()> {
+        self.gateway.terminate(Duration::from_secs(15));
+        tokio::time::sleep(down).await;
+        let listen = self.url.trim_start_matches("http://").to_string();
+        let mut cmd = Command::new(bin_dir().join("pirq-gateway"));
+        cmd.args(["--redis", &self.redis.url(), "--prefix", &self.prefix])
+            .args(["--listen", &listen])
+            .args(&self.options.gateway_args)
+            .env("RUST_LOG", "info");
+        let log = self.dir.path().join(format!(
+            "gateway-{}-restarted.log",
+            listen.replace([':', '.'], "_")
+        ));
+        let mut proc = Proc::spawn("pirq-gateway", cmd, log)?;
+        if !wait_http_ok(
+            &format!("{}/healthz", self.url),
+            Duration::from_secs(10),
+            &mut proc,
+        )
+        .await
+        {
+            bail!("pirq-gateway did not restart:\n{}", proc.log_text());
+        }
+        self.gateway = proc;
         Ok(())
     }
 

@@ -158,6 +158,9 @@ impl Default for Policy {
 
 /// The floor of the derived claim-idle time.
 pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
+/// Longest derived claim-idle time: one very slow window (a Redis stall counts into it) must not
+/// make a dead worker's jobs wait minutes for a peer.
+pub const MAX_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(20);
 
 /// A sharded party's start of a window (see `lua/shard_start.lua`).
 const SHARD_START: &str = include_str!("lua/shard_start.lua");
@@ -191,7 +194,8 @@ pub struct Queue {
     ackdel: AtomicBool,
     /// Entry ids this worker holds (read, not yet acknowledged or handed back).
     inflight: Mutex<HashSet<String>>,
-    /// Longest window seen, in microseconds (derives the claim-idle time).
+    /// Recent longest window, in microseconds (derives the claim-idle time): rises at once to
+    /// a longer window, decays towards shorter ones.
     longest_window_us: AtomicU64,
 }
 
@@ -278,19 +282,27 @@ impl Queue {
     }
 
     /// How long an entry may sit with a consumer before another worker claims it: the flag, or
-    /// 10 × the longest window this worker has run, at least [`MIN_AUTO_CLAIM_IDLE`]. Entries a
-    /// live worker holds never reach it: the keeper refreshes them ([`Queue::touch_inflight`]).
+    /// 10 × the recent longest window, between [`MIN_AUTO_CLAIM_IDLE`] and
+    /// [`MAX_AUTO_CLAIM_IDLE`]. Entries a live worker holds never reach it: the keeper refreshes
+    /// them ([`Queue::touch_inflight`]) every third of it.
     pub fn claim_idle(&self) -> Duration {
         self.policy.claim_idle.unwrap_or_else(|| {
-            let longest = Duration::from_micros(self.longest_window_us.load(Ordering::Relaxed));
-            (longest * 10).max(MIN_AUTO_CLAIM_IDLE)
+            auto_claim_idle(Duration::from_micros(
+                self.longest_window_us.load(Ordering::Relaxed),
+            ))
         })
     }
 
-    /// Records how long a window took (read to outcomes).
+    /// Records how long a window took (read to outcomes): a longer window than the recent
+    /// longest replaces it, a shorter one pulls it down by an eighth of the difference, so a
+    /// one-off slow window (a Redis stall) stops counting after a few dozen normal ones.
     pub fn note_window(&self, took: Duration) {
-        self.longest_window_us
-            .fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+        let took = took.as_micros() as u64;
+        let _ = self
+            .longest_window_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(decayed_longest(old, took))
+            });
     }
 
     /// Finds what this Redis offers instead of assuming it: `XACKDEL` (8.2) is probed with
@@ -951,5 +963,48 @@ fn bytes(v: Value) -> Option<Vec<u8>> {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.into_bytes()),
         _ => None,
+    }
+}
+
+/// The recent longest window after one of `took` µs.
+fn decayed_longest(old: u64, took: u64) -> u64 {
+    if took >= old {
+        took
+    } else {
+        old - (old - took) / 8
+    }
+}
+
+/// 10 × the recent longest window, within [`MIN_AUTO_CLAIM_IDLE`]..=[`MAX_AUTO_CLAIM_IDLE`].
+fn auto_claim_idle(longest: Duration) -> Duration {
+    (longest * 10).clamp(MIN_AUTO_CLAIM_IDLE, MAX_AUTO_CLAIM_IDLE)
+}
+
+#[cfg(test)]
+mod claim_idle_tests {
+    use super::*;
+
+    #[test]
+    fn claim_idle_is_capped_and_decays_after_a_stall() {
+        assert_eq!(
+            auto_claim_idle(Duration::from_millis(10)),
+            MIN_AUTO_CLAIM_IDLE
+        );
+        assert_eq!(
+            auto_claim_idle(Duration::from_secs(10)),
+            MAX_AUTO_CLAIM_IDLE
+        );
+        // A 10 s stall, then 50 ms windows: back to the minimum within 40 windows.
+        let mut longest = decayed_longest(50_000, 10_000_000);
+        assert_eq!(longest, 10_000_000);
+        for _ in 0..40 {
+            longest = decayed_longest(longest, 50_000);
+        }
+        assert_eq!(
+            auto_claim_idle(Duration::from_micros(longest)),
+            MIN_AUTO_CLAIM_IDLE
+        );
+        // A longer window counts at once.
+        assert_eq!(decayed_longest(longest, 900_000), 900_000);
     }
 }

@@ -71,9 +71,24 @@ pub async fn submit(
         epoch: request.epoch,
         accepted_ms: now_ms(),
     };
+    if st.drain.memory_full(st.config.max_redis_memory) {
+        return Err(ApiError::new(
+            ErrorCode::StorageFull,
+            format!(
+                "redis holds {} MiB with the results still to come, over this gateway's \
+                 --max-redis-memory of {} MiB; results expire, and sooner once fetched",
+                st.drain.projected_memory() >> 20,
+                st.config.max_redis_memory >> 20
+            ),
+        )
+        .retry_after(crate::backpressure::STORAGE_RETRY_AFTER));
+    }
+    let limit = st
+        .drain
+        .admit_limit(st.config.max_backlog, st.config.max_backlog_secs);
     let checks = SubmitChecks {
         pending_ttl: st.config.pending_ttl,
-        max_backlog: st.config.max_backlog,
+        max_backlog: limit,
         idempotency: idem_key
             .as_deref()
             .zip(fingerprint.as_deref())
@@ -110,12 +125,13 @@ pub async fn submit(
         Submitted::Full { backlog } => {
             metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_THROTTLED).increment(1);
             let rate = st.drain.rate();
-            let retry = st.drain.retry_after(backlog, st.config.max_backlog);
+            let retry = st.drain.retry_after(backlog, limit);
             return Err(ApiError::new(
                 ErrorCode::BacklogFull,
                 format!(
-                    "{backlog} jobs are waiting (limit {}); draining {rate:.1} jobs/s",
-                    st.config.max_backlog
+                    "{backlog} jobs are waiting (limit now {limit}: --max-backlog {} jobs, \
+                     --max-backlog-secs {} s of work); draining {rate:.1} jobs/s",
+                    st.config.max_backlog, st.config.max_backlog_secs
                 ),
             )
             .retry_after(retry));
@@ -126,6 +142,8 @@ pub async fn submit(
     {
         return Err(not_durable("WAITAOF: the job is not on disk yet"));
     }
+    st.drain
+        .note_admitted(job.keys.len() as u64 * u64::from(db.page_size));
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
     metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
     metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
@@ -310,6 +328,9 @@ pub async fn status(
         wait_final(&st, &id, wait).await?
     };
     let final_ = stored.result.status.is_final();
+    if final_ {
+        fetched(&st, &id);
+    }
     let code = if final_ {
         StatusCode::OK
     } else {
@@ -326,6 +347,20 @@ pub async fn status(
         resp.headers_mut().insert("server-timing", timing);
     }
     Ok(resp)
+}
+
+/// A client has read the final result of `id`: keep it only `--fetched-result-ttl` more
+/// seconds (in the background: the answer does not wait for it; a failure only means the
+/// result lives its full `--result-ttl`).
+fn fetched(st: &AppState, id: &str) {
+    let store = st.store.clone();
+    let id = id.to_string();
+    let ttl = st.config.fetched_result_ttl;
+    tokio::spawn(async move {
+        if let Err(e) = store.expire_within(&id, ttl).await {
+            tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
+        }
+    });
 }
 
 /// `Server-Timing` with the worker's scan and total times, for latency accounting.
@@ -402,7 +437,13 @@ async fn follow(
     loop {
         let result = &current.result;
         if result.status.is_final() {
-            let _ = tx.send(json_event("result", result.to_json())).await;
+            if tx
+                .send(json_event("result", result.to_json()))
+                .await
+                .is_ok()
+            {
+                fetched(&st, &id);
+            }
             return;
         }
         if last_sent != Some(result.status) {
