@@ -169,7 +169,8 @@ echo "== key-value lookups: 20000 records (20-byte keys, 32-byte values), cuckoo
 start_kv_party() { # name redis_port gateway_port: a second prefix on the party's Redis
     local name=$1 rport=$2 gport=$3
     PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
-        --prefix "demo-$name-kv" --listen "127.0.0.1:$gport" >"$work/gateway-$name-kv.log" 2>&1 &
+        --prefix "demo-$name-kv" --listen "127.0.0.1:$gport" --cors-origin "$web_origin" \
+        >"$work/gateway-$name-kv.log" 2>&1 &
     pids+=($!)
     "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name-kv" \
         --db "$work/kv.pirdb" --backend auto --threads 1 >"$work/worker-$name-kv.log" 2>&1 &
@@ -207,5 +208,8 @@ wait_for "kv party b at epoch 1" newest_is $((base + 22)) 1
 got=$("$bin/pirq" get --party-a "$kva" --party-b "$kvb" --key "$key")
 [ "$got" = "$new" ] || { echo "pirq get after the update: got $got, expected $new" >&2; exit 1; }
 echo "   $got (exit 0)"
+echo "== the TypeScript client's demo page on the kv parties: the changed key, then the missing one"
+node clients/ts/dist/demo/headless.js --a "$kva" --b "$kvb" --port $((base + 20)) \
+    --key "0x$key" --expect "$new" --key "0x$missing" --expect absent
 
 echo "== demo passed"

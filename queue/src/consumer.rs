@@ -621,16 +621,8 @@ impl Consumer {
                     digest,
                     ..
                 } if !self.shard.is_whole() => {
-                    // Every shard stamps the same digest (the whole database's); only on a
-                    // record that still exists, so a late partial leaves no key without a TTL.
-                    if let Some(digest) = digest {
-                        scripts::SET_IF_EXISTS
-                            .eval(&mut pipe, 1)
-                            .arg(self.layout.query(request_id.as_str()))
-                            .arg(qf::DIGEST)
-                            .arg(digest.to_hex())
-                            .ignore();
-                    }
+                    // Every shard stamps the digest of the database it answered from (the
+                    // whole database's); the script fails the query if two shards differ.
                     scripts::SHARD_COMBINE
                         .eval(&mut pipe, 4)
                         .arg(self.layout.query(request_id.as_str()))
@@ -652,6 +644,7 @@ impl Consumer {
                         .arg(&self.group)
                         .arg(&events)
                         .arg(request_id)
+                        .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
                         .ignore();
                 }
                 Outcome::Done {

@@ -50,7 +50,6 @@ lua!(PUBLISH_WINDOW, "publish_window.lua");
 lua!(APPEND_EPOCH, "append_epoch.lua");
 lua!(SHARD_START, "shard_start.lua");
 lua!(SHARD_COMBINE, "shard_combine.lua");
-lua!(SET_IF_EXISTS, "set_if_exists.lua");
 lua!(PARTY_ID, "party_id.lua");
 lua!(REGISTER, "register.lua");
 lua!(KV_WRITE, "kv_write.lua");
@@ -65,7 +64,6 @@ pub const ALL: &[&Lua] = &[
     &APPEND_EPOCH,
     &SHARD_START,
     &SHARD_COMBINE,
-    &SET_IF_EXISTS,
     &PARTY_ID,
     &REGISTER,
     &KV_WRITE,

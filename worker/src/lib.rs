@@ -9,5 +9,6 @@ pub mod config;
 pub mod epoch_follower;
 pub mod guard;
 pub mod metrics_export;
+pub mod policy;
 pub mod reclaim;
 pub mod serve;
