@@ -121,11 +121,13 @@ extern "C" __global__ void __launch_bounds__(256) dpf_expand_nodes(
 // The last S = min(m, 7) levels of 16 keys (n-tile pair blockIdx.y) below node blockIdx.x of
 // level T = m - S, then the output correction, then B. Grid (2^T, NP), 256 threads.
 // in_seed/in_t: 2^T nodes per key (null when T = 0: start from the roots).
-// Keys q >= q_count get zero selection bits.
+// Keys q >= q_count get zero selection bits. `wg_layout` != 0 writes layout "B for wgmma"
+// (scan_wgmma.cu) instead of B (scan_mma.cu, scan_xor.cu): the same chunks, arranged inside
+// differently.
 extern "C" __global__ void __launch_bounds__(256) dpf_expand_leaves(
     const unsigned* __restrict__ keys, unsigned q_count, const uint4* __restrict__ in_seed,
     const unsigned char* __restrict__ in_t, unsigned tree_depth, uint4* __restrict__ sel,
-    unsigned np_total) {
+    unsigned np_total, unsigned wg_layout) {
     // Tree nodes (16 keys x 64 parents x 16 B = 16 KiB) and, after the last barrier, the staged
     // B chunks (64 blocks x 512 B = 32 KiB) share this buffer.
     __shared__ uint4 buf[2048];
@@ -231,13 +233,22 @@ extern "C" __global__ void __launch_bounds__(256) dpf_expand_leaves(
         if (i < pairs) {
             unsigned key_slot = i / per_key, j = i % per_key;
             unsigned g = key_slot & 7u, half = key_slot >> 3;
-            unsigned base = j * 128u + (4u * g) * 4u + 2u * half;
             unsigned wl[4] = {lo[k].x, lo[k].y, lo[k].z, lo[k].w};
             unsigned wh[4] = {hi[k].x, hi[k].y, hi[k].z, hi[k].w};
+            if (wg_layout) {
+                unsigned base = j * 128u + 64u * half + 4u * g;
 #pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                stage[base + 4u * t] = wl[t];      // word t
-                stage[base + 4u * t + 1] = wh[t];  // word t + 4
+                for (int t = 0; t < 4; ++t) {
+                    stage[base + t] = wl[t];        // word t: k-half 0
+                    stage[base + 32u + t] = wh[t];  // word t + 4: k-half 1
+                }
+            } else {
+                unsigned base = j * 128u + (4u * g) * 4u + 2u * half;
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    stage[base + 4u * t] = wl[t];      // word t
+                    stage[base + 4u * t + 1] = wh[t];  // word t + 4
+                }
             }
         }
     }

@@ -13,8 +13,8 @@
 // limits[q] = the number of entries of epochs <= e (0 at the base).
 //
 // One launch merges all keys of a pass into the scan's answers (q-major u32 words, as
-// `scan_unpack` wrote them), reading the selection bits straight from layout B, the buffer the
-// expansion wrote. Grid: (ceil(words_per_page / blockDim.x), ceil(q_count / 32), entry slices);
+// `scan_unpack` wrote them), reading the selection bits straight from the buffer the expansion
+// wrote (layout B, or "B for wgmma" when `wg_layout` is set). Grid: (ceil(words_per_page / blockDim.x), ceil(q_count / 32), entry slices);
 // a block owns 32 keys and blockDim.x words of their answers, and walks one slice of the table in
 // chunks of blockDim.x entries: its threads first look up the 32 keys' bits of a chunk's pages
 // (into shared memory), then every thread XORs the selected steps' words into 32 accumulators,
@@ -31,7 +31,7 @@ extern "C" __global__ void __launch_bounds__(256) epoch_merge(
     const unsigned* __restrict__ sel, unsigned np_total, const unsigned long long* __restrict__ pages,
     const unsigned long long* __restrict__ diffs, unsigned entries_per_slice,
     const unsigned* __restrict__ limits, unsigned q_count, unsigned* __restrict__ answers,
-    unsigned words_per_page) {
+    unsigned words_per_page, unsigned wg_layout) {
     __shared__ unsigned mask[256];
     __shared__ const unsigned* step[256];
     const unsigned q0 = blockIdx.y * PIRQ_MERGE_KEYS;
@@ -57,7 +57,11 @@ extern "C" __global__ void __launch_bounds__(256) epoch_merge(
             const unsigned j = (unsigned)(p % PIRQ_BLOCK_PAGES);
 #pragma unroll
             for (unsigned k = 0; k < PIRQ_MERGE_KEYS; ++k)
-                if (i < lim[k]) m |= ((sel[pirq_sel_word_index(b, np_total, q0 + k, j >> 5)] >> (j & 31u)) & 1u) << k;
+                if (i < lim[k]) {
+                    const unsigned long long w = wg_layout ? pirq_sel_word_index_wg(b, np_total, q0 + k, j >> 5)
+                                                           : pirq_sel_word_index(b, np_total, q0 + k, j >> 5);
+                    m |= ((sel[w] >> (j & 31u)) & 1u) << k;
+                }
             step[threadIdx.x] = (const unsigned*)diffs[i];
         }
         mask[threadIdx.x] = m;

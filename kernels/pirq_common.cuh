@@ -26,6 +26,12 @@
 //   (= the mma registers b0, b1 of n-tile 2np, then of n-tile 2np+1).
 // Word w of key q in block b is therefore u32 number
 //   ((b * NP + q/16) * 32 + 4*(q%8) + w%4) * 4 + 2*((q/8)%2) + w/4.
+//
+// **B for wgmma** (scan_wgmma.cu): the same 512-byte chunks (b, np) at the same places, arranged
+// inside as the no-swizzle K-major core matrices that a wgmma shared-memory descriptor reads:
+//   chunk word  64*h + 32*c + 4*g + (w%4)  = key 16np + 8h + g, word w = 4c + (w%4)
+// (a core matrix = 8 keys x 16 bytes; k-halves c 128 bytes apart, 8-key groups 256 bytes apart).
+// The chunks of consecutive np are adjacent, so N keys of one block are N * 32 contiguous bytes.
 #ifndef PIRQ_COMMON_CUH
 #define PIRQ_COMMON_CUH
 
@@ -42,6 +48,13 @@ __device__ __forceinline__ unsigned long long pirq_sel_word_index(unsigned long 
                                                                   unsigned q, unsigned w) {
     return (((b * np_total + (q >> 4)) * 32ull + 4u * (q & 7u) + (w & 3u)) * 4ull) +
            2u * ((q >> 3) & 1u) + (w >> 2);
+}
+
+// The same word in layout "B for wgmma".
+__device__ __forceinline__ unsigned long long pirq_sel_word_index_wg(unsigned long long b, unsigned np_total,
+                                                                     unsigned q, unsigned w) {
+    return (b * np_total + (q >> 4)) * 128ull + 64u * ((q >> 3) & 1u) + 32u * (w >> 2) + 4u * (q & 7u) +
+           (w & 3u);
 }
 
 #endif  // PIRQ_COMMON_CUH

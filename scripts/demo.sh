@@ -4,7 +4,9 @@
 #   starts two parties (each: its own redis-server, a pirq-gateway and a pirq-worker),
 #   fetches pages privately with `pirq query` (SSE, polling, bincode), checks every page
 #   against the database file with dd + cmp, looks a page up through the TypeScript client's
-#   demo page in headless Chromium, prints the latency, and cleans up on exit.
+#   demo page in headless Chromium, prints the latency, then builds a key-value database,
+#   serves it from a second pair of prefixes and looks keys up with `pirq get` (present,
+#   absent, and after an update by key), and cleans up on exit.
 #
 #   scripts/demo.sh                       # 16384 pages of 4096 B (64 MiB)
 #   PIRQ_DEMO_PAGES=65536 scripts/demo.sh # 256 MiB
@@ -41,7 +43,7 @@ trap 'exit 130' INT TERM
 
 # A port is taken when something accepts a connection on it.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)); do
+for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)) $((base + 21)) $((base + 22)); do
     if port_busy "$p"; then
         echo "port $p is in use; set PIRQ_DEMO_PORT_BASE to a free range" >&2
         exit 1
@@ -159,5 +161,55 @@ for i in $changed; do
         cmp -s - "$work/epoch1/page-$i.bin" && { echo "page $i did not change at epoch 1" >&2; exit 1; }
 done
 echo "   the replaced pages came back with their epoch-1 contents"
+
+echo "== key-value lookups: 20000 records (20-byte keys, 32-byte values), cuckoo-placed in pages (docs/spec/kv.md)"
+"$bin/pirq" kv gen --records 20000 --key-size 20 --value-size 32 --seed 5 --out - |
+    "$bin/pirq" kv build --records - --count 20000 --value-size 32 --key-size 20 --seed 3 \
+        --out "$work/kv.pirdb"
+start_kv_party() { # name redis_port gateway_port: a second prefix on the party's Redis
+    local name=$1 rport=$2 gport=$3
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
+        --prefix "demo-$name-kv" --listen "127.0.0.1:$gport" --cors-origin "$web_origin" \
+        >"$work/gateway-$name-kv.log" 2>&1 &
+    pids+=($!)
+    "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name-kv" \
+        --db "$work/kv.pirdb" --backend auto --threads 1 >"$work/worker-$name-kv.log" 2>&1 &
+    pids+=($!)
+    wait_for "kv party $name to be ready" http_ok "$gport" /readyz
+    echo "kv party $name: http://127.0.0.1:$gport (prefix demo-$name-kv)"
+}
+start_kv_party a $((base + 1)) $((base + 21))
+start_kv_party b $((base + 2)) $((base + 22))
+kva=http://127.0.0.1:$((base + 21))
+kvb=http://127.0.0.1:$((base + 22))
+# The first record of seed 5 is in the table; the first of seed 6 is not.
+record=$("$bin/pirq" kv gen --records 1 --key-size 20 --value-size 32 --seed 5 --out -)
+key=$(echo "$record" | grep -o '"key":"[0-9a-f]*"' | cut -d'"' -f4)
+value=$(echo "$record" | grep -o '"value":"[0-9a-f]*"' | cut -d'"' -f4)
+missing=$("$bin/pirq" kv gen --records 1 --key-size 20 --value-size 32 --seed 6 --out - |
+    grep -o '"key":"[0-9a-f]*"' | cut -d'"' -f4)
+echo "   pirq get --key $key --key $missing"
+status=0
+got=$("$bin/pirq" get --party-a "$kva" --party-b "$kvb" --key "$key" --key "$missing") || status=$?
+echo "$got" | sed 's/^/   /'
+[ "$status" -eq 1 ] && [ "$got" = "$value"$'\n'"absent" ] ||
+    { echo "pirq get: expected the record's value, then absent (exit 1); got exit $status" >&2; exit 1; }
+echo "   exit status 1 (a key was absent); the value is the record's"
+echo "== kv epoch 1: change that key's value by key, push, look it up again"
+new=$(printf '%064x' 7)
+echo "{\"key\":\"$key\",\"value\":\"$new\"}" >"$work/kv-changes.jsonl"
+"$bin/pirq" kv update --db "$work/kv.pirdb" --changes "$work/kv-changes.jsonl" --epoch 1 \
+    --out "$work/kv-epoch-1.bin"
+for party in "$kva" "$kvb"; do
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq" epoch push --party "$party" --from "$work/kv-epoch-1.bin"
+done
+wait_for "kv party a at epoch 1" newest_is $((base + 21)) 1
+wait_for "kv party b at epoch 1" newest_is $((base + 22)) 1
+got=$("$bin/pirq" get --party-a "$kva" --party-b "$kvb" --key "$key")
+[ "$got" = "$new" ] || { echo "pirq get after the update: got $got, expected $new" >&2; exit 1; }
+echo "   $got (exit 0)"
+echo "== the TypeScript client's demo page on the kv parties: the changed key, then the missing one"
+node clients/ts/dist/demo/headless.js --a "$kva" --b "$kvb" --port $((base + 20)) \
+    --key "0x$key" --expect "$new" --key "0x$missing" --expect absent
 
 echo "== demo passed"

@@ -4,6 +4,8 @@
 #   scripts/gpu-shards.sh build DIR   # here: release builds, stripped and packed into DIR
 #                                     # (e.g. /work/main/.gpu-shards, carried to the device)
 #   scripts/gpu-shards.sh run         # on the GPU machine, from DIR: every step below, logs in $OUT
+#   scripts/gpu-shards.sh run1        # the same on a one-GPU machine: correctness steps, and two
+#                                     # shards sharing GPU 0 (no speed comparison is possible)
 #
 # Steps (each bounded by `timeout`, each log in $OUT/<step>.log):
 #   gpu_shards   GPU shard parity: partials of file and generated shards XOR to the CPU answer
@@ -54,7 +56,8 @@ WRAP
     tar -C "$dest" -czf "$dest/bin.tgz" bin && rm -rf "$dest/bin"
     du -sh "$dest"/*
     ;;
-run)
+run | run1)
+    mode=$1
     here="$(cd "$(dirname "$0")" && pwd)"
     out="${OUT:-$here/out}"
     mkdir -p "$out"
@@ -74,6 +77,13 @@ run)
         echo "== $name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$out/steps.txt"
         tail -n 12 "$out/$name.log"
     }
+    if [[ $mode == run1 ]]; then
+        step gpu_shards 120 env PIRQ_GPU_TESTS=1 "$bin/gpu_shards" --test-threads=1
+        step suite-shards 150 env PIRQ_E2E_BIN_DIR="$bin" "$bin/suite-shards" --test-threads=2
+        step bench-120x2-gpu0 100 pirq-shard-bench --gib 120 --shards 2 --gpus 0,0 --verify 64 --qs 1,256 --reps 5
+        step bench-64x1 70 pirq-shard-bench --gib 64 --shards 1 --verify 16 --qs 1,64,256 --reps 9
+        exit 0
+    fi
     step bench-160x2 100 pirq-shard-bench --gib 160 --shards 2 --verify 64 --qs 1,64,256 --reps 7
     step bench-64x1 70 pirq-shard-bench --gib 64 --shards 1 --verify 16 --qs 1,64,256 --reps 9
     step bench-64x2 70 pirq-shard-bench --gib 64 --shards 2 --verify 16 --qs 1,64,256 --reps 9

@@ -14,6 +14,10 @@
 //! Every query fetches `--keys` random pages the way `pirq query` does (one DPF key pair per
 //! page, both halves submitted concurrently, answers XORed) and, with `--verify FILE`, every
 //! page is compared with the database file: a wrong page is an error, never a latency sample.
+//! `--kv-records FILE` turns each query into `--keys` key-value lookups (`docs/spec/kv.md` §6: `d`
+//! DPF keys per lookup, all in one query per party): keys drawn from the records file (whose
+//! values every answer must reproduce) or, with probability `--kv-absent`, random keys that must
+//! come back absent.
 //! `--submit-only` measures the gateway alone (its ceiling): each query is only submitted to
 //! party A (`POST /v1/queries`, answered 202 once the job is on the Redis stream) and never
 //! awaited, so no worker needs to run; latency is the POST round trip. Requests are
@@ -79,8 +83,18 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     keys: usize,
     /// Compare every fetched page with this database file (the one both parties serve).
-    #[arg(long, value_name = "FILE", required_unless_present_any = ["no_verify", "submit_only"])]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["no_verify", "submit_only", "kv_records"])]
     verify: Option<PathBuf>,
+    /// Key-value lookups instead of page fetches: JSON lines {"key","value"} of records in the
+    /// parties' kv database (as `pirq kv gen` wrote them); every value found is checked.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["verify", "submit_only"])]
+    kv_records: Option<PathBuf>,
+    /// With --kv-records: how many records of the file to draw keys from (its first N lines).
+    #[arg(long, default_value_t = 100_000)]
+    kv_sample: usize,
+    /// With --kv-records: the fraction of lookups for random keys, which must be absent.
+    #[arg(long, default_value_t = 0.5)]
+    kv_absent: f64,
     /// Do not check the pages (only when no copy of the database is at hand).
     #[arg(long)]
     no_verify: bool,
@@ -121,7 +135,11 @@ pub struct Report {
     pub mode: Mode,
     /// `fetch` (both parties, answers awaited) or `submit` (party A's gateway only).
     pub work: &'static str,
+    /// DPF keys (pages) per query.
     pub keys_per_query: usize,
+    /// Key-value lookups per query (`keys_per_query / d`), in kv mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lookups_per_query: Option<usize>,
     pub encoding: &'static str,
     pub wait: &'static str,
     pub verified: bool,
@@ -134,6 +152,8 @@ pub struct Report {
     pub skipped: u64,
     pub achieved_qps: f64,
     pub achieved_keys_per_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub achieved_lookups_per_s: Option<f64>,
     pub latency_ms: Latency,
 }
 
@@ -173,10 +193,40 @@ struct Shared {
     domain_bits: u8,
     epoch: u64,
     keys: usize,
+    /// Kv mode: the layout and the records to look up.
+    kv: Option<KvLookups>,
     /// Samples before this instant are warm-up and not counted.
     measure_from: Instant,
     tally: Mutex<Tally>,
     in_flight: AtomicU64,
+}
+
+/// What kv mode looks up: keys with known values, and how often to ask for a random one.
+struct KvLookups {
+    params: pirq_shared::kv::KvParams,
+    records: Vec<(Vec<u8>, Vec<u8>)>,
+    absent: f64,
+}
+
+/// The first `n` records of a JSON-lines records file.
+fn read_kv_records(path: &std::path::Path, n: usize) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    std::io::BufReader::new(file)
+        .lines()
+        .take(n)
+        .enumerate()
+        .map(|(i, line)| {
+            let v: serde_json::Value = serde_json::from_str(&line?)
+                .with_context(|| format!("{}: line {}", path.display(), i + 1))?;
+            let field = |f: &str| -> anyhow::Result<Vec<u8>> {
+                let text = v[f].as_str().unwrap_or_default();
+                hex::decode(text)
+                    .with_context(|| format!("{}: line {}: {f}", path.display(), i + 1))
+            };
+            Ok((field("key")?, field("value")?))
+        })
+        .collect()
 }
 
 struct Tally {
@@ -191,6 +241,7 @@ impl Shared {
     async fn one(&self, due: Instant) {
         let outcome = match &self.submit {
             Some(requests) => self.submit_one(requests).await,
+            None if self.kv.is_some() => self.lookup_random().await,
             None => self.fetch_random().await,
         };
         let done = Instant::now();
@@ -266,6 +317,72 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// `keys` lookups in one query per party (KV §6); every answer is checked: `Err` names the
+    /// failure.
+    async fn lookup_random(&self) -> Result<(), String> {
+        let kv = self.kv.as_ref().expect("kv mode");
+        let p = &kv.params;
+        let d = p.choices();
+        let (mut keys_a, mut keys_b) = (Vec::new(), Vec::new());
+        let mut wanted = Vec::with_capacity(self.keys);
+        {
+            let mut rng = rand::rng();
+            for _ in 0..self.keys {
+                let (key, value) = if rng.random_bool(kv.absent) {
+                    let len = match p.layout.key_size {
+                        0 => 20,
+                        n => n as usize,
+                    };
+                    ((0..len).map(|_| rng.random()).collect::<Vec<u8>>(), None)
+                } else {
+                    let (k, v) = &kv.records[rng.random_range(0..kv.records.len())];
+                    (k.clone(), Some(v))
+                };
+                let tag = p.tag(&key);
+                for &page in p.candidates(&tag).iter() {
+                    let (k0, k1) = generate(self.domain_bits, page, &mut rng)
+                        .map_err(|e| format!("keygen: {e}"))?;
+                    keys_a.push(k0.to_bytes());
+                    keys_b.push(k1.to_bytes());
+                }
+                wanted.push((tag, value));
+            }
+        }
+        let (a, b) = self.client.parties();
+        let o = &self.options;
+        let req = |keys| QueryRequest {
+            keys,
+            epoch: Some(self.epoch),
+        };
+        let (req_a, req_b) = (req(keys_a), req(keys_b));
+        let (ra, rb) = futures::try_join!(
+            a.query(&req_a, o.encoding, o.wait, o.timeout),
+            b.query(&req_b, o.encoding, o.wait, o.timeout),
+        )
+        .map_err(|e| error_kind(&e))?;
+        if ra.pages.len() != d * self.keys || rb.pages.len() != d * self.keys {
+            return Err("wrong_answer_count".into());
+        }
+        let pages: Vec<Vec<u8>> = ra
+            .pages
+            .into_iter()
+            .zip(rb.pages)
+            .map(|(mut x, y)| {
+                xor_into(&mut x, &y);
+                x
+            })
+            .collect();
+        for ((tag, want), candidates) in wanted.iter().zip(pages.chunks(d)) {
+            let found = candidates.iter().find_map(|page| p.find(page, tag));
+            if found != want.map(Vec::as_slice) {
+                return Err("wrong_value".into());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A short, countable name for a failure.
 fn error_kind(e: &ClientError) -> String {
     match e {
@@ -325,9 +442,31 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
     } else {
         client.agree().await.context("reading both parties' info")?
     };
-    if args.keys > max_keys {
+    let kv = match &args.kv_records {
+        Some(path) => {
+            let kv = info
+                .kv
+                .as_ref()
+                .context("--kv-records: the parties serve a page database")?;
+            let params = kv
+                .params(info.page_size, info.num_pages)
+                .map_err(|e| anyhow::anyhow!("the parties' kv layout: {e}"))?;
+            let records = read_kv_records(path, args.kv_sample)?;
+            if records.is_empty() || !(0.0..=1.0).contains(&args.kv_absent) {
+                bail!("--kv-records needs at least one record and --kv-absent in 0..=1");
+            }
+            Some(KvLookups {
+                params,
+                records,
+                absent: args.kv_absent,
+            })
+        }
+        None => None,
+    };
+    let dpf_keys = args.keys * kv.as_ref().map_or(1, |kv| kv.params.choices());
+    if dpf_keys > max_keys {
         bail!(
-            "--keys {} exceeds the parties' limit of {max_keys} keys per query",
+            "--keys {} ({dpf_keys} DPF keys) exceeds the parties' limit of {max_keys} keys per query",
             args.keys
         );
     }
@@ -375,6 +514,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         domain_bits: info.domain_bits,
         epoch,
         keys: args.keys,
+        kv,
         measure_from: start + warmup,
         tally: Mutex::new(Tally {
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
@@ -400,23 +540,30 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
 
     let t = shared.tally.lock().unwrap_or_else(|e| e.into_inner());
     let secs = measured.as_secs_f64();
+    let lookups = shared.kv.is_some().then_some(args.keys);
     let report = Report {
         mode,
-        work: if args.submit_only { "submit" } else { "fetch" },
-        keys_per_query: args.keys,
+        work: match (args.submit_only, lookups.is_some()) {
+            (true, _) => "submit",
+            (false, true) => "kv-get",
+            (false, false) => "fetch",
+        },
+        keys_per_query: dpf_keys,
+        lookups_per_query: lookups,
         encoding: if args.bincode { "bincode" } else { "json" },
         wait: match (args.submit_only, args.poll) {
             (true, _) => "none",
             (false, true) => "poll",
             (false, false) => "sse",
         },
-        verified: shared.db.is_some(),
+        verified: shared.db.is_some() || lookups.is_some(),
         duration_s: secs,
         ok: t.ok,
         errors: t.errors.clone(),
         skipped: t.skipped,
         achieved_qps: t.ok as f64 / secs,
-        achieved_keys_per_s: (t.ok * args.keys as u64) as f64 / secs,
+        achieved_keys_per_s: (t.ok * dpf_keys as u64) as f64 / secs,
+        achieved_lookups_per_s: lookups.map(|l| (t.ok * l as u64) as f64 / secs),
         latency_ms: Latency::of(&t.latency_us),
     };
     drop(t);
@@ -531,9 +678,13 @@ fn progress(shared: &Arc<Shared>, total: Duration, quiet: bool) -> ProgressBar {
 
 /// Prints a summary, writes the JSON report and the optional markdown record.
 fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
+    let work = match r.lookups_per_query {
+        Some(l) => format!("kv-get ({l} lookups of {} keys)", r.keys_per_query / l),
+        None => r.work.to_string(),
+    };
     let offered = match r.mode {
-        Mode::Open { rate } => format!("{}, open loop, {rate} q/s offered", r.work),
-        Mode::Closed { concurrency } => format!("{}, closed loop, {concurrency} clients", r.work),
+        Mode::Open { rate } => format!("{work}, open loop, {rate} q/s offered"),
+        Mode::Closed { concurrency } => format!("{work}, closed loop, {concurrency} clients"),
     };
     let mut table = Table::new(&[
         "mode",
@@ -581,6 +732,7 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
             r.wait,
             match (r.work, r.verified) {
                 ("submit", _) => "not awaited (submit only)",
+                ("kv-get", _) => "verified (values of the records file; random keys absent)",
                 (_, true) => "verified against the database file",
                 (_, false) => "not verified",
             },

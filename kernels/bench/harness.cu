@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
             if (T > 10) { CK(cudaMalloc(&s2, (qk << (T - 10)) * 16ull)); CK(cudaMalloc(&t2, qk << (T - 10))); }
             if (T > 10) { dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s2, t2, 0, T - 10); dpf_expand_nodes<<<dim3(1u << (T - 10), qk), 256>>>(dk, s2, t2, s1, t1, T - 10, 10); }
             else if (T > 0) dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s1, t1, 0, T);
-            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, dsel, np_total);
+            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, dsel, np_total, 0);
             CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
             std::vector<unsigned> hs(nbd * np_total * 128); CK(cudaMemcpy(hs.data(), dsel, hs.size() * 4, cudaMemcpyDeviceToHost));
             int bad = 0;
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
             uint4* s1; unsigned char* t1; CK(cudaMalloc(&s1, (qk << T) * 16ull)); CK(cudaMalloc(&t1, qk << T));
             float ms = timeit([&] {
                 dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s1, t1, 0, T);
-                dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, sel, np_total); }, 5);
+                dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, sel, np_total, 0); }, 5);
             printf("expand n=%d Q=%u: %.3f ms (%.0f Mblocks/s)\n", n, qk, ms, qk * (double)(1ull << m) / ms / 1e3);
             cudaFree(dk); cudaFree(s1); cudaFree(t1);
         }

@@ -35,6 +35,10 @@ pub const SOURCES: &[Source] = &[
         text: include_str!("../scan_mma.cu"),
     },
     Source {
+        name: "scan_wgmma.cu",
+        text: include_str!("../scan_wgmma.cu"),
+    },
+    Source {
         name: "scan_xor.cu",
         text: include_str!("../scan_xor.cu"),
     },
@@ -69,8 +73,12 @@ pub mod entry {
     pub const SCAN_XOR: &str = "scan_xor_m2_k8";
     /// `epoch_merge.cu`: later epochs' deltas merged into the base answers.
     pub const EPOCH_MERGE: &str = "epoch_merge";
-    // The tensor-core variants `scan_mma_m<MT>_n<NT>_s<STAGES>_w<WN>` are named from their tile
-    // shape by `pirq-scan`'s `ScanPlan::kernel_name`.
+    /// `scan_wgmma.cu`: present only when the program was built for sm_90a (the `wgmma`
+    /// kernels' bodies are empty otherwise).
+    pub const HAS_WGMMA: &str = "pirq_has_wgmma";
+    // The tensor-core variants `scan_mma_m<MT>_n<NT>_s<STAGES>_w<WN>` and
+    // `scan_wgmma_n<N>_s<STAGES>_f0` are named from their shape by `pirq-scan`'s
+    // `ScanPlan::kernel_name`.
 }
 
 #[cfg(test)]
@@ -92,6 +100,7 @@ mod tests {
             entry::DB_PAGE_XOR,
             entry::SCAN_UNPACK,
             entry::EPOCH_MERGE,
+            entry::HAS_WGMMA,
         ] {
             assert!(all.contains(name), "no kernel named {name} in kernels/");
         }

@@ -78,6 +78,45 @@ pub enum ScanError {
     Device(String),
 }
 
+/// What a pass costs on one scanner, measured: the window policy ([`crate::policy`]) derives
+/// from it where passes stop being memory-bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassCost {
+    /// Wall time of a one-key pass: the database read once, the floor of any pass.
+    pub one_key: std::time::Duration,
+    /// Wall time of a pass of `full_keys` keys (the largest batch).
+    pub full: std::time::Duration,
+    pub full_keys: usize,
+    /// The scan's own part of that full pass (the rest is upload, expansion, download, copies).
+    pub full_scan: std::time::Duration,
+}
+
+/// A full pass this much slower than a one-key pass has a knee inside the batch range; below,
+/// the whole range counts as memory-bound (run-to-run spread is a few per cent).
+const COMPUTE_BOUND_RATIO: f64 = 1.15;
+
+impl PassCost {
+    /// The batch size from which a pass is compute-bound: where the per-key cost of a full pass
+    /// adds up to the one-key pass (`max_keys` and beyond when a full pass is hardly slower).
+    pub fn knee(&self, max_keys: usize) -> usize {
+        let (one, full) = (self.one_key.as_secs_f64(), self.full.as_secs_f64());
+        if self.full_keys <= 1 || one <= 0.0 || full < one * COMPUTE_BOUND_RATIO {
+            return max_keys.max(self.full_keys);
+        }
+        let per_key = full / self.full_keys as f64;
+        ((one / per_key).ceil() as usize).clamp(1, max_keys.max(1))
+    }
+
+    /// Share of a full pass that is not the scan itself: what overlapping two passes can hide.
+    pub fn non_scan_share(&self) -> f64 {
+        let full = self.full.as_secs_f64();
+        if full <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - self.full_scan.as_secs_f64() / full).clamp(0.0, 1.0)
+    }
+}
+
 /// A scanner backend. `pass` takes `&self` so that a backend with several workspaces (the CUDA
 /// pool) can run passes from several threads at once, overlapping one batch's key upload and
 /// expansion with another's scan.
@@ -105,6 +144,13 @@ pub trait Scanner: Send + Sync {
     /// One pass over the database: the answer of every key, in order, `keys[q]` answered at
     /// `epochs[q]` (each inside [`epoch_window`](Self::epoch_window)).
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError>;
+
+    /// Times passes of this scanner at start-up (a one-key pass and a full one, with random
+    /// keys) so that the worker can choose its window policy; `None` when the backend does not
+    /// measure (the worker then keeps the flags' fixed behaviour).
+    fn measure_pass_cost(&self) -> Option<PassCost> {
+        None
+    }
 
     /// One pass with every key at the newest epoch.
     fn pass(&self, keys: &[DpfKey]) -> Result<Answers, ScanError> {

@@ -241,3 +241,72 @@ async fn a_rewritten_file_keeps_the_worker_a_truncated_one_stops_it() {
         "{log}"
     );
 }
+
+/// The chain (SPEC §2.1) as a party computes it from its updates stream and as `pirq db apply`
+/// records it in a snapshot agree: a worker started from the snapshot joins the party (it is
+/// not refused as another database) and answers the same pages under the same digest.
+#[tokio::test]
+async fn a_snapshot_and_the_updates_stream_agree_on_the_digest() {
+    use pirq_shared::update::{EpochUpdate, PageWrite};
+    const TOKEN: &str = "guards-token";
+    let base = TestDb::create(PAGES, PAGE_SIZE, 7).unwrap();
+    let options = PartyOptions {
+        gateway_args: vec!["--admin-token".into(), TOKEN.into()],
+        ..PartyOptions::default()
+    };
+    let mut party = Party::start(&base.path, "chain", options).await.unwrap();
+    let api = pirq_client::Party::new(reqwest::Client::new(), &party.url);
+    let updates: Vec<EpochUpdate> = (1..=2u64)
+        .map(|epoch| EpochUpdate {
+            epoch,
+            // Page 10 twice in epoch 1: the last write wins, in the pages and in the digest.
+            pages: vec![
+                PageWrite {
+                    index: 10,
+                    page: vec![1; PAGE_SIZE as usize],
+                },
+                PageWrite {
+                    index: 10 * epoch,
+                    page: vec![epoch as u8 + 40; PAGE_SIZE as usize],
+                },
+            ],
+        })
+        .collect();
+    for u in &updates {
+        assert_eq!(api.push_epoch(TOKEN, u).await.unwrap(), u.epoch);
+    }
+    let expected = updates.iter().fold(base.db.digest(), |d, u| d.next(u));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(&party).await.digest != Some(expected) {
+        assert!(Instant::now() < deadline, "{:?}", info(&party).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // What `pirq db apply --db base --update u1 --update u2 --out snapshot` writes.
+    let snapshot = base.path.with_file_name("snapshot.pirdb");
+    let header = pirq_shared::db::Header {
+        epoch: 2,
+        ..*base.db.header()
+    };
+    let page = |p: u64| -> Vec<u8> {
+        match p {
+            10 => vec![41; PAGE_SIZE as usize],
+            20 => vec![42; PAGE_SIZE as usize],
+            _ => base.page(p).to_vec(),
+        }
+    };
+    db::write_with_digest(
+        &snapshot,
+        &header,
+        None,
+        expected,
+        |p, out| out.copy_from_slice(&page(p)),
+        |_| {},
+    )
+    .unwrap();
+    party.start_worker_on(&snapshot, &[]).await.unwrap();
+    party.workers[0].terminate(Duration::from_secs(10));
+    let fetched = self_client(&party).fetch(&[10, 20, 30]).await.unwrap();
+    assert_eq!(fetched.epoch, 2);
+    assert_eq!(fetched.pages, vec![page(10), page(20), page(30)]);
+}

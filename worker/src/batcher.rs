@@ -5,13 +5,24 @@
 //! A full window never waits, and jobs that are already buffered are always taken without
 //! waiting. A job is never split: one that would overflow a non-empty window is carried over to
 //! open the next one, and one larger than `max_keys` forms a window by itself.
+//!
+//! [`Batcher::next_window_by`] closes by a [`Close`] rule of the window policy
+//! ([`crate::policy`]) instead: stop waiting once the window has `enough` keys, and, while a
+//! scan runs that this window must not run beside, keep taking jobs until that scan ends.
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::time::timeout_at;
 
+use crate::policy::Close;
 use crate::queue::Delivery;
+
+/// Resolves when the scans a held window waits for have ended, with when the last of them ended
+/// and how many keys it answered.
+pub type Idle = Pin<Box<dyn Future<Output = (Instant, usize)> + Send>>;
 
 /// The jobs of one scanner pass.
 #[derive(Debug, Default)]
@@ -67,23 +78,81 @@ impl Batcher {
     /// The next window; waits for its first job as long as it takes. `None` once the sender is
     /// gone and nothing is left.
     pub async fn next_window(&mut self) -> Option<Window> {
+        let close = Close {
+            enough: self.max_keys,
+            gather: self.max_wait,
+            gather_from: None,
+            until_idle: false,
+            expect_back: 0,
+        };
+        self.next_window_by(close, None).await
+    }
+
+    /// The next window, closed by `close`: buffered jobs are always taken (up to `max_keys`);
+    /// it then waits for more until it has `close.enough` keys, or `idle` (when given: the end
+    /// of the scans running now) has resolved and `close.gather` has passed since the later of
+    /// its first job's arrival, `close.gather_from` and (with `gather_from`) that end.
+    pub async fn next_window_by(&mut self, close: Close, idle: Option<Idle>) -> Option<Window> {
         let first = match self.carry.take() {
             Some(d) => d,
             None => self.rx.recv().await?,
         };
-        let deadline = tokio::time::Instant::from_std(first.received) + self.max_wait;
+        let first_received = first.received;
+        let start = close
+            .gather_from
+            .map_or(first_received, |t| t.max(first_received));
+        let mut deadline = tokio::time::Instant::from_std(start) + close.gather;
+        let enough = close.enough.clamp(1, self.max_keys);
+        // When the scanner became free: jobs received before waited through the last scan.
+        let mut free_at = close.gather_from.filter(|_| idle.is_none());
+        let mut expect_back = close.expect_back;
+        let all_back = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
+            let Some(free_at) = free_at.filter(|_| expect_back > 0) else {
+                return false;
+            };
+            let waited: usize = w
+                .deliveries
+                .iter()
+                .filter(|d| d.received <= free_at)
+                .map(Delivery::keys)
+                .sum();
+            w.keys >= waited + expect_back
+        };
+        let mut idle = idle;
         let mut window = Window::default();
         window.push(first);
         while window.keys < self.max_keys {
             let next = match self.rx.try_recv() {
                 Ok(d) => d,
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    match timeout_at(deadline, self.rx.recv()).await {
+                Err(mpsc::error::TryRecvError::Empty)
+                    if window.keys >= enough || all_back(&window, free_at, expect_back) =>
+                {
+                    break
+                }
+                Err(mpsc::error::TryRecvError::Empty) => match idle.as_mut() {
+                    Some(wait) => {
+                        tokio::select! {
+                            d = self.rx.recv() => match d { Some(d) => d, None => break },
+                            (ended, answered) = wait => {
+                                idle = None;
+                                if close.gather_from.is_some() {
+                                    // Counted from the end of the scans waited for, and the
+                                    // keys expected back are those the last of them answered.
+                                    let from = ended.max(first_received);
+                                    deadline = deadline.max(tokio::time::Instant::from_std(from) + close.gather);
+                                    free_at = Some(ended);
+                                    expect_back = answered;
+                                }
+                                continue
+                            }
+                        }
+                    }
+                    None => match timeout_at(deadline, self.rx.recv()).await {
                         Ok(Some(d)) => d,
                         Ok(None) | Err(_) => break,
-                    }
-                }
+                    },
+                },
             };
             if window.keys + next.keys() > self.max_keys {
                 self.carry = Some(next);
@@ -159,6 +228,117 @@ mod tests {
         }
         let w = b.next_window().await.unwrap();
         assert_eq!(w.keys, 5);
+    }
+
+    #[tokio::test]
+    async fn a_held_window_takes_jobs_until_the_running_scan_ends() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let idle: Idle = Box::pin(async move {
+            let _ = done_rx.await;
+            (Instant::now(), 0)
+        });
+        let close = Close {
+            enough: 50,
+            gather: Duration::ZERO,
+            gather_from: None,
+            until_idle: true,
+            expect_back: 0,
+        };
+        tx.send(job(1)).await.unwrap();
+        let feeder = tx.clone();
+        tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                feeder.send(job(2)).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = done_tx.send(());
+        });
+        // Gather time zero, yet every job sent before the scan ended is in the window.
+        let w = b.next_window_by(close, Some(idle)).await.unwrap();
+        assert_eq!((w.deliveries.len(), w.keys), (4, 7));
+    }
+
+    #[tokio::test]
+    async fn a_held_window_with_enough_keys_starts_at_once() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        let idle: Idle = Box::pin(std::future::pending());
+        let close = Close {
+            enough: 4,
+            gather: Duration::from_secs(3600),
+            gather_from: None,
+            until_idle: true,
+            expect_back: 0,
+        };
+        for k in [2, 3, 1] {
+            tx.send(job(k)).await.unwrap();
+        }
+        let w = tokio::time::timeout(Duration::from_secs(1), b.next_window_by(close, Some(idle)))
+            .await
+            .expect("enough keys: no waiting for the running scan")
+            .unwrap();
+        // Buffered jobs are all taken, past `enough`.
+        assert_eq!(w.keys, 6);
+    }
+
+    #[tokio::test]
+    async fn the_gather_time_counts_from_when_the_scanner_became_free() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        // A job that waited through a scan that ended just now...
+        let mut old = job(1);
+        old.received = Instant::now() - Duration::from_secs(5);
+        tx.send(old).await.unwrap();
+        let close = Close {
+            enough: 50,
+            gather: Duration::from_millis(300),
+            gather_from: Some(Instant::now()),
+            until_idle: false,
+            expect_back: 0,
+        };
+        // ...still waits for the jobs that arrive within the gather time after that end.
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            late.send(job(2)).await.unwrap();
+        });
+        let w = b.next_window_by(close, None).await.unwrap();
+        assert_eq!(w.keys, 3);
+    }
+
+    #[tokio::test]
+    async fn the_wait_ends_once_the_last_pass_keys_are_back() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        // Two jobs waited through the last scan; it answered 3 keys, whose clients come back.
+        let scan_end = Instant::now();
+        for _ in 0..2 {
+            let mut old = job(1);
+            old.received = scan_end - Duration::from_secs(1);
+            tx.send(old).await.unwrap();
+        }
+        let close = Close {
+            enough: 50,
+            gather: Duration::from_secs(3600),
+            gather_from: Some(scan_end),
+            until_idle: false,
+            expect_back: 3,
+        };
+        let late = tx.clone();
+        tokio::spawn(async move {
+            for k in [1, 2] {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                late.send(job(k)).await.unwrap();
+            }
+        });
+        let w = tokio::time::timeout(Duration::from_secs(5), b.next_window_by(close, None))
+            .await
+            .expect("closes once 2 + 3 keys are in, not after the gather time")
+            .unwrap();
+        assert_eq!((w.deliveries.len(), w.keys), (4, 5));
     }
 
     #[tokio::test]

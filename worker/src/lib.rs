@@ -10,6 +10,7 @@ pub mod digests;
 pub mod epoch_follower;
 pub mod guard;
 pub mod metrics_export;
+pub mod policy;
 pub mod queue;
 pub mod reclaim;
 pub mod registry;

@@ -10,9 +10,10 @@ use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
-use pirq_worker::config::Config;
+use pirq_worker::config::{Config, WindowPolicyKind};
 use pirq_worker::digests::Digests;
 use pirq_worker::epoch_follower::Follower;
+use pirq_worker::policy::WindowPolicy;
 use pirq_worker::queue::Queue;
 use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
@@ -94,6 +95,8 @@ async fn run() -> anyhow::Result<()> {
     let pages = scanner.page_range();
     let shard = options.shard;
     let geometry = scanner.geometry();
+    // Before registering: the measuring passes are not the queue's.
+    let policy = window_policy(&config, scanner.as_ref());
 
     let client = redis::Client::open(config.redis_url.as_str())
         .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
@@ -209,20 +212,14 @@ async fn run() -> anyhow::Result<()> {
         tracing::info!("stopping: finishing the window in flight");
         let _ = stop_tx.send(true);
     });
-    let concurrent_windows = if scanner.name() == "cuda" {
-        config.workspaces as usize
-    } else {
-        1
-    };
     let worker = Worker {
         scanner,
         queue: queue.clone(),
         epochs: epochs_rx,
         digests,
         epoch_wait: config.epoch_wait(),
-        concurrent_windows,
+        policy,
         max_batch_keys,
-        max_wait: config.max_wait(),
         block: config.block(),
     };
     serve::run(worker, stop_rx).await;
@@ -246,6 +243,38 @@ async fn run() -> anyhow::Result<()> {
             "another database replaced this worker's under prefix {layout} (--replace-db)"
         ),
         None => Ok(()),
+    }
+}
+
+/// The window policy of `--window-policy`: from the pass cost the scanner measures, or the
+/// flags' fixed behaviour. Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU
+/// backend (its threads already share one pass).
+fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPolicy {
+    let max_keys = config.max_batch_keys as usize;
+    let slots = if scanner.name() == "cuda" {
+        config.workspaces as usize
+    } else {
+        1
+    };
+    let fixed = || WindowPolicy::fixed(max_keys, slots, config.max_wait().unwrap_or_default());
+    if config.window_policy == WindowPolicyKind::Fixed {
+        return fixed();
+    }
+    match scanner.measure_pass_cost() {
+        Some(cost) => {
+            let policy = WindowPolicy::from_cost(&cost, max_keys, slots, config.max_wait());
+            tracing::info!(
+                one_key_ms = cost.one_key.as_secs_f64() * 1e3,
+                full_ms = cost.full.as_secs_f64() * 1e3,
+                full_keys = cost.full_keys,
+                knee_keys = policy.knee,
+                gather_ms = policy.gather.as_secs_f64() * 1e3,
+                overlap_below_knee = policy.overlap_below_knee,
+                "window policy from the measured pass cost"
+            );
+            policy
+        }
+        None => fixed(),
     }
 }
 

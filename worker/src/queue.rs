@@ -97,10 +97,6 @@ impl Outcome {
 
 /// Marks queued queries as running; never moves a final status back, and never creates a record
 /// that expired (HSET keeps the gateway's TTL on an existing key).
-/// `HSET KEYS[1] ARGV[1] ARGV[2]` only when the key exists.
-const SET_IF_EXISTS: &str =
-    "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end";
-
 const MARK_RUNNING: &str = r#"
 for i, key in ipairs(KEYS) do
   if redis.call('HGET', key, 'status') == 'queued' then
@@ -677,17 +673,8 @@ impl Queue {
                     digest,
                     ..
                 } if !self.shard.is_whole() => {
-                    // Every shard stamps the same digest (the whole database's); only on a
-                    // record that still exists, so a late partial leaves no key without a TTL.
-                    if let Some(digest) = digest {
-                        pipe.cmd("EVAL")
-                            .arg(SET_IF_EXISTS)
-                            .arg(1)
-                            .arg(self.layout.query(request_id))
-                            .arg(qf::DIGEST)
-                            .arg(digest.to_hex())
-                            .ignore();
-                    }
+                    // Every shard stamps the digest of the database it answered from (the
+                    // whole database's); the script fails the query if two shards differ.
                     pipe.cmd("EVAL")
                         .arg(SHARD_COMBINE)
                         .arg(4)
@@ -707,6 +694,7 @@ impl Queue {
                         .arg(&self.group)
                         .arg(&events)
                         .arg(request_id)
+                        .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
                         .ignore();
                 }
                 Outcome::Done {

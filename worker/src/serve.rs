@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::batcher::{Batcher, Window};
+use crate::batcher::{Batcher, Idle, Window};
+use crate::policy::WindowPolicy;
 use crate::queue::{Delivery, Outcome, Queue, ShardStart};
 use crate::reclaim;
 use pirq_scan::{Geometry, Scanner};
@@ -34,11 +35,9 @@ pub struct Worker {
     /// How long a job pinned to an epoch not applied yet waits for it.
     pub epoch_wait: Duration,
     pub max_batch_keys: usize,
-    pub max_wait: Duration,
     pub block: Duration,
-    /// Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU backend (its
-    /// threads already share one pass).
-    pub concurrent_windows: usize,
+    /// How windows close and how many scan at once ([`crate::policy`]).
+    pub policy: WindowPolicy,
 }
 
 /// Runs until `stop` turns true: then stops reading, finishes the window in flight, writes its
@@ -52,13 +51,18 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         worker.block,
         stop.clone(),
     ));
-    let mut batcher = Batcher::new(rx, worker.max_batch_keys, worker.max_wait);
-    // Up to `concurrent_windows` windows scan at once (the CUDA backend's workspaces: one
-    // window's upload and expansion overlap another's scan); a window's results are written
-    // while the next windows scan, with as many writes in flight as scans.
-    let concurrency = worker.concurrent_windows.max(1);
-    let scans = Arc::new(Semaphore::new(concurrency));
-    let writes = Arc::new(Semaphore::new(concurrency));
+    let policy = worker.policy;
+    let mut batcher = Batcher::new(rx, policy.max_keys, policy.gather);
+    // Up to `policy.slots` windows scan at once (the CUDA backend's workspaces: one window's
+    // upload and expansion overlap another's scan), but a window that the policy keeps from
+    // scanning beside another takes jobs until the running scans end. A window's results are
+    // written while the next windows scan, with as many writes in flight as scans.
+    let scans = Arc::new(Semaphore::new(policy.slots));
+    let writes = Arc::new(Semaphore::new(policy.slots));
+    // Windows scanning now.
+    let (running, _) = watch::channel(0usize);
+    // When the last scan ended and how many keys it answered.
+    let last_end = Arc::new(std::sync::Mutex::new((Instant::now(), 0usize)));
     let worker = Arc::new(worker);
     let mut in_flight = JoinSet::new();
     let mut stop_wait = stop.clone();
@@ -67,14 +71,33 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         let Ok(scan_permit) = scans.clone().acquire_owned().await else {
             break;
         };
+        let (ended, answered) = *last_end.lock().unwrap_or_else(|e| e.into_inner());
+        let close = policy.close(*running.borrow(), ended, answered);
+        let idle: Option<Idle> = close.until_idle.then(|| {
+            let (mut scans_now, last_end) = (running.subscribe(), last_end.clone());
+            Box::pin(async move {
+                let _ = scans_now.wait_for(|n| *n == 0).await;
+                *last_end.lock().unwrap_or_else(|e| e.into_inner())
+            }) as Idle
+        });
         // Stop first: once stopping, buffered jobs are not started (they are handed back).
         let window = tokio::select! {
             biased;
             _ = stop_wait.wait_for(|s| *s) => break,
-            w = batcher.next_window() => match w { Some(w) => w, None => break },
+            w = batcher.next_window_by(close, idle) => match w { Some(w) => w, None => break },
         };
         let (worker, writes) = (worker.clone(), writes.clone());
+        let (running, last_end) = (running.clone(), last_end.clone());
+        running.send_modify(|n| *n += 1);
         in_flight.spawn(async move {
+            // The window policy's view of the scanner: how many windows scan, when the last
+            // one ended and how many keys it answered.
+            let scanned = |keys: Option<usize>| {
+                if let Some(keys) = keys {
+                    *last_end.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), keys);
+                }
+                running.send_modify(|n| *n -= 1);
+            };
             // Jobs pinned to an epoch not applied yet wait apart, holding neither the rest of
             // their window nor a scan slot while they wait.
             // (A shard window pins its epochs in its start script and waits there.)
@@ -85,11 +108,14 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
                 (window, None)
             };
             if !now.deliveries.is_empty() {
+                let keys = now.keys;
                 let outcomes = run_window(&worker, now).await;
+                scanned(Some(keys));
                 drop(scan_permit);
                 let _write_permit = writes.clone().acquire_owned().await;
                 write_outcomes(&worker.queue, outcomes).await;
             } else {
+                scanned(None);
                 drop(scan_permit);
             }
             if let Some(ahead) = ahead {
@@ -97,7 +123,10 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
                 // No scan slot: the read loop holds the free one while it waits for jobs, so
                 // taking one could wait for traffic. A pass beyond the slots is rare (only right
                 // after a push) and safe: the CUDA backend waits for a workspace of its own.
+                running.send_modify(|n| *n += 1);
+                let keys = ahead.keys;
                 let outcomes = run_window(&worker, ahead).await;
+                scanned(Some(keys));
                 let _write_permit = writes.acquire_owned().await;
                 write_outcomes(&worker.queue, outcomes).await;
             }

@@ -142,10 +142,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         num_pages,
         epoch: args.epoch,
     };
+    let start = Instant::now();
     let mut writer = MappedWriter::create(&args.out, &header, Some(&layout))
         .with_context(|| format!("creating {}", args.out.display()))?;
     let bar = progress(count);
-    let start = Instant::now();
 
     // Stage 1: parse on a thread of its own; the channel bounds the batches in flight.
     let (tx, rx) = mpsc::sync_channel::<Vec<Result<Record, RecordError>>>(4);

@@ -1,8 +1,10 @@
 // The demo page in headless Chromium, for scripts/demo.sh: serves dist/web on --port, opens the
-// page against two running parties, looks up a page (and a key, on a kv database) through the
-// page's own buttons, prints what the page shows, and checks the page against the database file.
+// page against two running parties, looks up a page and/or keys through the page's own buttons,
+// prints what the page shows, and checks the page against the database file (--db) and each
+// key's value against --expect (hex, or "absent"; one per --key, in order).
 //
-//   node dist/demo/headless.js --a URL --b URL --port P --index I [--key TEXT] [--db FILE] [--screenshot PNG]
+//   node dist/demo/headless.js --a URL --b URL --port P [--index I --db FILE]
+//        [--key TEXT|0xHEX --expect HEX|absent]... [--screenshot PNG]
 // The gateways must allow the origin http://127.0.0.1:P (--cors-origin).
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -13,8 +15,9 @@ const { values: args } = parseArgs({
     a: { type: "string" },
     b: { type: "string" },
     port: { type: "string", default: "0" },
-    index: { type: "string", default: "0" },
-    key: { type: "string" },
+    index: { type: "string" },
+    key: { type: "string", multiple: true, default: [] },
+    expect: { type: "string", multiple: true, default: [] },
     db: { type: "string" },
     screenshot: { type: "string" },
   },
@@ -38,24 +41,32 @@ try {
   };
   await show("connect");
   console.log(`   ${await page.locator("#info").textContent()}`);
-  await page.fill("#page-index", args.index);
-  await page.click("#get-page");
-  await settled();
-  await show("lookup");
-  if (args.db) {
-    const db = readFileSync(args.db);
-    const pageSize = db.readUInt32LE(8);
-    const i = Number(args.index);
-    const expected = db.subarray(4096 + i * pageSize, 4096 + (i + 1) * pageSize).toString("hex");
-    const same = (await page.locator("#value").getAttribute("data-hex")) === expected;
-    console.log(`   page ${i} ${same ? "identical to" : "DIFFERS from"} the database file`);
-    if (!same) failed = true;
+  if (args.index !== undefined) {
+    await page.fill("#page-index", args.index);
+    await page.click("#get-page");
+    await settled();
+    await show("lookup");
+    if (args.db) {
+      const db = readFileSync(args.db);
+      const pageSize = db.readUInt32LE(8);
+      const i = Number(args.index);
+      const expected = db.subarray(4096 + i * pageSize, 4096 + (i + 1) * pageSize).toString("hex");
+      const same = (await page.locator("#value").getAttribute("data-hex")) === expected;
+      console.log(`   page ${i} ${same ? "identical to" : "DIFFERS from"} the database file`);
+      if (!same) failed = true;
+    }
   }
-  if (args.key !== undefined) {
-    await page.fill("#kv-key", args.key);
+  for (const [k, key] of args.key.entries()) {
+    await page.fill("#kv-key", key);
     await page.click("#get-key");
     await settled();
-    await show(`key ${JSON.stringify(args.key)}`);
+    await show(`key ${key}`);
+    const expected = args.expect[k];
+    if (expected !== undefined) {
+      const got = await page.locator("#value").getAttribute("data-hex");
+      console.log(`   ${got === expected ? "as expected" : `EXPECTED ${expected}, the page shows ${got}`}`);
+      if (got !== expected) failed = true;
+    }
   }
   if (args.screenshot) {
     await page.screenshot({ path: args.screenshot, fullPage: true });

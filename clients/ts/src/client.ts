@@ -193,14 +193,18 @@ export class Pirq {
         throw new PirqError("bad_response", `answer has ${answer.pages.length} pages, ${indices.length} of ${info.pageSize} B expected`, { party: party.name });
       }
     }
-    // SPEC §2.1: answers computed from different contents XOR into a wrong page that looks like
-    // any other, so combine only answers stamped with the same database digest.
+    // SPEC §2.1, §4: answers computed from different contents XOR into a wrong page that looks
+    // like any other, so combine only answers stamped with the same database digest; an answer
+    // without one cannot be checked, and is refused like a mismatch (never a page).
+    for (const [party, answer] of [[this.a, answerA], [this.b, answerB]] as const) {
+      if (!answer.digest) {
+        throw new PirqError("bad_response", "done result without a database digest (SPEC §4): cannot check that both answers come from the same contents", { party: `${party.name} (${party.url})` });
+      }
+    }
     if (answerA.digest !== answerB.digest) {
       throw new PirqError(
         "parties_disagree",
-        answerA.digest && answerB.digest
-          ? `the parties answered from different databases at epoch ${epoch} (digest ${answerA.digest.slice(0, 12)} vs ${answerB.digest.slice(0, 12)})`
-          : `only party ${answerA.digest ? "A" : "B"} stamps its answer with a database digest; the answers cannot be checked to match`,
+        `the parties answered from different databases at epoch ${epoch} (digest ${answerA.digest!.slice(0, 12)} vs ${answerB.digest!.slice(0, 12)})`,
       );
     }
     return answerA.pages.map((page, i) => xorBytes(page, answerB.pages[i]));
@@ -234,9 +238,15 @@ export class Pirq {
 /** Both parties' info, checked to describe the same database, with their common epoch window. */
 export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: CallContext = {}): Promise<DatabaseInfo> {
   const [ia, ib] = await Promise.all([a.info(ctxA), b.info(ctxB)]);
-  for (const field of ["numPages", "pageSize", "domainBits"] as const) {
+  for (const [field, name] of [["numPages", "num_pages"], ["pageSize", "page_size"], ["domainBits", "domain_bits"]] as const) {
     if (ia[field] !== ib[field]) {
-      throw new PirqError("parties_disagree", `party A serves ${field} = ${ia[field]}, party B ${ib[field]}`);
+      throw new PirqError("parties_disagree", `party A serves ${name} = ${ia[field]}, party B ${ib[field]}`);
+    }
+  }
+  for (const [party, info] of [[a, ia], [b, ib]] as const) {
+    if (info.workers === 0) {
+      // Its queries would wait for a worker; say so now instead of at the timeout.
+      throw new PirqError("no_workers", "has no live workers", { party: `${party.name} (${party.url})` });
     }
   }
   if (ia.party !== undefined && ia.party === ib.party) {

@@ -12,6 +12,8 @@ export type ClientErrorCode =
   | "bad_response"
   /** The two parties serve different databases (sizes, domain, or content digest differ). */
   | "parties_disagree"
+  /** A party reports no live worker (`workers: 0` in /v1/info): its queries would only wait. */
+  | "no_workers"
   /** Both URLs lead to the same party (same identity in /v1/info): it would see both keys. */
   | "same_party"
   /** The parties' epoch windows do not overlap, or an answer carries another epoch than pinned. */

@@ -17,7 +17,8 @@ export interface PartyInfo {
   domainBits: number;
   epoch: { oldest: number; newest: number };
   maxKeysPerQuery: number;
-  workers: number;
+  /** Workers with a live heartbeat, when the party reports it. */
+  workers?: number;
   /** The party's identity (32 hex digits), if it reports one: two URLs of one party are refused. */
   party?: string;
   /** SPEC §2.1 digest of the database at `epoch.newest` (64 hex digits), if reported. */
@@ -93,6 +94,10 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
+function isDigest(v: unknown): v is string {
+  return typeof v === "string" && /^[0-9a-f]{64}$/.test(v);
+}
+
 function isU64(v: unknown): v is number {
   return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 }
@@ -120,6 +125,9 @@ export class Party {
 
   /** fetch that turns a network failure into `party_unreachable` and records the exchange. */
   private async request(path: string, init: RequestInit & { bodyBytes?: number }, ctx: CallContext): Promise<Response> {
+    // A fetch given an aborted signal rejects, but check here too: a loop of long-polls must
+    // end at the deadline even with a fetch that ignores signals.
+    ctx.signal?.throwIfAborted();
     let response: Response;
     try {
       response = await this.fetchFn(this.url + path, { ...init, signal: ctx.signal });
@@ -184,9 +192,9 @@ export class Party {
       domainBits: body.domain_bits,
       epoch: { oldest: body.epoch.oldest, newest: body.epoch.newest },
       maxKeysPerQuery: isU64(body.max_keys_per_query) ? body.max_keys_per_query : 64,
-      workers: isU64(body.workers) ? body.workers : 0,
+      workers: isU64(body.workers) ? body.workers : undefined,
       party: typeof body.party === "string" ? body.party : undefined,
-      digest: typeof body.digest === "string" ? body.digest : undefined,
+      digest: isDigest(body.digest) ? body.digest : undefined,
       raw: body,
     };
   }
@@ -335,7 +343,7 @@ export class Party {
     }
     const pages = body.pages.map((p) => (typeof p === "string" ? fromBase64(p) : null));
     if (pages.some((p) => p === null)) throw this.err("bad_response", `query ${body.id}: a page is not padded base64`);
-    if (body.digest !== undefined && (typeof body.digest !== "string" || !/^[0-9a-f]{64}$/.test(body.digest))) {
+    if (body.digest !== undefined && !isDigest(body.digest)) {
       throw this.err("bad_response", `query ${body.id}: digest is not 64 lowercase hex digits`);
     }
     return { id: body.id, epoch: body.epoch, pages: pages as Uint8Array[], digest: body.digest, raw: body };

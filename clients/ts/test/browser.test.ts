@@ -140,6 +140,6 @@ test("a party that is down is reported as party_unreachable, naming it", async (
   assert.ok(err.message.includes(`party B (${down})`), err.message);
 });
 
-test("no WARN or ERROR lines in the gateways' logs", () => {
-  for (const p of [parties.a, parties.b]) assert.deepEqual(warnings(p.gateway), [], p.gateway.name);
+test("no WARN or ERROR lines in the parties' logs", () => {
+  for (const p of [parties.a, parties.b]) for (const proc of [p.gateway, p.worker]) assert.deepEqual(warnings(proc), [], proc.name);
 });

@@ -71,6 +71,6 @@ test("get on a page database is not_kv", async () => {
   }
 });
 
-test("no WARN or ERROR lines in the gateways' logs", () => {
-  for (const p of [parties.a, parties.b]) assert.deepEqual(warnings(p.gateway), [], p.gateway.name);
+test("no WARN or ERROR lines in the parties' logs", () => {
+  for (const p of [parties.a, parties.b]) for (const proc of [p.gateway, p.worker]) assert.deepEqual(warnings(proc), [], proc.name);
 });

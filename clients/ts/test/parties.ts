@@ -89,7 +89,7 @@ export interface PartiesOptions {
 
 /** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database. */
 export function makePageDb(dir: string, pages: number, pageSize: number, seed = 1): string {
-  const out = join(dir, `pages-${pages}x${pageSize}.pirdb`);
+  const out = join(dir, `pages-${pages}x${pageSize}-seed${seed}.pirdb`);
   execFileSync(join(binDir, "pirq"), ["db", "gen", "--pages", String(pages), "--page-size", String(pageSize), "--seed", String(seed), "--out", out], { stdio: "pipe" });
   return out;
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use pirq_scan::cuda::{CudaConfig, CudaScanner, PassTimings, ScanPlan};
+use pirq_scan::Scanner;
 use pirq_shared::dpf::{generate, DpfKey};
 
 #[derive(Parser, Debug)]
@@ -107,6 +108,17 @@ fn main() -> Result<()> {
             "read-all floor: {floor:.2} ms ({:.0} GB/s)\n",
             scanner.db_bytes() as f64 / floor / 1e6
         );
+        // What the worker's window policy derives from (it measures at --max-batch-keys).
+        if let Some(cost) = scanner.measure_pass_cost() {
+            println!(
+                "pass cost: one-key pass {:.2} ms, {}-key pass {:.2} ms (scan {:.2}): knee {} keys\n",
+                cost.one_key.as_secs_f64() * 1e3,
+                cost.full_keys,
+                cost.full.as_secs_f64() * 1e3,
+                cost.full_scan.as_secs_f64() * 1e3,
+                cost.knee(max_q),
+            );
+        }
         let keys = make_keys(scanner_domain(&scanner), max_q);
         println!("| Q | plan | ms/pass | keys/s | h2d ms | expand ms | scan ms | d2h ms | scan / floor |");
         println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");

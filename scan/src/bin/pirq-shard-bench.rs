@@ -14,7 +14,8 @@
 //! pirq-shard-bench --gib 64 --shards 1 --qs 1,64,256    # the same database on one GPU
 //! ```
 //!
-//! Shard `i` runs on GPU `i`. Needs the `cuda` feature; numbers go to docs/bench/shards.md.
+//! Shard `i` runs on GPU `i` (`--gpus` to choose). Needs the `cuda` feature; numbers go to
+//! docs/bench/shards.md.
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -37,9 +38,12 @@ struct Args {
     /// Page size in bytes.
     #[arg(long, default_value_t = 4096)]
     page_size: usize,
-    /// Shards, one per GPU (shard i on GPU i).
+    /// Shards, one per GPU (shard i on GPU i, unless --gpus says otherwise).
     #[arg(long, default_value_t = 2)]
     shards: u32,
+    /// The GPU of each shard, e.g. `0,0` for two shards on one GPU (default: shard i on GPU i).
+    #[arg(long, value_delimiter = ',')]
+    gpus: Vec<usize>,
     /// Synthetic generator seed.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -70,8 +74,9 @@ fn main() -> Result<()> {
         let handles: Vec<_> = ranges
             .iter()
             .enumerate()
-            .map(|(gpu, range)| {
+            .map(|(i, range)| {
                 let args = &args;
+                let gpu = args.gpus.get(i).copied().unwrap_or(i);
                 s.spawn(move || {
                     let config = CudaConfig {
                         device: gpu,
@@ -96,8 +101,9 @@ fn main() -> Result<()> {
     })?;
     for (i, sc) in scanners.iter().enumerate() {
         println!(
-            "shard {i}/{}: GPU {i} {}: pages {:?}, {:.2} GiB on the device, {:.2} GiB used",
+            "shard {i}/{}: GPU {} {}: pages {:?}, {:.2} GiB on the device, {:.2} GiB used",
             args.shards,
+            args.gpus.get(i).copied().unwrap_or(i),
             sc.device_name(),
             sc.page_range(),
             sc.db_bytes() as f64 / (1u64 << 30) as f64,

@@ -34,6 +34,7 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
 
+use super::layout::SelLayout;
 use super::workspace::{PassTimings, Workspace};
 use super::{CudaError, CudaScanner};
 use crate::epoch_window::{DeltaWindow, EpochError};
@@ -253,6 +254,7 @@ impl CudaScanner {
         merge: &Merge<'_>,
         q: usize,
         padded: usize,
+        layout: SelLayout,
     ) -> Result<CudaSlice<u32>, CudaError> {
         let stream = &ws.stream;
         let limits = stream.clone_htod(merge.limits)?;
@@ -268,6 +270,7 @@ impl CudaScanner {
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let wg_layout = u32::from(layout == SelLayout::Wgmma);
         let (np_total, per_slice, q32, wpp32) = (
             (padded / 16) as u32,
             ENTRIES_PER_SLICE as u32,
@@ -285,7 +288,8 @@ impl CudaScanner {
             .arg(&limits)
             .arg(&q32)
             .arg(&ws.answers.ptr)
-            .arg(&wpp32);
+            .arg(&wpp32)
+            .arg(&wg_layout);
         // SAFETY: arguments match `epoch_merge`; sel holds the expanded bits of `padded` key
         // columns, answers q pages, the table `max(limits)` entries whose steps stay allocated
         // while the caller holds the state lock shared.

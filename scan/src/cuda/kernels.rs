@@ -3,7 +3,9 @@
 //!
 //! The sources are concatenated into one program (with [`pirq_kernels::ONE_SOURCE_DEFINE`]
 //! defined so their `#include` lines drop out): the binary carries no PTX and always runs code
-//! built for the exact GPU it finds.
+//! built for the exact GPU it finds. On Hopper (compute capability 9.0) it is built for
+//! `sm_90a`, the target with `wgmma` (`kernels/scan_wgmma.cu`); if NVRTC cannot build that, it
+//! builds for plain `sm_90` and the `mma.sync` kernels serve alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use pirq_kernels::entry;
 
-use super::layout::{ScanPlan, MMA_VARIANTS};
+use super::layout::{ScanPlan, MMA_VARIANTS, WGMMA_VARIANTS};
 use super::CudaError;
 
 /// Largest dynamic shared memory a scan CTA asks for (8 warps x 8 stages x 2 tiles x 512 B).
@@ -32,8 +34,10 @@ pub struct Kernels {
     pub page_read: CudaFunction,
     pub page_xor: CudaFunction,
     pub epoch_merge: CudaFunction,
-    /// Tensor-core variants by name; empty before sm_80.
+    /// Tensor-core variants by name (`mma.sync`, and `wgmma` on sm_90a); empty before sm_80.
     scan_mma: HashMap<String, CudaFunction>,
+    /// Whether the `wgmma` variants were built (sm_90a).
+    wgmma: bool,
     /// Compute capability (major, minor).
     pub capability: (i32, i32),
 }
@@ -43,23 +47,35 @@ impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Kernels, CudaError> {
         let capability = ctx.compute_capability()?;
         let (major, minor) = capability;
-        // NVRTC wants a &'static str; one small leak per process.
-        let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
         let mut src = format!("#define {} 1\n", pirq_kernels::ONE_SOURCE_DEFINE);
         for source in pirq_kernels::SOURCES {
             src.push_str(&format!("// ---- {} ----\n", source.name));
             src.push_str(source.text);
             src.push('\n');
         }
-        let opts = CompileOptions {
-            arch: Some(arch),
-            options: vec!["-std=c++17".into(), "-default-device".into()],
-            ..Default::default()
+        let compile = |arch: String| {
+            let opts = CompileOptions {
+                // NVRTC wants a &'static str; one small leak per build.
+                arch: Some(Box::leak(arch.into_boxed_str())),
+                options: vec!["-std=c++17".into(), "-default-device".into()],
+                ..Default::default()
+            };
+            compile_ptx_with_opts(src.clone(), opts).map_err(|e| CudaError::Compile(e.to_string()))
         };
-        let ptx =
-            compile_ptx_with_opts(src, opts).map_err(|e| CudaError::Compile(e.to_string()))?;
+        let hopper = (major, minor) == (9, 0);
+        let (ptx, wgmma) = match hopper.then(|| compile("sm_90a".into())) {
+            Some(Ok(ptx)) => (ptx, true),
+            other => {
+                if let Some(Err(e)) = other {
+                    tracing::info!(reason = %e, "no sm_90a build; the mma.sync kernels serve alone");
+                }
+                (compile(format!("sm_{major}{minor}"))?, false)
+            }
+        };
         let module = ctx.load_module(ptx)?;
         let f = |name: &str| module.load_function(name);
+        // The wgmma bodies compile only where NVRTC defines the sm_90a feature macro.
+        let wgmma = wgmma && f(entry::HAS_WGMMA).is_ok();
         let mut scan_mma = HashMap::new();
         if major >= 8 {
             for &(mt, nt, stages, wn) in MMA_VARIANTS {
@@ -80,6 +96,22 @@ impl Kernels {
                 scan_mma.insert(name, func);
             }
         }
+        if wgmma {
+            for &(n, stages) in WGMMA_VARIANTS {
+                let plan = ScanPlan::Wgmma {
+                    n,
+                    stages,
+                    blocks_per_task: 1,
+                };
+                let name = plan.kernel_name();
+                let func = f(&name)?;
+                func.set_attribute(
+                    CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    plan.dynamic_smem() as i32,
+                )?;
+                scan_mma.insert(name, func);
+            }
+        }
         Ok(Kernels {
             expand_nodes: f(entry::DPF_EXPAND_NODES)?,
             expand_leaves: f(entry::DPF_EXPAND_LEAVES)?,
@@ -92,6 +124,7 @@ impl Kernels {
             page_xor: f(entry::DB_PAGE_XOR)?,
             epoch_merge: f(entry::EPOCH_MERGE)?,
             scan_mma,
+            wgmma,
             capability,
             _module: module,
         })
@@ -102,16 +135,23 @@ impl Kernels {
         !self.scan_mma.is_empty()
     }
 
+    /// Whether the `wgmma` kernels are built (Hopper, sm_90a).
+    pub fn has_wgmma(&self) -> bool {
+        self.wgmma
+    }
+
     /// The function that runs `plan`.
     pub fn scan(&self, plan: &ScanPlan) -> Result<&CudaFunction, CudaError> {
         match plan {
             ScanPlan::Xor { .. } => Ok(&self.scan_xor),
-            ScanPlan::Mma { .. } => self.scan_mma.get(&plan.kernel_name()).ok_or_else(|| {
-                CudaError::Unsupported(format!(
-                    "scan plan {plan} on sm_{}{}",
-                    self.capability.0, self.capability.1
-                ))
-            }),
+            ScanPlan::Mma { .. } | ScanPlan::Wgmma { .. } => {
+                self.scan_mma.get(&plan.kernel_name()).ok_or_else(|| {
+                    CudaError::Unsupported(format!(
+                        "scan plan {plan} on sm_{}{}",
+                        self.capability.0, self.capability.1
+                    ))
+                })
+            }
         }
     }
 }

@@ -156,8 +156,27 @@ pub enum ScanPlan {
         warps: u32,
         blocks_per_task: u32,
     },
+    /// `scan_wgmma_n{n}_s{stages}_f0` on Hopper's warpgroup tensor cores (sm_90a): N keys per
+    /// CTA column, selection bits in layout "B for wgmma".
+    Wgmma {
+        n: u32,
+        stages: u32,
+        blocks_per_task: u32,
+    },
     /// `scan_xor_m2_k8` on CUDA cores: the reference and the fallback before sm_80.
     Xor { blocks_per_task: u32 },
+}
+
+/// The wgmma variants compiled into the module (sm_90a only): (n, stages).
+pub const WGMMA_VARIANTS: &[(u32, u32)] = &[(128, 8), (192, 8), (256, 8)];
+
+/// How the expansion arranges the selection bits inside each 512-byte chunk
+/// (`kernels/pirq_common.cuh`): B for `mma.sync` and the CUDA-core kernel, "B for wgmma" for
+/// `wgmma`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelLayout {
+    Mma,
+    Wgmma,
 }
 
 /// The tensor-core variants compiled into the module: (mt, nt, stages, wn).
@@ -194,10 +213,53 @@ impl ScanPlan {
         }
     }
 
+    /// The plan for `q` keys on a GPU with `wgmma` (Hopper, sm_90a). Up to 64 keys a pass
+    /// reads HBM at its floor with the `mma.sync` kernels, so those stay; above, `wgmma` with the
+    /// widest key group that pads least (measured on an H100 at 64 GiB, docs/bench/gpu-scan.md:
+    /// 256 keys in 31.5 ms against 55 ms with `mma.sync`).
+    pub fn for_keys_wgmma(q: usize) -> ScanPlan {
+        if q <= 64 {
+            return ScanPlan::for_keys(q);
+        }
+        let n = WGMMA_VARIANTS
+            .iter()
+            .rev()
+            .map(|&(n, _)| n)
+            .min_by_key(|&n| q.next_multiple_of(n as usize))
+            .expect("wgmma variants");
+        ScanPlan::Wgmma {
+            n,
+            stages: 8,
+            blocks_per_task: 2048,
+        }
+    }
+
+    /// Dynamic shared memory one CTA of this plan asks for, in bytes.
+    pub fn dynamic_smem(&self) -> u32 {
+        match *self {
+            ScanPlan::Mma {
+                mt, stages, warps, ..
+            } => warps * stages * mt * 512,
+            // A ring of stages (A: 8 m-tiles of 512 bytes, B: n keys x 32 bytes) and the slack
+            // to align it to 128 bytes.
+            ScanPlan::Wgmma { n, stages, .. } => stages * (8 * 512 + n * 32) + 128,
+            ScanPlan::Xor { .. } => 0,
+        }
+    }
+
+    /// Where the expansion must put the selection bits for this plan's kernel.
+    pub fn sel_layout(&self) -> SelLayout {
+        match self {
+            ScanPlan::Wgmma { .. } => SelLayout::Wgmma,
+            _ => SelLayout::Mma,
+        }
+    }
+
     /// Keys one grid column covers; a batch is padded to a multiple of it (and of 16).
     pub fn keys_per_group(&self) -> usize {
         match *self {
             ScanPlan::Mma { nt, wn, .. } => (nt * 8 * wn).max(16) as usize,
+            ScanPlan::Wgmma { n, .. } => n as usize,
             ScanPlan::Xor { .. } => 16,
         }
     }
@@ -213,16 +275,30 @@ impl ScanPlan {
             ScanPlan::Mma {
                 mt, nt, stages, wn, ..
             } => format!("scan_mma_m{mt}_n{nt}_s{stages}_w{wn}"),
+            ScanPlan::Wgmma { n, stages, .. } => format!("scan_wgmma_n{n}_s{stages}_f0"),
             ScanPlan::Xor { .. } => pirq_kernels::entry::SCAN_XOR.to_string(),
         }
     }
 
-    /// Parses a plan written as `m2n8s4w2/8/256` (variant / warps / blocks per task) or `xor/512`.
+    /// Parses a plan written as `m2n8s4w2/8/256` (variant / warps / blocks per task),
+    /// `wg256s8/2048` (wgmma variant / blocks per task) or `xor/512`.
     pub fn parse(text: &str) -> Option<ScanPlan> {
         let parts: Vec<&str> = text.split('/').collect();
         if parts[0] == "xor" {
             let blocks_per_task = parts.get(1).map_or(Some(512), |s| s.parse().ok())?;
             return Some(ScanPlan::Xor { blocks_per_task });
+        }
+        if let Some(v) = parts[0].strip_prefix("wg") {
+            let (n, stages) = v.split_once('s')?;
+            let (n, stages) = (n.parse().ok()?, stages.parse().ok()?);
+            let blocks_per_task = parts.get(1).map_or(Some(2048), |s| s.parse().ok())?;
+            return (WGMMA_VARIANTS.contains(&(n, stages)) && blocks_per_task > 0).then_some(
+                ScanPlan::Wgmma {
+                    n,
+                    stages,
+                    blocks_per_task,
+                },
+            );
         }
         let v = parts[0].strip_prefix('m')?;
         let (mt, v) = v.split_once('n')?;
@@ -265,23 +341,44 @@ impl std::fmt::Display for ScanPlan {
             } => {
                 write!(f, "m{mt}n{nt}s{stages}w{wn}/{warps}/{blocks_per_task}")
             }
+            ScanPlan::Wgmma {
+                n,
+                stages,
+                blocks_per_task,
+            } => write!(f, "wg{n}s{stages}/{blocks_per_task}"),
             ScanPlan::Xor { blocks_per_task } => write!(f, "xor/{blocks_per_task}"),
         }
     }
 }
 
-/// Reads key `q`'s selection bits back out of layout B into the `eval_full` bitmap layout
+/// Index of u32 word `w` (pages 32w .. 32w+31 of block `b`) of key `q` in the selection buffer
+/// (`pirq_sel_word_index` / `pirq_sel_word_index_wg` in `kernels/pirq_common.cuh`).
+pub fn sel_word_index(layout: SelLayout, np_total: usize, b: usize, q: usize, w: usize) -> usize {
+    match layout {
+        SelLayout::Mma => {
+            ((b * np_total + q / 16) * 32 + 4 * (q % 8) + w % 4) * 4 + 2 * ((q / 8) % 2) + w / 4
+        }
+        SelLayout::Wgmma => {
+            (b * np_total + q / 16) * 128 + 64 * ((q / 8) % 2) + 32 * (w / 4) + 4 * (q % 8) + w % 4
+        }
+    }
+}
+
+/// Reads key `q`'s selection bits back out of `layout` into the `eval_full` bitmap layout
 /// (index p = bit p % 64 of word p / 64), for `2^n` indices. Used by the parity tests.
-pub fn sel_to_bitmap(sel: &[u32], padded_keys: usize, q: usize, domain_bits: u8) -> Vec<u64> {
+pub fn sel_to_bitmap(
+    sel: &[u32],
+    layout: SelLayout,
+    padded_keys: usize,
+    q: usize,
+    domain_bits: u8,
+) -> Vec<u64> {
     let np_total = padded_keys / 16;
     let bits = 1u64 << domain_bits;
     let mut out = vec![0u64; bits.div_ceil(64) as usize];
     for p in 0..bits {
         let (b, j) = (p / BLOCK_PAGES, (p % BLOCK_PAGES) as usize);
-        let w = j / 32;
-        let idx = ((b as usize * np_total + q / 16) * 32 + 4 * (q % 8) + w % 4) * 4
-            + 2 * ((q / 8) % 2)
-            + w / 4;
+        let idx = sel_word_index(layout, np_total, b as usize, q, j / 32);
         if sel[idx] >> (j % 32) & 1 == 1 {
             out[(p / 64) as usize] |= 1 << (p % 64);
         }
@@ -361,6 +458,62 @@ mod tests {
             })
         );
         assert_eq!(ScanPlan::parse("m3n3s3w1"), None);
+    }
+
+    #[test]
+    fn wgmma_plans_pad_least_and_parse() {
+        for q in 1..=1024 {
+            let plan = ScanPlan::for_keys_wgmma(q);
+            let padded = plan.padded_keys(q);
+            assert!(padded >= q && padded.is_multiple_of(16), "{plan} q={q}");
+            assert_eq!(ScanPlan::parse(&plan.to_string()), Some(plan), "{plan}");
+            if q > 64 {
+                assert_eq!(plan.sel_layout(), SelLayout::Wgmma);
+                // No wgmma key group pads less.
+                for &(n, _) in WGMMA_VARIANTS {
+                    assert!(padded <= q.next_multiple_of(n as usize), "q={q} {plan}");
+                }
+            } else {
+                assert_eq!(plan, ScanPlan::for_keys(q));
+            }
+        }
+        let n = |q| match ScanPlan::for_keys_wgmma(q) {
+            ScanPlan::Wgmma { n, .. } => n,
+            other => panic!("{other}"),
+        };
+        assert_eq!(
+            (n(128), n(192), n(256), n(384), n(512)),
+            (128, 192, 256, 192, 256)
+        );
+        assert_eq!(ScanPlan::parse("wg256s4"), None, "not compiled");
+        assert_eq!(
+            ScanPlan::parse("wg128s8/77"),
+            Some(ScanPlan::Wgmma {
+                n: 128,
+                stages: 8,
+                blocks_per_task: 77
+            })
+        );
+    }
+
+    #[test]
+    fn both_selection_layouts_place_every_word_once_in_its_chunk() {
+        let np_total = 3;
+        for layout in [SelLayout::Mma, SelLayout::Wgmma] {
+            let mut seen = vec![false; 2 * np_total * 128];
+            for b in 0..2 {
+                for q in 0..np_total * 16 {
+                    for w in 0..8 {
+                        let i = sel_word_index(layout, np_total, b, q, w);
+                        // The 512-byte chunk (b, q / 16) is the same in both layouts.
+                        assert_eq!(i / 128, b * np_total + q / 16, "{layout:?}");
+                        assert!(!seen[i], "{layout:?} b={b} q={q} w={w}");
+                        seen[i] = true;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s));
+        }
     }
 
     #[test]

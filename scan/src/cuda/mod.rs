@@ -33,10 +33,10 @@ use pirq_shared::dpf::DpfKey;
 use self::db::DeviceDb;
 use self::epoch_window::{EpochState, Merge};
 use self::kernels::Kernels;
-use self::layout::{pack_key, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH};
+use self::layout::{pack_key, SelLayout, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH};
 use self::workspace::{workspace_bytes, Pool, Workspace};
 use crate::epoch_window::DeltaWindow;
-use crate::{check_keys, Answers, Geometry, ScanError, Scanner};
+use crate::{check_keys, Answers, Geometry, PassCost, ScanError, Scanner};
 
 pub use self::epoch_window::UpdateTimings;
 pub use self::layout::ScanPlan;
@@ -314,10 +314,16 @@ impl CudaScanner {
         self.pool.size()
     }
 
+    /// Whether the Hopper `wgmma` kernels are built for this GPU.
+    pub fn has_wgmma(&self) -> bool {
+        self.kernels.has_wgmma()
+    }
+
     /// The plan a batch of `q` keys runs with.
     pub fn plan_for(&self, q: usize) -> ScanPlan {
         match self.config.plan {
             Some(plan) => plan,
+            None if self.kernels.has_wgmma() => ScanPlan::for_keys_wgmma(q),
             None if self.kernels.has_binary_mma() => ScanPlan::for_keys(q),
             None => ScanPlan::Xor {
                 blocks_per_task: 512,
@@ -372,10 +378,10 @@ impl CudaScanner {
         if !keys.is_empty() {
             let run = |ws: &mut Workspace| -> Result<Vec<u8>, CudaError> {
                 self.upload_keys(ws, keys)?;
-                self.expand(ws, keys.len(), padded)?;
+                self.expand(ws, keys.len(), padded, plan.sel_layout())?;
                 self.scan(ws, &plan, keys.len(), padded)?;
                 let limits = match &merge {
-                    Some(m) => Some(self.merge(ws, m, keys.len(), padded)?),
+                    Some(m) => Some(self.merge(ws, m, keys.len(), padded, plan.sel_layout())?),
                     None => None,
                 };
                 ws.marks[4].record(&ws.stream)?;
@@ -417,13 +423,13 @@ impl CudaScanner {
         let padded = plan.padded_keys(keys.len());
         let mut ws = self.pool.take();
         self.upload_keys(&mut ws, keys)?;
-        self.expand(&ws, keys.len(), padded)?;
+        self.expand(&ws, keys.len(), padded, plan.sel_layout())?;
         let mut sel = vec![0u32; shape.sel_words(padded)];
         // SAFETY: `sel` is as long as the expanded words; the copy completes before it is read.
         unsafe { result::memcpy_dtoh_async(&mut sel[..], ws.sel.ptr, ws.stream.cu_stream()) }?;
         ws.stream.synchronize()?;
         Ok((0..keys.len())
-            .map(|q| layout::sel_to_bitmap(&sel, padded, q, shape.domain_bits))
+            .map(|q| layout::sel_to_bitmap(&sel, plan.sel_layout(), padded, q, shape.domain_bits))
             .collect())
     }
 
@@ -448,8 +454,14 @@ impl CudaScanner {
     }
 
     /// Top levels with `dpf_expand_nodes` (<= 10 levels a launch, ping-pong buffers), then the
-    /// leaf kernel writes the selection buffer for `padded` key columns.
-    fn expand(&self, ws: &Workspace, q: usize, padded: usize) -> Result<(), CudaError> {
+    /// leaf kernel writes the selection buffer for `padded` key columns in `layout`.
+    fn expand(
+        &self,
+        ws: &Workspace,
+        q: usize,
+        padded: usize,
+        layout: SelLayout,
+    ) -> Result<(), CudaError> {
         let shape = self.db.shape();
         let top = shape.top_levels();
         let stream = &ws.stream;
@@ -481,6 +493,7 @@ impl CudaScanner {
         }
         let np_total = (padded / 16) as u32;
         let (q32, depth) = (q as u32, shape.tree_depth());
+        let wg_layout = u32::from(layout == SelLayout::Wgmma);
         // Only the nodes above this GPU's pages (all of them unsharded): the kernel indexes its
         // input nodes and output blocks from its grid position, so the inputs start at the
         // first node and the output at the selection buffer's start.
@@ -502,7 +515,8 @@ impl CudaScanner {
             .arg(&src_t)
             .arg(&depth)
             .arg(&ws.sel.ptr)
-            .arg(&np_total);
+            .arg(&np_total)
+            .arg(&wg_layout);
         // SAFETY: arguments match `dpf_expand_leaves`; sel holds sel_blocks x padded columns.
         unsafe { launch.launch(cfg) }?;
         ws.marks[2].record(stream)?;
@@ -531,10 +545,10 @@ impl CudaScanner {
             ScanPlan::Mma {
                 mt,
                 nt,
-                stages,
                 wn,
                 warps,
                 blocks_per_task,
+                ..
             } => {
                 let ntiles = np_total * 2;
                 let partial_bytes = mtiles as usize * ntiles as usize * 16;
@@ -550,7 +564,7 @@ impl CudaScanner {
                         nblocks.div_ceil(blocks_per_task),
                     ),
                     block_dim: (warps * 32, 1, 1),
-                    shared_mem_bytes: warps * stages * mt * 512,
+                    shared_mem_bytes: plan.dynamic_smem(),
                 };
                 let mut launch = stream.launch_builder(func);
                 launch
@@ -563,21 +577,43 @@ impl CudaScanner {
                     .arg(&blocks_per_task);
                 // SAFETY: arguments match `scan_mma_*`; padded is a multiple of nt * 8 * wn.
                 unsafe { launch.launch(cfg) }?;
-                let words = q as u64 * wpp as u64;
+                self.unpack(ws, q32, wpp, np_total)?;
+            }
+            ScanPlan::Wgmma {
+                n, blocks_per_task, ..
+            } => {
+                let ntiles = np_total * 2;
+                // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
+                unsafe {
+                    result::memset_d8_async(
+                        ws.partial.ptr,
+                        0,
+                        mtiles as usize * ntiles as usize * 16,
+                        stream.cu_stream(),
+                    )
+                }?;
                 let cfg = LaunchConfig {
-                    grid_dim: (words.div_ceil(256) as u32, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
+                    grid_dim: (
+                        padded as u32 / n,
+                        mtiles / 8,
+                        nblocks.div_ceil(blocks_per_task),
+                    ),
+                    block_dim: (288, 1, 1),
+                    shared_mem_bytes: plan.dynamic_smem(),
                 };
-                let mut launch = stream.launch_builder(&self.kernels.unpack);
+                let mut launch = stream.launch_builder(func);
                 launch
+                    .arg(&db)
+                    .arg(&sel)
                     .arg(&ws.partial.ptr)
-                    .arg(&ws.answers.ptr)
-                    .arg(&q32)
-                    .arg(&wpp)
-                    .arg(&np_total);
-                // SAFETY: arguments match `scan_unpack`; answers hold q pages.
+                    .arg(&mtiles)
+                    .arg(&nblocks)
+                    .arg(&np_total)
+                    .arg(&blocks_per_task);
+                // SAFETY: arguments match `scan_wgmma_*`; padded is a multiple of n, mtiles of 8
+                // (page sizes of at least 256 bytes).
                 unsafe { launch.launch(cfg) }?;
+                self.unpack(ws, q32, wpp, np_total)?;
             }
             ScanPlan::Xor { blocks_per_task } => {
                 // SAFETY: answers hold q pages.
@@ -615,6 +651,26 @@ impl CudaScanner {
             }
         }
         ws.marks[3].record(stream)?;
+        Ok(())
+    }
+
+    /// `scan_unpack`: the parities in `partial` (mma C layout) become the answer pages.
+    fn unpack(&self, ws: &Workspace, q: u32, wpp: u32, np_total: u32) -> Result<(), CudaError> {
+        let words = q as u64 * wpp as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (words.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = ws.stream.launch_builder(&self.kernels.unpack);
+        launch
+            .arg(&ws.partial.ptr)
+            .arg(&ws.answers.ptr)
+            .arg(&q)
+            .arg(&wpp)
+            .arg(&np_total);
+        // SAFETY: arguments match `scan_unpack`; answers hold q pages.
+        unsafe { launch.launch(cfg) }?;
         Ok(())
     }
 
@@ -667,6 +723,37 @@ impl Scanner for CudaScanner {
 
     fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError> {
         self.apply_update(update).map(|_| ())
+    }
+
+    /// A one-key pass and a full pass (`max_batch_keys` random keys), each the median of three
+    /// after a warm-up: a fraction of a second at 64 GiB.
+    fn measure_pass_cost(&self) -> Option<PassCost> {
+        let n = self.db.shape().domain_bits;
+        let mut rng = rand::rng();
+        let full_keys = self.config.max_batch_keys;
+        let keys: Vec<DpfKey> = (0..full_keys)
+            .map(|i| {
+                let alpha = i as u64 % self.db.shape().total_pages.max(1);
+                pirq_shared::dpf::generate(n, alpha, &mut rng).map(|(k, _)| k)
+            })
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let median = |keys: &[DpfKey]| -> Option<PassTimings> {
+            self.pass_timed(keys).ok()?;
+            let mut runs = (0..3)
+                .map(|_| self.pass_timed(keys).map(|(_, t)| t).ok())
+                .collect::<Option<Vec<_>>>()?;
+            runs.sort_by_key(|t| t.wall);
+            Some(runs[1])
+        };
+        let one = median(&keys[..1])?;
+        let full = median(&keys)?;
+        Some(PassCost {
+            one_key: one.wall,
+            full: full.wall,
+            full_keys,
+            full_scan: full.scan,
+        })
     }
 
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {

@@ -81,7 +81,10 @@ pub fn workspace_bytes(shape: &Shape, max_keys: usize) -> u64 {
 /// Key columns every plan fits in for batches of up to `max_keys` keys.
 fn padded_capacity(max_keys: usize) -> usize {
     (1..=max_keys)
-        .map(|q| ScanPlan::for_keys(q).padded_keys(q))
+        .map(|q| {
+            let mma = ScanPlan::for_keys(q).padded_keys(q);
+            mma.max(ScanPlan::for_keys_wgmma(q).padded_keys(q))
+        })
         .max()
         .unwrap_or(16)
         .max(max_keys.next_multiple_of(128))

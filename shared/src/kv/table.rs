@@ -9,6 +9,7 @@
 //! Memory besides the pages: two bytes per page (its fill count), plus the pages touched when
 //! the caller tracks them for an epoch update.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use rand::rngs::StdRng;
@@ -192,7 +193,7 @@ impl<'a> Table<'a> {
         if self.locate_in(tag, candidates).is_some() {
             return Err(PlaceError::Duplicate);
         }
-        self.place(*tag, value.to_vec(), *candidates)
+        self.place(*tag, value, *candidates)
     }
 
     /// Sets `tag`'s value, adding the record if it is new.
@@ -205,7 +206,7 @@ impl<'a> Table<'a> {
             }
             None => {
                 let candidates = self.params.candidates(tag);
-                self.place(*tag, value.to_vec(), candidates)
+                self.place(*tag, value, candidates)
                     .map(|()| Upserted::Inserted)
             }
         }
@@ -249,15 +250,11 @@ impl<'a> Table<'a> {
     }
 
     /// Cuckoo insertion by random walk (module doc); undoes its moves on failure.
-    fn place(
-        &mut self,
-        tag: Tag,
-        value: Vec<u8>,
-        candidates: Candidates,
-    ) -> Result<(), PlaceError> {
+    fn place(&mut self, tag: Tag, value: &[u8], candidates: Candidates) -> Result<(), PlaceError> {
         let ss = self.params.slot_size();
         let spp = self.params.slots_per_page();
-        let (mut tag, mut value, mut cands) = (tag, value, candidates);
+        // The record in hand: borrowed until an eviction hands us one out of a page.
+        let (mut tag, mut value, mut cands) = (tag, Cow::Borrowed(value), candidates);
         let mut from: Option<u64> = None;
         // (page, slot, the record that was there before the swap)
         let mut moves: Vec<(u64, usize, Tag, Vec<u8>)> = Vec::new();
@@ -280,7 +277,7 @@ impl<'a> Table<'a> {
             page::write(page, ss, s, &tag, &value);
             moves.push((p, s, old_tag, old_value.clone()));
             debug_assert_ne!(old_tag, [0; TAG_LEN], "a full page has no empty slot");
-            (tag, value) = (old_tag, old_value);
+            (tag, value) = (old_tag, Cow::Owned(old_value));
             cands = self.params.candidates(&tag);
             from = Some(p);
         }

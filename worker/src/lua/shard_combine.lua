@@ -14,9 +14,11 @@
 -- {P}:part:<id>:<I>, KEYS[4] the jobs stream.
 -- ARGV: [1] shard index I, [2] S, [3] partial bytes, [4] epoch, [5] page size, [6] scan_us,
 -- [7] worker_us, [8] result TTL (s), [9] stream entry id, [10] this shard's group,
--- [11] events channel, [12] request id.
--- Returns 'done', 'partial', 'duplicate', 'final' (already done or failed), 'gone' (the record
--- expired) or 'mismatch' (the record was started for another S or epoch: nothing XORed).
+-- [11] events channel, [12] request id, [13] the digest of the database the partial was
+-- answered from ('' when unknown).
+-- Returns 'done', 'partial', 'duplicate', 'final' (already done or failed, or failed now because
+-- the shards answered from databases with different digests), 'gone' (the record expired) or
+-- 'mismatch' (the record was started for another S or epoch: nothing XORed).
 local record, sum, staged, jobs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[8])
 local function ack() redis.call('XACK', jobs, ARGV[10], ARGV[9]) end
@@ -33,6 +35,24 @@ end
 if redis.call('HGET', record, 'shards') ~= ARGV[2] or redis.call('HGET', record, 'epoch') ~= ARGV[4] then
   return 'mismatch'
 end
+local function fail(message)
+  redis.call('HSET', record, 'status', 'failed', 'error_code', 'internal', 'error_message', message)
+  redis.call('EXPIRE', record, ttl)
+  redis.call('DEL', sum)
+  redis.call('PUBLISH', ARGV[11], ARGV[12] .. ' failed')
+  redis.call('XDEL', jobs, ARGV[9])
+  ack()
+  return 'final'
+end
+-- Every shard must answer from the same database: the first partial's digest is the query's.
+if ARGV[13] ~= '' then
+  local digest = redis.call('HGET', record, 'digest')
+  if digest and digest ~= ARGV[13] then
+    return fail('the shards answered from databases with different digests (' .. digest ..
+      ', ' .. ARGV[13] .. '): every shard must serve the same database')
+  end
+  redis.call('HSET', record, 'digest', ARGV[13])
+end
 local part = 'part:' .. ARGV[1]
 if redis.call('HEXISTS', record, part) == 1 then
   ack()
@@ -40,13 +60,7 @@ if redis.call('HEXISTS', record, part) == 1 then
 end
 if tonumber(redis.call('HGET', record, 'parts') or '0') > 0 and redis.call('EXISTS', sum) == 0 then
   -- Partials were XORed in but their sum is gone: completing now would answer wrong.
-  redis.call('HSET', record, 'status', 'failed', 'error_code', 'internal',
-    'error_message', 'the partial answers of the shards were lost; submit the query again')
-  redis.call('EXPIRE', record, ttl)
-  redis.call('PUBLISH', ARGV[11], ARGV[12] .. ' failed')
-  redis.call('XDEL', jobs, ARGV[9])
-  ack()
-  return 'final'
+  return fail('the partial answers of the shards were lost; submit the query again')
 end
 redis.call('SET', staged, ARGV[3])
 redis.call('BITOP', 'XOR', sum, sum, staged)

@@ -1,0 +1,82 @@
+// The two-party rules against scripted parties (what real gateways cannot easily be made to do):
+// answers with different or missing digests are never combined, one party behind both URLs and a
+// party without workers are refused, epoch windows must overlap. Real parties: e2e.test.ts.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { connect, PirqError, toBase64 } from "../src/index.js";
+
+const D1 = "11".repeat(32);
+const D2 = "22".repeat(32);
+
+interface FakeParty {
+  info?: Record<string, unknown>;
+  /** Never answer: every long-poll returns 202 after 50 ms. */
+  stall?: boolean;
+  digest?: string | null; // null: no digest on the answer
+  epoch?: number;
+}
+
+/** A fetch serving two fake parties at http://a and http://b. */
+function fakeParties(a: FakeParty, b: FakeParty): typeof fetch {
+  const baseInfo = { num_pages: 100, page_size: 256, domain_bits: 7, epoch: { oldest: 0, newest: 2 }, max_keys_per_query: 64, workers: 1 };
+  return (async (input: RequestInfo | URL, init: RequestInit = {}) => {
+    const url = new URL(String(input));
+    const party = url.host === "a" ? a : b;
+    if (url.pathname === "/v1/info") return Response.json({ ...baseInfo, ...party.info });
+    if (init.method === "POST") {
+      const body = JSON.parse(String(init.body));
+      (party as { keys?: number }).keys = body.keys.length;
+      return Response.json({ id: "ab".repeat(16), status: "queued" }, { status: 202 });
+    }
+    if (party.stall) {
+      await new Promise((r) => setTimeout(r, 50));
+      return Response.json({ id: "ab".repeat(16), status: "queued" }, { status: 202 });
+    }
+    const n = (party as { keys?: number }).keys ?? 1;
+    const result: Record<string, unknown> = { id: "ab".repeat(16), status: "done", epoch: party.epoch ?? 2, pages: Array(n).fill(toBase64(new Uint8Array(256))) };
+    if (party.digest !== null) result.digest = party.digest ?? D1;
+    return Response.json(result);
+  }) as typeof fetch;
+}
+
+const rejectsWith = (code: string, pattern?: RegExp) => (e: unknown) =>
+  e instanceof PirqError && e.code === code && (!pattern || pattern.test(e.message));
+
+test("equal digests combine", async () => {
+  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, {}), wait: "poll" });
+  assert.deepEqual(await pirq.getPage(5), new Uint8Array(256));
+});
+
+test("answers with different digests are refused, never combined", async () => {
+  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ digest: D1 }, { digest: D2 }), wait: "poll" });
+  await assert.rejects(pirq.getPage(5), rejectsWith("parties_disagree", /different databases at epoch 2/));
+});
+
+test("an answer without a digest is refused", async () => {
+  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { digest: null }), wait: "poll" });
+  await assert.rejects(pirq.getPage(5), (e: unknown) => rejectsWith("bad_response", /without a database digest/)(e) && (e as PirqError).party === "B (http://b)");
+});
+
+test("an answer at another epoch than pinned is refused", async () => {
+  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ epoch: 1 }, {}), wait: "poll" });
+  await assert.rejects(pirq.getPage(5), rejectsWith("epoch_mismatch"));
+});
+
+test("a query that stays pending fails with timeout at the client's limit", async () => {
+  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { stall: true }), wait: "poll", timeoutMs: 300 });
+  const started = performance.now();
+  await assert.rejects(pirq.getPage(5), rejectsWith("timeout", /300 ms/));
+  assert.ok(performance.now() - started < 3000);
+});
+
+test("info: same party, no workers, different digests at one epoch, disjoint windows, other geometry", async () => {
+  const same = { party: "5a0d3c9e2b7f41e8a6c4d2f0b8e6a4c2" };
+  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: same }, { info: same }) }), rejectsWith("same_party"));
+  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({}, { info: { workers: 0 } }) }), (e: unknown) => rejectsWith("no_workers")(e) && (e as PirqError).party === "B (http://b)");
+  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { digest: D1 } }, { info: { digest: D2 } }) }), rejectsWith("parties_disagree", /digest/));
+  // different newest epochs: different digests are expected, the lookup pins the older one
+  const ahead = await connect("http://a", "http://b", { fetch: fakeParties({ info: { digest: D1, epoch: { oldest: 0, newest: 3 } } }, { info: { digest: D2 } }) });
+  assert.deepEqual(ahead.info.epoch, { oldest: 0, newest: 2 });
+  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { epoch: { oldest: 5, newest: 6 } } }, {}) }), rejectsWith("epoch_mismatch"));
+  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { page_size: 512 } }, {}) }), rejectsWith("parties_disagree", /page_size = 512, party B 256/));
+});

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# One party end to end on one GPU with a large database (64 GiB by default): Redis, a gateway
+# and one CUDA worker, driven by `pirq bench load` in closed loop with both key halves sent to
+# that one party (--party-a = --party-b: answers verify, privacy does not hold, the party does
+# the work of both; a benchmark of capacity). Results: docs/bench/gpu-e2e.md.
+#
+#   ops/bench/gpu-e2e-load.sh build [DIR]   # here: release binaries + redis-server into DIR
+#                                           # (default .gpu/e2e-load)
+#   ops/bench/gpu-e2e-load.sh run [DIR]     # on the GPU machine, as root (mounts a tmpfs)
+#
+# Environment for `run`: PAGES (default 2^24 = 64 GiB of 4 KiB pages), DUR / WARM (seconds per
+# load point, default 10 / 3), CLIENTS (default "64 512"), CONFIGS (worker flag sets separated
+# by ';', default "--window-policy auto;--window-policy fixed --workspaces 2"), OUT (gets one
+# tarball of logs, JSON reports and metric scrapes).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+D=${2:-.gpu/e2e-load}
+
+case "${1:-}" in
+build)
+    cargo build --release -p pirq-gateway -p pirq-client --bin pirq-gateway --bin pirq
+    cargo build --release -p pirq-worker --features cuda --bin pirq-worker
+    rm -rf "$D" && mkdir -p "$D"
+    cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/"
+    redis=$(command -v redis-server)
+    cp "$redis" "$D/redis-server"
+    for lib in liblzf.so.1 libjemalloc.so.2; do
+        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$D/"
+    done
+    strip "$D"/pirq* "$D/redis-server" 2>/dev/null || true
+    du -sh "$D"
+    exit 0
+    ;;
+run) ;;
+*)
+    echo "usage: $0 build | run [DIR]" >&2
+    exit 2
+    ;;
+esac
+
+export PATH="$PWD/$D:$PATH" LD_LIBRARY_PATH="$PWD/$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+FINAL=${OUT:-.gpu/out}
+mkdir -p "$FINAL"
+# Logs, JSON reports and metric scrapes go to $LOGS, packed into one tarball in $OUT at the end
+# (the GPU machine sends back few files).
+LOGS=$(mktemp -d)
+PAGES=${PAGES:-16777216}
+DUR=${DUR:-10}
+WARM=${WARM:-3}
+CLIENTS=${CLIENTS:-64 512}
+CONFIGS=${CONFIGS:---window-policy auto;--window-policy fixed --workspaces 2}
+MNT=/mnt/pirq-e2e
+W=$(mktemp -d)
+PIDS=()
+stop_all() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+cleanup() {
+    stop_all
+    umount "$MNT" 2>/dev/null || true
+    tar -C "$LOGS" -czf "$FINAL/gpu-e2e-load.tgz" . 2>/dev/null || true
+}
+trap cleanup EXIT
+
+start() { # CPUS NAME CMD...
+    local cpus=$1 name=$2
+    shift 2
+    taskset -c "$cpus" "$@" >"$LOGS/$name.log" 2>&1 &
+    PIDS+=($!)
+}
+
+# get URL FILE: GET into FILE (bash /dev/tcp; no curl needed)
+get() {
+    local hostport=${1#http://} path=/${1#http://*/}
+    hostport=${hostport%%/*}
+    exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}" || return 1
+    printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
+    sed '1,/^\r$/d' <&3 >"$2"
+    exec 3>&-
+}
+
+# wait_worker PID: until /v1/info lists one worker; fails at once if the worker died
+wait_worker() {
+    for _ in $(seq 1200); do
+        kill -0 "$1" 2>/dev/null || { echo "worker died:"; tail -n 30 "$LOGS/worker.log"; return 1; }
+        if get http://127.0.0.1:8101/v1/info "$W/info.json" 2>/dev/null &&
+            grep -q '"workers":1[,}]' "$W/info.json"; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    echo "worker not ready"
+    return 1
+}
+
+echo "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+mkdir -p "$MNT"
+mount -t tmpfs -o size=72G tmpfs "$MNT"
+t0=$(date +%s)
+pirq db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$MNT/db.pirdb" 2>&1 | tail -n 1
+echo "db gen: $(($(date +%s) - t0)) s"
+SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --verify "$MNT/db.pirdb")
+
+i=0
+IFS=';' read -r -a configs <<<"$CONFIGS"
+for cfg in "${configs[@]}"; do
+    i=$((i + 1))
+    echo "== config $i: pirq-worker $cfg"
+    start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
+    sleep 0.3
+    start 1-3 gateway pirq-gateway --redis redis://127.0.0.1:7101 --prefix party-a \
+        --listen 127.0.0.1:8101
+    # shellcheck disable=SC2086
+    start 4-7 worker pirq-worker --redis redis://127.0.0.1:7101 --prefix party-a \
+        --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
+        --metrics-listen 127.0.0.1:9101 $cfg
+    t0=$(date +%s)
+    wait_worker "${PIDS[2]}"
+    echo "worker ready after $(($(date +%s) - t0)) s"
+    grep -h "window policy" "$LOGS/worker.log" | tail -n 1 || true
+    for c in $CLIENTS; do
+        name="cfg$i-closed-$c"
+        taskset -c 8-15 pirq bench load --quiet --duration "$DUR" --warmup "$WARM" \
+            --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 --concurrency "$c" \
+            2>"$LOGS/$name.txt" || true
+        echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
+        get http://127.0.0.1:9101/metrics "$LOGS/$name.metrics" || true
+        grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
+            "$LOGS/$name.metrics" || true
+    done
+    cp "$LOGS/worker.log" "$LOGS/worker-cfg$i.log"
+    stop_all
+    sleep 0.5
+done
+echo "done: $FINAL/gpu-e2e-load.tgz"

@@ -1,0 +1,370 @@
+//! The Redis side of a sharded party against a real `redis-server`, through the worker's own
+//! queue code: the start script pins epoch and shard count, partials XOR in once per shard (a
+//! replica's second answer changes nothing), the last one completes the query with the XOR of
+//! all of them and deletes the stream entry, and a query failed by one shard is never
+//! completed by the others.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use pirq_shared::error::ErrorCode;
+use pirq_shared::layout::Layout;
+use pirq_shared::shard::ShardSpec;
+use pirq_shared::wire::{ErrorBody, Job};
+use pirq_worker::queue::{Outcome, Queue, ShardStart};
+use redis::aio::ConnectionManager;
+
+struct Redis {
+    child: Child,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("pirq-sc-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/install-deps.sh)");
+        Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    async fn connect(&self) -> ConnectionManager {
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        for _ in 0..100 {
+            if let Ok(c) = ConnectionManager::new(client.clone()).await {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server did not come up at {}", self.url);
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const PS: usize = 256;
+
+async fn shard_queue(redis: &Redis, layout: &Layout, index: u32, consumer: &str) -> Queue {
+    let client = redis::Client::open(redis.url.as_str()).unwrap();
+    let q = Queue::new(
+        &client,
+        layout.clone(),
+        consumer.into(),
+        Duration::from_millis(100),
+        600,
+    )
+    .unwrap()
+    .with_shard(ShardSpec::new(index, 3).unwrap());
+    q.ensure_group().await.unwrap();
+    q
+}
+
+/// What the gateway's submit leaves behind: a queued record and a stream entry.
+async fn submit(conn: &mut ConnectionManager, layout: &Layout, id: &str) {
+    let job = Job {
+        keys: vec![vec![0u8; 40]],
+        epoch: None,
+        accepted_ms: 1,
+    };
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(layout.query(id))
+        .arg("status")
+        .arg("queued")
+        .arg("keys")
+        .arg(1)
+        .ignore()
+        .cmd("EXPIRE")
+        .arg(layout.query(id))
+        .arg(600)
+        .ignore()
+        .cmd("XADD")
+        .arg(layout.jobs())
+        .arg("*")
+        .arg("id")
+        .arg(id)
+        .arg("job")
+        .arg(job.to_bincode())
+        .ignore()
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// Reads the next entry through `q`'s group and returns its entry id.
+async fn read_one(q: &Queue) -> String {
+    let d = q.read(1, Duration::from_millis(500)).await.unwrap();
+    assert_eq!(d.len(), 1, "one job delivered to group {}", q.group());
+    d[0].entry_id.clone()
+}
+
+fn done(entry_id: &str, id: &str, epoch: u64, byte: u8) -> Outcome {
+    Outcome::Done {
+        entry_id: entry_id.into(),
+        request_id: id.into(),
+        epoch,
+        page_size: PS,
+        pages: vec![byte; PS],
+        scan: Duration::from_micros(10 + byte as u64),
+        worker: Duration::from_micros(20),
+        accepted_ms: 1,
+        digest: Some(digest(1)),
+    }
+}
+
+fn digest(n: u8) -> pirq_shared::digest::Digest {
+    pirq_shared::digest::Digest([n; 32])
+}
+
+async fn field(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    id: &str,
+    f: &str,
+) -> Option<Vec<u8>> {
+    redis::cmd("HGET")
+        .arg(layout.query(id))
+        .arg(f)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+async fn text(conn: &mut ConnectionManager, layout: &Layout, id: &str, f: &str) -> String {
+    String::from_utf8(field(conn, layout, id, f).await.unwrap_or_default()).unwrap()
+}
+
+#[tokio::test]
+async fn partials_combine_once_per_shard_and_complete_on_the_last() {
+    let redis = Redis::start();
+    let mut conn = redis.connect().await;
+    let layout = Layout::new("party-s").unwrap();
+    let s0 = shard_queue(&redis, &layout, 0, "a0").await;
+    let s1 = shard_queue(&redis, &layout, 1, "a1").await;
+    let s1_replica = shard_queue(&redis, &layout, 1, "b1").await;
+    let s2 = shard_queue(&redis, &layout, 2, "a2").await;
+    let id = "0123456789abcdef0123456789abcdef";
+    submit(&mut conn, &layout, id).await;
+    let (e0, e1, e2) = (
+        read_one(&s0).await,
+        read_one(&s1).await,
+        read_one(&s2).await,
+    );
+    // Within shard 1 the job went to one consumer only.
+    assert!(s1_replica
+        .read(1, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The first shard to start pins the epoch; later shards answer at it.
+    let job = |epoch| vec![(id.to_string(), epoch)];
+    assert_eq!(
+        s2.start_shard_window(&job(5)).await.unwrap(),
+        vec![ShardStart::At(5)]
+    );
+    assert_eq!(
+        s0.start_shard_window(&job(6)).await.unwrap(),
+        vec![ShardStart::At(5)]
+    );
+    assert_eq!(text(&mut conn, &layout, id, "status").await, "running");
+    assert_eq!(text(&mut conn, &layout, id, "shards").await, "3");
+
+    s0.finish(&[done(&e0, id, 5, 0x01)]).await.unwrap();
+    s1.finish(&[done(&e1, id, 5, 0x02)]).await.unwrap();
+    // Shard 1 again, as a replica that claimed the job after a reclaim: nothing changes.
+    s1_replica.finish(&[done(&e1, id, 5, 0x02)]).await.unwrap();
+    assert_eq!(text(&mut conn, &layout, id, "parts").await, "2");
+    assert_eq!(text(&mut conn, &layout, id, "status").await, "running");
+    let sum: Vec<u8> = redis::cmd("GET")
+        .arg(layout.partial_sum(id))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(sum, vec![0x03; PS], "shard 1 XORed in once");
+    let len: u64 = redis::cmd("XLEN")
+        .arg(layout.jobs())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 1, "the entry stays until every shard is in");
+
+    s2.finish(&[done(&e2, id, 5, 0x04)]).await.unwrap();
+    assert_eq!(text(&mut conn, &layout, id, "status").await, "done");
+    assert_eq!(text(&mut conn, &layout, id, "epoch").await, "5");
+    assert_eq!(
+        text(&mut conn, &layout, id, "page_size").await,
+        PS.to_string()
+    );
+    assert_eq!(
+        field(&mut conn, &layout, id, "pages").await.unwrap(),
+        vec![0x07; PS]
+    );
+    assert_eq!(
+        text(&mut conn, &layout, id, "scan_us").await,
+        "14",
+        "the slowest shard's"
+    );
+    let len: u64 = redis::cmd("XLEN")
+        .arg(layout.jobs())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 0, "the entry is deleted once the query is complete");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(layout.partial_sum(id))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!exists, "the running sum is dropped");
+    // Every shard's group acknowledged it.
+    for q in [&s0, &s1, &s2] {
+        let pending: redis::Value = redis::cmd("XPENDING")
+            .arg(layout.jobs())
+            .arg(q.group())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let redis::Value::Array(summary) = pending else {
+            panic!("{pending:?}")
+        };
+        assert_eq!(summary[0], redis::Value::Int(0), "group {}", q.group());
+    }
+    // A late duplicate after completion leaves the answer alone.
+    s1_replica.finish(&[done(&e1, id, 5, 0x55)]).await.unwrap();
+    assert_eq!(
+        field(&mut conn, &layout, id, "pages").await.unwrap(),
+        vec![0x07; PS]
+    );
+}
+
+#[tokio::test]
+async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
+    let redis = Redis::start();
+    let mut conn = redis.connect().await;
+    let layout = Layout::new("party-f").unwrap();
+    let s0 = shard_queue(&redis, &layout, 0, "a0").await;
+    let s1 = shard_queue(&redis, &layout, 1, "a1").await;
+    let s2 = shard_queue(&redis, &layout, 2, "a2").await;
+    let id = "fedcba9876543210fedcba9876543210";
+    submit(&mut conn, &layout, id).await;
+    let (e0, e1, e2) = (
+        read_one(&s0).await,
+        read_one(&s1).await,
+        read_one(&s2).await,
+    );
+    let job = vec![(id.to_string(), 0)];
+    s0.start_shard_window(&job).await.unwrap();
+    s0.finish(&[done(&e0, id, 0, 0x01)]).await.unwrap();
+    // Shard 1 keeps failing the job: on its last delivery it dead-letters it.
+    s1.finish(&[Outcome::DeadLetter {
+        entry_id: e1.clone(),
+        request_id: Some(id.into()),
+        error: ErrorBody::new(ErrorCode::ScanFailed, "gave up after 3 deliveries: boom"),
+        deliveries: 3,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(text(&mut conn, &layout, id, "status").await, "failed");
+    assert!(text(&mut conn, &layout, id, "error_message")
+        .await
+        .contains("boom"));
+    let len: u64 = redis::cmd("XLEN")
+        .arg(layout.jobs())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 0, "deleted for every shard");
+    // Shard 2 meets a final query: nothing to answer, and a partial it already had is dropped.
+    assert_eq!(
+        s2.start_shard_window(&job).await.unwrap(),
+        vec![ShardStart::Settled]
+    );
+    s2.finish(&[done(&e2, id, 0, 0x04)]).await.unwrap();
+    assert_eq!(text(&mut conn, &layout, id, "status").await, "failed");
+    assert_eq!(field(&mut conn, &layout, id, "pages").await, None);
+}
+
+#[tokio::test]
+async fn a_query_half_answered_by_another_shard_count_is_not_mixed() {
+    let redis = Redis::start();
+    let mut conn = redis.connect().await;
+    let layout = Layout::new("party-r").unwrap();
+    let s0 = shard_queue(&redis, &layout, 0, "a0").await;
+    let (old, fresh) = (
+        "00000000000000000000000000000001",
+        "00000000000000000000000000000002",
+    );
+    submit(&mut conn, &layout, old).await;
+    submit(&mut conn, &layout, fresh).await;
+    // `old` was started and half answered by a 2-shard layout; `fresh` was only queued.
+    let _: () = redis::cmd("HSET")
+        .arg(layout.query(old))
+        .arg("shards")
+        .arg(2)
+        .arg("parts")
+        .arg(1)
+        .arg("epoch")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let jobs = vec![(old.to_string(), 0), (fresh.to_string(), 0)];
+    assert_eq!(
+        s0.start_shard_window(&jobs).await.unwrap(),
+        vec![ShardStart::OtherShardCount, ShardStart::At(0)]
+    );
+    assert_eq!(text(&mut conn, &layout, fresh, "shards").await, "3");
+}
+
+#[tokio::test]
+async fn shards_answering_from_different_databases_fail_the_query() {
+    let redis = Redis::start();
+    let mut conn = redis.connect().await;
+    let layout = Layout::new("party-d").unwrap();
+    let s0 = shard_queue(&redis, &layout, 0, "a0").await;
+    let s1 = shard_queue(&redis, &layout, 1, "a1").await;
+    let id = "0000000000000000000000000000000d";
+    submit(&mut conn, &layout, id).await;
+    let (e0, e1) = (read_one(&s0).await, read_one(&s1).await);
+    s0.start_shard_window(&[(id.to_string(), 0)]).await.unwrap();
+    s0.finish(&[done(&e0, id, 0, 0x01)]).await.unwrap();
+    let mut other = done(&e1, id, 0, 0x02);
+    if let Outcome::Done { digest: d, .. } = &mut other {
+        *d = Some(digest(2));
+    }
+    s1.finish(&[other]).await.unwrap();
+    assert_eq!(text(&mut conn, &layout, id, "status").await, "failed");
+    assert!(text(&mut conn, &layout, id, "error_message")
+        .await
+        .contains("different digests"));
+}
