@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pirq_shared::check;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::metrics as m;
@@ -649,38 +650,9 @@ fn check_job(
         return Err(ErrorBody::new(ErrorCode::NoKeys, "the job has no keys"));
     }
     let epoch = job.epoch.unwrap_or(epochs.newest);
-    if !epochs.contains(epoch) {
-        return Err(ErrorBody::new(
-            ErrorCode::EpochUnavailable,
-            format!(
-                "epoch {epoch} is outside the window {}..={} this worker answers",
-                epochs.oldest, epochs.newest
-            ),
-        )
-        .with_window(epochs));
-    }
-    let keys = job
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(i, bytes)| {
-            let key = DpfKey::parse(bytes).map_err(|e| {
-                ErrorBody::new(ErrorCode::from(&e), format!("key {i}: {e}")).with_key_index(i)
-            })?;
-            if key.domain_bits() != geometry.domain_bits {
-                return Err(ErrorBody::new(
-                    ErrorCode::KeyDomainMismatch,
-                    format!(
-                        "key {i} has {} domain bits, the database needs {}",
-                        key.domain_bits(),
-                        geometry.domain_bits
-                    ),
-                )
-                .with_key_index(i));
-            }
-            Ok(key)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    check::check_epoch(epoch, epochs)?;
+    let keys = check::parse_keys(&job.keys)?;
+    check::check_domain(&keys, geometry.domain_bits)?;
     Ok((epoch, keys))
 }
 
