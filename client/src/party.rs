@@ -279,24 +279,27 @@ impl Party {
         let fut = async {
             let mut backoff = Backoff::new();
             loop {
-                let attempt = match how {
-                    Wait::Events => self.wait_events(id).await,
-                    Wait::Poll { interval } => loop {
-                        let r = self.status(id, encoding, None).await?;
-                        if r.status.is_final() {
-                            break Ok(r);
-                        }
-                        backoff.reset();
-                        tokio::time::sleep(interval).await;
-                    },
-                    Wait::LongPoll => loop {
-                        let r = self.status(id, encoding, Some(30)).await?;
-                        if r.status.is_final() {
-                            break Ok(r);
-                        }
-                        backoff.reset();
-                    },
-                };
+                let attempt = async {
+                    match how {
+                        Wait::Events => self.wait_events(id).await,
+                        Wait::Poll { interval } => loop {
+                            let r = self.status(id, encoding, None).await?;
+                            if r.status.is_final() {
+                                break Ok(r);
+                            }
+                            backoff.reset();
+                            tokio::time::sleep(interval).await;
+                        },
+                        Wait::LongPoll => loop {
+                            let r = self.status(id, encoding, Some(30)).await?;
+                            if r.status.is_final() {
+                                break Ok(r);
+                            }
+                            backoff.reset();
+                        },
+                    }
+                }
+                .await;
                 match attempt {
                     Err(e) if is_transient(&e) => tokio::time::sleep(backoff.next()).await,
                     other => break other,
