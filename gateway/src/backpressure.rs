@@ -7,7 +7,7 @@
 //! the traffic as it is, so a flood of 64-key queries (slower to answer) lowers the rate and
 //! with it the jobs admitted: the bound is in seconds of work whatever the keys per query. The
 //! check itself is part of the submit script (one atomic step with the `XADD`, see
-//! [`crate::store`]). A refused client is told when to come back:
+//! [`pirq_queue::producer`]). A refused client is told when to come back:
 //! `Retry-After = ceil((backlog − limit + 1) / drain rate)`, between 1 and [`MAX_RETRY_AFTER`]
 //! seconds (the maximum while nothing drains, e.g. no worker is up).
 //!

@@ -8,16 +8,17 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::store::{DbInfo, Store, StoreError};
+use pirq_queue::producer::Producer;
+use pirq_queue::{QueueError, RegisteredDb};
 
 pub struct DbCache {
-    store: Store,
+    store: Producer,
     max_age: Duration,
-    cached: Mutex<Option<(DbInfo, Instant)>>,
+    cached: Mutex<Option<(RegisteredDb, Instant)>>,
 }
 
 impl DbCache {
-    pub fn new(store: Store, max_age: Duration) -> DbCache {
+    pub fn new(store: Producer, max_age: Duration) -> DbCache {
         DbCache {
             store,
             max_age,
@@ -32,7 +33,7 @@ impl DbCache {
     }
 
     /// The registration, `None` when no worker has registered a database yet.
-    pub async fn get(&self) -> Result<Option<DbInfo>, StoreError> {
+    pub async fn get(&self) -> Result<Option<RegisteredDb>, QueueError> {
         if let Some((info, at)) = *self.cached.lock().unwrap() {
             if at.elapsed() < self.max_age {
                 return Ok(Some(info));

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Value;
 
 /// How often the `appendfsync always` configuration is checked again.
 pub const RECHECK: Duration = Duration::from_secs(5);
@@ -139,20 +138,8 @@ impl Durable {
 
 /// `(redis_version, WAITAOF known)`.
 async fn probe_once(conn: &mut ConnectionManager) -> redis::RedisResult<(String, bool)> {
-    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("unknown")
-        .trim()
-        .to_string();
-    let reply: Value = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("WAITAOF")
-        .query_async(conn)
-        .await?;
-    let known =
-        matches!(&reply, Value::Array(items) if items.iter().any(|v| !matches!(v, Value::Nil)));
+    let version = pirq_queue::probe::server_version(conn).await?;
+    let known = pirq_queue::probe::command_exists(conn, "WAITAOF").await?;
     Ok((version, known))
 }
 

@@ -1,6 +1,7 @@
 //! The gateway's one Redis pub/sub connection, fanned out to every waiting request.
 //!
-//! Workers publish `"<id> <status>"` on `{P}:done` whenever a query changes status. A single
+//! Workers publish a [`StatusEvent`] (`"<id> <status>"`) on `{P}:done` whenever a query changes
+//! status. A single
 //! task per gateway stays subscribed to that channel and wakes the waiters registered for the
 //! id; requests never open their own subscription.
 //!
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use pirq_queue::{RequestId, StatusEvent};
 use tokio::sync::watch;
 
 #[derive(Clone)]
@@ -25,12 +27,12 @@ pub struct Events {
 
 struct Hub {
     /// Per request id: a counter bumped on every notification; receivers see each bump.
-    waiters: Mutex<HashMap<String, watch::Sender<u64>>>,
+    waiters: Mutex<HashMap<RequestId, watch::Sender<u64>>>,
     connected: AtomicBool,
 }
 
 impl Hub {
-    fn notify(&self, id: &str) {
+    fn notify(&self, id: &RequestId) {
         if let Some(tx) = self.waiters.lock().unwrap().get(id) {
             tx.send_modify(|n| *n += 1);
         }
@@ -46,7 +48,7 @@ impl Hub {
 /// Interest in one request id. Dropping it unregisters.
 pub struct Subscription {
     hub: Arc<Hub>,
-    id: String,
+    id: RequestId,
     rx: watch::Receiver<u64>,
 }
 
@@ -87,20 +89,20 @@ impl Events {
     }
 
     /// Registers interest in `id`. Call before reading the query's status.
-    pub fn subscribe(&self, id: &str) -> Subscription {
+    pub fn subscribe(&self, id: &RequestId) -> Subscription {
         let mut waiters = self.hub.waiters.lock().unwrap();
         let rx = match waiters.get(id) {
             Some(tx) => tx.subscribe(),
             None => {
                 let (tx, rx) = watch::channel(0);
-                waiters.insert(id.to_string(), tx);
+                waiters.insert(*id, tx);
                 rx
             }
         };
         metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
         Subscription {
             hub: self.hub.clone(),
-            id: id.to_string(),
+            id: *id,
             rx,
         }
     }
@@ -124,10 +126,8 @@ async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
                 hub.notify_all();
                 let mut messages = pubsub.into_on_message();
                 while let Some(msg) = messages.next().await {
-                    let payload: Vec<u8> = msg.get_payload_bytes().to_vec();
-                    let id = payload.split(|b| *b == b' ').next().unwrap_or_default();
-                    if let Ok(id) = std::str::from_utf8(id) {
-                        hub.notify(id);
+                    if let Some(event) = StatusEvent::parse(msg.get_payload_bytes()) {
+                        hub.notify(&event.id);
                     }
                 }
                 hub.connected.store(false, Ordering::Relaxed);

@@ -3,7 +3,7 @@
 //!
 //! The first request with a key is processed as usual and the key is remembered with the
 //! request's fingerprint and id for `--idempotency-ttl` seconds, in the same atomic step that
-//! queues the job (`{P}:idem:<key>`, see [`crate::store`]): two requests with one key can never
+//! queues the job (`{P}:idem:<key>`, see [`pirq_queue::producer`]): two requests with one key can never
 //! both queue a job. A later request with the same key:
 //!
 //! - and the same request (same keys, same epoch, whatever the encoding) → the first request's

@@ -31,7 +31,6 @@ pub mod routes;
 pub mod server;
 pub mod shards;
 pub mod state;
-pub mod store;
 pub mod waiters;
 
 pub use config::Config;

@@ -8,11 +8,11 @@
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{EpochRange, ShardInfo, ShardWorker};
 
-use crate::store::DbInfo;
+use pirq_queue::RegisteredDb;
 
 /// Every shard of the party with its live workers; empty for an unsharded party. `records`
 /// are the live workers' heartbeat records (id, JSON).
-pub fn view(db: &DbInfo, records: &[(String, serde_json::Value)]) -> Vec<ShardInfo> {
+pub fn view(db: &RegisteredDb, records: &[(String, serde_json::Value)]) -> Vec<ShardInfo> {
     if db.shards <= 1 {
         return Vec::new();
     }
@@ -51,7 +51,7 @@ pub fn view(db: &DbInfo, records: &[(String, serde_json::Value)]) -> Vec<ShardIn
 }
 
 /// Why the party is not ready, `None` when every shard is.
-pub fn not_ready(db: &DbInfo, shards: &[ShardInfo]) -> Option<String> {
+pub fn not_ready(db: &RegisteredDb, shards: &[ShardInfo]) -> Option<String> {
     let missing: Vec<String> = shards
         .iter()
         .filter(|s| !s.ready)
@@ -78,8 +78,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn db(epoch: u64) -> DbInfo {
-        DbInfo {
+    fn db(epoch: u64) -> RegisteredDb {
+        RegisteredDb {
             num_pages: 1000,
             page_size: 256,
             domain_bits: 10,
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn unsharded_parties_list_no_shards() {
-        let unsharded = DbInfo { shards: 1, ..db(0) };
+        let unsharded = RegisteredDb { shards: 1, ..db(0) };
         assert!(view(&unsharded, &[worker("a", 0, 0)]).is_empty());
     }
 }

@@ -13,13 +13,14 @@ use crate::config::Config;
 use crate::dbinfo::DbCache;
 use crate::durability::Durable;
 use crate::events::Events;
-use crate::store::{Store, StoreError};
 use crate::waiters::Waiters;
+use pirq_queue::producer::Producer;
+use pirq_queue::QueueError;
 
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,
-    pub store: Store,
+    pub store: Producer,
     pub db: Arc<DbCache>,
     pub events: Events,
     /// `None` when the process has no Prometheus recorder (then `/metrics` is empty).
@@ -42,7 +43,7 @@ pub enum StateError {
     #[error("{}", pirq_shared::layout::bad_redis_url(.0))]
     Redis(#[from] redis::RedisError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Producer(#[from] QueueError),
 }
 
 impl AppState {
@@ -50,7 +51,7 @@ impl AppState {
     pub fn new(config: Config, metrics: Option<PrometheusHandle>) -> Result<AppState, StateError> {
         let layout = Layout::new(&config.prefix)?;
         let client = redis::Client::open(config.redis_url.as_str())?;
-        let store = Store::new(client.clone(), layout.clone(), config.redis_timeout())?;
+        let store = Producer::new(client.clone(), layout.clone(), config.redis_timeout())?;
         let events = Events::start(client.clone(), layout.events());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
         let drain = Drain::default();

@@ -36,7 +36,7 @@ pub fn shard_group(spec: crate::shard::ShardSpec) -> String {
 
 /// Fields of a job stream entry.
 pub mod job_field {
-    /// Request id (32 lowercase hex digits).
+    /// Request id (32 lowercase hex digits, `pirq_queue::RequestId`).
     pub const ID: &str = "id";
     /// bincode [`crate::wire::Job`].
     pub const JOB: &str = "job";
@@ -212,11 +212,6 @@ impl fmt::Display for Layout {
     }
 }
 
-/// Request ids are 128 random bits as 32 lowercase hex digits; anything else is not an id.
-pub fn is_request_id(id: &str) -> bool {
-    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,12 +244,5 @@ mod tests {
         for p in ["", "a b", "a{b", "a}b", "a:b", &"x".repeat(65)] {
             assert!(Layout::new(p).is_err(), "{p:?}");
         }
-    }
-
-    #[test]
-    fn request_ids() {
-        assert!(is_request_id(&"0123456789abcdef".repeat(2)));
-        assert!(!is_request_id(&"0123456789ABCDEF".repeat(2)));
-        assert!(!is_request_id("abc"));
     }
 }

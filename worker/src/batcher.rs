@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout_at;
 
 use crate::policy::Close;
-use crate::queue::Delivery;
+use pirq_queue::consumer::Delivery;
 
 /// Resolves when the scans a held window waits for have ended, with when the last of them ended
 /// and how many keys it answered.
@@ -173,7 +173,7 @@ mod tests {
     fn job(keys: usize) -> Delivery {
         Delivery {
             entry_id: "0-1".into(),
-            request_id: Some("0".repeat(32)),
+            request_id: Some(pirq_queue::RequestId::parse(&"0".repeat(32)).unwrap()),
             job: Ok(Job {
                 keys: vec![vec![0u8; 4]; keys],
                 epoch: None,

@@ -214,9 +214,9 @@ impl Config {
         Duration::from_millis(self.block_ms)
     }
 
-    /// The delivery rules of [`crate::queue::Queue`].
-    pub fn policy(&self) -> crate::queue::Policy {
-        crate::queue::Policy {
+    /// The delivery rules of [`pirq_queue::consumer::Consumer`].
+    pub fn policy(&self) -> pirq_queue::consumer::Policy {
+        pirq_queue::consumer::Policy {
             claim_idle: self.claim_idle_ms.map(Duration::from_millis),
             max_deliveries: self.max_deliveries,
             dead_letter_max: self.dead_letter_max,

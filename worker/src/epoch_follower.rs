@@ -21,8 +21,8 @@ use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use tokio::sync::watch;
 
-use crate::digests::Digests;
-use crate::registry::{self, Registration};
+use pirq_queue::digests::Digests;
+use pirq_queue::registration::{self as registry, Registration};
 use pirq_scan::{ScanError, Scanner};
 
 /// Entries read per `XREAD`.

@@ -6,12 +6,9 @@
 pub mod backend;
 pub mod batcher;
 pub mod config;
-pub mod digests;
 pub mod epoch_follower;
 pub mod guard;
 pub mod metrics_export;
 pub mod policy;
-pub mod queue;
 pub mod reclaim;
-pub mod registry;
 pub mod serve;

@@ -6,16 +6,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use pirq_queue::consumer::Consumer;
+use pirq_queue::digests::Digests;
+use pirq_queue::registration::{self as registry, Registration};
 use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::{Config, WindowPolicyKind};
-use pirq_worker::digests::Digests;
 use pirq_worker::epoch_follower::Follower;
 use pirq_worker::policy::WindowPolicy;
-use pirq_worker::queue::Queue;
-use pirq_worker::registry::{self, Registration};
 use pirq_worker::serve::{self, Worker};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
@@ -102,7 +102,7 @@ async fn run() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
-        Queue::new(
+        Consumer::new(
             &client,
             layout.clone(),
             consumer.clone(),
@@ -279,7 +279,7 @@ fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPol
 }
 
 /// Waits until Redis answers and the consumer group exists, retrying with backoff.
-async fn wait_for_redis(queue: &Queue) {
+async fn wait_for_redis(queue: &Consumer) {
     let mut backoff = Duration::from_millis(100);
     loop {
         match queue.ensure_group().await {

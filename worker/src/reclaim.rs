@@ -2,7 +2,7 @@
 //! shutdown.
 //!
 //! - **Reclaim**: the reader claims (`XAUTOCLAIM`) entries that sat unacknowledged longer than
-//!   the claim-idle time ([`Queue::claim_idle`]) with any consumer: those of a worker that died
+//!   the claim-idle time ([`Consumer::claim_idle`]) with any consumer: those of a worker that died
 //!   mid-window, and those handed back. A live worker keeps its own entries fresh
 //!   ([`spawn_keeper`]), so a slow pass is never taken from it.
 //! - **Delivery limit**: every delivery is counted by Redis. A job that fails while it has
@@ -22,7 +22,8 @@ use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::ErrorBody;
 use tokio::sync::watch;
 
-use crate::queue::{Delivery, Outcome, Queue};
+use pirq_queue::consumer::{Consumer, Delivery, Outcome};
+use pirq_queue::RequestId;
 
 /// Applies the delivery limit to a window's outcomes: failures with deliveries left are handed
 /// back, failures on the last allowed delivery are dead-lettered; entries that are not jobs at
@@ -71,7 +72,7 @@ pub fn apply_policy(
 
 fn dead_letter(
     entry_id: String,
-    request_id: Option<String>,
+    request_id: Option<RequestId>,
     error: ErrorBody,
     deliveries: u64,
 ) -> Outcome {
@@ -100,7 +101,7 @@ pub fn over_limit(d: &Delivery, max_deliveries: u64) -> Option<Outcome> {
     );
     Some(Outcome::DeadLetter {
         entry_id: d.entry_id.clone(),
-        request_id: d.request_id.clone(),
+        request_id: d.request_id,
         error: ErrorBody::new(
             ErrorCode::DeliveryLimit,
             format!(
@@ -116,7 +117,7 @@ pub fn over_limit(d: &Delivery, max_deliveries: u64) -> Option<Outcome> {
 /// Refreshes the idle time of the entries this worker holds every third of the claim-idle time,
 /// until `stop`.
 pub fn spawn_keeper(
-    queue: Arc<Queue>,
+    queue: Arc<Consumer>,
     mut stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -136,7 +137,7 @@ pub fn spawn_keeper(
 /// Hands back every entry this consumer still holds (at shutdown, after the last window is
 /// written): not acknowledged, immediately claimable by any worker, and the delivery that was
 /// never run is not counted. Returns how many.
-pub async fn release_held(queue: &Queue) -> redis::RedisResult<usize> {
+pub async fn release_held(queue: &Consumer) -> redis::RedisResult<usize> {
     let mut total = 0;
     loop {
         let held = queue.own_pending(500).await?;
@@ -166,7 +167,7 @@ mod tests {
     fn failed(entry: &str) -> Outcome {
         Outcome::Failed {
             entry_id: entry.into(),
-            request_id: "a".repeat(32),
+            request_id: RequestId::parse(&"a".repeat(32)).unwrap(),
             error: ErrorBody::new(ErrorCode::KeyLength, "key 0: bad length"),
             worker: Duration::ZERO,
         }

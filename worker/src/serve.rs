@@ -20,18 +20,19 @@ use tracing::Instrument;
 
 use crate::batcher::{Batcher, Idle, Window};
 use crate::policy::WindowPolicy;
-use crate::queue::{Delivery, Outcome, Queue, ShardStart};
 use crate::reclaim;
+use pirq_queue::consumer::{Consumer, Delivery, Outcome, ShardStart};
+use pirq_queue::RequestId;
 use pirq_scan::{Geometry, Scanner};
 
 /// Everything the loop needs.
 pub struct Worker {
     pub scanner: Arc<dyn Scanner>,
-    pub queue: Arc<Queue>,
+    pub queue: Arc<Consumer>,
     /// The scanner's epoch window, as the updates follower announces it.
     pub epochs: watch::Receiver<EpochRange>,
     /// The digest of every epoch answered, stamped on each result.
-    pub digests: crate::digests::Digests,
+    pub digests: pirq_queue::digests::Digests,
     /// How long a job pinned to an epoch not applied yet waits for it.
     pub epoch_wait: Duration,
     pub max_batch_keys: usize,
@@ -156,7 +157,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
 
 /// Keeps the channel fed from the stream until `stop`.
 async fn read_loop(
-    queue: Arc<Queue>,
+    queue: Arc<Consumer>,
     tx: mpsc::Sender<Delivery>,
     block: Duration,
     mut stop: watch::Receiver<bool>,
@@ -272,10 +273,10 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
     if !worker.queue.shard().is_whole() {
         return run_shard_window(worker, window).await;
     }
-    let ids: Vec<String> = window
+    let ids: Vec<RequestId> = window
         .deliveries
         .iter()
-        .filter_map(|d| d.request_id.clone())
+        .filter_map(|d| d.request_id)
         .collect();
     metrics::histogram!(m::WORKER_BATCH_JOBS).record(window.deliveries.len() as f64);
     metrics::histogram!(m::WORKER_BATCH_KEYS).record(window.keys as f64);
@@ -288,10 +289,10 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
         })
     };
     // Keep what is needed to report a failure if the pass panics.
-    let entries: Vec<(String, Option<String>, Instant)> = window
+    let entries: Vec<(String, Option<RequestId>, Instant)> = window
         .deliveries
         .iter()
-        .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
+        .map(|d| (d.entry_id.clone(), d.request_id, d.received))
         .collect();
     // Jobs pinned ahead were split off and waited for in `run` already.
     let scanner = worker.scanner.clone();
@@ -331,13 +332,13 @@ async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
             d.request_id.is_some() && d.job.is_ok()
         })
         .collect();
-    let proposals: Vec<(String, u64)> = startable
+    let proposals: Vec<(RequestId, u64)> = startable
         .iter()
         .map(|&i| {
             let d = &window.deliveries[i];
             let job = d.job.as_ref().expect("startable jobs decoded");
             (
-                d.request_id.clone().expect("startable jobs have ids"),
+                d.request_id.expect("startable jobs have ids"),
                 job.epoch.unwrap_or(newest),
             )
         })
@@ -377,7 +378,7 @@ async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
                 settled[i] = true;
                 outcomes.push(Outcome::Failed {
                     entry_id: d.entry_id.clone(),
-                    request_id: d.request_id.clone().expect("startable jobs have ids"),
+                    request_id: d.request_id.expect("startable jobs have ids"),
                     error: ErrorBody::new(
                         ErrorCode::Internal,
                         "the party was re-split into another number of shards while this query \
@@ -396,10 +397,10 @@ async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
     }
     wait_for_pinned_epochs(worker, &window).await;
     let scanner = worker.scanner.clone();
-    let entries: Vec<(String, Option<String>, Instant)> = window
+    let entries: Vec<(String, Option<RequestId>, Instant)> = window
         .deliveries
         .iter()
-        .map(|d| (d.entry_id.clone(), d.request_id.clone(), d.received))
+        .map(|d| (d.entry_id.clone(), d.request_id, d.received))
         .collect();
     match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
         Ok(o) => outcomes.extend(o),
@@ -447,7 +448,7 @@ async fn wait_for_pinned_epochs(worker: &Worker, window: &Window) {
 
 /// Writes outcomes, retrying while Redis is unreachable. If it stays unreachable the entries
 /// stay pending in the group and are delivered again.
-async fn write_outcomes(queue: &Queue, outcomes: Vec<Outcome>) {
+async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
     let mut backoff = Duration::from_millis(50);
     for attempt in 1..=10 {
         match queue.finish(&outcomes).await {
@@ -502,7 +503,7 @@ fn record_outcomes(outcomes: &[Outcome]) {
 /// A job that passed the checks: its keys are in the window's key list at `first..first+count`.
 struct Valid {
     entry_id: String,
-    request_id: String,
+    request_id: RequestId,
     received: Instant,
     accepted_ms: u64,
     first: usize,
@@ -735,7 +736,7 @@ mod tests {
     fn delivery(i: usize, key: &DpfKey) -> Delivery {
         Delivery {
             entry_id: format!("{i}-0"),
-            request_id: Some(format!("{i:032x}")),
+            request_id: Some(RequestId::parse(&format!("{i:032x}")).unwrap()),
             job: Ok(Job {
                 keys: vec![key.to_bytes()],
                 epoch: None,

@@ -2,36 +2,23 @@
 //!
 //! The body is a whole [`EpochUpdate`] (JSON with base64 pages, or bincode), limited by
 //! `--max-update-bytes` rather than the query body limit. After checking the bearer token and
-//! the pages against the registered database, one Lua script checks that the epoch is the
-//! newest + 1, appends the update as a single stream entry with id `<epoch>-0`, and raises the
-//! registered newest epoch: all pages of an epoch or none, and no two gateways can append the
-//! same epoch.
+//! the pages against the registered database, one Lua script (`queue/lua/append_epoch.lua`)
+//! checks that the epoch is the newest + 1, appends the update as a single stream entry with id
+//! `<epoch>-0`, and raises the registered newest epoch: all pages of an epoch or none, and no two
+//! gateways can append the same epoch.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
+use pirq_queue::producer::Appended;
 use pirq_shared::error::ErrorCode;
-use pirq_shared::layout::{db_field, UPDATE_FIELD};
 use pirq_shared::update::EpochUpdate;
 use serde::Serialize;
 
 use super::Format;
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// Checks `epoch == registered newest + 1`, appends, raises the newest. Returns the new epoch,
-/// or `{-1, newest}` when the epoch is not the next one.
-const APPEND: &str = r#"
-local newest = tonumber(redis.call('HGET', KEYS[1], ARGV[3]) or '-1')
-local epoch = tonumber(ARGV[1])
-if epoch ~= newest + 1 then
-  return {-1, newest}
-end
-redis.call('XADD', KEYS[2], ARGV[1] .. '-0', ARGV[4], ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[3], ARGV[1])
-return {epoch, newest}
-"#;
 
 /// Answer of a successful push.
 #[derive(Serialize)]
@@ -64,22 +51,12 @@ pub async fn push_epoch(
         .validate(db.num_pages, db.page_size as usize)
         .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
 
-    let layout = state.store.layout();
-    let script = redis::Script::new(APPEND);
-    let mut invocation = script.key(layout.db());
-    invocation
-        .key(layout.updates())
-        .arg(update.epoch)
-        .arg(update.to_bincode())
-        .arg(db_field::EPOCH)
-        .arg(UPDATE_FIELD);
-    let mut conn = state.store.connection();
-    let (applied, newest): (i64, i64) =
-        tokio::time::timeout(state.store.timeout(), invocation.invoke_async(&mut conn))
-            .await
-            .map_err(|_| ApiError::redis("timed out appending the update"))?
-            .map_err(ApiError::redis)?;
-    if applied < 0 {
+    let appended = state
+        .store
+        .append_epoch(&update)
+        .await
+        .map_err(ApiError::redis)?;
+    if let Appended::NotNext { newest } = appended {
         return Err(ApiError::new(
             ErrorCode::EpochNotNext,
             format!(

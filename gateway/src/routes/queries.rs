@@ -12,7 +12,6 @@ use axum::response::Response;
 use futures::Stream;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
-use pirq_shared::layout::is_request_id;
 use pirq_shared::wire::{ErrorBody, ErrorEnvelope, Job, QueryRequest, QueryResult, QueryStatus};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -21,18 +20,19 @@ use super::Format;
 use crate::error::ApiError;
 use crate::events::Subscription;
 use crate::state::AppState;
-use crate::store::{DbInfo, StoreError, StoredQuery, SubmitChecks, Submitted};
 use crate::{durability, idempotency};
+use pirq_queue::producer::{SubmitChecks, Submitted};
+use pirq_queue::{QueryRecord, QueueError, RegisteredDb, RequestId};
 
 /// Longest `?wait=`, in seconds.
 pub const MAX_WAIT_SECS: f64 = 30.0;
 /// A waiter reads the status again at least this often, even without a notification.
 const RECHECK: Duration = Duration::from_secs(2);
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> ApiError {
         match e {
-            StoreError::Malformed { .. } => ApiError::new(ErrorCode::Internal, e.to_string()),
+            QueueError::Malformed { .. } => ApiError::new(ErrorCode::Internal, e.to_string()),
             _ => ApiError::redis(e).retry_after(1),
         }
     }
@@ -65,7 +65,7 @@ pub async fn submit(
         ));
     }
 
-    let id = format!("{:032x}", rand::random::<u128>());
+    let id = RequestId::mint();
     let job = Job {
         keys: request.keys,
         epoch: request.epoch,
@@ -103,10 +103,10 @@ pub async fn submit(
     match submitted {
         Submitted::Queued => {}
         // Our own submit, sent again after a dropped connection: it is queued.
-        Submitted::Known { id: ref known, .. } if *known == id => {}
+        Submitted::Known { id: known, .. } if known == Some(id) => {}
         Submitted::Known {
             same_request: true,
-            id: known,
+            id: Some(known),
         } => {
             // The first request may have got 503 `not_durable`: confirm before answering.
             if st.durable.mode == durability::Mode::WaitAof
@@ -151,12 +151,12 @@ pub async fn submit(
         &st,
         &id,
         format,
-        &QueryResult::pending(&id, QueryStatus::Queued),
+        &QueryResult::pending(id.as_str(), QueryStatus::Queued),
     ))
 }
 
 /// A 202 (pending) or 200 (final) answer for a query with its `Location`.
-fn accepted(st: &AppState, id: &str, format: Format, result: &QueryResult) -> Response {
+fn accepted(st: &AppState, id: &RequestId, format: Format, result: &QueryResult) -> Response {
     let final_ = result.status.is_final();
     let code = if final_ {
         StatusCode::OK
@@ -179,7 +179,7 @@ fn accepted(st: &AppState, id: &str, format: Format, result: &QueryResult) -> Re
 }
 
 /// A known `Idempotency-Key` with the same request: the first request's id, as it stands now.
-async fn replay(st: &AppState, id: &str, format: Format) -> Result<Response, ApiError> {
+async fn replay(st: &AppState, id: &RequestId, format: Format) -> Result<Response, ApiError> {
     metrics::counter!(pirq_shared::metrics::GATEWAY_IDEMPOTENT_REPLAYS).increment(1);
     let stored = st.store.load(id).await?.ok_or_else(|| {
         ApiError::new(
@@ -225,7 +225,11 @@ fn parse_keys(raw: &[Vec<u8>]) -> Result<Vec<DpfKey>, ApiError> {
         .collect()
 }
 
-fn check_against_db(keys: &[DpfKey], epoch: Option<u64>, db: &DbInfo) -> Result<(), ApiError> {
+fn check_against_db(
+    keys: &[DpfKey],
+    epoch: Option<u64>,
+    db: &RegisteredDb,
+) -> Result<(), ApiError> {
     if let Some((i, k)) = keys
         .iter()
         .enumerate()
@@ -274,16 +278,20 @@ fn now_ms() -> u64 {
 }
 
 /// The request id of the path: 400 `invalid_id` (without a Redis round trip, and without
-/// echoing what was sent) unless it is 32 lowercase hex digits; a path that is not UTF-8 is
-/// refused the same way.
-fn check_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+/// echoing what was sent) unless it is a [`RequestId`] (32 lowercase hex digits); a path that is
+/// not UTF-8 is refused the same way. Nothing else ever names a Redis key.
+fn check_id(path: Result<Path<String>, PathRejection>) -> Result<RequestId, ApiError> {
     match path {
-        Ok(Path(id)) if is_request_id(&id) => Ok(id),
-        _ => Err(ApiError::new(
-            ErrorCode::InvalidId,
-            "a query id is 32 lowercase hex digits",
-        )),
+        Ok(Path(id)) => RequestId::parse(&id).map_err(|_| invalid_id()),
+        Err(_) => Err(invalid_id()),
     }
+}
+
+fn invalid_id() -> ApiError {
+    ApiError::new(
+        ErrorCode::InvalidId,
+        "a query id is 32 lowercase hex digits",
+    )
 }
 
 /// `?wait=S`: seconds to long-poll, a non-negative number, capped at [`MAX_WAIT_SECS`].
@@ -322,7 +330,7 @@ pub async fn status(
         st.store
             .load(&id)
             .await?
-            .ok_or_else(|| ApiError::not_found(&id))?
+            .ok_or_else(|| ApiError::not_found(id.as_str()))?
     } else {
         let _waiter = st.waiters.enter()?;
         wait_final(&st, &id, wait).await?
@@ -352,9 +360,9 @@ pub async fn status(
 /// A client has read the final result of `id`: keep it only `--fetched-result-ttl` more
 /// seconds (in the background: the answer does not wait for it; a failure only means the
 /// result lives its full `--result-ttl`).
-fn fetched(st: &AppState, id: &str) {
+fn fetched(st: &AppState, id: &RequestId) {
     let store = st.store.clone();
-    let id = id.to_string();
+    let id = *id;
     let ttl = st.config.fetched_result_ttl;
     tokio::spawn(async move {
         if let Err(e) = store.expire_within(&id, ttl).await {
@@ -364,7 +372,7 @@ fn fetched(st: &AppState, id: &str) {
 }
 
 /// `Server-Timing` with the worker's scan and total times, for latency accounting.
-fn server_timing(q: &StoredQuery) -> Option<HeaderValue> {
+fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
     let scan = q.scan_us?;
     let worker = q.worker_us.unwrap_or(scan);
     HeaderValue::from_str(&format!(
@@ -376,7 +384,11 @@ fn server_timing(q: &StoredQuery) -> Option<HeaderValue> {
 }
 
 /// Reads the query until it is final or `wait` has passed.
-async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQuery, ApiError> {
+async fn wait_final(
+    st: &AppState,
+    id: &RequestId,
+    wait: Duration,
+) -> Result<QueryRecord, ApiError> {
     let deadline = Instant::now() + wait;
     // Subscribe before the first read: a change between the read and the wait still wakes us.
     let mut sub = st.events.subscribe(id);
@@ -386,7 +398,7 @@ async fn wait_final(st: &AppState, id: &str, wait: Duration) -> Result<StoredQue
             .store
             .load(id)
             .await?
-            .ok_or_else(|| ApiError::not_found(id))?;
+            .ok_or_else(|| ApiError::not_found(id.as_str()))?;
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
@@ -412,7 +424,7 @@ pub async fn events(
         .store
         .load(&id)
         .await?
-        .ok_or_else(|| ApiError::not_found(&id))?;
+        .ok_or_else(|| ApiError::not_found(id.as_str()))?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         follow(st, id, sub, first, tx).await;
@@ -427,9 +439,9 @@ pub async fn events(
 /// Feeds one SSE stream until the query is final, the record vanishes, or the client leaves.
 async fn follow(
     st: AppState,
-    id: String,
+    id: RequestId,
     mut sub: Subscription,
-    mut current: StoredQuery,
+    mut current: QueryRecord,
     tx: mpsc::Sender<Event>,
 ) {
     let mut last_sent = None;

@@ -8,11 +8,12 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use pirq_queue::consumer::{Consumer, Outcome, ShardStart};
+use pirq_queue::RequestId;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job};
-use pirq_worker::queue::{Outcome, Queue, ShardStart};
 use redis::aio::ConnectionManager;
 
 struct Redis {
@@ -73,9 +74,9 @@ impl Drop for Redis {
 
 const PS: usize = 256;
 
-async fn shard_queue(redis: &Redis, layout: &Layout, index: u32, consumer: &str) -> Queue {
+async fn shard_queue(redis: &Redis, layout: &Layout, index: u32, consumer: &str) -> Consumer {
     let client = redis::Client::open(redis.url.as_str()).unwrap();
-    let q = Queue::new(
+    let q = Consumer::new(
         &client,
         layout.clone(),
         consumer.into(),
@@ -121,16 +122,21 @@ async fn submit(conn: &mut ConnectionManager, layout: &Layout, id: &str) {
 }
 
 /// Reads the next entry through `q`'s group and returns its entry id.
-async fn read_one(q: &Queue) -> String {
+async fn read_one(q: &Consumer) -> String {
     let d = q.read(1, Duration::from_millis(500)).await.unwrap();
     assert_eq!(d.len(), 1, "one job delivered to group {}", q.group());
     d[0].entry_id.clone()
 }
 
+/// The test's fixed ids as request ids.
+fn rid(id: &str) -> RequestId {
+    RequestId::parse(id).expect("a request id")
+}
+
 fn done(entry_id: &str, id: &str, epoch: u64, byte: u8) -> Outcome {
     Outcome::Done {
         entry_id: entry_id.into(),
-        request_id: id.into(),
+        request_id: rid(id),
         epoch,
         page_size: PS,
         pages: vec![byte; PS],
@@ -187,7 +193,7 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
         .is_empty());
 
     // The first shard to start pins the epoch; later shards answer at it.
-    let job = |epoch| vec![(id.to_string(), epoch)];
+    let job = |epoch| vec![(rid(id), epoch)];
     assert_eq!(
         s2.start_shard_window(&job(5)).await.unwrap(),
         vec![ShardStart::At(5)]
@@ -282,13 +288,13 @@ async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
         read_one(&s1).await,
         read_one(&s2).await,
     );
-    let job = vec![(id.to_string(), 0)];
+    let job = vec![(rid(id), 0)];
     s0.start_shard_window(&job).await.unwrap();
     s0.finish(&[done(&e0, id, 0, 0x01)]).await.unwrap();
     // Shard 1 keeps failing the job: on its last delivery it dead-letters it.
     s1.finish(&[Outcome::DeadLetter {
         entry_id: e1.clone(),
-        request_id: Some(id.into()),
+        request_id: Some(rid(id)),
         error: ErrorBody::new(ErrorCode::ScanFailed, "gave up after 3 deliveries: boom"),
         deliveries: 3,
     }])
@@ -338,7 +344,7 @@ async fn a_query_half_answered_by_another_shard_count_is_not_mixed() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let jobs = vec![(old.to_string(), 0), (fresh.to_string(), 0)];
+    let jobs = vec![(rid(old), 0), (rid(fresh), 0)];
     assert_eq!(
         s0.start_shard_window(&jobs).await.unwrap(),
         vec![ShardStart::OtherShardCount, ShardStart::At(0)]
@@ -356,7 +362,7 @@ async fn shards_answering_from_different_databases_fail_the_query() {
     let id = "0000000000000000000000000000000d";
     submit(&mut conn, &layout, id).await;
     let (e0, e1) = (read_one(&s0).await, read_one(&s1).await);
-    s0.start_shard_window(&[(id.to_string(), 0)]).await.unwrap();
+    s0.start_shard_window(&[(rid(id), 0)]).await.unwrap();
     s0.finish(&[done(&e0, id, 0, 0x01)]).await.unwrap();
     let mut other = done(&e1, id, 0, 0x02);
     if let Outcome::Done { digest: d, .. } = &mut other {

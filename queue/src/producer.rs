@@ -1,4 +1,5 @@
-//! Every Redis command the gateway sends, in one place.
+//! The gateway's side of the protocol (the producer): submit a query, read its record, read the
+//! registration, append an epoch. Every Redis command a gateway sends goes through here.
 //!
 //! One [`ConnectionManager`] (a multiplexed connection that reconnects by itself) carries all of
 //! them; the gateway never sends a blocking command, so one connection is enough. Each call is
@@ -9,43 +10,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use pirq_shared::digest::Digest;
-use pirq_shared::error::ErrorCode;
-use pirq_shared::layout::{db_field, query_field as qf, Layout};
-use pirq_shared::wire::{ErrorBody, Job, QueryResult, QueryStatus};
+use pirq_shared::layout::{db_field, Layout, UPDATE_FIELD};
+use pirq_shared::update::EpochUpdate;
+use pirq_shared::wire::Job;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-/// A Redis failure: unreachable, timed out, or an answer of the wrong shape.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("{0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    #[error("malformed {what} in redis: {detail}")]
-    Malformed { what: &'static str, detail: String },
-}
-
-/// The database one party's workers registered (`{P}:db`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DbInfo {
-    pub num_pages: u64,
-    pub page_size: u32,
-    pub domain_bits: u8,
-    pub epoch: u64,
-    pub min_epoch: u64,
-    /// Shard count of the party (1: unsharded).
-    pub shards: u32,
-}
-
-impl DbInfo {
-    /// The epochs the party answers.
-    pub fn window(&self) -> pirq_shared::wire::EpochRange {
-        pirq_shared::wire::EpochRange {
-            oldest: self.min_epoch.min(self.epoch),
-            newest: self.epoch,
-        }
-    }
-}
+use crate::registration::RegisteredDb;
+use crate::{scripts, QueryRecord, QueueError, RequestId};
 
 /// The party's workers as their heartbeats describe them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,22 +25,6 @@ pub struct LiveWorkers {
     pub live: u32,
     /// The newest epoch any live worker answers (`None` without live workers).
     pub newest: Option<u64>,
-}
-
-/// The party identity script: the existing id, or `ARGV[1]` stored as the id.
-const PARTY_ID: &str = r#"
-local id = redis.call('GET', KEYS[1])
-if id then return id end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]
-"#;
-
-/// A query as stored under `{P}:q:<id>`, plus the worker's timings when it is done.
-#[derive(Clone, Debug)]
-pub struct StoredQuery {
-    pub result: QueryResult,
-    pub scan_us: Option<u64>,
-    pub worker_us: Option<u64>,
 }
 
 /// The checks made atomically with a submit.
@@ -89,55 +44,46 @@ pub enum Submitted {
     Queued,
     /// Nothing queued: the backlog is full.
     Full { backlog: u64 },
-    /// Nothing queued: the idempotency key is known, from the request `id`.
-    Known { same_request: bool, id: String },
+    /// Nothing queued: the idempotency key is known, from the request `id` (`None` when the
+    /// stored id is not one).
+    Known {
+        same_request: bool,
+        id: Option<RequestId>,
+    },
 }
 
-/// The submit script. KEYS: record, jobs stream, idempotency record. ARGV: id, key count,
-/// accepted_ms, pending_ttl, job bytes, max_backlog (0 = off), fingerprint ('' = no key),
-/// idempotency TTL. The idempotency key is checked first: a replay is answered even when the
-/// backlog is full.
-const SUBMIT: &str = r#"
-if ARGV[7] ~= '' then
-  local known = redis.call('GET', KEYS[3])
-  if known then return {'known', known} end
-end
-local max = tonumber(ARGV[6])
-if max > 0 then
-  local len = redis.call('XLEN', KEYS[2])
-  if len >= max then return {'full', tostring(len)} end
-end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'keys', ARGV[2], 'accepted_ms', ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'job', ARGV[5])
-if ARGV[7] ~= '' then
-  redis.call('SET', KEYS[3], ARGV[7] .. ' ' .. ARGV[1], 'EX', ARGV[8])
-end
-return {'queued', ARGV[1]}
-"#;
+/// What an epoch append did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// The update is on the stream; the registered newest epoch is now its epoch.
+    Appended,
+    /// Nothing appended: the update's epoch is not `newest + 1`.
+    NotNext { newest: i64 },
+}
 
+/// A gateway's connection to its party's Redis.
 #[derive(Clone)]
-pub struct Store {
+pub struct Producer {
     conn: ConnectionManager,
     layout: Layout,
     timeout: Duration,
 }
 
-impl Store {
+impl Producer {
     /// Creates the store without connecting: the first command connects, and a Redis that is
     /// down at start only makes requests fail until it is up.
     pub fn new(
         client: redis::Client,
         layout: Layout,
         timeout: Duration,
-    ) -> Result<Store, StoreError> {
+    ) -> Result<Producer, QueueError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client, config)?;
-        Ok(Store {
+        Ok(Producer {
             conn,
             layout,
             timeout,
@@ -148,7 +94,7 @@ impl Store {
         &self.layout
     }
 
-    /// The shared connection, for modules with their own commands (the admin route's script).
+    /// The shared connection, for modules with their own commands.
     pub fn connection(&self) -> ConnectionManager {
         self.conn.clone()
     }
@@ -161,7 +107,7 @@ impl Store {
     /// Sends a command or pipeline within the timeout. The first command after Redis dropped
     /// the connection fails with an I/O error while the manager reconnects; that one is sent
     /// again once, so a Redis restart costs no failed request when Redis is back.
-    async fn run<T: redis::FromRedisValue>(&self, what: Query<'_>) -> Result<T, StoreError> {
+    async fn run<T: redis::FromRedisValue>(&self, what: Query<'_>) -> Result<T, QueueError> {
         let attempt = || async {
             let mut conn = self.conn.clone();
             let fut = async {
@@ -170,41 +116,42 @@ impl Store {
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
-                Ok(r) => r.map_err(StoreError::Redis),
-                Err(_) => Err(StoreError::Timeout(self.timeout)),
+                Ok(r) => r.map_err(QueueError::Redis),
+                Err(_) => Err(QueueError::Timeout(self.timeout)),
             }
         };
         match attempt().await {
-            Err(StoreError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
+            Err(QueueError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
                 attempt().await
             }
             other => other,
         }
     }
 
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub async fn ping(&self) -> Result<(), QueueError> {
         self.run::<String>(Query::Cmd(&redis::cmd("PING"))).await?;
         Ok(())
     }
 
     /// Records the query as `queued` (expiring after `pending_ttl`) and appends the job to the
     /// stream, in one script: a job is never on the stream without its status, nor the reverse.
-    /// The same step checks the backlog and the idempotency key, so neither can be raced.
+    /// The same step checks the backlog and the idempotency key, so neither can be raced
+    /// (`queue/lua/submit.lua`).
     pub async fn submit(
         &self,
-        id: &str,
+        id: &RequestId,
         job: &Job,
         checks: &SubmitChecks<'_>,
-    ) -> Result<Submitted, StoreError> {
+    ) -> Result<Submitted, QueueError> {
         let (idem_key, fingerprint, idem_ttl) = match checks.idempotency {
             Some((key, fp, ttl)) => (self.layout.idempotency(key), fp, ttl),
             // Unused, but a declared key of the same slot keeps the script cluster-safe.
             None => (self.layout.idempotency(""), "", 0),
         };
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(SUBMIT)
+        cmd.arg(scripts::SUBMIT.source)
             .arg(3)
-            .arg(self.layout.query(id))
+            .arg(self.layout.query(id.as_str()))
             .arg(self.layout.jobs())
             .arg(idem_key)
             .arg(id)
@@ -225,10 +172,10 @@ impl Store {
                 let (fp, id) = detail.split_once(' ').unwrap_or(("", ""));
                 Ok(Submitted::Known {
                     same_request: fp == fingerprint,
-                    id: id.to_string(),
+                    id: RequestId::parse(id).ok(),
                 })
             }
-            other => Err(StoreError::Malformed {
+            other => Err(QueueError::Malformed {
                 what: "submit answer",
                 detail: other.to_string(),
             }),
@@ -237,7 +184,7 @@ impl Store {
 
     /// `WAITAOF 1 0 <timeout>`: whether the local AOF has fsynced every write of this
     /// connection so far.
-    pub async fn wait_aof(&self, timeout: Duration) -> Result<bool, StoreError> {
+    pub async fn wait_aof(&self, timeout: Duration) -> Result<bool, QueueError> {
         let mut cmd = redis::cmd("WAITAOF");
         cmd.arg(1).arg(0).arg(timeout.as_millis() as u64);
         let (local, _replicas): (i64, i64) = self.run(Query::Cmd(&cmd)).await?;
@@ -245,58 +192,64 @@ impl Store {
     }
 
     /// The query's state, `None` if the id is unknown or its record expired.
-    pub async fn load(&self, id: &str) -> Result<Option<StoredQuery>, StoreError> {
-        let cmd = redis::Cmd::hgetall(self.layout.query(id));
+    pub async fn load(&self, id: &RequestId) -> Result<Option<QueryRecord>, QueueError> {
+        let cmd = redis::Cmd::hgetall(self.layout.query(id.as_str()));
         let fields: HashMap<String, Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
         if fields.is_empty() {
             return Ok(None);
         }
-        parse_query(id, &fields).map(Some)
+        QueryRecord::parse(id, &fields).map(Some)
     }
 
     /// Lowers the time left to the query's record to `secs` (never raises it: `EXPIRE … LT`),
     /// once a client has read its final result.
-    pub async fn expire_within(&self, id: &str, secs: u64) -> Result<(), StoreError> {
+    pub async fn expire_within(&self, id: &RequestId, secs: u64) -> Result<(), QueueError> {
         let mut cmd = redis::cmd("EXPIRE");
-        cmd.arg(self.layout.query(id)).arg(secs).arg("LT");
+        cmd.arg(self.layout.query(id.as_str())).arg(secs).arg("LT");
         self.run::<i64>(Query::Cmd(&cmd)).await?;
         Ok(())
     }
 
     /// The registered database, `None` if no worker has registered one.
-    pub async fn database(&self) -> Result<Option<DbInfo>, StoreError> {
+    pub async fn database(&self) -> Result<Option<RegisteredDb>, QueueError> {
         let cmd = redis::Cmd::hgetall(self.layout.db());
         let fields: HashMap<String, String> = self.run(Query::Cmd(&cmd)).await?;
         if fields.is_empty() {
             return Ok(None);
         }
-        let get = |name: &'static str| -> Result<u64, StoreError> {
-            fields
-                .get(name)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| StoreError::Malformed {
-                    what: "database registration",
-                    detail: format!("field {name} missing or not a number"),
-                })
-        };
-        let epoch = get(db_field::EPOCH)?;
-        Ok(Some(DbInfo {
-            num_pages: get(db_field::NUM_PAGES)?,
-            page_size: get(db_field::PAGE_SIZE)? as u32,
-            domain_bits: get(db_field::DOMAIN_BITS)? as u8,
-            epoch,
-            min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
-            shards: get(db_field::SHARDS).unwrap_or(1).max(1) as u32,
-        }))
+        RegisteredDb::parse(&fields).map(Some)
+    }
+
+    /// Appends `update` to the updates stream if its epoch is the registered newest + 1, and
+    /// raises the newest (`queue/lua/append_epoch.lua`): all pages of an epoch or none, and no
+    /// two gateways can append the same epoch.
+    pub async fn append_epoch(&self, update: &EpochUpdate) -> Result<Appended, QueueError> {
+        let mut invocation = scripts::APPEND_EPOCH.script().key(self.layout.db());
+        invocation
+            .key(self.layout.updates())
+            .arg(update.epoch)
+            .arg(update.to_bincode())
+            .arg(db_field::EPOCH)
+            .arg(UPDATE_FIELD);
+        let mut conn = self.conn.clone();
+        let (applied, newest): (i64, i64) =
+            tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
+                .await
+                .map_err(|_| QueueError::Timeout(self.timeout))??;
+        Ok(if applied < 0 {
+            Appended::NotNext { newest }
+        } else {
+            Appended::Appended
+        })
     }
 
     /// The key-value layout the workers registered with the database, `None` for a page
     /// database.
-    pub async fn kv_layout(&self) -> Result<Option<pirq_shared::kv::KvInfo>, StoreError> {
+    pub async fn kv_layout(&self) -> Result<Option<pirq_shared::kv::KvInfo>, QueueError> {
         let cmd = redis::Cmd::hget(self.layout.db(), db_field::KV);
         let json: Option<String> = self.run(Query::Cmd(&cmd)).await?;
         json.map(|j| {
-            serde_json::from_str(&j).map_err(|e| StoreError::Malformed {
+            serde_json::from_str(&j).map_err(|e| QueueError::Malformed {
                 what: "kv layout registration",
                 detail: e.to_string(),
             })
@@ -307,7 +260,7 @@ impl Store {
     /// Workers whose heartbeat key is alive, and the newest epoch they answer (from the window
     /// in each heartbeat). Members of the set whose heartbeat expired (a worker that died without
     /// deregistering) are removed on the way.
-    pub async fn live_workers(&self) -> Result<LiveWorkers, StoreError> {
+    pub async fn live_workers(&self) -> Result<LiveWorkers, QueueError> {
         let cmd = redis::Cmd::smembers(self.layout.workers());
         let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         if ids.is_empty() {
@@ -338,16 +291,16 @@ impl Store {
     }
 
     /// The database digest (SPEC §2.1) a worker registered for `epoch`, if any.
-    pub async fn digest_at(&self, epoch: u64) -> Result<Option<Digest>, StoreError> {
+    pub async fn digest_at(&self, epoch: u64) -> Result<Option<Digest>, QueueError> {
         let cmd = redis::Cmd::hget(self.layout.digests(), epoch);
         let hex: Option<String> = self.run(Query::Cmd(&cmd)).await?;
         Ok(hex.as_deref().and_then(Digest::from_hex))
     }
 
     /// The party's identity (`{P}:party`), drawn and stored by the first gateway that asks.
-    pub async fn party_id(&self) -> Result<String, StoreError> {
+    pub async fn party_id(&self) -> Result<String, QueueError> {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(PARTY_ID)
+        cmd.arg(scripts::PARTY_ID.source)
             .arg(1)
             .arg(self.layout.party())
             .arg(format!("{:032x}", rand::random::<u128>()));
@@ -355,10 +308,10 @@ impl Store {
     }
 }
 
-impl Store {
+impl Producer {
     /// The heartbeat records (JSON, as workers write them) of the workers that are alive, with
     /// their ids.
-    pub async fn worker_records(&self) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+    pub async fn worker_records(&self) -> Result<Vec<(String, serde_json::Value)>, QueueError> {
         let cmd = redis::Cmd::smembers(self.layout.workers());
         let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         if ids.is_empty() {
@@ -375,64 +328,8 @@ impl Store {
     }
 }
 
-/// One command, as [`Store::run`] sends it.
+/// One command, as [`Producer::run`] sends it.
 #[derive(Clone, Copy)]
 enum Query<'a> {
     Cmd(&'a redis::Cmd),
-}
-
-fn malformed(detail: String) -> StoreError {
-    StoreError::Malformed {
-        what: "query record",
-        detail,
-    }
-}
-
-/// Turns the fields of `{P}:q:<id>` into the result the API answers with.
-fn parse_query(id: &str, fields: &HashMap<String, Vec<u8>>) -> Result<StoredQuery, StoreError> {
-    let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
-    let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
-    let status = text(qf::STATUS)
-        .and_then(QueryStatus::parse)
-        .ok_or_else(|| malformed(format!("query {id} has no valid status")))?;
-    let mut result = QueryResult::pending(id, status);
-    match status {
-        QueryStatus::Queued | QueryStatus::Running => {}
-        QueryStatus::Done => {
-            let page_size = number(qf::PAGE_SIZE)
-                .filter(|p| *p > 0)
-                .ok_or_else(|| malformed(format!("query {id} is done without a page size")))?;
-            let pages = fields
-                .get(qf::PAGES)
-                .ok_or_else(|| malformed(format!("query {id} is done without pages")))?;
-            if !(pages.len() as u64).is_multiple_of(page_size) {
-                return Err(malformed(format!(
-                    "query {id}: answers are not whole pages"
-                )));
-            }
-            result.epoch = number(qf::EPOCH);
-            result.digest = text(qf::DIGEST).and_then(Digest::from_hex);
-            result.pages = pages
-                .chunks(page_size as usize)
-                .map(<[u8]>::to_vec)
-                .collect();
-        }
-        QueryStatus::Failed => {
-            let code = text(qf::ERROR_CODE).unwrap_or(ErrorCode::Internal.as_str());
-            let mut error = ErrorBody {
-                code: code.to_string(),
-                message: text(qf::ERROR_MESSAGE).unwrap_or("").to_string(),
-                ..ErrorBody::new(ErrorCode::Internal, "")
-            };
-            if let Some(i) = number(qf::KEY_INDEX) {
-                error = error.with_key_index(i as usize);
-            }
-            result.error = Some(error);
-        }
-    }
-    Ok(StoredQuery {
-        result,
-        scan_us: number(qf::SCAN_US),
-        worker_us: number(qf::WORKER_US),
-    })
 }

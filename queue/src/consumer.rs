@@ -1,5 +1,5 @@
-//! The worker's side of the job stream: read windows through the consumer group, record status,
-//! write results, acknowledge.
+//! The worker's side of the job stream (the consumer): read windows through the consumer group,
+//! record status, write results, acknowledge, reclaim and hand back.
 //!
 //! Two connections: `XREADGROUP ... BLOCK` holds its connection until jobs arrive, so it gets one
 //! of its own, and every other command goes over the second. Results are written before the
@@ -18,13 +18,17 @@ use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
+use crate::record::{DoneFields, StatusEvent};
+use crate::reply::{self, Fields};
+use crate::{probe, scripts, RequestId};
+
 /// One stream entry as read.
 #[derive(Debug)]
 pub struct Delivery {
     /// Stream entry id, for `XACK`/`XDEL`.
     pub entry_id: String,
     /// The request id, `None` when the entry has none (it did not come from a gateway).
-    pub request_id: Option<String>,
+    pub request_id: Option<RequestId>,
     pub job: Result<Job, WireError>,
     /// When this worker read it (starts the batcher's wait and the worker time).
     pub received: Instant,
@@ -46,7 +50,7 @@ impl Delivery {
 pub enum Outcome {
     Done {
         entry_id: String,
-        request_id: String,
+        request_id: RequestId,
         epoch: u64,
         page_size: usize,
         /// The answers back to back, `pages[i]` answering key `i`.
@@ -60,7 +64,7 @@ pub enum Outcome {
     },
     Failed {
         entry_id: String,
-        request_id: String,
+        request_id: RequestId,
         error: ErrorBody,
         worker: Duration,
     },
@@ -76,7 +80,7 @@ pub enum Outcome {
     /// with that reason, the entry acknowledged and deleted.
     DeadLetter {
         entry_id: String,
-        request_id: Option<String>,
+        request_id: Option<RequestId>,
         error: ErrorBody,
         deliveries: u64,
     },
@@ -95,43 +99,6 @@ impl Outcome {
     }
 }
 
-/// Marks queued queries as running; never moves a final status back, and never creates a record
-/// that expired (HSET keeps the gateway's TTL on an existing key).
-const MARK_RUNNING: &str = r#"
-for i, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'status') == 'queued' then
-    redis.call('HSET', key, 'status', 'running')
-    redis.call('PUBLISH', ARGV[1], ARGV[i + 1] .. ' running')
-  end
-end
-return 0
-"#;
-
-/// Writes a failed result unless the query is already done (a slow worker's late failure, or a
-/// dead letter racing a success, never hides an answer). KEYS[1] the record; ARGV: code, message,
-/// worker_us, key_index ('' for none), result_ttl.
-const FAIL: &str = r#"
-if redis.call('HGET', KEYS[1], 'status') == 'done' then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'failed', 'error_code', ARGV[1], 'error_message', ARGV[2],
-  'worker_us', ARGV[3])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'key_index', ARGV[4]) end
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return 1
-"#;
-
-/// Copies a job stream entry (all its fields, whatever they are) to the capped dead-letter
-/// stream, with the reason. KEYS[1] jobs, KEYS[2] dead; ARGV: entry id, cap, code, message,
-/// deliveries, consumer.
-const DEAD_LETTER: &str = r#"
-local fields = {'entry', ARGV[1], 'code', ARGV[3], 'message', ARGV[4], 'deliveries', ARGV[5],
-  'consumer', ARGV[6]}
-local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
-if e[1] then
-  for _, v in ipairs(e[1][2]) do table.insert(fields, v) end
-end
-return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
-"#;
-
 /// Idle time given to an entry handed back to the group: longer than any `--claim-idle-ms`, so
 /// the next `XAUTOCLAIM` of any worker takes it (about 49 days).
 const RELEASED_IDLE_MS: u64 = u32::MAX as u64;
@@ -140,7 +107,7 @@ const RELEASED_IDLE_MS: u64 = u32::MAX as u64;
 /// takes it, how often it may be delivered, and the dead-letter stream's cap.
 #[derive(Clone, Debug)]
 pub struct Policy {
-    /// `None`: derived from the longest window seen ([`Queue::claim_idle`]).
+    /// `None`: derived from the longest window seen ([`Consumer::claim_idle`]).
     pub claim_idle: Option<Duration>,
     pub max_deliveries: u64,
     pub dead_letter_max: u64,
@@ -162,13 +129,7 @@ pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
 /// make a dead worker's jobs wait minutes for a peer.
 pub const MAX_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(20);
 
-/// A sharded party's start of a window (see `lua/shard_start.lua`).
-const SHARD_START: &str = include_str!("lua/shard_start.lua");
-
-/// A sharded party's combine of one partial answer (see `lua/shard_combine.lua`).
-const SHARD_COMBINE: &str = include_str!("lua/shard_combine.lua");
-
-/// What [`Queue::start_shard_window`] found for one job.
+/// What [`Consumer::start_shard_window`] found for one job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShardStart {
     /// Answer at this epoch (every shard answers the job at the same one).
@@ -179,7 +140,8 @@ pub enum ShardStart {
     OtherShardCount,
 }
 
-pub struct Queue {
+/// One worker's consumer of the job stream.
+pub struct Consumer {
     layout: Layout,
     /// The shard this worker serves ([`ShardSpec::WHOLE`] when unsharded) and its group.
     shard: ShardSpec,
@@ -188,7 +150,6 @@ pub struct Queue {
     reader: ConnectionManager,
     writer: ConnectionManager,
     result_ttl: u64,
-    mark_running: redis::Script,
     policy: Policy,
     /// `XACKDEL` (Redis ≥ 8.2) found at start: one command instead of `XACK` + `XDEL`.
     ackdel: AtomicBool,
@@ -199,7 +160,7 @@ pub struct Queue {
     longest_window_us: AtomicU64,
 }
 
-impl Queue {
+impl Consumer {
     /// Connects lazily: the first command connects, and reconnects happen by themselves.
     pub fn new(
         client: &redis::Client,
@@ -207,7 +168,7 @@ impl Queue {
         consumer: String,
         block: Duration,
         result_ttl: u64,
-    ) -> redis::RedisResult<Queue> {
+    ) -> redis::RedisResult<Consumer> {
         let config = |timeout: Duration| {
             ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -222,7 +183,7 @@ impl Queue {
             client.clone(),
             config(Duration::from_secs(5)),
         )?;
-        Ok(Queue {
+        Ok(Consumer {
             layout,
             shard: ShardSpec::WHOLE,
             group: shard_group(ShardSpec::WHOLE),
@@ -230,7 +191,6 @@ impl Queue {
             reader,
             writer,
             result_ttl,
-            mark_running: redis::Script::new(MARK_RUNNING),
             policy: Policy::default(),
             ackdel: AtomicBool::new(false),
             inflight: Mutex::new(HashSet::new()),
@@ -239,7 +199,7 @@ impl Queue {
     }
 
     /// Sets the delivery rules.
-    pub fn with_policy(mut self, policy: Policy) -> Queue {
+    pub fn with_policy(mut self, policy: Policy) -> Consumer {
         self.policy = Policy {
             max_deliveries: policy.max_deliveries.max(1),
             ..policy
@@ -249,7 +209,7 @@ impl Queue {
 
     /// Serves shard `spec`: reads through that shard's consumer group, and writes partial
     /// answers through the combine script instead of results.
-    pub fn with_shard(mut self, spec: ShardSpec) -> Queue {
+    pub fn with_shard(mut self, spec: ShardSpec) -> Consumer {
         self.shard = spec;
         self.group = shard_group(spec);
         self
@@ -284,7 +244,7 @@ impl Queue {
     /// How long an entry may sit with a consumer before another worker claims it: the flag, or
     /// 10 × the recent longest window, between [`MIN_AUTO_CLAIM_IDLE`] and
     /// [`MAX_AUTO_CLAIM_IDLE`]. Entries a live worker holds never reach it: the keeper refreshes
-    /// them ([`Queue::touch_inflight`]) every third of it.
+    /// them ([`Consumer::touch_inflight`]) every third of it.
     pub fn claim_idle(&self) -> Duration {
         self.policy.claim_idle.unwrap_or_else(|| {
             auto_claim_idle(Duration::from_micros(
@@ -309,17 +269,8 @@ impl Queue {
     /// `COMMAND INFO`. Returns the server version for the log.
     pub async fn probe(&self) -> redis::RedisResult<String> {
         let mut conn = self.writer.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await?;
-        let version = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("unknown")
-            .trim()
-            .to_string();
-        let ackdel = command_exists(&mut conn, "XACKDEL").await?;
+        let version = probe::server_version(&mut conn).await?;
+        let ackdel = probe::command_exists(&mut conn, "XACKDEL").await?;
         self.ackdel.store(ackdel, Ordering::Relaxed);
         Ok(version)
     }
@@ -392,7 +343,7 @@ impl Queue {
             other => other?,
         };
         let received = Instant::now();
-        let mut deliveries: Vec<Delivery> = parse_read_reply(reply)
+        let mut deliveries: Vec<Delivery> = reply::read_reply(reply)
             .into_iter()
             .map(|(entry_id, fields)| delivery(entry_id, fields, received))
             .collect();
@@ -437,18 +388,14 @@ impl Queue {
             }
             other => other?,
         };
-        let Value::Array(mut parts) = reply else {
+        let Some((next, entries)) = reply::autoclaim(reply) else {
             return Ok(Vec::new());
         };
-        if parts.len() < 2 {
-            return Ok(Vec::new());
-        }
-        let entries = parts.swap_remove(1);
-        if let Some(next) = bytes(parts.swap_remove(0)).and_then(|b| String::from_utf8(b).ok()) {
+        if let Some(next) = next {
             *cursor = next;
         }
         let received = Instant::now();
-        let mut deliveries: Vec<Delivery> = parse_entries(entries)
+        let mut deliveries: Vec<Delivery> = entries
             .into_iter()
             .map(|(entry_id, fields)| delivery(entry_id, fields, received))
             .collect();
@@ -500,7 +447,7 @@ impl Queue {
         let mut conn = self.writer.clone();
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         for (d, reply) in deliveries.iter_mut().zip(replies) {
-            if let Some((_, count, _)) = parse_pending(reply).into_iter().next() {
+            if let Some((_, count, _)) = reply::pending(reply).into_iter().next() {
                 d.deliveries = count.max(1);
             }
         }
@@ -520,7 +467,7 @@ impl Queue {
             .arg(&self.consumer)
             .query_async(&mut conn)
             .await?;
-        Ok(parse_pending(reply)
+        Ok(reply::pending(reply)
             .into_iter()
             .filter(|(_, _, idle)| *idle < RELEASED_IDLE_MS / 2)
             .map(|(id, count, _)| (id, count))
@@ -601,13 +548,13 @@ impl Queue {
     }
 
     /// Marks the queries of a window `running` and announces it.
-    pub async fn mark_running(&self, request_ids: &[String]) -> redis::RedisResult<()> {
+    pub async fn mark_running(&self, request_ids: &[RequestId]) -> redis::RedisResult<()> {
         if request_ids.is_empty() {
             return Ok(());
         }
-        let mut inv = self.mark_running.prepare_invoke();
+        let mut inv = scripts::MARK_RUNNING.script().prepare_invoke();
         for id in request_ids {
-            inv.key(self.layout.query(id));
+            inv.key(self.layout.query(id.as_str()));
         }
         inv.arg(self.layout.events());
         for id in request_ids {
@@ -618,19 +565,19 @@ impl Queue {
     }
 
     /// Sharded parties: marks a window's queries running, fixes their shard count and pins the
-    /// epoch every shard answers them at (`lua/shard_start.lua`). `jobs`: (request id, the
+    /// epoch every shard answers them at (`queue/lua/shard_start.lua`). `jobs`: (request id, the
     /// epoch this worker would answer at).
     pub async fn start_shard_window(
         &self,
-        jobs: &[(String, u64)],
+        jobs: &[(RequestId, u64)],
     ) -> redis::RedisResult<Vec<ShardStart>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(SHARD_START).arg(jobs.len());
+        cmd.arg(scripts::SHARD_START.source).arg(jobs.len());
         for (id, _) in jobs {
-            cmd.arg(self.layout.query(id));
+            cmd.arg(self.layout.query(id.as_str()));
         }
         cmd.arg(self.layout.events()).arg(self.shard.count);
         for (id, epoch) in jobs {
@@ -651,7 +598,8 @@ impl Queue {
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
     /// entries (and hands back the ones to retry), all in one `MULTI`. A shard of a sharded
     /// party writes its answers as partials through the combine script, which acknowledges them
-    /// itself and deletes the entry once the last shard's partial completed the query.
+    /// itself and deletes the entry once the last shard's partial completed the query
+    /// (`queue/lua/shard_combine.lua`).
     pub async fn finish(&self, outcomes: &[Outcome]) -> redis::RedisResult<()> {
         if outcomes.is_empty() {
             return Ok(());
@@ -675,12 +623,14 @@ impl Queue {
                 } if !self.shard.is_whole() => {
                     // Every shard stamps the digest of the database it answered from (the
                     // whole database's); the script fails the query if two shards differ.
-                    pipe.cmd("EVAL")
-                        .arg(SHARD_COMBINE)
-                        .arg(4)
-                        .arg(self.layout.query(request_id))
-                        .arg(self.layout.partial_sum(request_id))
-                        .arg(self.layout.partial_in(request_id, self.shard.index))
+                    scripts::SHARD_COMBINE
+                        .eval(&mut pipe, 4)
+                        .arg(self.layout.query(request_id.as_str()))
+                        .arg(self.layout.partial_sum(request_id.as_str()))
+                        .arg(
+                            self.layout
+                                .partial_in(request_id.as_str(), self.shard.index),
+                        )
                         .arg(self.layout.jobs())
                         .arg(self.shard.index)
                         .arg(self.shard.count)
@@ -708,7 +658,14 @@ impl Queue {
                     digest,
                     ..
                 } => {
-                    let key = self.layout.query(request_id);
+                    let key = self.layout.query(request_id.as_str());
+                    let done = DoneFields {
+                        epoch: *epoch,
+                        page_size: *page_size,
+                        pages,
+                        scan: *scan,
+                        worker: *worker,
+                    };
                     if let Some(digest) = digest {
                         pipe.cmd("HSET")
                             .arg(&key)
@@ -718,23 +675,16 @@ impl Queue {
                     }
                     pipe.cmd("HSET")
                         .arg(&key)
-                        .arg(qf::STATUS)
-                        .arg(QueryStatus::Done.as_str())
-                        .arg(qf::EPOCH)
-                        .arg(*epoch)
-                        .arg(qf::PAGE_SIZE)
-                        .arg(*page_size)
-                        .arg(qf::PAGES)
-                        .arg(pages.as_slice())
-                        .arg(qf::SCAN_US)
-                        .arg(scan.as_micros() as u64)
-                        .arg(qf::WORKER_US)
-                        .arg(worker.as_micros() as u64)
+                        .arg(done.pairs().as_slice())
                         .ignore();
                     pipe.cmd("EXPIRE").arg(&key).arg(self.result_ttl).ignore();
+                    let event = StatusEvent {
+                        id: *request_id,
+                        status: QueryStatus::Done,
+                    };
                     pipe.cmd("PUBLISH")
                         .arg(&events)
-                        .arg(format!("{request_id} done"))
+                        .arg(event.encode())
                         .ignore();
                     acked.push(entry_id);
                 }
@@ -760,9 +710,8 @@ impl Queue {
                     error,
                     deliveries,
                 } => {
-                    pipe.cmd("EVAL")
-                        .arg(DEAD_LETTER)
-                        .arg(2)
+                    scripts::DEAD_LETTER
+                        .eval(&mut pipe, 2)
                         .arg(self.layout.jobs())
                         .arg(self.layout.dead_letters())
                         .arg(entry_id)
@@ -809,72 +758,37 @@ impl Queue {
     fn fail_cmds(
         &self,
         pipe: &mut redis::Pipeline,
-        request_id: &str,
+        request_id: &RequestId,
         error: &ErrorBody,
         worker: Duration,
     ) {
-        pipe.cmd("EVAL")
-            .arg(FAIL)
-            .arg(1)
-            .arg(self.layout.query(request_id))
+        scripts::FAIL
+            .eval(pipe, 1)
+            .arg(self.layout.query(request_id.as_str()))
             .arg(&error.code)
             .arg(&error.message)
             .arg(worker.as_micros() as u64)
             .arg(error.key_index.map(|i| i.to_string()).unwrap_or_default())
             .arg(self.result_ttl)
             .ignore();
+        let event = StatusEvent {
+            id: *request_id,
+            status: QueryStatus::Failed,
+        };
         pipe.cmd("PUBLISH")
             .arg(self.layout.events())
-            .arg(format!("{request_id} failed"))
+            .arg(event.encode())
             .ignore();
     }
 }
 
-/// Whether the server knows `name` (`COMMAND INFO` answers nil for unknown commands).
-pub async fn command_exists(conn: &mut ConnectionManager, name: &str) -> redis::RedisResult<bool> {
-    let reply: Value = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg(name)
-        .query_async(conn)
-        .await?;
-    Ok(match reply {
-        Value::Array(items) => items.iter().any(|v| !matches!(v, Value::Nil)),
-        _ => false,
-    })
-}
-
-/// `(entry id, delivery count, idle ms)` from an extended `XPENDING` reply.
-fn parse_pending(reply: Value) -> Vec<(String, u64, u64)> {
-    let Value::Array(items) = reply else {
-        return Vec::new();
-    };
-    items
-        .into_iter()
-        .filter_map(|item| {
-            let Value::Array(f) = item else { return None };
-            let mut it = f.into_iter();
-            let id = bytes(it.next()?).and_then(|b| String::from_utf8(b).ok())?;
-            let _consumer = it.next()?;
-            let idle = number(it.next()?)?;
-            let count = number(it.next()?)?;
-            Some((id, count, idle))
-        })
-        .collect()
-}
-
+/// A delivery from a stream entry as read. The request id is parsed here, once: an entry whose
+/// `id` field is not a [`RequestId`] is answered to nobody.
 fn delivery(entry_id: String, fields: Fields, received: Instant) -> Delivery {
     let gone = fields.is_empty();
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k.as_slice() == name.as_bytes())
-            .map(|(_, v)| v.as_slice())
-    };
-    let request_id = field(job_field::ID)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .filter(|id| pirq_shared::layout::is_request_id(id))
-        .map(str::to_string);
-    let job = match field(job_field::JOB) {
+    let request_id =
+        reply::field(&fields, job_field::ID).and_then(|v| RequestId::from_bytes(v).ok());
+    let job = match reply::field(&fields, job_field::JOB) {
         Some(bytes) => Job::from_bincode(bytes),
         None => Err(WireError {
             code: pirq_shared::error::ErrorCode::InvalidJob,
@@ -889,80 +803,6 @@ fn delivery(entry_id: String, fields: Fields, received: Instant) -> Delivery {
         received,
         deliveries: 1,
         gone,
-    }
-}
-
-/// The field/value pairs of one stream entry.
-type Fields = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// Flattens an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, fields)`.
-fn parse_read_reply(reply: Value) -> Vec<(String, Fields)> {
-    let streams: Vec<(Value, Value)> = match reply {
-        Value::Map(pairs) => pairs,
-        Value::Array(items) => items.into_iter().filter_map(pair).collect(),
-        _ => Vec::new(),
-    };
-    streams
-        .into_iter()
-        .flat_map(|(_name, entries)| parse_entries(entries))
-        .collect()
-}
-
-/// `(entry id, fields)` of a list of stream entries; entries without fields (deleted ones, as
-/// `XAUTOCLAIM` on Redis 6.2 returns them) have none.
-fn parse_entries(entries: Value) -> Vec<(String, Fields)> {
-    let Value::Array(entries) = entries else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let Some((id, fields)) = pair(entry) else {
-            continue;
-        };
-        let Some(id) = bytes(id).and_then(|b| String::from_utf8(b).ok()) else {
-            continue;
-        };
-        let flat = match fields {
-            Value::Array(items) => items,
-            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-            _ => Vec::new(),
-        };
-        let mut it = flat.into_iter();
-        let mut kv = Vec::new();
-        while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            if let (Some(k), Some(v)) = (bytes(k), bytes(v)) {
-                kv.push((k, v));
-            }
-        }
-        out.push((id, kv));
-    }
-    out
-}
-
-fn number(v: Value) -> Option<u64> {
-    match v {
-        Value::Int(n) => Some(n.max(0) as u64),
-        other => bytes(other)
-            .and_then(|b| String::from_utf8(b).ok())
-            .and_then(|s| s.parse().ok()),
-    }
-}
-
-fn pair(v: Value) -> Option<(Value, Value)> {
-    match v {
-        Value::Array(items) if items.len() == 2 => {
-            let mut it = items.into_iter();
-            Some((it.next()?, it.next()?))
-        }
-        _ => None,
-    }
-}
-
-fn bytes(v: Value) -> Option<Vec<u8>> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.into_bytes()),
-        _ => None,
     }
 }
 

@@ -1,5 +1,6 @@
-//! Registration: the database this worker serves (`{P}:db`) and its heartbeat
-//! (`{P}:worker:<id>` with a TTL, listed in `{P}:workers`).
+//! Registration: the database a party's workers serve (`{P}:db`, written by workers, read by
+//! gateways as [`RegisteredDb`]) and each worker's heartbeat (`{P}:worker:<id>` with a TTL,
+//! listed in `{P}:workers`).
 //!
 //! The database registration outlives the worker: a gateway keeps accepting queries for the
 //! party's database while no worker is up, and they are answered when one starts. Liveness is
@@ -11,6 +12,7 @@
 //! [`register`]) unless it was told `--replace-db`; then it claims the prefix with a new id, and
 //! the workers of the old database see the new id at their next heartbeat and stop.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_shared::digest::Digest;
@@ -22,6 +24,52 @@ use redis::AsyncCommands;
 use serde::Serialize;
 
 use crate::digests::Digests;
+use crate::{scripts, QueueError};
+
+/// The database one party's workers registered (`{P}:db`), as a gateway reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisteredDb {
+    pub num_pages: u64,
+    pub page_size: u32,
+    pub domain_bits: u8,
+    pub epoch: u64,
+    pub min_epoch: u64,
+    /// Shard count of the party (1: unsharded).
+    pub shards: u32,
+}
+
+impl RegisteredDb {
+    /// Reads the fields of `{P}:db` ([`db_field`]); `min_epoch` defaults to `epoch` (a
+    /// registration written before workers kept a window).
+    pub fn parse(fields: &HashMap<String, String>) -> Result<RegisteredDb, QueueError> {
+        let get = |name: &'static str| -> Result<u64, QueueError> {
+            fields
+                .get(name)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| QueueError::Malformed {
+                    what: "database registration",
+                    detail: format!("field {name} missing or not a number"),
+                })
+        };
+        let epoch = get(db_field::EPOCH)?;
+        Ok(RegisteredDb {
+            num_pages: get(db_field::NUM_PAGES)?,
+            page_size: get(db_field::PAGE_SIZE)? as u32,
+            domain_bits: get(db_field::DOMAIN_BITS)? as u8,
+            epoch,
+            min_epoch: get(db_field::MIN_EPOCH).unwrap_or(epoch),
+            shards: get(db_field::SHARDS).unwrap_or(1).max(1) as u32,
+        })
+    }
+
+    /// The epochs the party answers.
+    pub fn window(&self) -> EpochRange {
+        EpochRange {
+            oldest: self.min_epoch.min(self.epoch),
+            newest: self.epoch,
+        }
+    }
+}
 
 /// What a worker tells Redis about itself.
 #[derive(Clone, Debug, Serialize)]
@@ -165,35 +213,6 @@ pub async fn check_prefix(
     })
 }
 
-/// Joins the registered database or registers this one, atomically (see [`register`]).
-/// KEYS: db, digests. ARGV: num_pages, page_size, newest epoch, its digest, candidate id,
-/// domain_bits, oldest epoch, kv layout JSON ('' for a page database). Returns {'ok', id} or {'conflict', pages, size, epoch, digest}.
-const REGISTER: &str = r#"
-local pages = redis.call('HGET', KEYS[1], 'num_pages')
-if pages then
-  local size = redis.call('HGET', KEYS[1], 'page_size')
-  local newest = redis.call('HGET', KEYS[1], 'epoch') or '0'
-  if pages ~= ARGV[1] or size ~= ARGV[2] then
-    return {'conflict', pages, size or '?', newest, redis.call('HGET', KEYS[2], newest) or ''}
-  end
-  local d = redis.call('HGET', KEYS[2], ARGV[3])
-  if d and d ~= ARGV[4] then
-    return {'conflict', pages, size, ARGV[3], d}
-  end
-  if not d and redis.call('HLEN', KEYS[2]) > 0 and tonumber(ARGV[3]) > tonumber(newest) then
-    return {'conflict', pages, size, newest, redis.call('HGET', KEYS[2], newest) or ''}
-  end
-  local id = redis.call('HGET', KEYS[1], 'db_id')
-  if id then return {'ok', id} end
-  redis.call('HSET', KEYS[1], 'db_id', ARGV[5])
-  return {'ok', ARGV[5]}
-end
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'kv', ARGV[8]) end
-redis.call('HSET', KEYS[1], 'db_id', ARGV[5], 'num_pages', ARGV[1], 'page_size', ARGV[2],
-  'domain_bits', ARGV[6], 'epoch', ARGV[3], 'min_epoch', ARGV[7])
-return {'ok', ARGV[5]}
-"#;
-
 impl Registration {
     pub fn now_ms() -> u64 {
         SystemTime::now()
@@ -216,7 +235,8 @@ pub async fn register(
 ) -> Result<(), RegistryError> {
     let (newest, digest) = reg.digests.newest();
     let candidate = format!("{:032x}", rand::random::<u128>());
-    let reply: Vec<String> = redis::Script::new(REGISTER)
+    let reply: Vec<String> = scripts::REGISTER
+        .script()
         .key(layout.db())
         .key(layout.digests())
         .arg(reg.num_pages)
@@ -283,52 +303,11 @@ pub enum Published {
     Replaced,
 }
 
-/// Writes (ARGV 3 not empty) or deletes the kv layout field (ARGV 2) of the registration,
-/// unless another database id than this worker's (ARGV 1) is registered.
-const KV_WRITE: &str = r#"
-local id = redis.call('HGET', KEYS[1], 'db_id')
-if id and id ~= ARGV[1] then return 0 end
-if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[2]) else redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end
-return 1
-"#;
-
-/// Writes the geometry and raises the registered epochs to this worker's: `epoch` (newest) and
-/// `min_epoch` (oldest) only ever go up while the geometry stays the same, so a worker that is a
-/// moment behind never moves a party's advertised window back. The shard count (ARGV[11],
-/// ARGV[12]) is written as it is: gateways read it for readiness. Writes the digests of the
-/// worker's window (ARGV 14.. as epoch, digest pairs, the newest last). Returns the database id
-/// in force. When another id than this worker's (ARGV 13) is registered, the same database
-/// registered anew (two `--replace-db` workers on one file) is joined under that id; a different
-/// one (its digest at this worker's newest epoch differs or is missing) replaced this worker's:
-/// then nothing is written and the answer is ''. An absent id (Redis lost its data) is written
-/// again, with everything else.
-const RAISE: &str = r#"
-local id = redis.call('HGET', KEYS[1], 'db_id')
-local n = #ARGV
-if id and id ~= ARGV[13] then
-  if n < 15 or redis.call('HGET', KEYS[2], ARGV[n - 1]) ~= ARGV[n] then return '' end
-else
-  id = ARGV[13]
-  redis.call('HSET', KEYS[1], 'db_id', id)
-end
-for i = 14, n, 2 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-end
-local same = redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2]
-  and redis.call('HGET', KEYS[1], ARGV[3]) == ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[11], ARGV[12])
-for i = 7, 9, 2 do
-  local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
-  if not same or tonumber(ARGV[i + 1]) > current then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-return id
-"#;
-
-/// Publishes the database, this worker's epoch window and its digests (see [`RAISE`]). The kv
-/// layout is written first (unless another database replaced this one), so a gateway that sees
-/// this geometry sees its layout too.
+/// Publishes the database, this worker's epoch window and its digests
+/// (`queue/lua/publish_window.lua`: the registered epochs only ever go up while the geometry
+/// stays the same; answers whether this worker's database is still the registered one). The kv
+/// layout is written first (`kv_write.lua`, unless another database replaced this one), so a
+/// gateway that sees this geometry sees its layout too.
 pub async fn publish_window(
     conn: &mut ConnectionManager,
     layout: &Layout,
@@ -340,7 +319,7 @@ pub async fn publish_window(
         .map(|info| serde_json::to_string(info).expect("kv info serializes"))
         .unwrap_or_default();
     redis::cmd("EVAL")
-        .arg(KV_WRITE)
+        .arg(scripts::KV_WRITE.source)
         .arg(1)
         .arg(layout.db())
         .arg(&reg.db_id)
@@ -348,8 +327,7 @@ pub async fn publish_window(
         .arg(kv)
         .query_async::<()>(conn)
         .await?;
-    let raise = redis::Script::new(RAISE);
-    let mut script = raise.prepare_invoke();
+    let mut script = scripts::PUBLISH_WINDOW.script().prepare_invoke();
     script
         .key(layout.db())
         .key(layout.digests())

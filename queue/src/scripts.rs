@@ -1,0 +1,142 @@
+//! The protocol's Lua scripts, one file each under `queue/lua/` (each file's header states its
+//! KEYS, ARGV and return value), loaded once per process.
+//!
+//! A script runs through its [`redis::Script`] (`EVALSHA`, loading it on `NOSCRIPT`). Inside a
+//! `MULTI` pipeline a missing script cannot be loaded half-way, so there the same text goes as
+//! `EVAL` ([`Lua::eval`]); Redis caches it by its SHA either way.
+
+use std::sync::LazyLock;
+
+/// One script: its file's text and the [`redis::Script`] built from it once.
+pub struct Lua {
+    pub name: &'static str,
+    pub source: &'static str,
+    script: LazyLock<redis::Script>,
+}
+
+impl Lua {
+    const fn new(name: &'static str, source: &'static str, make: fn() -> redis::Script) -> Lua {
+        Lua {
+            name,
+            source,
+            script: LazyLock::new(make),
+        }
+    }
+
+    /// The script, for `key(..)`/`arg(..)`/`invoke_async` (`EVALSHA`).
+    pub fn script(&self) -> &redis::Script {
+        &self.script
+    }
+
+    /// `EVAL <source> <number of keys>` for a transaction; add keys, then arguments.
+    pub fn eval<'p>(&self, pipe: &'p mut redis::Pipeline, keys: usize) -> &'p mut redis::Pipeline {
+        pipe.cmd("EVAL").arg(self.source).arg(keys)
+    }
+}
+
+macro_rules! lua {
+    ($name:ident, $file:literal) => {
+        pub static $name: Lua = Lua::new($file, include_str!(concat!("../lua/", $file)), || {
+            redis::Script::new(include_str!(concat!("../lua/", $file)))
+        });
+    };
+}
+
+lua!(SUBMIT, "submit.lua");
+lua!(MARK_RUNNING, "mark_running.lua");
+lua!(FAIL, "fail.lua");
+lua!(DEAD_LETTER, "dead_letter.lua");
+lua!(PUBLISH_WINDOW, "publish_window.lua");
+lua!(APPEND_EPOCH, "append_epoch.lua");
+lua!(SHARD_START, "shard_start.lua");
+lua!(SHARD_COMBINE, "shard_combine.lua");
+lua!(PARTY_ID, "party_id.lua");
+lua!(REGISTER, "register.lua");
+lua!(KV_WRITE, "kv_write.lua");
+
+/// Every script, for the header check.
+pub const ALL: &[&Lua] = &[
+    &SUBMIT,
+    &MARK_RUNNING,
+    &FAIL,
+    &DEAD_LETTER,
+    &PUBLISH_WINDOW,
+    &APPEND_EPOCH,
+    &SHARD_START,
+    &SHARD_COMBINE,
+    &PARTY_ID,
+    &REGISTER,
+    &KV_WRITE,
+];
+
+#[cfg(test)]
+mod tests {
+    use pirq_shared::layout::{job_field, query_field as qf};
+    use pirq_shared::wire::QueryStatus;
+
+    use super::*;
+
+    #[test]
+    fn every_script_states_keys_argv_and_returns() {
+        for lua in ALL {
+            let header: String = lua
+                .source
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .to_lowercase();
+            for part in ["keys[", "argv", "returns"] {
+                assert!(header.contains(part), "{}: header has no {part}", lua.name);
+            }
+        }
+    }
+
+    /// The scripts spell record fields and statuses as Lua strings: a renamed constant in
+    /// `shared::layout` must fail here, not in production.
+    #[test]
+    fn scripts_use_the_layout_names() {
+        let quoted = |s: &str| format!("'{s}'");
+        let uses = |lua: &Lua, names: &[&str]| {
+            for name in names {
+                assert!(
+                    lua.source.contains(&quoted(name)),
+                    "{} does not write {name}",
+                    lua.name
+                );
+            }
+        };
+        uses(
+            &SUBMIT,
+            &[
+                qf::STATUS,
+                QueryStatus::Queued.as_str(),
+                qf::KEYS,
+                qf::ACCEPTED_MS,
+                job_field::ID,
+                job_field::JOB,
+            ],
+        );
+        uses(
+            &MARK_RUNNING,
+            &[
+                qf::STATUS,
+                QueryStatus::Queued.as_str(),
+                QueryStatus::Running.as_str(),
+            ],
+        );
+        assert!(MARK_RUNNING.source.contains("' running'"), "the event text");
+        uses(
+            &FAIL,
+            &[
+                qf::STATUS,
+                QueryStatus::Done.as_str(),
+                QueryStatus::Failed.as_str(),
+                qf::ERROR_CODE,
+                qf::ERROR_MESSAGE,
+                qf::WORKER_US,
+                qf::KEY_INDEX,
+            ],
+        );
+    }
+}
