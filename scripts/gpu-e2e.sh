@@ -18,6 +18,7 @@ dir=.gpu/e2e
 case "${1:-}" in
 build)
     cargo build --release -p pirq-gateway --bin pirq-gateway
+    cargo build --release -p pirq-cli --bin pirq # the kv suite drives the pirq tool
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$dir" && mkdir -p "$dir"
     cargo test --release -p pirq-e2e --no-run --message-format=json 2>/dev/null |
@@ -26,8 +27,9 @@ for m in map(json.loads, sys.stdin):
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         shutil.copy(m["executable"], sys.argv[1] + "/suite-" + m["target"]["name"])' "$dir"
     cp target/release/pirq-gateway "$dir/pirq-gateway"
+    cp target/release/pirq "$dir/pirq"
     cp target/release/pirq-worker "$dir/pirq-worker.real"
-    strip "$dir/pirq-gateway" "$dir/pirq-worker.real" "$dir"/suite-*
+    strip "$dir/pirq-gateway" "$dir/pirq" "$dir/pirq-worker.real" "$dir"/suite-*
     redis=$(command -v redis-server)
     cp "$redis" "$dir/redis-server"
     for lib in liblzf.so.1 libjemalloc.so.2; do

@@ -117,9 +117,16 @@ async fn sampler_reads_depth_pending_age_and_live_workers() {
     let _: () = cmd(&mut conn, &["SADD", &layout.workers(), "w1", "w2"]).await;
     let _: () = cmd(&mut conn, &["SET", &layout.worker("w1"), "{}", "EX", "30"]).await;
 
+    // A shard's group that has read nothing yet (a sharded party has one per shard).
+    let _: () = cmd(&mut conn, &["XGROUP", "CREATE", &jobs, "shard-1-of-2", "0"]).await;
+
     let s = sample(&mut conn, &layout).await.unwrap();
     assert_eq!(s.depth, 2, "{s:?}");
     assert_eq!(s.pending, 1, "{s:?}");
+    let group = |name: &str| s.groups.iter().find(|g| g.name == name).cloned();
+    let (workers, shard) = (group(GROUP).unwrap(), group("shard-1-of-2").unwrap());
+    assert_eq!((workers.pending, workers.lag), (1, 2), "{s:?}");
+    assert_eq!((shard.pending, shard.lag), (0, 3), "{s:?}");
     assert_eq!(s.live_workers, 1, "{s:?}");
     assert!(
         s.oldest_age >= Duration::from_secs(59) && s.oldest_age < Duration::from_secs(120),

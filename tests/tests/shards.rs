@@ -215,8 +215,30 @@ async fn killing_a_shard_worker_under_load_loses_no_query() {
             (want, got)
         }));
     }
-    // Shard 1's first replica (worker index 1) dies mid-load without a chance to clean up.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Shard 1's first replica (worker index 1, consumer w1) dies holding jobs, without a chance
+    // to clean up: wait until it holds some, so the fault is really injected mid-load.
+    let mut conn = a.redis().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let held: Vec<redis::Value> = redis::cmd("XPENDING")
+            .arg(a.layout().jobs())
+            .arg("shard-1-of-3")
+            .arg("-")
+            .arg("+")
+            .arg(100)
+            .arg("w1")
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        if !held.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "w1 never held a job: no fault injected"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     a.workers[1].kill();
     let mut answered = 0;
     for task in tasks {
