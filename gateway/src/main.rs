@@ -13,13 +13,7 @@ use tokio::sync::watch;
 /// read these, and release builds have no symbols to show anyway.
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    pirq_party::exit_code(run().await)
 }
 
 async fn run() -> anyhow::Result<()> {

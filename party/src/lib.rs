@@ -1,5 +1,5 @@
 //! `pirq-party`: what the two servers of a party (`pirq-gateway`, `pirq-worker`) share as
-//! processes, written once: logging, the shutdown signal, the retry back-off, and the Prometheus
+//! processes, written once: the exit status, logging, the shutdown signal, the retry back-off, and the Prometheus
 //! recorder with the catalog's buckets.
 //!
 //! The protocol they speak through Redis is `pirq-queue`; this crate is only process plumbing.
@@ -8,6 +8,18 @@ pub mod backoff;
 pub mod metrics;
 
 pub use backoff::Backoff;
+
+/// The exit status of a server's `main`: the error, if any, on one line of stderr (the whole
+/// chain, `{:#}`) and a failure status; no panic, no backtrace.
+pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
 
 /// Logs to stderr, at `RUST_LOG` (default `info`).
 pub fn init_tracing() {
