@@ -3,7 +3,7 @@
 //
 // CPU twin: `pirq_shared::dpf::eval_full` (bitmap index p = bit p%64 of u64 word p/64). The GPU
 // writes the same bits, only arranged per 256-page block and key for the tensor-core scan; the
-// parity test in worker/tests/gpu_parity.rs compares them bit for bit.
+// parity test in scan/tests/gpu_parity.rs compares them bit for bit.
 //
 // The tree of depth m = max(n - 7, 0) is expanded in two kinds of launches:
 //   1. `dpf_expand_nodes` (zero or more times): each CTA takes one (key, node) and expands it

@@ -1,5 +1,5 @@
 // epoch_merge.cu: the epoch window's merge on the device. CPU twin: `DeltaWindow::merge`
-// (worker/src/epochs.rs).
+// (scan/src/epoch_window.rs).
 //
 // The scan reads the base pages (the oldest epoch of the window). A key pinned to a later epoch e
 // needs, on top of that, every page change between the base and e (SPEC §3):

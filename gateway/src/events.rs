@@ -114,11 +114,11 @@ impl Events {
 }
 
 async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = pirq_party::Backoff::default();
     loop {
         match connect(&client, &channel).await {
             Ok(pubsub) => {
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 hub.connected.store(true, Ordering::Relaxed);
                 metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(1.0);
                 tracing::info!(%channel, "pub/sub subscribed");
@@ -137,8 +137,7 @@ async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
             }
             Err(e) => tracing::warn!(%channel, error = %e, "pub/sub connect failed; retrying"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        backoff.wait().await;
     }
 }
 

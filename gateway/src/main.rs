@@ -8,7 +8,6 @@ use pirq_gateway::config::Durability;
 use pirq_gateway::durability::Durable;
 use pirq_gateway::{router, AppState, Config};
 use tokio::sync::watch;
-use tracing_subscriber::EnvFilter;
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
@@ -24,11 +23,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    pirq_party::init_tracing();
     let config = Config::parse();
     let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
     let listen = config.listen;
@@ -59,7 +54,7 @@ async fn run() -> anyhow::Result<()> {
     let grace = config.shutdown_grace();
     let limits = pirq_gateway::server::ServerLimits::of(&config);
     let server = pirq_gateway::server::serve(listener, router(state), limits, async move {
-        shutdown_signal().await;
+        pirq_party::shutdown_signal().await;
         // Waiters answer now and SSE streams end; new connections are refused.
         tracing::info!("stopping: draining open requests");
         let _ = stop_tx.send(true);
@@ -75,22 +70,4 @@ async fn run() -> anyhow::Result<()> {
     }
     tracing::info!("pirq-gateway stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }

@@ -8,21 +8,16 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 
 /// Installs the process-wide Prometheus recorder. Call once, from `main`.
 pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
-    use pirq_shared::metrics::{of, Emitter};
-    // The catalog's buckets, the same the workers use, so histograms aggregate across processes.
-    let mut builder = PrometheusBuilder::new();
-    for metric in of(Emitter::Gateway) {
-        if let Some(buckets) = metric.buckets() {
-            builder = builder.set_buckets_for_metric(Matcher::Full(metric.name.into()), buckets)?;
-        }
-    }
-    let handle = builder.install_recorder()?;
+    use pirq_shared::metrics::Emitter;
+    // The catalog's buckets, the same the workers use, so histograms aggregate across processes;
+    // served on the gateway's own `/metrics` route.
+    let handle = pirq_party::metrics::builder(Emitter::Gateway)?.install_recorder()?;
     // Help text from the catalog, and the counters at zero before the first request.
-    pirq_shared::metrics::describe(pirq_shared::metrics::Emitter::Gateway);
+    pirq_party::metrics::described(Emitter::Gateway);
     Ok(handle)
 }
 

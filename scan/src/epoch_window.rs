@@ -34,14 +34,9 @@ pub enum EpochError {
         oldest: u64,
         newest: u64,
     },
-    #[error("page {index} is outside the database of {num_pages} pages")]
-    PageIndex { index: u64, num_pages: u64 },
-    #[error("page {index} is {got} bytes, pages are {page_size}")]
-    PageSize {
-        index: u64,
-        got: usize,
-        page_size: usize,
-    },
+    /// A page outside the database, or not whole ([`pirq_shared::update::validate_writes`]).
+    #[error(transparent)]
+    Pages(#[from] pirq_shared::update::UpdateError),
 }
 
 type Diffs = BTreeMap<u64, Arc<[u8]>>;
@@ -111,21 +106,7 @@ impl DeltaWindow {
                 newest: self.newest(),
             });
         }
-        for w in writes {
-            if w.index >= self.num_pages {
-                return Err(EpochError::PageIndex {
-                    index: w.index,
-                    num_pages: self.num_pages,
-                });
-            }
-            if w.page.len() != self.page_size {
-                return Err(EpochError::PageSize {
-                    index: w.index,
-                    got: w.page.len(),
-                    page_size: self.page_size,
-                });
-            }
-        }
+        pirq_shared::update::validate_writes(writes, self.num_pages, self.page_size)?;
         Ok(())
     }
 

@@ -167,24 +167,9 @@ pub fn own_writes(
     range: &std::ops::Range<u64>,
     update: &EpochUpdate,
 ) -> Result<Vec<pirq_shared::update::PageWrite>, ScanError> {
-    use crate::epoch_window::EpochError;
-    for w in &update.pages {
-        if w.index >= geometry.num_pages {
-            return Err(EpochError::PageIndex {
-                index: w.index,
-                num_pages: geometry.num_pages,
-            }
-            .into());
-        }
-        if w.page.len() != geometry.page_size {
-            return Err(EpochError::PageSize {
-                index: w.index,
-                got: w.page.len(),
-                page_size: geometry.page_size,
-            }
-            .into());
-        }
-    }
+    update
+        .validate(geometry.num_pages, geometry.page_size)
+        .map_err(crate::epoch_window::EpochError::from)?;
     Ok(update
         .pages
         .iter()

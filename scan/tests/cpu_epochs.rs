@@ -8,7 +8,7 @@ use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::xor_into;
 use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{generate, DpfKey};
-use pirq_shared::update::EpochUpdate;
+use pirq_shared::update::{EpochUpdate, UpdateError};
 use pirq_shared::wire::EpochRange;
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
@@ -178,11 +178,15 @@ fn out_of_window_and_bad_updates_are_refused() {
     ));
     assert!(matches!(
         scanner.apply_epoch(&write(1, 100, &page)),
-        Err(ScanError::Epoch(EpochError::PageIndex { .. }))
+        Err(ScanError::Epoch(EpochError::Pages(
+            UpdateError::PageIndex { .. }
+        )))
     ));
     assert!(matches!(
         scanner.apply_epoch(&write(1, 0, &vec![0u8; 255])),
-        Err(ScanError::Epoch(EpochError::PageSize { .. }))
+        Err(ScanError::Epoch(EpochError::Pages(
+            UpdateError::PageSize { .. }
+        )))
     ));
     // Nothing of a refused update was applied.
     assert_eq!(

@@ -14,6 +14,7 @@
 //! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
 
 pub mod bits;
+pub mod check;
 pub mod db;
 pub mod digest;
 pub mod dpf;

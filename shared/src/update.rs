@@ -47,6 +47,34 @@ pub enum UpdateError {
     },
 }
 
+/// The one check of an update's pages against a database's geometry: every index inside it,
+/// every page whole. The gateway runs it before an update is appended, and every scanner's epoch
+/// window before one is applied.
+pub fn validate_writes(
+    writes: &[PageWrite],
+    num_pages: u64,
+    page_size: usize,
+) -> Result<(), UpdateError> {
+    for (position, w) in writes.iter().enumerate() {
+        if w.index >= num_pages {
+            return Err(UpdateError::PageIndex {
+                position,
+                index: w.index,
+                num_pages,
+            });
+        }
+        if w.page.len() != page_size {
+            return Err(UpdateError::PageSize {
+                position,
+                index: w.index,
+                got: w.page.len(),
+                page_size,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonUpdate {
@@ -71,24 +99,7 @@ fn bincode_config() -> impl bincode::config::Config {
 impl EpochUpdate {
     /// Checks indices and page sizes against a database's geometry.
     pub fn validate(&self, num_pages: u64, page_size: usize) -> Result<(), UpdateError> {
-        for (position, w) in self.pages.iter().enumerate() {
-            if w.index >= num_pages {
-                return Err(UpdateError::PageIndex {
-                    position,
-                    index: w.index,
-                    num_pages,
-                });
-            }
-            if w.page.len() != page_size {
-                return Err(UpdateError::PageSize {
-                    position,
-                    index: w.index,
-                    got: w.page.len(),
-                    page_size,
-                });
-            }
-        }
-        Ok(())
+        validate_writes(&self.pages, num_pages, page_size)
     }
 
     pub fn to_bincode(&self) -> Vec<u8> {

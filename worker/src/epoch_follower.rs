@@ -69,12 +69,12 @@ impl Follower {
     /// Follows the stream until it fails (Redis errors are retried with backoff), publishing
     /// the window through `reg` after every epoch.
     pub async fn run(mut self, mut reg: Registration) -> UpdatesError {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = pirq_party::Backoff::default();
         loop {
             match self.step(Some(self.block)).await {
                 Ok(0) => {}
                 Ok(_) => {
-                    backoff = Duration::from_millis(50);
+                    backoff.reset();
                     reg.window = self.scanner.epoch_window();
                     self.digests.forget_before(reg.window);
                     // A replaced worker is stopped by its heartbeat, which sees the same answer.
@@ -89,8 +89,7 @@ impl Follower {
                 }
                 Err(UpdatesError::Redis(e)) => {
                     tracing::warn!(error = %e, "reading the updates stream failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    backoff.wait().await;
                 }
                 Err(fatal) => return fatal,
             }

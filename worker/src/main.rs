@@ -18,7 +18,6 @@ use pirq_worker::epoch_follower::Follower;
 use pirq_worker::policy::WindowPolicy;
 use pirq_worker::serve::{self, Worker};
 use tokio::sync::watch;
-use tracing_subscriber::EnvFilter;
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
@@ -34,11 +33,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    pirq_party::init_tracing();
     let config = Config::parse();
     let layout = Layout::new(&config.prefix)?;
     if let Some(addr) = config.metrics_listen {
@@ -208,7 +203,7 @@ async fn run() -> anyhow::Result<()> {
         error
     });
     tokio::spawn(async move {
-        shutdown_signal().await;
+        pirq_party::shutdown_signal().await;
         tracing::info!("stopping: finishing the window in flight");
         let _ = stop_tx.send(true);
     });
@@ -280,32 +275,16 @@ fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPol
 
 /// Waits until Redis answers and the consumer group exists, retrying with backoff.
 async fn wait_for_redis(queue: &Consumer) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = pirq_party::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         match queue.ensure_group().await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "redis not ready; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff.wait().await;
             }
         }
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
 /// What the worker serves, for messages: the file, or the synthetic generator's parameters.

@@ -2,8 +2,7 @@
 
 use std::net::SocketAddr;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use pirq_shared::metrics::{self as m, Emitter};
+use pirq_shared::metrics::Emitter;
 
 /// Installs the recorder and serves `GET /metrics` on `addr` (needs a Tokio runtime). A shard's
 /// worker labels every series with `shard="I/S"`, so dashboards split pass time, keys and jobs
@@ -12,17 +11,11 @@ pub fn install(
     addr: SocketAddr,
     shard: Option<pirq_shared::shard::ShardSpec>,
 ) -> Result<(), metrics_exporter_prometheus::BuildError> {
-    let mut builder = PrometheusBuilder::new().with_http_listener(addr);
+    let mut builder = pirq_party::metrics::builder(Emitter::Worker)?.with_http_listener(addr);
     if let Some(spec) = shard {
         builder = builder.add_global_label("shard", spec.to_string());
     }
-    for metric in m::of(Emitter::Worker) {
-        if let Some(buckets) = metric.buckets() {
-            builder =
-                builder.set_buckets_for_metric(Matcher::Full(metric.name.to_string()), buckets)?;
-        }
-    }
     builder.install()?;
-    m::describe(Emitter::Worker);
+    pirq_party::metrics::described(Emitter::Worker);
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pirq_shared::check;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::metrics as m;
@@ -138,7 +139,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
     keeper.abort();
     // What is still ours was read but never started (buffered, or cut off by the stop): back to
     // the group now, so peers need not wait for the claim-idle time.
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = pirq_party::Backoff::default();
     for attempt in 1..=5 {
         match reclaim::release_held(&worker.queue).await {
             Ok(n) => {
@@ -147,8 +148,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
             }
             Err(e) => {
                 tracing::warn!(error = %e, attempt, "handing back held jobs failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
+                backoff.wait().await;
             }
         }
     }
@@ -162,7 +162,7 @@ async fn read_loop(
     block: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = pirq_party::Backoff::default();
     // First what this consumer already held (a restart under the same name), then new entries.
     let mut own_pending = Some("0".to_string());
     // Reclaim: entries idle past the claim-idle time with any consumer (dead ones, handed back).
@@ -209,7 +209,7 @@ async fn read_loop(
         };
         match read {
             Ok(deliveries) => {
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 if own_pending.is_some() {
                     own_pending = deliveries.last().map(|d| d.entry_id.clone());
                     if let Some(n) = own_pending.as_ref().map(|_| deliveries.len()) {
@@ -234,8 +234,7 @@ async fn read_loop(
             }
             Err(e) => {
                 tracing::warn!(error = %e, "reading the job stream failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff.wait().await;
             }
         }
     }
@@ -449,7 +448,7 @@ async fn wait_for_pinned_epochs(worker: &Worker, window: &Window) {
 /// Writes outcomes, retrying while Redis is unreachable. If it stays unreachable the entries
 /// stay pending in the group and are delivered again.
 async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = pirq_party::Backoff::default();
     for attempt in 1..=10 {
         match queue.finish(&outcomes).await {
             Ok(()) => {
@@ -458,8 +457,7 @@ async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
             }
             Err(e) => {
                 tracing::warn!(error = %e, attempt, "writing results failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff.wait().await;
             }
         }
     }
@@ -649,38 +647,9 @@ fn check_job(
         return Err(ErrorBody::new(ErrorCode::NoKeys, "the job has no keys"));
     }
     let epoch = job.epoch.unwrap_or(epochs.newest);
-    if !epochs.contains(epoch) {
-        return Err(ErrorBody::new(
-            ErrorCode::EpochUnavailable,
-            format!(
-                "epoch {epoch} is outside the window {}..={} this worker answers",
-                epochs.oldest, epochs.newest
-            ),
-        )
-        .with_window(epochs));
-    }
-    let keys = job
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(i, bytes)| {
-            let key = DpfKey::parse(bytes).map_err(|e| {
-                ErrorBody::new(ErrorCode::from(&e), format!("key {i}: {e}")).with_key_index(i)
-            })?;
-            if key.domain_bits() != geometry.domain_bits {
-                return Err(ErrorBody::new(
-                    ErrorCode::KeyDomainMismatch,
-                    format!(
-                        "key {i} has {} domain bits, the database needs {}",
-                        key.domain_bits(),
-                        geometry.domain_bits
-                    ),
-                )
-                .with_key_index(i));
-            }
-            Ok(key)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    check::check_epoch(epoch, epochs)?;
+    let keys = check::parse_keys(&job.keys)?;
+    check::check_domain(&keys, geometry.domain_bits)?;
     Ok((epoch, keys))
 }
 

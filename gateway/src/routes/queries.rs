@@ -10,6 +10,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::Response;
 use futures::Stream;
+use pirq_shared::check;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::{ErrorBody, ErrorEnvelope, Job, QueryRequest, QueryResult, QueryStatus};
@@ -216,50 +217,28 @@ fn check_count(count: usize, max: usize) -> Result<(), ApiError> {
 
 /// SPEC §1.3 parse of every key; the first bad one is named.
 fn parse_keys(raw: &[Vec<u8>]) -> Result<Vec<DpfKey>, ApiError> {
-    raw.iter()
-        .enumerate()
-        .map(|(i, bytes)| {
-            DpfKey::parse(bytes)
-                .map_err(|e| ApiError::key(ErrorCode::from(&e), i, format!("key {i}: {e}")))
-        })
-        .collect()
+    check::parse_keys(raw).map_err(rejected)
 }
 
+/// The keys' domain and the pinned epoch against the registered database.
 fn check_against_db(
     keys: &[DpfKey],
     epoch: Option<u64>,
     db: &RegisteredDb,
 ) -> Result<(), ApiError> {
-    if let Some((i, k)) = keys
-        .iter()
-        .enumerate()
-        .find(|(_, k)| k.domain_bits() != db.domain_bits)
-    {
-        return Err(ApiError::key(
-            ErrorCode::KeyDomainMismatch,
-            i,
-            format!(
-                "key {i} has {} domain bits, this database needs {}",
-                k.domain_bits(),
-                db.domain_bits
-            ),
-        ));
-    }
+    check::check_domain(keys, db.domain_bits).map_err(rejected)?;
     if let Some(e) = epoch {
-        let window = db.window();
-        if !window.contains(e) {
-            let mut err = ApiError::new(
-                ErrorCode::EpochUnavailable,
-                format!(
-                    "epoch {e} is outside the window {}..={} this party answers",
-                    window.oldest, window.newest
-                ),
-            );
-            err.body = err.body.with_window(window);
-            return Err(err);
-        }
+        check::check_epoch(e, db.window()).map_err(rejected)?;
     }
     Ok(())
+}
+
+/// A check's refusal as an answer (its code sets the status).
+fn rejected(body: ErrorBody) -> ApiError {
+    let code = ErrorCode::parse(&body.code).unwrap_or(ErrorCode::Internal);
+    let mut e = ApiError::new(code, "");
+    e.body = body;
+    e
 }
 
 pub(crate) fn no_database() -> ApiError {
