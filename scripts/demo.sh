@@ -6,7 +6,8 @@
 #   against the database file with dd + cmp, looks a page up through the TypeScript client's
 #   demo page in headless Chromium, prints the latency, then builds a key-value database,
 #   serves it from a second pair of prefixes and looks keys up with `pirq get` (present,
-#   absent, and after an update by key), and cleans up on exit.
+#   absent, and after an update by key), shows the database digest and a refused same-party
+#   query, serves the database as two page-range shards, and cleans up on exit.
 #
 #   scripts/demo.sh                       # 16384 pages of 4096 B (64 MiB)
 #   PIRQ_DEMO_PAGES=65536 scripts/demo.sh # 256 MiB
@@ -43,7 +44,7 @@ trap 'exit 130' INT TERM
 
 # A port is taken when something accepts a connection on it.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)) $((base + 21)) $((base + 22)); do
+for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)) $((base + 21)) $((base + 22)) $((base + 31)) $((base + 32)); do
     if port_busy "$p"; then
         echo "port $p is in use; set PIRQ_DEMO_PORT_BASE to a free range" >&2
         exit 1
@@ -211,5 +212,35 @@ echo "   $got (exit 0)"
 echo "== the TypeScript client's demo page on the kv parties: the changed key, then the missing one"
 node clients/ts/dist/demo/headless.js --a "$kva" --b "$kvb" --port $((base + 20)) \
     --key "0x$key" --expect "$new" --key "0x$missing" --expect absent
+
+echo "== guards: the database digest, and the mistakes the client refuses"
+"$bin/pirq" db info "$work/demo-1.pirdb" | grep -o '"digest":"[0-9a-f]*"' | sed 's/^/   epoch-1 snapshot /'
+"$bin/pirq" db verify "$work/demo.pirdb" | sed 's/^/   /'
+if out=$("$bin/pirq" query --party-a "$a" --party-b "$a" --index 1 --out "$work/same" 2>&1); then
+    echo "pirq query accepted the same party twice" >&2; exit 1
+fi
+echo "   the same party as A and B: $(echo "$out" | tail -n 1)"
+
+echo "== a sharded party pair: the database cut into 2 page-range shards, one worker each, partials XORed inside Redis"
+"$bin/pirq" db split --shards 2 --out-dir "$work/shards" "$work/demo.pirdb" >/dev/null
+start_sharded_party() { # name redis_port gateway_port
+    local name=$1 rport=$2 gport=$3 i
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
+        --prefix "demo-$name-sh" --listen "127.0.0.1:$gport" >"$work/gateway-$name-sh.log" 2>&1 &
+    pids+=($!)
+    for i in 0 1; do
+        "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name-sh" --shard "$i/2" \
+            --db "$work/shards/demo.shard-$i-of-2.pirdb" --backend auto --threads 1 \
+            >"$work/worker-$name-sh-$i.log" 2>&1 &
+        pids+=($!)
+    done
+    wait_for "sharded party $name to be ready" http_ok "$gport" /readyz
+    echo "sharded party $name: http://127.0.0.1:$gport (prefix demo-$name-sh, shards 0/2 and 1/2)"
+}
+start_sharded_party a $((base + 1)) $((base + 31))
+start_sharded_party b $((base + 2)) $((base + 32))
+"$bin/pirq" query --party-a "http://127.0.0.1:$((base + 31))" --party-b "http://127.0.0.1:$((base + 32))" \
+    "${index_args[@]}" --out "$work/sharded" --verify "$work/demo.pirdb"
+check_pages "$work/sharded" "${indices[@]}"
 
 echo "== demo passed"

@@ -2,7 +2,7 @@
 # GPU tests and bench for the CUDA scanner.
 #
 #   scripts/gpu-test.sh build        # here (no GPU needed): build, strip, copy into .gpu/
-#   scripts/gpu-test.sh test [FILTER] # on the GPU machine: parity and epoch tests (PIRQ_GPU_TESTS=1)
+#   scripts/gpu-test.sh test [FILTER] # on the GPU machine: parity, epoch and shard tests (PIRQ_GPU_TESTS=1)
 #   scripts/gpu-test.sh bench [ARGS] # on the GPU machine: pirq-gpu-bench ARGS
 #
 # The GPU machine has no cargo: `build` puts the test and bench binaries in .gpu/ (git-ignored),
@@ -30,7 +30,7 @@ case "${1:-}" in
 build)
     cargo build --release --features cuda -p pirq-scan --bin pirq-gpu-bench
     mkdir -p .gpu
-    for t in gpu_parity gpu_epochs; do
+    for t in gpu_parity gpu_epochs gpu_shards; do
         exe=$(cargo test --release --features cuda -p pirq-scan --test "$t" --no-run --message-format=json 2>/dev/null |
             T="$t" python3 -c 'import json,os,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==os.environ["T"]][0])')
         cp "$exe" ".gpu/$t"
@@ -46,7 +46,7 @@ test)
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
     shift
     : >"$out/gpu-test.log"
-    for t in gpu_parity gpu_epochs; do
+    for t in gpu_parity gpu_epochs gpu_shards; do
         PIRQ_GPU_TESTS=1 RUST_BACKTRACE=1 ".gpu/$t" --test-threads=1 "$@" 2>&1 | tee -a "$out/gpu-test.log"
     done
     ;;

@@ -93,11 +93,20 @@ async fn lost_pairs(cluster: &Cluster, jobs: &[(u64, String, String)], within: D
 
 #[tokio::test]
 async fn worker_killed_mid_window_under_load_loses_nothing() {
-    // 4 MiB: a window's pass (debug build) takes long enough to be cut by the kill.
+    // 4 MiB. A CPU pass over it takes well under a millisecond, so windows wait up to 25 ms for
+    // their 4 keys (the default is not to wait): the killed worker then holds a window and its
+    // read-ahead at the kill, which is the fault under test.
     const PAGES: u64 = 1 << 13;
     const JOBS: usize = 300;
     let opts = PartyOptions {
-        worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "1000"]),
+        worker_args: args(&[
+            "--max-batch-keys",
+            "4",
+            "--max-wait-ms",
+            "25",
+            "--claim-idle-ms",
+            "1000",
+        ]),
         ..Default::default()
     };
     let mut cluster = Cluster::start(PAGES, 512, opts).await.unwrap();
@@ -131,12 +140,18 @@ async fn worker_killed_mid_window_under_load_loses_nothing() {
 
     let lost = lost_pairs(&cluster, &jobs, Duration::from_secs(90)).await;
     let took = start.elapsed();
-    let survivor_log = cluster.a.workers[1].log_text();
     println!(
         "kill -9 mid-window: jobs accepted = {JOBS} per party, held by the killed worker = {held}, \
          left in the stream at the kill = {left_at_kill}, lost = {lost}, all answered in {took:.1?}"
     );
     assert_eq!(lost, 0, "jobs lost or answered wrongly");
+    // The killed worker's unacknowledged entries (answered or not before the kill) are the
+    // survivor's to claim once they are idle past --claim-idle-ms: wait for that, bounded.
+    let reclaim_deadline = Instant::now() + Duration::from_secs(30);
+    while pending(&mut conn, &layout, None).await > 0 && Instant::now() < reclaim_deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let survivor_log = cluster.a.workers[1].log_text();
     assert!(
         survivor_log.contains("claimed jobs idle past the claim-idle time"),
         "the survivor never reclaimed:\n{survivor_log}"
