@@ -104,8 +104,12 @@ fn expansion_matches_eval_full() {
             let bitmaps = gpu.expand_bitmaps(&keys).unwrap();
             for (k, (key, got)) in keys.iter().zip(&bitmaps).enumerate() {
                 let want = eval_full(key);
-                let valid = 1u64 << n;
-                for (w, (g, e)) in got.iter().zip(&want).enumerate() {
+                // The GPU expands only the leaf nodes above the pages it holds (a shard's share
+                // of the domain; unsharded, the whole database): bits of indices past
+                // `num_pages` select all-zero pages (SPEC §2) and are never written.
+                let valid = num_pages;
+                let words = valid.div_ceil(64) as usize;
+                for (w, (g, e)) in got.iter().zip(&want).take(words).enumerate() {
                     let bits = (valid - 64 * w as u64).min(64);
                     let mask = if bits == 64 {
                         u64::MAX
