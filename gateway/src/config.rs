@@ -21,17 +21,9 @@ pub enum Durability {
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pirq-gateway", version, about, long_about = None)]
 pub struct Config {
-    /// Redis URL of this party (each party has its own Redis).
-    #[arg(
-        long = "redis",
-        env = "PIRQ_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
-
-    /// Key prefix of this party in Redis; keys are `{PREFIX}:...`. Must match the workers'.
-    #[arg(long, env = "PIRQ_PREFIX", default_value = "pirq")]
-    pub prefix: String,
+    /// `--redis` and `--prefix`, as every server of the party takes them.
+    #[command(flatten)]
+    pub redis: pirq_party::RedisArgs,
 
     /// Address to listen on for HTTP.
     #[arg(long, env = "PIRQ_LISTEN", default_value = "127.0.0.1:8080")]
@@ -194,54 +186,7 @@ impl Config {
         }
     }
 
-    /// The Redis URL for logs: a password (or a lone user name, which Redis 6 ACLs also treat
-    /// as a secret when it is the only credential) becomes `***`.
-    pub fn redis_url_redacted(&self) -> String {
-        redact_url(&self.redis_url)
-    }
-
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms.max(1))
-    }
-}
-
-/// `scheme://user:secret@host` → `scheme://user:***@host`; `scheme://secret@host` →
-/// `scheme://***@host`. Anything without credentials is returned as it is.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_string();
-    };
-    let userinfo = &rest[..at];
-    let redacted = match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => "***".to_string(),
-    };
-    format!("{scheme}://{redacted}{}", &rest[at..])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact_url("redis://:s3cret@10.0.0.1:6379/0"),
-            "redis://:***@10.0.0.1:6379/0"
-        );
-        assert_eq!(
-            redact_url("rediss://app:p@ss@host:6380"),
-            "rediss://app:***@host:6380"
-        );
-        assert_eq!(redact_url("redis://tok@host"), "redis://***@host");
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
-        assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
     }
 }

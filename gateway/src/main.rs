@@ -23,7 +23,7 @@ async fn run() -> anyhow::Result<()> {
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
     if config.durability == Durability::Fsync {
-        let client = redis::Client::open(config.redis_url.as_str())
+        let client = redis::Client::open(config.redis.redis_url.as_str())
             .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
         match Durable::probe(&client, Duration::from_secs(30)).await {
             Ok(d) => state = state.with_durability(d),
@@ -36,15 +36,15 @@ async fn run() -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
-        redis::Client::open(config.redis_url.as_str())
+        redis::Client::open(config.redis.redis_url.as_str())
             .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?,
-        pirq_shared::layout::Layout::new(&config.prefix)?,
+        pirq_shared::layout::Layout::new(&config.redis.prefix)?,
         config.redis_timeout(),
     );
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
-    tracing::info!(addr = %listener.local_addr()?, prefix = %config.prefix, redis = %config.redis_url_redacted(), "pirq-gateway listening");
+    tracing::info!(addr = %listener.local_addr()?, prefix = %config.redis.prefix, redis = %config.redis.redis_url_redacted(), "pirq-gateway listening");
     let grace = config.shutdown_grace();
     let limits = pirq_gateway::server::ServerLimits::of(&config);
     let server = pirq_gateway::server::serve(listener, router(state), limits, async move {

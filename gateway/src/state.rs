@@ -49,8 +49,8 @@ pub enum StateError {
 impl AppState {
     /// Builds the state and starts the pub/sub listener. Does not need Redis to be up.
     pub fn new(config: Config, metrics: Option<PrometheusHandle>) -> Result<AppState, StateError> {
-        let layout = Layout::new(&config.prefix)?;
-        let client = redis::Client::open(config.redis_url.as_str())?;
+        let layout = Layout::new(&config.redis.prefix)?;
+        let client = redis::Client::open(config.redis.redis_url.as_str())?;
         let store = Producer::new(client.clone(), layout.clone(), config.redis_timeout())?;
         let events = Events::start(client.clone(), layout.events());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));

@@ -1,13 +1,15 @@
 //! `pirq-party`: what the two servers of a party (`pirq-gateway`, `pirq-worker`) share as
-//! processes, written once: the exit status, logging, the shutdown signal, the retry back-off, and the Prometheus
+//! processes, written once: the `--redis`/`--prefix` flags, the exit status, logging, the shutdown signal, the retry back-off, and the Prometheus
 //! recorder with the catalog's buckets.
 //!
 //! The protocol they speak through Redis is `pirq-queue`; this crate is only process plumbing.
 
 pub mod backoff;
 pub mod metrics;
+pub mod redis_args;
 
 pub use backoff::Backoff;
+pub use redis_args::RedisArgs;
 
 /// The exit status of a server's `main`: the error, if any, on one line of stderr (the whole
 /// chain, `{:#}`) and a failure status; no panic, no backtrace.

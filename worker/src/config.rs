@@ -61,17 +61,9 @@ pub enum WindowPolicyKind {
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pirq-worker", version, about, long_about = None)]
 pub struct Config {
-    /// Redis URL of this party.
-    #[arg(
-        long = "redis",
-        env = "PIRQ_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
-
-    /// Key prefix of this party in Redis; must match the gateway's.
-    #[arg(long, env = "PIRQ_PREFIX", default_value = "pirq")]
-    pub prefix: String,
+    /// `--redis` and `--prefix`, as every server of the party takes them.
+    #[command(flatten)]
+    pub redis: pirq_party::RedisArgs,
 
     /// The `.pirdb` page database file to serve.
     #[arg(long, env = "PIRQ_DB", required_unless_present = "synthetic")]

@@ -29,7 +29,7 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     pirq_party::init_tracing();
     let config = Config::parse();
-    let layout = Layout::new(&config.prefix)?;
+    let layout = Layout::new(&config.redis.prefix)?;
     if let Some(addr) = config.metrics_listen {
         pirq_worker::metrics_export::install(addr, config.shard)
             .context("starting the metrics endpoint")?;
@@ -87,7 +87,7 @@ async fn run() -> anyhow::Result<()> {
     // Before registering: the measuring passes are not the queue's.
     let policy = window_policy(&config, scanner.as_ref());
 
-    let client = redis::Client::open(config.redis_url.as_str())
+    let client = redis::Client::open(config.redis.redis_url.as_str())
         .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
