@@ -214,7 +214,7 @@ node clients/ts/dist/demo/headless.js --a "$kva" --b "$kvb" --port $((base + 20)
     --key "0x$key" --expect "$new" --key "0x$missing" --expect absent
 
 echo "== guards: the database digest, and the mistakes the client refuses"
-"$bin/pirq" db info "$work/demo-1.pirdb" | grep -o '"digest":"[0-9a-f]*"' | sed 's/^/   epoch-1 snapshot /'
+"$bin/pirq" db info "$work/demo-1.pirdb" | grep -o '"digest": *"[0-9a-f]*"' | sed 's/^/   epoch-1 snapshot /'
 "$bin/pirq" db verify "$work/demo.pirdb" | sed 's/^/   /'
 if out=$("$bin/pirq" query --party-a "$a" --party-b "$a" --index 1 --out "$work/same" 2>&1); then
     echo "pirq query accepted the same party twice" >&2; exit 1
