@@ -39,7 +39,13 @@ PROMETHEUS = ROOT / "ops/prometheus/prometheus.yml"
 PARTIES = [ROOT / "ops/party-a.env", ROOT / "ops/party-b.env"]
 
 # Which crate's flags a pirq binary reads; compose passes every setting as a PIRQ_* variable.
-BINARY_CRATE_DIR = {"pirq-gateway": "gateway", "pirq-worker": "worker", "pirq": "client"}
+# The crates whose clap configs make up each binary's flags (`party` holds the --redis/--prefix
+# flags both servers flatten in).
+BINARY_CRATE_DIRS = {
+    "pirq-gateway": ["gateway", "party"],
+    "pirq-worker": ["worker", "party"],
+    "pirq": ["cli", "client"],
+}
 
 
 def compose(env: dict[str, str] | None = None) -> dict:
@@ -141,7 +147,7 @@ def test_pirq_settings_are_flags_the_binaries_read():
         binary = entry_binary(svc)
         if binary is None:
             continue
-        known = env_flags(ROOT / BINARY_CRATE_DIR[binary])
+        known = set().union(*(env_flags(ROOT / d) for d in BINARY_CRATE_DIRS[binary]))
         _, stages = parse_dockerfile(dockerfile_of(svc))
         image_env = {}
         for stage in reversed(stage_chain(stages, svc["build"]["target"])):
