@@ -34,9 +34,20 @@ async fn submit_pairs(
     indices: &[u64],
     domain_bits: u8,
 ) -> Vec<(u64, String, String)> {
-    let http = reqwest::Client::new();
     let (a, b) = (cluster.a.url.clone(), cluster.b.url.clone());
-    futures::stream::iter(indices.iter().copied())
+    submit_pairs_to(a, b, indices.to_vec(), domain_bits).await
+}
+
+/// [`submit_pairs`] to two party URLs, owning its inputs so that it can run as a task beside a
+/// test that watches (and kills) the workers meanwhile.
+async fn submit_pairs_to(
+    a: String,
+    b: String,
+    indices: Vec<u64>,
+    domain_bits: u8,
+) -> Vec<(u64, String, String)> {
+    let http = reqwest::Client::new();
+    futures::stream::iter(indices)
         .map(|index| {
             let (http, a, b) = (http.clone(), a.clone(), b.clone());
             async move {
@@ -117,8 +128,14 @@ async fn worker_killed_mid_window_under_load_loses_nothing() {
     let mut rng = rand::rng();
     let indices: Vec<u64> = (0..JOBS).map(|_| rng.random_range(0..PAGES)).collect();
     let start = Instant::now();
-    let jobs = submit_pairs(&cluster, &indices, 13).await;
-    assert_eq!(jobs.len(), JOBS);
+    // Submit beside the watch below: the workers drain a finished submission faster than the
+    // test could catch w0 holding jobs.
+    let submitting = tokio::spawn(submit_pairs_to(
+        cluster.a.url.clone(),
+        cluster.b.url.clone(),
+        indices,
+        13,
+    ));
 
     // Kill w0 once the backlog is being worked on and w0 holds jobs (a window in flight plus
     // its read-ahead).
@@ -137,6 +154,8 @@ async fn worker_killed_mid_window_under_load_loses_nothing() {
     };
     let left_at_kill = stream_len(&mut conn, &layout).await;
     cluster.a.workers[0].kill();
+    let jobs = submitting.await.expect("the submitting task panicked");
+    assert_eq!(jobs.len(), JOBS);
 
     let lost = lost_pairs(&cluster, &jobs, Duration::from_secs(90)).await;
     let took = start.elapsed();
