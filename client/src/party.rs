@@ -80,7 +80,15 @@ pub struct Submitted {
     pub id: String,
     /// The `Location` header.
     pub location: String,
+    /// The answer to the submit: pending, or final when the party answered at once (a replay
+    /// of a finished query, or a `Prefer: wait` it could honour).
+    pub result: QueryResult,
 }
+
+/// The longest a submit asks the gateway to hold its answer (`Prefer: wait`): below the
+/// gateway's cap of 30 s and the idle timeouts of common proxies; a query not answered by then
+/// is waited for as usual.
+pub const INLINE_WAIT: Duration = Duration::from_secs(25);
 
 /// One party's base URL and the HTTP client to reach it.
 #[derive(Clone, Debug)]
@@ -178,6 +186,18 @@ impl Party {
         request: &QueryRequest,
         encoding: Encoding,
     ) -> Result<Submitted, ClientError> {
+        self.submit_waiting(request, encoding, None).await
+    }
+
+    /// [`Party::submit`], asking the gateway to hold its answer up to `wait` (`Prefer: wait`,
+    /// whole seconds) until the query is final: then the query took one round trip.
+    pub async fn submit_waiting(
+        &self,
+        request: &QueryRequest,
+        encoding: Encoding,
+        wait: Option<Duration>,
+    ) -> Result<Submitted, ClientError> {
+        let prefer = wait.map(|w| format!("wait={}", w.as_secs_f64().ceil().max(1.0) as u64));
         let body = match encoding {
             Encoding::Json => request.to_json(),
             Encoding::Bincode => request.to_bincode(),
@@ -185,15 +205,16 @@ impl Party {
         let idempotency_key = format!("{:032x}", rand::random::<u128>());
         let mut attempt = 1;
         let resp = loop {
-            let sent = self
+            let mut post = self
                 .http
                 .post(format!("{}/v1/queries", self.base))
                 .header(CONTENT_TYPE, encoding.media_type())
                 .header(ACCEPT, encoding.media_type())
-                .header("Idempotency-Key", &idempotency_key)
-                .body(body.clone())
-                .send()
-                .await;
+                .header("Idempotency-Key", &idempotency_key);
+            if let Some(prefer) = &prefer {
+                post = post.header("Prefer", prefer);
+            }
+            let sent = post.body(body.clone()).send().await;
             let retry_in = match &sent {
                 Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Some(retry_after(r)),
                 Ok(_) => None,
@@ -223,8 +244,9 @@ impl Party {
             .to_string();
         let result = self.decode(resp, encoding).await?;
         Ok(Submitted {
-            id: result.id,
+            id: result.id.clone(),
             location,
+            result,
         })
     }
 
@@ -313,6 +335,11 @@ impl Party {
                     party: self.base.clone(),
                     after: timeout,
                 })??;
+        self.settle(id, result)
+    }
+
+    /// A final result as the caller takes it: `failed` becomes [`ClientError::Failed`].
+    fn settle(&self, id: &str, result: QueryResult) -> Result<QueryResult, ClientError> {
         if result.status == QueryStatus::Failed {
             let error = result.error.unwrap_or_else(|| {
                 pirq_shared::wire::ErrorBody::new(
@@ -381,7 +408,16 @@ impl Party {
         timeout: Duration,
     ) -> Result<QueryResult, ClientError> {
         let start = Instant::now();
-        let submitted = self.submit(request, encoding).await?;
+        // Most queries are answered within one pass: ask the gateway to hold the answer, which
+        // saves the second request and the events between (polling clients poll, as asked).
+        let inline = match how {
+            Wait::Poll { .. } => None,
+            Wait::Events | Wait::LongPoll => Some(timeout.min(INLINE_WAIT)),
+        };
+        let submitted = self.submit_waiting(request, encoding, inline).await?;
+        if submitted.result.status.is_final() {
+            return self.settle(&submitted.id, submitted.result);
+        }
         self.wait(
             &submitted.id,
             encoding,

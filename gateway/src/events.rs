@@ -5,6 +5,10 @@
 //! task per gateway stays subscribed to that channel and wakes the waiters registered for the
 //! id; requests never open their own subscription.
 //!
+//! A wake-up carries the status the event announced, so a waiter that only reports progress
+//! (`running`) need not read the record again; a final status, or a wake-up after a reconnect
+//! (which carries none), is read from Redis.
+//!
 //! No lost wake-up: a waiter calls [`Events::subscribe`] *before* it reads the query's status
 //! from Redis. The channel subscription itself is long established, so any change published
 //! after the read is delivered to the waiter's receiver; a change published before the read is
@@ -18,6 +22,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pirq_queue::{RequestId, StatusEvent};
+use pirq_shared::wire::QueryStatus;
 use tokio::sync::watch;
 
 #[derive(Clone)]
@@ -26,21 +31,22 @@ pub struct Events {
 }
 
 struct Hub {
-    /// Per request id: a counter bumped on every notification; receivers see each bump.
-    waiters: Mutex<HashMap<RequestId, watch::Sender<u64>>>,
+    /// Per request id: the last notification; every send wakes the receivers.
+    waiters: Mutex<HashMap<RequestId, watch::Sender<Option<QueryStatus>>>>,
     connected: AtomicBool,
 }
 
 impl Hub {
-    fn notify(&self, id: &RequestId) {
-        if let Some(tx) = self.waiters.lock().unwrap().get(id) {
-            tx.send_modify(|n| *n += 1);
+    fn notify(&self, event: &StatusEvent) {
+        if let Some(tx) = self.waiters.lock().unwrap().get(&event.id) {
+            tx.send_replace(Some(event.status));
         }
     }
 
+    /// Wakes everyone to read again: events may have been missed.
     fn notify_all(&self) {
         for tx in self.waiters.lock().unwrap().values() {
-            tx.send_modify(|n| *n += 1);
+            tx.send_replace(None);
         }
     }
 }
@@ -49,17 +55,19 @@ impl Hub {
 pub struct Subscription {
     hub: Arc<Hub>,
     id: RequestId,
-    rx: watch::Receiver<u64>,
+    rx: watch::Receiver<Option<QueryStatus>>,
 }
 
 impl Subscription {
     /// Resolves at the next notification for this id (or a reconnect), counting from the moment
-    /// the subscription was made.
-    pub async fn changed(&mut self) {
+    /// the subscription was made, with the status the newest event announced: `None` after a
+    /// reconnect, when the record must be read to know.
+    pub async fn changed(&mut self) -> Option<QueryStatus> {
         if self.rx.changed().await.is_err() {
             // The sender is never dropped while a receiver is registered; be safe anyway.
             std::future::pending::<()>().await
         }
+        *self.rx.borrow_and_update()
     }
 }
 
@@ -94,7 +102,7 @@ impl Events {
         let rx = match waiters.get(id) {
             Some(tx) => tx.subscribe(),
             None => {
-                let (tx, rx) = watch::channel(0);
+                let (tx, rx) = watch::channel(None);
                 waiters.insert(*id, tx);
                 rx
             }
@@ -127,7 +135,7 @@ async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
                 let mut messages = pubsub.into_on_message();
                 while let Some(msg) = messages.next().await {
                     if let Some(event) = StatusEvent::parse(msg.get_payload_bytes()) {
-                        hub.notify(&event.id);
+                        hub.notify(&event);
                     }
                 }
                 hub.connected.store(false, Ordering::Relaxed);

@@ -4,30 +4,38 @@
 # that one party (--party-a = --party-b: answers verify, privacy does not hold, the party does
 # the work of both; a benchmark of capacity). Results: docs/bench/gpu-e2e.md.
 #
-#   ops/bench/gpu-e2e-load.sh build [DIR]   # here: release binaries + redis-server into DIR
-#                                           # (default .gpu/e2e-load)
+#   ops/bench/gpu-e2e-load.sh build [DIR]   # here: release binaries of this tree into
+#                                           # DIR/$VARIANT (default current), redis into DIR
+#                                           # (DIR default .gpu/e2e-load)
 #   ops/bench/gpu-e2e-load.sh run [DIR]     # on the GPU machine, as root (mounts a tmpfs)
 #
-# Environment for `run`: PAGES (default 2^24 = 64 GiB of 4 KiB pages), DUR / WARM (seconds per
-# load point, default 10 / 3), CLIENTS (default "64 512"), CONFIGS (worker flag sets separated
-# by ';', default "--window-policy auto;--window-policy fixed --workspaces 2"), OUT (gets one
-# tarball of logs, JSON reports and metric scrapes).
+# Build twice with different VARIANT names (e.g. from two commits) to compare binaries in one
+# run. Environment for `run`: PAGES (default 2^24 = 64 GiB of 4 KiB pages), DUR / WARM (seconds
+# per load point, default 10 / 3), CLIENTS (default "64 512"), CONFIGS (worker flag sets
+# separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
+# all built), VERIFY=1 (also time `pirq db verify` of the database), OUT (gets one tarball of
+# logs, JSON reports, metric scrapes, and per point the CPU seconds of each process and Redis'
+# per-command times).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=${2:-.gpu/e2e-load}
 
 case "${1:-}" in
 build)
-    cargo build --release -p pirq-gateway -p pirq-client --bin pirq-gateway --bin pirq
+    V=${VARIANT:-current}
+    cargo build --release -p pirq-gateway -p pirq-cli --bin pirq-gateway --bin pirq
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
-    rm -rf "$D" && mkdir -p "$D"
-    cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/"
+    rm -rf "${D:?}/$V" && mkdir -p "$D/$V"
+    cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/$V/"
+    git rev-parse --short HEAD >"$D/$V/COMMIT"
+    git diff --quiet HEAD || echo "(+ uncommitted changes)" >>"$D/$V/COMMIT"
     redis=$(command -v redis-server)
     cp "$redis" "$D/redis-server"
+    cp "$(command -v redis-cli)" "$D/redis-cli"
     for lib in liblzf.so.1 libjemalloc.so.2; do
         cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$D/"
     done
-    strip "$D"/pirq* "$D/redis-server" 2>/dev/null || true
+    strip "$D/$V"/pirq* "$D/redis-server" "$D/redis-cli" 2>/dev/null || true
     du -sh "$D"
     exit 0
     ;;
@@ -38,7 +46,8 @@ run) ;;
     ;;
 esac
 
-export PATH="$PWD/$D:$PATH" LD_LIBRARY_PATH="$PWD/$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ROOT="$PWD/$D"
+export PATH="$ROOT:$PATH" LD_LIBRARY_PATH="$PWD/$D${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 FINAL=${OUT:-.gpu/out}
 mkdir -p "$FINAL"
 # Logs, JSON reports and metric scrapes go to $LOGS, packed into one tarball in $OUT at the end
@@ -48,7 +57,8 @@ PAGES=${PAGES:-16777216}
 DUR=${DUR:-10}
 WARM=${WARM:-3}
 CLIENTS=${CLIENTS:-64 512}
-CONFIGS=${CONFIGS:---window-policy auto;--window-policy fixed --workspaces 2}
+CONFIGS=${CONFIGS:---window-policy auto}
+VARIANTS=${VARIANTS:-$(cd "$D" && for v in */; do [ -x "$v/pirq-worker" ] && echo "${v%/}"; done)}
 MNT=/mnt/pirq-e2e
 W=$(mktemp -d)
 PIDS=()
@@ -95,43 +105,67 @@ wait_worker() {
     return 1
 }
 
+# cpu_ticks PID: user + system CPU of a process so far, in clock ticks (1/100 s)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
 echo "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 mkdir -p "$MNT"
 mount -t tmpfs -o size=72G tmpfs "$MNT"
 t0=$(date +%s)
-pirq db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$MNT/db.pirdb" 2>&1 | tail -n 1
+"$ROOT/$(echo "$VARIANTS" | head -n 1)/pirq" db gen --pages "$PAGES" --page-size 4096 --seed 11 \
+    --out "$MNT/db.pirdb" 2>&1 | tail -n 1
 echo "db gen: $(($(date +%s) - t0)) s"
-SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --verify "$MNT/db.pirdb")
+if [ "${VERIFY:-0}" = 1 ]; then
+    t0=$EPOCHREALTIME
+    "$ROOT/$(echo "$VARIANTS" | head -n 1)/pirq" db verify "$MNT/db.pirdb" 2>&1 | tail -n 2
+    echo "db verify: $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+fi
+SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --allow-same-party
+    --verify "$MNT/db.pirdb")
 
 i=0
 IFS=';' read -r -a configs <<<"$CONFIGS"
-for cfg in "${configs[@]}"; do
-    i=$((i + 1))
-    echo "== config $i: pirq-worker $cfg"
-    start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
-    sleep 0.3
-    start 1-3 gateway pirq-gateway --redis redis://127.0.0.1:7101 --prefix party-a \
-        --listen 127.0.0.1:8101
-    # shellcheck disable=SC2086
-    start 4-7 worker pirq-worker --redis redis://127.0.0.1:7101 --prefix party-a \
-        --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
-        --metrics-listen 127.0.0.1:9101 $cfg
-    t0=$(date +%s)
-    wait_worker "${PIDS[2]}"
-    echo "worker ready after $(($(date +%s) - t0)) s"
-    grep -h "window policy" "$LOGS/worker.log" | tail -n 1 || true
-    for c in $CLIENTS; do
-        name="cfg$i-closed-$c"
-        taskset -c 8-15 pirq bench load --quiet --duration "$DUR" --warmup "$WARM" \
-            --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 --concurrency "$c" \
-            2>"$LOGS/$name.txt" || true
-        echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
-        get http://127.0.0.1:9101/metrics "$LOGS/$name.metrics" || true
-        grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
-            "$LOGS/$name.metrics" || true
+for variant in $VARIANTS; do
+    B="$ROOT/$variant"
+    for cfg in "${configs[@]}"; do
+        i=$((i + 1))
+        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg"
+        start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
+        sleep 0.3
+        start 1-3 gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
+            --listen 127.0.0.1:8101
+        # shellcheck disable=SC2086
+        start 4-7 worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
+            --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
+            --metrics-listen 127.0.0.1:9101 $cfg
+        t0=$(date +%s)
+        wait_worker "${PIDS[2]}"
+        echo "worker ready after $(($(date +%s) - t0)) s"
+        grep -h "window policy" "$LOGS/worker.log" | tail -n 1 || true
+        for c in $CLIENTS; do
+            name="cfg$i-$variant-closed-$c"
+            redis-cli -p 7101 CONFIG RESETSTAT >/dev/null
+            before=("$(cpu_ticks "${PIDS[0]}")" "$(cpu_ticks "${PIDS[1]}")" "$(cpu_ticks "${PIDS[2]}")")
+            TIMEFORMAT="client user %U s, system %S s"
+            { time taskset -c 8-15 "$B/pirq" bench load --quiet --duration "$DUR" \
+                --warmup "$WARM" --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 \
+                --concurrency "$c" 2>"$LOGS/$name.txt" || true; } 2>"$LOGS/$name.clientcpu"
+            echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
+            echo "cpu ticks (1/100 s) over the point: redis $(($(cpu_ticks "${PIDS[0]}") - before[0]))" \
+                "gateway $(($(cpu_ticks "${PIDS[1]}") - before[1]))" \
+                "worker $(($(cpu_ticks "${PIDS[2]}") - before[2]));" \
+                "$(cat "$LOGS/$name.clientcpu" 2>/dev/null)"
+            redis-cli -p 7101 INFO commandstats >"$LOGS/$name.commandstats" || true
+            grep -E "cmdstat_(xadd|evalsha|eval|hgetall|exec|hset|xreadgroup):" \
+                "$LOGS/$name.commandstats" | cut -d, -f1-3 | tr '\n' ' ' || true
+            echo
+            get http://127.0.0.1:9101/metrics "$LOGS/$name.metrics" || true
+            grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
+                "$LOGS/$name.metrics" || true
+        done
+        cp "$LOGS/worker.log" "$LOGS/worker-cfg$i.log"
+        stop_all
+        sleep 0.5
     done
-    cp "$LOGS/worker.log" "$LOGS/worker-cfg$i.log"
-    stop_all
-    sleep 0.5
 done
 echo "done: $FINAL/gpu-e2e-load.tgz"

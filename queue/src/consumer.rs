@@ -123,6 +123,12 @@ impl Default for Policy {
     }
 }
 
+/// Outcomes per `MULTI` block when a window's outcomes are written ([`Consumer::finish`]):
+/// small enough that the first answers are announced while Redis still reads the rest, large
+/// enough that the `MULTI`/`EXEC` and acknowledgement commands stay a small share (16 answers of
+/// 4 KiB are 64 KiB, a few reads of Redis' 16 KiB input buffer).
+pub const FINISH_BLOCK: usize = 16;
+
 /// The floor of the derived claim-idle time.
 pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
 /// Longest derived claim-idle time: one very slow window (a Redis stall counts into it) must not
@@ -596,17 +602,39 @@ impl Consumer {
     }
 
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
-    /// entries (and hands back the ones to retry), all in one `MULTI`. A shard of a sharded
-    /// party writes its answers as partials through the combine script, which acknowledges them
-    /// itself and deletes the entry once the last shard's partial completed the query
+    /// entries (and hands back the ones to retry). A shard of a sharded party writes its
+    /// answers as partials through the combine script, which acknowledges them itself and
+    /// deletes the entry once the last shard's partial completed the query
     /// (`queue/lua/shard_combine.lua`).
+    ///
+    /// One pipeline (one round trip), cut into `MULTI` blocks of [`FINISH_BLOCK`] outcomes:
+    /// each result lands together with its acknowledgement, and Redis announces a block's
+    /// results as soon as it has run it. One `MULTI` over a whole window held every
+    /// announcement back until the last page of the window had been read and written (a
+    /// window of 128 4 KiB answers is over half a MiB), so the first clients heard of their
+    /// answers only when the last ones did.
     pub async fn finish(&self, outcomes: &[Outcome]) -> redis::RedisResult<()> {
         if outcomes.is_empty() {
             return Ok(());
         }
-        let events = self.layout.events();
         let mut pipe = redis::pipe();
-        pipe.atomic();
+        for block in outcomes.chunks(FINISH_BLOCK) {
+            pipe.cmd("MULTI").ignore();
+            self.finish_block(&mut pipe, block);
+            pipe.cmd("EXEC");
+        }
+        let mut conn = self.writer.clone();
+        let blocks: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+        for block in blocks {
+            reply::check_exec(block)?;
+        }
+        self.forget(outcomes.iter().map(Outcome::entry_id));
+        Ok(())
+    }
+
+    /// The commands of one `MULTI` block of [`Consumer::finish`].
+    fn finish_block(&self, pipe: &mut redis::Pipeline, outcomes: &[Outcome]) {
+        let events = self.layout.events();
         let mut acked: Vec<&str> = Vec::new();
         for outcome in outcomes {
             match outcome {
@@ -624,7 +652,7 @@ impl Consumer {
                     // Every shard stamps the digest of the database it answered from (the
                     // whole database's); the script fails the query if two shards differ.
                     scripts::SHARD_COMBINE
-                        .eval(&mut pipe, 4)
+                        .eval(pipe, 4)
                         .arg(self.layout.query(request_id.as_str()))
                         .arg(self.layout.partial_sum(request_id.as_str()))
                         .arg(
@@ -666,17 +694,11 @@ impl Consumer {
                         scan: *scan,
                         worker: *worker,
                     };
+                    let hset = pipe.cmd("HSET").arg(&key).arg(done.pairs().as_slice());
                     if let Some(digest) = digest {
-                        pipe.cmd("HSET")
-                            .arg(&key)
-                            .arg(qf::DIGEST)
-                            .arg(digest.to_hex())
-                            .ignore();
+                        hset.arg(qf::DIGEST).arg(digest.to_hex());
                     }
-                    pipe.cmd("HSET")
-                        .arg(&key)
-                        .arg(done.pairs().as_slice())
-                        .ignore();
+                    hset.ignore();
                     pipe.cmd("EXPIRE").arg(&key).arg(self.result_ttl).ignore();
                     let event = StatusEvent {
                         id: *request_id,
@@ -694,7 +716,7 @@ impl Consumer {
                     error,
                     worker,
                 } => {
-                    self.fail_cmds(&mut pipe, request_id, error, *worker);
+                    self.fail_cmds(pipe, request_id, error, *worker);
                     acked.push(entry_id);
                 }
                 Outcome::Discard { entry_id } | Outcome::Settled { entry_id } => {
@@ -703,7 +725,7 @@ impl Consumer {
                 Outcome::Retry {
                     entry_id,
                     deliveries,
-                } => self.release_cmd(&mut pipe, entry_id, *deliveries),
+                } => self.release_cmd(pipe, entry_id, *deliveries),
                 Outcome::DeadLetter {
                     entry_id,
                     request_id,
@@ -711,7 +733,7 @@ impl Consumer {
                     deliveries,
                 } => {
                     scripts::DEAD_LETTER
-                        .eval(&mut pipe, 2)
+                        .eval(pipe, 2)
                         .arg(self.layout.jobs())
                         .arg(self.layout.dead_letters())
                         .arg(entry_id)
@@ -722,7 +744,7 @@ impl Consumer {
                         .arg(&self.consumer)
                         .ignore();
                     if let Some(request_id) = request_id {
-                        self.fail_cmds(&mut pipe, request_id, error, Duration::ZERO);
+                        self.fail_cmds(pipe, request_id, error, Duration::ZERO);
                     }
                     acked.push(entry_id);
                 }
@@ -749,10 +771,6 @@ impl Consumer {
                     .ignore();
             }
         }
-        let mut conn = self.writer.clone();
-        pipe.query_async::<()>(&mut conn).await?;
-        self.forget(outcomes.iter().map(Outcome::entry_id));
-        Ok(())
     }
 
     fn fail_cmds(

@@ -113,6 +113,7 @@ impl Producer {
             let fut = async {
                 match what {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
+                    Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
@@ -148,12 +149,12 @@ impl Producer {
             // Unused, but a declared key of the same slot keeps the script cluster-safe.
             None => (self.layout.idempotency(""), "", 0),
         };
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::SUBMIT.source)
-            .arg(3)
-            .arg(self.layout.query(id.as_str()))
-            .arg(self.layout.jobs())
-            .arg(idem_key)
+        // By SHA: the script's text is not sent (nor hashed by Redis) with every query.
+        let mut script = scripts::SUBMIT.script().prepare_invoke();
+        script
+            .key(self.layout.query(id.as_str()))
+            .key(self.layout.jobs())
+            .key(idem_key)
             .arg(id)
             .arg(job.keys.len())
             .arg(job.accepted_ms)
@@ -162,7 +163,7 @@ impl Producer {
             .arg(checks.max_backlog)
             .arg(fingerprint)
             .arg(idem_ttl);
-        let (verdict, detail): (String, String) = self.run(Query::Cmd(&cmd)).await?;
+        let (verdict, detail): (String, String) = self.run(Query::Script(&script)).await?;
         match verdict.as_str() {
             "queued" => Ok(Submitted::Queued),
             "full" => Ok(Submitted::Full {
@@ -332,4 +333,6 @@ impl Producer {
 #[derive(Clone, Copy)]
 enum Query<'a> {
     Cmd(&'a redis::Cmd),
+    /// `EVALSHA`, loading the script first on `NOSCRIPT`.
+    Script(&'a redis::ScriptInvocation<'a>),
 }

@@ -10,6 +10,25 @@ pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 /// One stream entry: its id and fields.
 pub type Entry = (String, Fields);
 
+/// Checks one `EXEC` reply: every command of the transaction ran without an error.
+pub fn check_exec(reply: Value) -> redis::RedisResult<()> {
+    match reply {
+        Value::Array(items) => match items.into_iter().find_map(|v| match v {
+            Value::ServerError(e) => Some(e),
+            _ => None,
+        }) {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        },
+        Value::ServerError(e) => Err(e.into()),
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "transaction failed",
+            format!("EXEC answered {other:?}"),
+        ))),
+    }
+}
+
 /// `(entry id, delivery count, idle ms)` from an extended `XPENDING` reply.
 pub fn pending(reply: Value) -> Vec<(String, u64, u64)> {
     let Value::Array(items) = reply else {

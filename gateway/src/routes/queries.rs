@@ -95,6 +95,9 @@ pub async fn submit(
             .zip(fingerprint.as_deref())
             .map(|(k, fp)| (k, fp, st.config.idempotency_ttl)),
     };
+    // A client that prefers to wait for the answer: subscribe before the job is on the stream,
+    // so its answer cannot be announced unheard (and the record need not be read back).
+    let inline = prefer_wait(&headers).map(|wait| (wait, st.events.subscribe(&id)));
     let submitted = st
         .store
         .submit(&id, &job, &checks)
@@ -148,12 +151,69 @@ pub async fn submit(
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
     metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
     metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
+    if let Some((wait, sub)) = inline {
+        if let Some(answer) = answer_inline(&st, &id, wait, sub, format).await {
+            return Ok(answer);
+        }
+    }
     Ok(accepted(
         &st,
         &id,
         format,
         &QueryResult::pending(id.as_str(), QueryStatus::Queued),
     ))
+}
+
+/// `Prefer: wait=S` (RFC 7240 §4.3), capped at [`MAX_WAIT_SECS`]: the client would rather wait
+/// for the answer than be told to come back. A preference the gateway cannot read is ignored,
+/// as the RFC asks.
+fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|pref| {
+            let (name, value) = pref.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("wait") {
+                return None;
+            }
+            let secs: f64 = value.trim().trim_matches('"').parse().ok()?;
+            (secs.is_finite() && secs > 0.0)
+                .then(|| Duration::from_secs_f64(secs.min(MAX_WAIT_SECS)))
+        })
+}
+
+/// Holds a just-queued query's answer until it is final or `wait` has passed: one round trip
+/// for the whole query instead of a submit and then a wait (a second request, and the
+/// `queued`/`running` events between). `None` (answer the 202 as usual: the query is queued
+/// either way) when the answer does not come in time, no waiter slot is free, or reading it
+/// failed.
+async fn answer_inline(
+    st: &AppState,
+    id: &RequestId,
+    wait: Duration,
+    sub: Subscription,
+    format: Format,
+) -> Option<Response> {
+    let _waiter = st.waiters.enter().ok()?;
+    let queued = QueryRecord {
+        result: QueryResult::pending(id.as_str(), QueryStatus::Queued),
+        scan_us: None,
+        worker_us: None,
+    };
+    let q = wait_final_from(st, id, wait, sub, Some(queued)).await.ok()?;
+    if !q.result.status.is_final() {
+        return None;
+    }
+    fetched(st, id);
+    let mut resp = accepted(st, id, format, &q.result);
+    let h = resp.headers_mut();
+    h.insert("preference-applied", HeaderValue::from_static("wait"));
+    if let Some(timing) = server_timing(&q) {
+        h.insert("server-timing", timing);
+    }
+    Some(resp)
 }
 
 /// A 202 (pending) or 200 (final) answer for a query with its `Location`.
@@ -368,24 +428,46 @@ async fn wait_final(
     id: &RequestId,
     wait: Duration,
 ) -> Result<QueryRecord, ApiError> {
-    let deadline = Instant::now() + wait;
     // Subscribe before the first read: a change between the read and the wait still wakes us.
-    let mut sub = st.events.subscribe(id);
+    let sub = st.events.subscribe(id);
+    wait_final_from(st, id, wait, sub, None).await
+}
+
+/// [`wait_final`] with a subscription made earlier and, when known, the record as it stood
+/// when `sub` was made (else it is read first).
+async fn wait_final_from(
+    st: &AppState,
+    id: &RequestId,
+    wait: Duration,
+    mut sub: Subscription,
+    known: Option<QueryRecord>,
+) -> Result<QueryRecord, ApiError> {
+    let deadline = Instant::now() + wait;
     let mut shutdown = st.shutdown.clone();
-    loop {
-        let q = st
-            .store
+    let load = || async {
+        st.store
             .load(id)
             .await?
-            .ok_or_else(|| ApiError::not_found(id.as_str()))?;
+            .ok_or_else(|| ApiError::not_found(id.as_str()))
+    };
+    let mut q = match known {
+        Some(q) => q,
+        None => load().await?,
+    };
+    loop {
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
             return Ok(q);
         }
-        tokio::select! {
-            _ = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => {}
-            _ = shutdown.wait_for(|s| *s) => {}
+        let hint = tokio::select! {
+            r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.ok().flatten(),
+            _ = shutdown.wait_for(|s| *s) => None,
+        };
+        match hint {
+            // Progress: the event says it all; only a final answer needs the record.
+            Some(status) if !status.is_final() => q.result.status = status,
+            _ => q = load().await?,
         }
     }
 }
@@ -447,12 +529,18 @@ async fn follow(
             }
             last_sent = Some(result.status);
         }
-        tokio::select! {
+        let hint = tokio::select! {
             _ = tx.closed() => return,
-            _ = tokio::time::timeout(RECHECK, sub.changed()) => {}
+            r = tokio::time::timeout(RECHECK, sub.changed()) => r.ok().flatten(),
             // Shutting down: end the stream (after the status above); the client reconnects
             // or polls another gateway.
             _ = shutdown.wait_for(|s| *s) => return,
+        };
+        // Progress (`running`): the event says it all, the record is read only for a final
+        // answer (or after a reconnect or the recheck timer, which carry no status).
+        if let Some(status) = hint.filter(|s| !s.is_final()) {
+            current.result.status = status;
+            continue;
         }
         current = match st.store.load(&id).await {
             Ok(Some(q)) => q,
