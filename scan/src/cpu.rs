@@ -18,15 +18,11 @@ use pirq_shared::metrics::record_phase;
 use rayon::prelude::*;
 
 use crate::epoch_window::DeltaWindow;
-use crate::{check_keys, Answers, Geometry, ScanError, Scanner};
+use crate::{
+    check_keys, Answers, Geometry, ScanError, Scanner, DEFAULT_EPOCH_WINDOW, DEFAULT_MAX_BATCH_KEYS,
+};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
-
-/// Default number of epochs answered exactly (the base and 15 later ones).
-pub const DEFAULT_EPOCH_WINDOW: usize = 16;
-
-/// Default largest batch; the scan is linear in Q, this only bounds memory per pass.
-pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
 
 /// Pages are split into ranges of at least this many pages per thread task: a multiple of 64 so
 /// ranges start on bitmap words.

@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "8,64")]
     sizes_gib: Vec<u64>,
     /// Page size in bytes.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE as usize)]
     page_size: usize,
     /// Batch sizes Q to time.
     #[arg(
@@ -60,8 +60,8 @@ struct Args {
     /// `--epochs`: window sizes (epochs answered exactly, the base included).
     #[arg(long, value_delimiter = ',', default_value = "2,16")]
     epoch_windows: Vec<usize>,
-    /// `--epochs`: keys per pass.
-    #[arg(long, default_value_t = 256)]
+    /// `--epochs`: keys per pass (default: a full window of the worker's default size).
+    #[arg(long, default_value_t = pirq_scan::DEFAULT_MAX_BATCH_KEYS)]
     epoch_q: usize,
 }
 

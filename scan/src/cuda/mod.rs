@@ -42,11 +42,6 @@ pub use self::epoch_window::UpdateTimings;
 pub use self::layout::ScanPlan;
 pub use self::workspace::PassTimings;
 
-/// Default number of workspaces (`--workspaces`).
-pub const DEFAULT_WORKSPACES: usize = 2;
-/// Default largest batch: 256 keys ran at ~4,600 keys/s on an H100 at 64 GiB (57 ms a pass).
-pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
-
 /// How to set up a [`CudaScanner`].
 #[derive(Clone, Debug)]
 pub struct CudaConfig {
@@ -66,10 +61,10 @@ impl Default for CudaConfig {
     fn default() -> CudaConfig {
         CudaConfig {
             device: 0,
-            workspaces: DEFAULT_WORKSPACES,
-            max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
+            workspaces: crate::DEFAULT_WORKSPACES,
+            max_batch_keys: crate::DEFAULT_MAX_BATCH_KEYS,
             plan: None,
-            epoch_window: crate::cpu::DEFAULT_EPOCH_WINDOW,
+            epoch_window: crate::DEFAULT_EPOCH_WINDOW,
         }
     }
 }
