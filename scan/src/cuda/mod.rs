@@ -29,6 +29,7 @@ use cudarc::driver::{
 };
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
+use pirq_shared::metrics::Phase;
 
 use self::db::DeviceDb;
 use self::epoch_window::{EpochState, Merge};
@@ -379,7 +380,7 @@ impl CudaScanner {
                     Some(m) => Some(self.merge(ws, m, keys.len(), padded, plan.sel_layout())?),
                     None => None,
                 };
-                ws.marks[4].record(&ws.stream)?;
+                ws.marks.end(Phase::Merge, &ws.stream)?;
                 let answers = self.download(ws, keys.len())?;
                 drop(limits);
                 Ok(answers)
@@ -434,7 +435,7 @@ impl CudaScanner {
         for (key, rec) in keys.iter().zip(host.chunks_exact_mut(KEY_WORDS)) {
             pack_key(key, rec);
         }
-        ws.marks[0].record(&stream)?;
+        ws.marks.start(&stream)?;
         let len = keys.len() * KEY_WORDS;
         // SAFETY: pinned and alive until the pass synchronizes in `download`.
         unsafe {
@@ -444,7 +445,7 @@ impl CudaScanner {
                 stream.cu_stream(),
             )
         }?;
-        ws.marks[1].record(&stream)?;
+        ws.marks.end(Phase::H2d, &stream)?;
         Ok(())
     }
 
@@ -514,7 +515,7 @@ impl CudaScanner {
             .arg(&wg_layout);
         // SAFETY: arguments match `dpf_expand_leaves`; sel holds sel_blocks x padded columns.
         unsafe { launch.launch(cfg) }?;
-        ws.marks[2].record(stream)?;
+        ws.marks.end(Phase::Expand, stream)?;
         Ok(())
     }
 
@@ -645,7 +646,7 @@ impl CudaScanner {
                 unsafe { launch.launch(cfg) }?;
             }
         }
-        ws.marks[3].record(stream)?;
+        ws.marks.end(Phase::Scan, stream)?;
         Ok(())
     }
 
@@ -681,7 +682,7 @@ impl CudaScanner {
             // SAFETY: pinned; the stream is synchronized below before the bytes are read.
             unsafe { result::memcpy_dtoh_async(&mut host[..len], src, stream.cu_stream()) }?;
         }
-        ws.marks[5].record(&stream)?;
+        ws.marks.end(Phase::D2h, &stream)?;
         stream.synchronize()?;
         Ok(ws.answers_host.as_slice()?[..len].to_vec())
     }
@@ -754,16 +755,9 @@ impl Scanner for CudaScanner {
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
         let (answers, t) = self.pass_at_timed(keys, epochs)?;
         if t.keys > 0 {
-            let phases = [
-                ("h2d", t.h2d),
-                ("expand", t.expand),
-                ("scan", t.scan),
-                ("d2h", t.d2h),
-                // Zero when no key needed a merge, as on the CPU backend.
-                ("merge", t.merge),
-            ];
-            for (phase, took) in phases {
-                pirq_shared::metrics::record_phase(phase, took);
+            // Merge is zero when no key needed one, as on the CPU backend.
+            for phase in Phase::ALL {
+                pirq_shared::metrics::record_phase(phase, t.phase(phase));
             }
         }
         if let Ok((free, total)) = self.ctx.mem_get_info() {
