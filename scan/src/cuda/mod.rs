@@ -322,7 +322,7 @@ impl CudaScanner {
             None if self.kernels.has_wgmma() => ScanPlan::for_keys_wgmma(q),
             None if self.kernels.has_binary_mma() => ScanPlan::for_keys(q),
             None => ScanPlan::Xor {
-                blocks_per_task: 512,
+                blocks_per_task: layout::XOR_BLOCKS_PER_TASK,
             },
         }
     }
@@ -537,6 +537,38 @@ impl CudaScanner {
         );
         let db = self.db.ptr();
         let sel = sel_ptr(ws, &shape, padded);
+        let ntiles = np_total * 2;
+        // The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
+        // accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
+        let tensor_core_scan = |grid_dim, threads, blocks_per_task: u32| -> Result<(), CudaError> {
+            // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
+            unsafe {
+                result::memset_d8_async(
+                    ws.partial.ptr,
+                    0,
+                    mtiles as usize * ntiles as usize * 16,
+                    stream.cu_stream(),
+                )
+            }?;
+            let cfg = LaunchConfig {
+                grid_dim,
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: plan.dynamic_smem(),
+            };
+            let mut launch = stream.launch_builder(func);
+            launch
+                .arg(&db)
+                .arg(&sel)
+                .arg(&ws.partial.ptr)
+                .arg(&mtiles)
+                .arg(&nblocks)
+                .arg(&np_total)
+                .arg(&blocks_per_task);
+            // SAFETY: arguments match `scan_mma_*` and `scan_wgmma_*`; the grids below stay
+            // inside the buffers (padded is a multiple of the plan's key group).
+            unsafe { launch.launch(cfg) }?;
+            self.unpack(ws, q32, wpp, np_total)
+        };
         match *plan {
             ScanPlan::Mma {
                 mt,
@@ -546,70 +578,25 @@ impl CudaScanner {
                 blocks_per_task,
                 ..
             } => {
-                let ntiles = np_total * 2;
-                let partial_bytes = mtiles as usize * ntiles as usize * 16;
-                // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
-                unsafe {
-                    result::memset_d8_async(ws.partial.ptr, 0, partial_bytes, stream.cu_stream())
-                }?;
+                // padded is a multiple of nt * 8 * wn.
                 let rows = (warps / wn) * mt;
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        ntiles / (nt * wn),
-                        mtiles.div_ceil(rows),
-                        nblocks.div_ceil(blocks_per_task),
-                    ),
-                    block_dim: (warps * 32, 1, 1),
-                    shared_mem_bytes: plan.dynamic_smem(),
-                };
-                let mut launch = stream.launch_builder(func);
-                launch
-                    .arg(&db)
-                    .arg(&sel)
-                    .arg(&ws.partial.ptr)
-                    .arg(&mtiles)
-                    .arg(&nblocks)
-                    .arg(&np_total)
-                    .arg(&blocks_per_task);
-                // SAFETY: arguments match `scan_mma_*`; padded is a multiple of nt * 8 * wn.
-                unsafe { launch.launch(cfg) }?;
-                self.unpack(ws, q32, wpp, np_total)?;
+                let grid = (
+                    ntiles / (nt * wn),
+                    mtiles.div_ceil(rows),
+                    nblocks.div_ceil(blocks_per_task),
+                );
+                tensor_core_scan(grid, warps * 32, blocks_per_task)?;
             }
             ScanPlan::Wgmma {
                 n, blocks_per_task, ..
             } => {
-                let ntiles = np_total * 2;
-                // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
-                unsafe {
-                    result::memset_d8_async(
-                        ws.partial.ptr,
-                        0,
-                        mtiles as usize * ntiles as usize * 16,
-                        stream.cu_stream(),
-                    )
-                }?;
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        padded as u32 / n,
-                        mtiles / 8,
-                        nblocks.div_ceil(blocks_per_task),
-                    ),
-                    block_dim: (288, 1, 1),
-                    shared_mem_bytes: plan.dynamic_smem(),
-                };
-                let mut launch = stream.launch_builder(func);
-                launch
-                    .arg(&db)
-                    .arg(&sel)
-                    .arg(&ws.partial.ptr)
-                    .arg(&mtiles)
-                    .arg(&nblocks)
-                    .arg(&np_total)
-                    .arg(&blocks_per_task);
-                // SAFETY: arguments match `scan_wgmma_*`; padded is a multiple of n, mtiles of 8
-                // (page sizes of at least 256 bytes).
-                unsafe { launch.launch(cfg) }?;
-                self.unpack(ws, q32, wpp, np_total)?;
+                // padded is a multiple of n, mtiles of 8 (page sizes of at least 256 bytes).
+                let grid = (
+                    padded as u32 / n,
+                    mtiles / 8,
+                    nblocks.div_ceil(blocks_per_task),
+                );
+                tensor_core_scan(grid, 288, blocks_per_task)?;
             }
             ScanPlan::Xor { blocks_per_task } => {
                 // SAFETY: answers hold q pages.
