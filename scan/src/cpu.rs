@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use pirq_shared::db::{PirDb, PrivatePages};
 use pirq_shared::dpf::{eval_range_into, range_words, DpfKey};
-use pirq_shared::metrics::record_phase;
+use pirq_shared::metrics::{record_phase, Phase};
 use rayon::prelude::*;
 
 use crate::epoch_window::DeltaWindow;
@@ -254,9 +254,9 @@ impl Scanner for CpuScanner {
 
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
         let (answers, times) = self.pass_at_timed(keys, epochs)?;
-        record_phase("expand", times.expand);
-        record_phase("scan", times.scan);
-        record_phase("merge", times.merge);
+        record_phase(Phase::Expand, times.expand);
+        record_phase(Phase::Scan, times.scan);
+        record_phase(Phase::Merge, times.merge);
         Ok(answers)
     }
 }
