@@ -35,15 +35,11 @@ pub struct EpochsArgs {
     /// Keys per window.
     #[arg(long, default_value_t = 32)]
     q: usize,
-    /// Scanner threads (0 = one per core).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
     /// Timed passes per row (the median merge time is reported).
     #[arg(long, default_value_t = 5)]
     passes: usize,
-    /// Append the table to this markdown file.
-    #[arg(long)]
-    record: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -54,15 +50,11 @@ pub struct ScanArgs {
     /// Batch sizes to time, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16, 32, 64])]
     q: Vec<usize>,
-    /// Scanner threads (0 = one per core).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
     /// Timed passes per Q (the median is reported), after one warm-up pass.
     #[arg(long, default_value_t = 5)]
     passes: usize,
-    /// Append the table to this markdown file (e.g. docs/bench/cpu-scan.md).
-    #[arg(long)]
-    record: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -70,13 +62,21 @@ pub struct DpfArgs {
     /// Domain sizes to time, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [20, 24])]
     n: Vec<u8>,
-    /// Threads (0 = one per core).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
     /// Timed evaluations per n (the median is reported).
     #[arg(long, default_value_t = 20)]
     reps: usize,
-    /// Append the table to this markdown file.
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// What every CPU bench takes besides its rows: its threads, and where its table goes.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Threads (0 = one per core).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Append the table, with the date, machine, commit and load, to this markdown file (e.g.
+    /// docs/bench/cpu.md).
     #[arg(long)]
     record: Option<PathBuf>,
 }
@@ -110,7 +110,7 @@ fn scan(args: ScanArgs) -> anyhow::Result<()> {
     let load = record::load_average();
     let db = Arc::new(PirDb::open(&args.db)?);
     let header = *db.header();
-    let scanner = CpuScanner::new(db.clone(), args.threads)?;
+    let scanner = CpuScanner::new(db.clone(), args.run.threads)?;
     let bytes = header.pages_len() as f64;
     let mut table = Table::new(&[
         "Q",
@@ -153,13 +153,13 @@ fn scan(args: ScanArgs) -> anyhow::Result<()> {
         bytes / (1u64 << 30) as f64,
         scanner.threads()
     );
-    finish(&title, &table, args.record, &load)
+    finish(&title, &table, args.run.record, &load)
 }
 
 fn dpf(args: DpfArgs) -> anyhow::Result<()> {
     let load = record::load_average();
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads)
+        .num_threads(args.run.threads)
         .build()?;
     let mut table = Table::new(&["n", "PRG blocks", "ms/key", "ns/block"]);
     for &n in &args.n {
@@ -189,7 +189,7 @@ fn dpf(args: DpfArgs) -> anyhow::Result<()> {
         "DPF full-domain evaluation, {} thread(s)",
         pool.current_num_threads()
     );
-    finish(&title, &table, args.record, &load)
+    finish(&title, &table, args.run.record, &load)
 }
 
 /// Per row: a scanner with a window of two epochs (base + one), so the newest epoch differs from
@@ -223,7 +223,7 @@ fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
         "apply + fold ms",
     ]);
     for &k in &args.changed {
-        let scanner = CpuScanner::new(db.clone(), args.threads)?.with_epoch_window(2);
+        let scanner = CpuScanner::new(db.clone(), args.run.threads)?.with_epoch_window(2);
         let base = header.epoch;
         let first = update(k);
         let t = Instant::now();
@@ -259,9 +259,9 @@ fn epochs(args: EpochsArgs) -> anyhow::Result<()> {
     }
     let title = format!(
         "CPU epoch merge and compaction: {} pages × {} B, Q = {}, {} thread(s)",
-        header.num_pages, header.page_size, args.q, args.threads
+        header.num_pages, header.page_size, args.q, args.run.threads
     );
-    finish(&title, &table, args.record, &load)
+    finish(&title, &table, args.run.record, &load)
 }
 
 fn finish(

@@ -44,7 +44,7 @@ pub struct GenArgs {
     #[arg(long)]
     pages: u64,
     /// Page size in bytes: a power of two from 256 to 65536.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
     page_size: u32,
     /// Seed of the synthetic contents (same seed, same bytes, on every machine).
     #[arg(long, default_value_t = 0)]

@@ -11,6 +11,7 @@ mod get;
 mod keys;
 mod kv;
 mod load;
+mod parties;
 mod query;
 mod record;
 mod split;

@@ -1,34 +1,22 @@
 //! `pirq query`: fetch pages privately from two running parties.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
-use pirq_client::{Client, Options};
+
+use crate::parties::{self, PartiesArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct QueryArgs {
-    /// Base URL of party A's gateway, e.g. http://127.0.0.1:8080.
-    #[arg(long, env = "PIRQ_PARTY_A")]
-    pub party_a: String,
-    /// Base URL of party B's gateway.
-    #[arg(long, env = "PIRQ_PARTY_B")]
-    pub party_b: String,
+    #[command(flatten)]
+    pub parties: PartiesArgs,
     /// Page index to fetch; repeat for several (they go out as one query per party).
     #[arg(long = "index", required = true)]
     pub indices: Vec<u64>,
     /// Write each page to DIR/page-<index>.bin.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Wait by polling instead of Server-Sent Events.
-    #[arg(long)]
-    pub poll: bool,
-    /// Send requests and read answers as bincode instead of JSON.
-    #[arg(long)]
-    pub bincode: bool,
-    /// Seconds to wait for the answers.
-    #[arg(long, default_value_t = 120)]
-    pub timeout: u64,
     /// Accept party URLs that reach the same party. Never for real use: that party sees both
     /// keys and learns which pages are fetched; only for capacity benchmarks.
     #[arg(long)]
@@ -40,22 +28,13 @@ pub struct QueryArgs {
 
 /// Runs `pirq query` on its own Tokio runtime.
 pub fn run(args: QueryArgs) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?
-        .block_on(run_async(args))
+    parties::runtime()?.block_on(run_async(args))
 }
 
 pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
-    let mut options = Options::from_flags(
-        args.poll.then_some(Duration::from_millis(20)),
-        args.bincode,
-        Duration::from_secs(args.timeout),
-    );
+    let mut options = args.parties.options();
     options.allow_same_party = args.allow_same_party;
-    let client = Client::with_options(&args.party_a, &args.party_b, options)?;
+    let client = args.parties.client(options)?;
     let start = Instant::now();
     let fetched = client.fetch(&args.indices).await?;
     let elapsed = start.elapsed();
@@ -104,7 +83,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
         fetched.pages.len(),
         fetched.epoch,
         elapsed.as_secs_f64() * 1e3,
-        if args.poll {
+        if args.parties.poll {
             "polling"
         } else {
             "server-sent events"

@@ -84,6 +84,11 @@ pub enum ClientError {
     BadUrl { url: String, hint: String },
 }
 
+/// Default longest wait for one query's answers (`Options::timeout`, `pirq query --timeout`,
+/// `pirq get --timeout`): a party's gateway admits at most `--max-backlog-secs` (30 s by default)
+/// of work ahead of a query, so two minutes is a stuck party, not a busy one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// How [`Client::fetch`] talks to the parties.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -120,7 +125,7 @@ impl Default for Options {
         Options {
             wait: Wait::Events,
             encoding: Encoding::Json,
-            timeout: Duration::from_secs(120),
+            timeout: DEFAULT_TIMEOUT,
             allow_same_party: false,
         }
     }

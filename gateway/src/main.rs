@@ -11,20 +11,17 @@ use tokio::sync::watch;
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    pirq_party::exit_code(run().await)
+fn main() -> std::process::ExitCode {
+    pirq_party::main(run)
 }
 
 async fn run() -> anyhow::Result<()> {
-    pirq_party::init_tracing();
     let config = Config::parse();
     let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
     if config.durability == Durability::Fsync {
-        let client = redis::Client::open(config.redis.redis_url.as_str())
-            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
+        let client = config.redis.client()?;
         match Durable::probe(&client, Duration::from_secs(30)).await {
             Ok(d) => state = state.with_durability(d),
             Err(why) => {
@@ -36,9 +33,8 @@ async fn run() -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
-        redis::Client::open(config.redis.redis_url.as_str())
-            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?,
-        pirq_shared::layout::Layout::new(&config.redis.prefix)?,
+        config.redis.client()?,
+        config.redis.layout()?,
         config.redis_timeout(),
     );
     let listener = tokio::net::TcpListener::bind(listen)

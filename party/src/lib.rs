@@ -1,6 +1,7 @@
 //! `pirq-party`: what the two servers of a party (`pirq-gateway`, `pirq-worker`) share as
-//! processes, written once: the `--redis`/`--prefix` flags, the exit status, logging, the shutdown signal, the retry back-off, and the Prometheus
-//! recorder with the catalog's buckets.
+//! processes, written once: `main` (logging, runtime, exit status), the `--redis`/`--prefix`
+//! flags and the Redis client and key layout they name, the shutdown signal, the retry back-off,
+//! and the Prometheus recorder with the catalog's buckets.
 //!
 //! The protocol they speak through Redis is `pirq-queue`; this crate is only process plumbing.
 
@@ -10,6 +11,21 @@ pub mod redis_args;
 
 pub use backoff::Backoff;
 pub use redis_args::RedisArgs;
+
+/// A server's whole `main`: logging set up, then `run` on a multi-threaded Tokio runtime (what
+/// `#[tokio::main]` builds), and its result as the exit status ([`exit_code`]).
+pub fn main<F>(run: impl FnOnce() -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    init_tracing();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => exit_code(runtime.block_on(run())),
+        Err(e) => exit_code(Err(
+            anyhow::Error::new(e).context("starting the async runtime")
+        )),
+    }
+}
 
 /// The exit status of a server's `main`: the error, if any, on one line of stderr (the whole
 /// chain, `{:#}`) and a failure status; no panic, no backtrace.

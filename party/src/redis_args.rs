@@ -1,7 +1,9 @@
 //! The two flags every server of a party takes to find its Redis, declared once so that the
-//! gateway and the worker cannot drift apart on a name, an env var or a default.
+//! gateway and the worker cannot drift apart on a name, an env var or a default, and what they
+//! name: the Redis client and the key layout.
 
 use clap::Args;
+use pirq_shared::layout::{Layout, PrefixError};
 
 /// `--redis` and `--prefix` (env `PIRQ_REDIS_URL`, `PIRQ_PREFIX`); `#[command(flatten)]` them
 /// into a server's config.
@@ -22,6 +24,18 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
+    /// A client of `--redis` (nothing connects yet). A malformed URL is refused with the forms
+    /// to write instead, without echoing it (it may hold a password).
+    pub fn client(&self) -> anyhow::Result<redis::Client> {
+        redis::Client::open(self.redis_url.as_str())
+            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))
+    }
+
+    /// The key names under `--prefix`, once the prefix is checked.
+    pub fn layout(&self) -> Result<Layout, PrefixError> {
+        Layout::new(&self.prefix)
+    }
+
     /// The Redis URL for logs: a password (or a lone user name, which Redis 6 ACLs also treat
     /// as a secret when it is the only credential) becomes `***`.
     pub fn redis_url_redacted(&self) -> String {

@@ -113,12 +113,21 @@ pub struct Policy {
     pub dead_letter_max: u64,
 }
 
+/// Deliveries a job gets by default (`--max-deliveries`): one failure may be bad luck (its
+/// worker was killed for another reason), three in a row make the job the likely cause, so it
+/// is dead-lettered and its query answered `failed` instead of taking down worker after worker.
+pub const DEFAULT_MAX_DELIVERIES: u64 = 3;
+
+/// Default approximate cap on the dead-letter stream (`--dead-letter-max`): room to inspect an
+/// incident's poison jobs, and a bound so that a flood of them cannot grow Redis without end.
+pub const DEFAULT_DEAD_LETTER_MAX: u64 = 10_000;
+
 impl Default for Policy {
     fn default() -> Policy {
         Policy {
             claim_idle: None,
-            max_deliveries: 3,
-            dead_letter_max: 10_000,
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            dead_letter_max: DEFAULT_DEAD_LETTER_MAX,
         }
     }
 }

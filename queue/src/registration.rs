@@ -222,6 +222,16 @@ impl Registration {
     }
 }
 
+/// Heartbeat intervals a worker's heartbeat key outlives the beat that wrote it: a beat or two
+/// late (a slow Redis, a busy host) does not make a live worker look gone, and a dead one is
+/// gone within three intervals (what `--heartbeat-ms` promises).
+pub const HEARTBEAT_TTL_INTERVALS: u32 = 3;
+
+/// The TTL of a heartbeat written every `interval`.
+pub fn heartbeat_ttl(interval: Duration) -> Duration {
+    interval * HEARTBEAT_TTL_INTERVALS
+}
+
 /// After catching up with the updates stream: joins the database registered under the prefix
 /// (same shape, same digest at this worker's newest epoch; `reg.db_id` becomes its id) or, when
 /// none is, registers this one; then writes the first heartbeat. A different database is
@@ -231,7 +241,7 @@ pub async fn register(
     conn: &mut ConnectionManager,
     layout: &Layout,
     reg: &mut Registration,
-    heartbeat_ttl: Duration,
+    heartbeat_interval: Duration,
 ) -> Result<(), RegistryError> {
     let (newest, digest) = reg.digests.newest();
     let candidate = format!("{:032x}", rand::random::<u128>());
@@ -276,7 +286,7 @@ pub async fn register(
             ))))
         }
     }
-    match beat(conn, layout, reg, heartbeat_ttl).await? {
+    match beat(conn, layout, reg, heartbeat_ttl(heartbeat_interval)).await? {
         Published::Current(id) => {
             reg.db_id = id;
             Ok(())
@@ -402,7 +412,7 @@ pub fn spawn_heartbeat(
         loop {
             tick.tick().await;
             reg.window = *epochs.borrow();
-            match beat(&mut conn, &layout, &reg, interval * 3).await {
+            match beat(&mut conn, &layout, &reg, heartbeat_ttl(interval)).await {
                 Ok(Published::Replaced) => {
                     tracing::error!(
                         prefix = %layout,

@@ -14,19 +14,15 @@ use std::time::Instant;
 
 use pirq_shared::db::{PirDb, PrivatePages};
 use pirq_shared::dpf::{eval_range_into, range_words, DpfKey};
-use pirq_shared::metrics::record_phase;
+use pirq_shared::metrics::{record_phase, Phase};
 use rayon::prelude::*;
 
 use crate::epoch_window::DeltaWindow;
-use crate::{check_keys, Answers, Geometry, ScanError, Scanner};
+use crate::{
+    check_keys, Answers, Geometry, ScanError, Scanner, DEFAULT_EPOCH_WINDOW, DEFAULT_MAX_BATCH_KEYS,
+};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
-
-/// Default number of epochs answered exactly (the base and 15 later ones).
-pub const DEFAULT_EPOCH_WINDOW: usize = 16;
-
-/// Default largest batch; the scan is linear in Q, this only bounds memory per pass.
-pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
 
 /// Pages are split into ranges of at least this many pages per thread task: a multiple of 64 so
 /// ranges start on bitmap words.
@@ -258,9 +254,9 @@ impl Scanner for CpuScanner {
 
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
         let (answers, times) = self.pass_at_timed(keys, epochs)?;
-        record_phase("expand", times.expand);
-        record_phase("scan", times.scan);
-        record_phase("merge", times.merge);
+        record_phase(Phase::Expand, times.expand);
+        record_phase(Phase::Scan, times.scan);
+        record_phase(Phase::Merge, times.merge);
         Ok(answers)
     }
 }

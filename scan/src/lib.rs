@@ -15,6 +15,28 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
 
+// ---- defaults ---------------------------------------------------------------------------------
+// The worker's flags (`--max-batch-keys`, `--epoch-window`, `--workspaces`) take their defaults
+// from here, and so do the scanners built without them (tests, benches, `pirq answer`): one
+// number each, so a library default and a flag default cannot drift apart.
+
+/// Largest batch one pass accepts (`--max-batch-keys`). A pass reads the database once for the
+/// whole batch, so larger batches answer more keys per read until compute binds: 256 keys is
+/// past that knee on an H100 at 64 GiB (7,397 keys/s, `docs/bench/gpu-scan.md`).
+/// On the CPU the scan is linear in Q and this only bounds memory per pass; on the GPU it also
+/// sizes the workspaces.
+pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
+
+/// Epochs answered exactly, the base included (`--epoch-window`): a client pinned to an epoch
+/// up to 15 updates old still gets an exact answer, while only changed pages cost memory (the
+/// window keeps page diffs, never a second copy of the database).
+pub const DEFAULT_EPOCH_WINDOW: usize = 16;
+
+/// CUDA workspaces, each with its own stream and buffers (`--workspaces`). Two let one
+/// window's key upload and expansion run beside another's scan; more only queue once one scan
+/// fills the GPU (measured: `docs/bench/gpu-scan.md`, "Pool").
+pub const DEFAULT_WORKSPACES: usize = 2;
+
 /// Shape of the database a scanner serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {

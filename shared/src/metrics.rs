@@ -139,8 +139,51 @@ pub const WORKER_VRAM_USED: &str = "pirq_worker_vram_used_bytes";
 /// GPU memory on the worker's device.
 pub const WORKER_VRAM_TOTAL: &str = "pirq_worker_vram_total_bytes";
 
-/// Values of the `phase` label of [`WORKER_PHASE_DURATION`], in pipeline order.
-pub const PHASES: [&str; 5] = ["h2d", "expand", "scan", "d2h", "merge"];
+/// A phase of a scanner pass: the values of the `phase` label of [`WORKER_PHASE_DURATION`], and
+/// the names the backends and benches time their passes by. The CPU backend has expand, scan and
+/// merge; the CUDA backend all five (its merge runs on the device before d2h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// The keys uploaded to the GPU.
+    H2d,
+    /// Every key expanded over the whole domain into selection bits.
+    Expand,
+    /// The one read of the database that answers every key (on the GPU with the unpack of
+    /// parities into answer pages).
+    Scan,
+    /// The answers downloaded from the GPU.
+    D2h,
+    /// The epoch window's page changes merged into the answers of keys pinned after the base.
+    Merge,
+}
+
+impl Phase {
+    /// Every phase, in the order of the label's documentation.
+    pub const ALL: [Phase; 5] = [
+        Phase::H2d,
+        Phase::Expand,
+        Phase::Scan,
+        Phase::D2h,
+        Phase::Merge,
+    ];
+
+    /// The label value (`h2d`, `expand`, `scan`, `d2h`, `merge`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Phase::H2d => "h2d",
+            Phase::Expand => "expand",
+            Phase::Scan => "scan",
+            Phase::D2h => "d2h",
+            Phase::Merge => "merge",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 // ---- catalog ----------------------------------------------------------------------------------
 
@@ -268,10 +311,10 @@ pub fn seconds_since_unix_ms(ms: u64) -> f64 {
         .as_secs_f64()
 }
 
-/// Records one phase of a pass in [`WORKER_PHASE_DURATION`]; `phase` is one of [`PHASES`].
-pub fn record_phase(phase: &'static str, took: std::time::Duration) {
-    debug_assert!(PHASES.contains(&phase), "unknown phase {phase}");
-    metrics::histogram!(WORKER_PHASE_DURATION, "phase" => phase).record(took.as_secs_f64());
+/// Records one phase of a pass in [`WORKER_PHASE_DURATION`].
+pub fn record_phase(phase: Phase, took: std::time::Duration) {
+    metrics::histogram!(WORKER_PHASE_DURATION, "phase" => phase.as_str())
+        .record(took.as_secs_f64());
 }
 
 /// Sets the VRAM gauges ([`WORKER_VRAM_USED`], [`WORKER_VRAM_TOTAL`]) from the device's
@@ -484,6 +527,17 @@ mod tests {
         }
         assert_eq!(get(WORKER_PHASE_DURATION).unwrap().labels, &["phase"]);
         assert!(get("pirq_nope").is_none());
+    }
+
+    #[test]
+    fn the_phase_help_names_every_phase() {
+        let help = get(WORKER_PHASE_DURATION).unwrap().help;
+        for phase in Phase::ALL {
+            assert!(
+                help.contains(phase.as_str()),
+                "{phase} missing from: {help}"
+            );
+        }
     }
 
     /// `docs/metrics.md` carries the generated table; regenerate with

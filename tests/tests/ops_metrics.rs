@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use pirq_client::{Client, Encoding, Options, Wait};
 use pirq_e2e::{free_port, Party, PartyOptions, TestDb};
-use pirq_shared::metrics::{self as m, Emitter, Kind, Presence, CATALOG};
+use pirq_shared::metrics::{self as m, Emitter, Kind, Phase, Presence, CATALOG};
 use rand::Rng;
 
 const PAGES: u64 = 2000;
@@ -187,10 +187,10 @@ async fn every_catalog_metric_is_exported_after_traffic() {
 
         // Each backend reports its phases; each answered key was counted.
         let phase = worker.series(&format!("{}_count", m::WORKER_PHASE_DURATION));
-        let phases: &[&str] = if cuda() {
-            &["h2d", "expand", "scan", "d2h"]
+        let phases: &[Phase] = if cuda() {
+            &[Phase::H2d, Phase::Expand, Phase::Scan, Phase::D2h]
         } else {
-            &["expand", "scan", "merge"]
+            &[Phase::Expand, Phase::Scan, Phase::Merge]
         };
         for p in phases {
             assert!(

@@ -93,7 +93,8 @@ pub struct Config {
 
     /// Most keys in one window (one scanner pass answers them all). A job is never split
     /// between windows; a job larger than this forms a window of its own.
-    #[arg(long, env = "PIRQ_MAX_BATCH_KEYS", default_value_t = 256,
+    #[arg(long, env = "PIRQ_MAX_BATCH_KEYS",
+          default_value_t = pirq_scan::DEFAULT_MAX_BATCH_KEYS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_batch_keys: u32,
 
@@ -136,12 +137,14 @@ pub struct Config {
     /// Deliveries a job gets: one that fails on its last delivery, or is found delivered more
     /// often (it kept killing workers), goes to the dead-letter stream `{P}:dead` and its query
     /// becomes `failed` with the reason. Failures with deliveries left are retried at once.
-    #[arg(long, env = "PIRQ_MAX_DELIVERIES", default_value_t = 3,
+    #[arg(long, env = "PIRQ_MAX_DELIVERIES",
+          default_value_t = pirq_queue::consumer::DEFAULT_MAX_DELIVERIES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_deliveries: u64,
 
     /// Approximate cap on the dead-letter stream's length (`XADD MAXLEN ~`).
-    #[arg(long, env = "PIRQ_DEAD_LETTER_MAX", default_value_t = 10_000,
+    #[arg(long, env = "PIRQ_DEAD_LETTER_MAX",
+          default_value_t = pirq_queue::consumer::DEFAULT_DEAD_LETTER_MAX,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub dead_letter_max: u64,
 
@@ -155,13 +158,15 @@ pub struct Config {
 
     /// CUDA workspaces: each has its own stream and buffers, so one window's keys are uploaded
     /// and expanded while another's scan runs. 1 to 16.
-    #[arg(long, env = "PIRQ_WORKSPACES", default_value_t = 2,
+    #[arg(long, env = "PIRQ_WORKSPACES",
+          default_value_t = pirq_scan::DEFAULT_WORKSPACES as u64,
           value_parser = clap::value_parser!(u64).range(1..=16))]
     pub workspaces: u64,
 
     /// Epochs answered exactly: the base and up to this many minus one later epochs. Older
     /// epochs are folded into the base as new ones arrive.
-    #[arg(long, env = "PIRQ_EPOCH_WINDOW", default_value_t = 16,
+    #[arg(long, env = "PIRQ_EPOCH_WINDOW",
+          default_value_t = pirq_scan::DEFAULT_EPOCH_WINDOW as u64,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub epoch_window: u64,
 

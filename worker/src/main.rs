@@ -10,7 +10,6 @@ use pirq_queue::consumer::Consumer;
 use pirq_queue::digests::Digests;
 use pirq_queue::registration::{self as registry, Registration};
 use pirq_shared::db::{synthetic, PirDb};
-use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::{Config, WindowPolicyKind};
@@ -21,15 +20,13 @@ use tokio::sync::watch;
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    pirq_party::exit_code(run().await)
+fn main() -> std::process::ExitCode {
+    pirq_party::main(run)
 }
 
 async fn run() -> anyhow::Result<()> {
-    pirq_party::init_tracing();
     let config = Config::parse();
-    let layout = Layout::new(&config.redis.prefix)?;
+    let layout = config.redis.layout()?;
     if let Some(addr) = config.metrics_listen {
         pirq_worker::metrics_export::install(addr, config.shard)
             .context("starting the metrics endpoint")?;
@@ -87,8 +84,7 @@ async fn run() -> anyhow::Result<()> {
     // Before registering: the measuring passes are not the queue's.
     let policy = window_policy(&config, scanner.as_ref());
 
-    let client = redis::Client::open(config.redis.redis_url.as_str())
-        .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
+    let client = config.redis.client()?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
         Consumer::new(
@@ -166,7 +162,7 @@ async fn run() -> anyhow::Result<()> {
         .context("catching up with the updates stream")?;
 
     reg.window = window;
-    registry::register(&mut conn, &layout, &mut reg, config.heartbeat() * 3)
+    registry::register(&mut conn, &layout, &mut reg, config.heartbeat())
         .await
         .with_context(|| format!("serving {}", source_name(&config)))?;
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -36,7 +36,7 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 0)]
     key_size: u32,
     /// Page size: a power of two from 256 to 65536.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
     page_size: u32,
     /// Candidate pages per key (d), 2..=4. More choices fill pages fuller; a lookup fetches d
     /// pages.

@@ -22,6 +22,11 @@ use clap::Parser;
 use pirq_scan::cuda::{CudaConfig, CudaScanner, PassTimings, ScanPlan};
 use pirq_scan::Scanner;
 use pirq_shared::dpf::{generate, DpfKey};
+use pirq_shared::metrics::Phase;
+
+/// The phases the pass table breaks a pass into (merge is zero without epochs: `--epochs`
+/// times it).
+const PHASES_SHOWN: [Phase; 4] = [Phase::H2d, Phase::Expand, Phase::Scan, Phase::D2h];
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the CUDA scanner on synthetic databases generated on the GPU")]
@@ -30,7 +35,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "8,64")]
     sizes_gib: Vec<u64>,
     /// Page size in bytes.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE as usize)]
     page_size: usize,
     /// Batch sizes Q to time.
     #[arg(
@@ -60,8 +65,8 @@ struct Args {
     /// `--epochs`: window sizes (epochs answered exactly, the base included).
     #[arg(long, value_delimiter = ',', default_value = "2,16")]
     epoch_windows: Vec<usize>,
-    /// `--epochs`: keys per pass.
-    #[arg(long, default_value_t = 256)]
+    /// `--epochs`: keys per pass (default: a full window of the worker's default size).
+    #[arg(long, default_value_t = pirq_scan::DEFAULT_MAX_BATCH_KEYS)]
     epoch_q: usize,
 }
 
@@ -120,8 +125,12 @@ fn main() -> Result<()> {
             );
         }
         let keys = make_keys(scanner_domain(&scanner), max_q);
-        println!("| Q | plan | ms/pass | keys/s | h2d ms | expand ms | scan ms | d2h ms | scan / floor |");
-        println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+        let phase_heads: String = PHASES_SHOWN.iter().map(|p| format!(" {p} ms |")).collect();
+        println!("| Q | plan | ms/pass | keys/s |{phase_heads} scan / floor |");
+        println!(
+            "|---:|---|---:|---:|{}---:|",
+            "---:|".repeat(PHASES_SHOWN.len())
+        );
         for &q in &args.qs {
             let default = scanner.plan_for(q);
             let mut plans = vec![default];
@@ -130,14 +139,18 @@ fn main() -> Result<()> {
                 let Some(t) = time_passes(&scanner, &keys[..q], plan, args.reps)? else {
                     continue;
                 };
+                // The scan, at tens of ms, to two decimals; the short phases to three.
+                let phase_cells: String = PHASES_SHOWN
+                    .iter()
+                    .map(|&p| {
+                        let digits = if p == Phase::Scan { 2 } else { 3 };
+                        format!(" {:.*} |", digits, ms(t.phase(p)))
+                    })
+                    .collect();
                 println!(
-                    "| {q} | {plan} | {:.2} | {:.0} | {:.3} | {:.3} | {:.2} | {:.3} | {:.2} |",
+                    "| {q} | {plan} | {:.2} | {:.0} |{phase_cells} {:.2} |",
                     ms(t.wall),
                     q as f64 / t.wall.as_secs_f64(),
-                    ms(t.h2d),
-                    ms(t.expand),
-                    ms(t.scan),
-                    ms(t.d2h),
                     ms(t.scan) / floor
                 );
             }
@@ -268,18 +281,18 @@ fn time_passes(
     let runs: Vec<PassTimings> = (0..reps)
         .map(|_| scanner.pass_with_plan(keys, plan).map(|r| r.1))
         .collect::<Result<_, _>>()?;
-    let pick = |f: fn(&PassTimings) -> Duration| {
+    let pick = |f: &dyn Fn(&PassTimings) -> Duration| {
         Duration::from_secs_f64(median(runs.iter().map(|t| f(t).as_secs_f64()).collect()))
     };
-    Ok(Some(PassTimings {
+    let mut timings = PassTimings {
         keys: keys.len(),
-        h2d: pick(|t| t.h2d),
-        expand: pick(|t| t.expand),
-        scan: pick(|t| t.scan),
-        merge: pick(|t| t.merge),
-        d2h: pick(|t| t.d2h),
-        wall: pick(|t| t.wall),
-    }))
+        wall: pick(&|t| t.wall),
+        ..PassTimings::default()
+    };
+    for phase in Phase::ALL {
+        *timings.phase_mut(phase) = pick(&|t| t.phase(phase));
+    }
+    Ok(Some(timings))
 }
 
 /// `threads` feeders each run passes back to back until `windows` have been answered; returns

@@ -36,7 +36,7 @@ struct Args {
     #[arg(long)]
     gib: u64,
     /// Page size in bytes.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE as usize)]
     page_size: usize,
     /// Shards, one per GPU (shard i on GPU i, unless --gpus says otherwise).
     #[arg(long, default_value_t = 2)]
@@ -57,7 +57,7 @@ struct Args {
     #[arg(long, default_value_t = 9)]
     reps: usize,
     /// Largest batch (sizes the workspaces).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = pirq_scan::DEFAULT_MAX_BATCH_KEYS)]
     max_batch_keys: usize,
 }
 

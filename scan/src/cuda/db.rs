@@ -19,6 +19,16 @@ use super::CudaError;
 /// Bytes of one staging chunk (rounded to whole 256-page blocks, at least one block).
 const STAGING_BYTES: u64 = 64 << 20;
 
+/// The grid of the kernels that write A (`db_transpose`, `db_synthetic`) over `blocks` 256-page
+/// blocks of pages of `wpp` words: a CTA per block and run of 32 page words, a warp per 32 pages.
+fn transpose_config(blocks: u64, wpp: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks as u32, wpp.div_ceil(32), 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The transposed database in device memory.
 pub struct DeviceDb {
     shape: Shape,
@@ -82,11 +92,7 @@ impl DeviceDb {
         while first < s.scan_blocks() {
             let count = (s.scan_blocks() - first).min(65535);
             let block = s.first_block + first;
-            let cfg = LaunchConfig {
-                grid_dim: (count as u32, wpp.div_ceil(32), 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = transpose_config(count, wpp);
             let mut launch = stream.launch_builder(&kernels.synthetic);
             launch
                 .arg(&a)
@@ -144,11 +150,7 @@ impl DeviceDb {
             // SAFETY: `host` is pinned and stays alive (and unmodified until `copied[slot]`).
             unsafe { result::memcpy_htod_async(dst, &host[..end - start], stream.cu_stream()) }?;
             copied[slot].record(stream)?;
-            let cfg = LaunchConfig {
-                grid_dim: (blocks as u32, wpp.div_ceil(32), 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = transpose_config(blocks, wpp);
             let mut launch = stream.launch_builder(&kernels.transpose);
             launch
                 .arg(&self.ptr)

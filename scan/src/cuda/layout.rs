@@ -190,19 +190,38 @@ pub const MMA_VARIANTS: &[(u32, u32, u32, u32)] = &[
     (1, 16, 4, 2),
 ];
 
+/// Blocks per task of the `wgmma` plans (`wg…/2048` when a plan is written without it).
+const WGMMA_BLOCKS_PER_TASK: u32 = 2048;
+
+/// Blocks per task of the CUDA-core plan (`xor/512` when written without it), the fallback on
+/// GPUs without binary tensor cores.
+pub const XOR_BLOCKS_PER_TASK: u32 = 512;
+
 impl ScanPlan {
-    /// The plan measured best on an H100 for `q` keys (docs/bench/gpu-scan.md): narrow n-tiles
-    /// for small batches, where the pass is HBM-bound anyway; for large batches 64 keys per warp
-    /// and two warps sharing each A tile through L1.
-    pub fn for_keys(q: usize) -> ScanPlan {
-        let mma = |mt, nt, stages, wn, warps, blocks_per_task| ScanPlan::Mma {
+    /// A `mma.sync` plan, its fields in the order of the variant's name and `parse`'s text.
+    const fn mma(
+        mt: u32,
+        nt: u32,
+        stages: u32,
+        wn: u32,
+        warps: u32,
+        blocks_per_task: u32,
+    ) -> ScanPlan {
+        ScanPlan::Mma {
             mt,
             nt,
             stages,
             wn,
             warps,
             blocks_per_task,
-        };
+        }
+    }
+
+    /// The plan measured best on an H100 for `q` keys (docs/bench/gpu-scan.md): narrow n-tiles
+    /// for small batches, where the pass is HBM-bound anyway; for large batches 64 keys per warp
+    /// and two warps sharing each A tile through L1.
+    pub fn for_keys(q: usize) -> ScanPlan {
+        let mma = ScanPlan::mma;
         match q {
             0..=16 => mma(2, 2, 8, 1, 4, 1024),
             17..=32 => mma(4, 4, 4, 1, 8, 1024),
@@ -230,7 +249,7 @@ impl ScanPlan {
         ScanPlan::Wgmma {
             n,
             stages: 8,
-            blocks_per_task: 2048,
+            blocks_per_task: WGMMA_BLOCKS_PER_TASK,
         }
     }
 
@@ -285,13 +304,17 @@ impl ScanPlan {
     pub fn parse(text: &str) -> Option<ScanPlan> {
         let parts: Vec<&str> = text.split('/').collect();
         if parts[0] == "xor" {
-            let blocks_per_task = parts.get(1).map_or(Some(512), |s| s.parse().ok())?;
+            let blocks_per_task = parts
+                .get(1)
+                .map_or(Some(XOR_BLOCKS_PER_TASK), |s| s.parse().ok())?;
             return Some(ScanPlan::Xor { blocks_per_task });
         }
         if let Some(v) = parts[0].strip_prefix("wg") {
             let (n, stages) = v.split_once('s')?;
             let (n, stages) = (n.parse().ok()?, stages.parse().ok()?);
-            let blocks_per_task = parts.get(1).map_or(Some(2048), |s| s.parse().ok())?;
+            let blocks_per_task = parts
+                .get(1)
+                .map_or(Some(WGMMA_BLOCKS_PER_TASK), |s| s.parse().ok())?;
             return (WGMMA_VARIANTS.contains(&(n, stages)) && blocks_per_task > 0).then_some(
                 ScanPlan::Wgmma {
                     n,
@@ -315,14 +338,7 @@ impl ScanPlan {
         }
         let warps = parts.get(1).map_or(Some(8), |s| s.parse().ok())?;
         let blocks_per_task = parts.get(2).map_or(Some(512), |s| s.parse().ok())?;
-        let plan = ScanPlan::Mma {
-            mt,
-            nt,
-            stages,
-            wn,
-            warps,
-            blocks_per_task,
-        };
+        let plan = ScanPlan::mma(mt, nt, stages, wn, warps, blocks_per_task);
         (warps.is_multiple_of(wn) && (1..=8).contains(&warps) && blocks_per_task > 0)
             .then_some(plan)
     }

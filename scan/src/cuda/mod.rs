@@ -29,6 +29,7 @@ use cudarc::driver::{
 };
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
+use pirq_shared::metrics::Phase;
 
 use self::db::DeviceDb;
 use self::epoch_window::{EpochState, Merge};
@@ -41,11 +42,6 @@ use crate::{check_keys, Answers, Geometry, PassCost, ScanError, Scanner};
 pub use self::epoch_window::UpdateTimings;
 pub use self::layout::ScanPlan;
 pub use self::workspace::PassTimings;
-
-/// Default number of workspaces (`--workspaces`).
-pub const DEFAULT_WORKSPACES: usize = 2;
-/// Default largest batch: 256 keys ran at ~4,600 keys/s on an H100 at 64 GiB (57 ms a pass).
-pub const DEFAULT_MAX_BATCH_KEYS: usize = 256;
 
 /// How to set up a [`CudaScanner`].
 #[derive(Clone, Debug)]
@@ -66,10 +62,10 @@ impl Default for CudaConfig {
     fn default() -> CudaConfig {
         CudaConfig {
             device: 0,
-            workspaces: DEFAULT_WORKSPACES,
-            max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
+            workspaces: crate::DEFAULT_WORKSPACES,
+            max_batch_keys: crate::DEFAULT_MAX_BATCH_KEYS,
             plan: None,
-            epoch_window: crate::cpu::DEFAULT_EPOCH_WINDOW,
+            epoch_window: crate::DEFAULT_EPOCH_WINDOW,
         }
     }
 }
@@ -326,7 +322,7 @@ impl CudaScanner {
             None if self.kernels.has_wgmma() => ScanPlan::for_keys_wgmma(q),
             None if self.kernels.has_binary_mma() => ScanPlan::for_keys(q),
             None => ScanPlan::Xor {
-                blocks_per_task: 512,
+                blocks_per_task: layout::XOR_BLOCKS_PER_TASK,
             },
         }
     }
@@ -384,7 +380,7 @@ impl CudaScanner {
                     Some(m) => Some(self.merge(ws, m, keys.len(), padded, plan.sel_layout())?),
                     None => None,
                 };
-                ws.marks[4].record(&ws.stream)?;
+                ws.marks.end(Phase::Merge, &ws.stream)?;
                 let answers = self.download(ws, keys.len())?;
                 drop(limits);
                 Ok(answers)
@@ -439,7 +435,7 @@ impl CudaScanner {
         for (key, rec) in keys.iter().zip(host.chunks_exact_mut(KEY_WORDS)) {
             pack_key(key, rec);
         }
-        ws.marks[0].record(&stream)?;
+        ws.marks.start(&stream)?;
         let len = keys.len() * KEY_WORDS;
         // SAFETY: pinned and alive until the pass synchronizes in `download`.
         unsafe {
@@ -449,7 +445,7 @@ impl CudaScanner {
                 stream.cu_stream(),
             )
         }?;
-        ws.marks[1].record(&stream)?;
+        ws.marks.end(Phase::H2d, &stream)?;
         Ok(())
     }
 
@@ -519,7 +515,7 @@ impl CudaScanner {
             .arg(&wg_layout);
         // SAFETY: arguments match `dpf_expand_leaves`; sel holds sel_blocks x padded columns.
         unsafe { launch.launch(cfg) }?;
-        ws.marks[2].record(stream)?;
+        ws.marks.end(Phase::Expand, stream)?;
         Ok(())
     }
 
@@ -541,6 +537,38 @@ impl CudaScanner {
         );
         let db = self.db.ptr();
         let sel = sel_ptr(ws, &shape, padded);
+        let ntiles = np_total * 2;
+        // The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
+        // accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
+        let tensor_core_scan = |grid_dim, threads, blocks_per_task: u32| -> Result<(), CudaError> {
+            // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
+            unsafe {
+                result::memset_d8_async(
+                    ws.partial.ptr,
+                    0,
+                    mtiles as usize * ntiles as usize * 16,
+                    stream.cu_stream(),
+                )
+            }?;
+            let cfg = LaunchConfig {
+                grid_dim,
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: plan.dynamic_smem(),
+            };
+            let mut launch = stream.launch_builder(func);
+            launch
+                .arg(&db)
+                .arg(&sel)
+                .arg(&ws.partial.ptr)
+                .arg(&mtiles)
+                .arg(&nblocks)
+                .arg(&np_total)
+                .arg(&blocks_per_task);
+            // SAFETY: arguments match `scan_mma_*` and `scan_wgmma_*`; the grids below stay
+            // inside the buffers (padded is a multiple of the plan's key group).
+            unsafe { launch.launch(cfg) }?;
+            self.unpack(ws, q32, wpp, np_total)
+        };
         match *plan {
             ScanPlan::Mma {
                 mt,
@@ -550,70 +578,25 @@ impl CudaScanner {
                 blocks_per_task,
                 ..
             } => {
-                let ntiles = np_total * 2;
-                let partial_bytes = mtiles as usize * ntiles as usize * 16;
-                // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
-                unsafe {
-                    result::memset_d8_async(ws.partial.ptr, 0, partial_bytes, stream.cu_stream())
-                }?;
+                // padded is a multiple of nt * 8 * wn.
                 let rows = (warps / wn) * mt;
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        ntiles / (nt * wn),
-                        mtiles.div_ceil(rows),
-                        nblocks.div_ceil(blocks_per_task),
-                    ),
-                    block_dim: (warps * 32, 1, 1),
-                    shared_mem_bytes: plan.dynamic_smem(),
-                };
-                let mut launch = stream.launch_builder(func);
-                launch
-                    .arg(&db)
-                    .arg(&sel)
-                    .arg(&ws.partial.ptr)
-                    .arg(&mtiles)
-                    .arg(&nblocks)
-                    .arg(&np_total)
-                    .arg(&blocks_per_task);
-                // SAFETY: arguments match `scan_mma_*`; padded is a multiple of nt * 8 * wn.
-                unsafe { launch.launch(cfg) }?;
-                self.unpack(ws, q32, wpp, np_total)?;
+                let grid = (
+                    ntiles / (nt * wn),
+                    mtiles.div_ceil(rows),
+                    nblocks.div_ceil(blocks_per_task),
+                );
+                tensor_core_scan(grid, warps * 32, blocks_per_task)?;
             }
             ScanPlan::Wgmma {
                 n, blocks_per_task, ..
             } => {
-                let ntiles = np_total * 2;
-                // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
-                unsafe {
-                    result::memset_d8_async(
-                        ws.partial.ptr,
-                        0,
-                        mtiles as usize * ntiles as usize * 16,
-                        stream.cu_stream(),
-                    )
-                }?;
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        padded as u32 / n,
-                        mtiles / 8,
-                        nblocks.div_ceil(blocks_per_task),
-                    ),
-                    block_dim: (288, 1, 1),
-                    shared_mem_bytes: plan.dynamic_smem(),
-                };
-                let mut launch = stream.launch_builder(func);
-                launch
-                    .arg(&db)
-                    .arg(&sel)
-                    .arg(&ws.partial.ptr)
-                    .arg(&mtiles)
-                    .arg(&nblocks)
-                    .arg(&np_total)
-                    .arg(&blocks_per_task);
-                // SAFETY: arguments match `scan_wgmma_*`; padded is a multiple of n, mtiles of 8
-                // (page sizes of at least 256 bytes).
-                unsafe { launch.launch(cfg) }?;
-                self.unpack(ws, q32, wpp, np_total)?;
+                // padded is a multiple of n, mtiles of 8 (page sizes of at least 256 bytes).
+                let grid = (
+                    padded as u32 / n,
+                    mtiles / 8,
+                    nblocks.div_ceil(blocks_per_task),
+                );
+                tensor_core_scan(grid, 288, blocks_per_task)?;
             }
             ScanPlan::Xor { blocks_per_task } => {
                 // SAFETY: answers hold q pages.
@@ -650,7 +633,7 @@ impl CudaScanner {
                 unsafe { launch.launch(cfg) }?;
             }
         }
-        ws.marks[3].record(stream)?;
+        ws.marks.end(Phase::Scan, stream)?;
         Ok(())
     }
 
@@ -686,7 +669,7 @@ impl CudaScanner {
             // SAFETY: pinned; the stream is synchronized below before the bytes are read.
             unsafe { result::memcpy_dtoh_async(&mut host[..len], src, stream.cu_stream()) }?;
         }
-        ws.marks[5].record(&stream)?;
+        ws.marks.end(Phase::D2h, &stream)?;
         stream.synchronize()?;
         Ok(ws.answers_host.as_slice()?[..len].to_vec())
     }
@@ -759,16 +742,9 @@ impl Scanner for CudaScanner {
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
         let (answers, t) = self.pass_at_timed(keys, epochs)?;
         if t.keys > 0 {
-            let phases = [
-                ("h2d", t.h2d),
-                ("expand", t.expand),
-                ("scan", t.scan),
-                ("d2h", t.d2h),
-                // Zero when no key needed a merge, as on the CPU backend.
-                ("merge", t.merge),
-            ];
-            for (phase, took) in phases {
-                pirq_shared::metrics::record_phase(phase, took);
+            // Merge is zero when no key needed one, as on the CPU backend.
+            for phase in Phase::ALL {
+                pirq_shared::metrics::record_phase(phase, t.phase(phase));
             }
         }
         if let Ok((free, total)) = self.ctx.mem_get_info() {

@@ -11,8 +11,20 @@ use std::time::Duration;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 
+use pirq_shared::metrics::Phase;
+
 use super::layout::{ScanPlan, Shape, KEY_WORDS};
 use super::CudaError;
+
+/// The phases of a CUDA pass in the order they run on a slot's stream: the merge (zero when no
+/// key needs one) runs on the device, before the answers come back.
+pub const STREAM_ORDER: [Phase; 5] = [
+    Phase::H2d,
+    Phase::Expand,
+    Phase::Scan,
+    Phase::Merge,
+    Phase::D2h,
+];
 
 /// Device time of each phase of one pass, from CUDA events on the slot's stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -33,11 +45,70 @@ pub struct PassTimings {
     pub wall: Duration,
 }
 
+impl PassTimings {
+    /// The device time of `phase`.
+    pub fn phase(&self, phase: Phase) -> Duration {
+        let mut copy = *self;
+        *copy.phase_mut(phase)
+    }
+
+    /// The field that holds `phase`'s device time.
+    pub fn phase_mut(&mut self, phase: Phase) -> &mut Duration {
+        match phase {
+            Phase::H2d => &mut self.h2d,
+            Phase::Expand => &mut self.expand,
+            Phase::Scan => &mut self.scan,
+            Phase::D2h => &mut self.d2h,
+            Phase::Merge => &mut self.merge,
+        }
+    }
+}
+
+/// CUDA events at the boundaries of a pass's phases on one stream: one before the first phase
+/// ([`STREAM_ORDER`]) and one at the end of each, so a phase lasts from the end of the one
+/// before it to its own end.
+pub struct Marks {
+    events: [CudaEvent; STREAM_ORDER.len() + 1],
+}
+
+impl Marks {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Marks, CudaError> {
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC));
+        Ok(Marks {
+            events: [event()?, event()?, event()?, event()?, event()?, event()?],
+        })
+    }
+
+    /// Marks the start of a pass on `stream`, before its first phase.
+    pub fn start(&self, stream: &CudaStream) -> Result<(), CudaError> {
+        Ok(self.events[0].record(stream)?)
+    }
+
+    /// Marks the end of `phase` on `stream` (the next phase starts there).
+    pub fn end(&self, phase: Phase, stream: &CudaStream) -> Result<(), CudaError> {
+        Ok(self.events[Self::position(phase) + 1].record(stream)?)
+    }
+
+    /// Device time of `phase` in the pass last marked.
+    fn elapsed(&self, phase: Phase) -> Result<Duration, CudaError> {
+        let i = Self::position(phase);
+        let ms = self.events[i].elapsed_ms(&self.events[i + 1])?;
+        Ok(Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3))
+    }
+
+    fn position(phase: Phase) -> usize {
+        STREAM_ORDER
+            .iter()
+            .position(|&p| p == phase)
+            .expect("every phase runs on the stream")
+    }
+}
+
 /// One slot: a stream, its events, device buffers and pinned host buffers.
 pub struct Workspace {
     pub stream: Arc<CudaStream>,
-    /// Timing marks: before h2d, after h2d, after expand, after scan, after merge, after d2h.
-    pub marks: [CudaEvent; 6],
+    /// Timing marks at the phases' boundaries.
+    pub marks: Marks,
     pub keys_host: PinnedHostSlice<u32>,
     /// Answer bytes as the kernels wrote them (little-endian u32 words = the page bytes).
     pub answers_host: PinnedHostSlice<u8>,
@@ -99,9 +170,8 @@ impl Workspace {
         let stream = ctx.new_stream()?;
         let padded = padded_capacity(max_keys);
         let top_nodes = padded << shape.top_levels();
-        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC));
         Ok(Workspace {
-            marks: [event()?, event()?, event()?, event()?, event()?, event()?],
+            marks: Marks::new(ctx)?,
             // SAFETY (both): written before use, keys by the CPU, answers by a copy.
             keys_host: unsafe { ctx.alloc_pinned::<u32>(padded * KEY_WORDS) }?,
             answers_host: unsafe {
@@ -126,19 +196,14 @@ impl Workspace {
 
     /// Phase durations from the marks of the pass that just finished on this slot.
     pub fn timings(&self, keys: usize) -> Result<PassTimings, CudaError> {
-        let ms = |i: usize| -> Result<Duration, CudaError> {
-            let t = self.marks[i].elapsed_ms(&self.marks[i + 1])?;
-            Ok(Duration::from_secs_f64(t.max(0.0) as f64 / 1e3))
-        };
-        Ok(PassTimings {
+        let mut timings = PassTimings {
             keys,
-            h2d: ms(0)?,
-            expand: ms(1)?,
-            scan: ms(2)?,
-            merge: ms(3)?,
-            d2h: ms(4)?,
-            wall: Duration::ZERO,
-        })
+            ..PassTimings::default()
+        };
+        for phase in STREAM_ORDER {
+            *timings.phase_mut(phase) = self.marks.elapsed(phase)?;
+        }
+        Ok(timings)
     }
 }
 
