@@ -61,7 +61,7 @@ pub struct LoadArgs {
     #[arg(long)]
     allow_same_party: bool,
     /// Only submit queries to party A and never wait for answers: the gateway's own ceiling.
-    #[arg(long, conflicts_with_all = ["verify", "poll"])]
+    #[arg(long, conflicts_with_all = ["verify", "poll", "sse"])]
     submit_only: bool,
     /// Open loop: queries offered per second, sent on schedule regardless of answers.
     #[arg(
@@ -98,9 +98,13 @@ pub struct LoadArgs {
     /// Do not check the pages (only when no copy of the database is at hand).
     #[arg(long)]
     no_verify: bool,
-    /// Wait for answers by polling (every 5 ms) instead of Server-Sent Events.
-    #[arg(long)]
+    /// Wait for answers by polling (every 5 ms) instead of asking the party to hold them.
+    #[arg(long, conflicts_with = "sse")]
     poll: bool,
+    /// Wait for answers by Server-Sent Events alone, without asking the party to hold them
+    /// (`Prefer: wait`): a submit and then a second request for every query.
+    #[arg(long)]
+    sse: bool,
     /// Send requests and read answers as bincode instead of JSON.
     #[arg(long)]
     bincode: bool,
@@ -426,6 +430,9 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         args.bincode,
         Duration::from_secs(args.timeout),
     );
+    if args.sse {
+        options.wait = pirq_client::Wait::Events;
+    }
     // --submit-only talks to party A alone.
     options.allow_same_party = args.allow_same_party || args.submit_only;
     let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
@@ -551,10 +558,11 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         keys_per_query: dpf_keys,
         lookups_per_query: lookups,
         encoding: if args.bincode { "bincode" } else { "json" },
-        wait: match (args.submit_only, args.poll) {
-            (true, _) => "none",
-            (false, true) => "poll",
-            (false, false) => "sse",
+        wait: match (args.submit_only, args.poll, args.sse) {
+            (true, _, _) => "none",
+            (false, true, _) => "poll",
+            (false, false, true) => "sse",
+            (false, false, false) => "inline",
         },
         verified: shared.db.is_some() || lookups.is_some(),
         duration_s: secs,

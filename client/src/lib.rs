@@ -102,12 +102,13 @@ pub struct Options {
 }
 
 impl Options {
-    /// The options the CLI flags describe: poll every `poll` (else wait by SSE), bincode or JSON.
+    /// The options the CLI flags describe: poll every `poll` (else ask the party to hold the
+    /// answer, then follow its events), bincode or JSON.
     pub fn from_flags(poll: Option<Duration>, bincode: bool, timeout: Duration) -> Options {
         Options {
             wait: match poll {
                 Some(interval) => Wait::Poll { interval },
-                None => Wait::Events,
+                None => Wait::Inline,
             },
             encoding: if bincode {
                 Encoding::Bincode
@@ -123,7 +124,7 @@ impl Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
-            wait: Wait::Events,
+            wait: Wait::Inline,
             encoding: Encoding::Json,
             timeout: DEFAULT_TIMEOUT,
             allow_same_party: false,

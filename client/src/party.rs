@@ -66,11 +66,15 @@ impl Encoding {
 /// How to wait for a result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// `GET /v1/queries/{id}/events` (Server-Sent Events).
+    /// Ask the party to hold the submit's answer until the query is final (`Prefer: wait`, up
+    /// to [`INLINE_WAIT`]): one round trip a query. A query still pending then is followed by
+    /// its events.
+    Inline,
+    /// Follow the query's Server-Sent Events.
     Events,
-    /// `GET /v1/queries/{id}` every `interval`.
+    /// Read the status every `interval`.
     Poll { interval: Duration },
-    /// `GET /v1/queries/{id}?wait=S`, repeated until final.
+    /// Long-poll the status (`?wait=30`).
     LongPoll,
 }
 
@@ -303,7 +307,7 @@ impl Party {
             loop {
                 let attempt = async {
                     match how {
-                        Wait::Events => self.wait_events(id).await,
+                        Wait::Inline | Wait::Events => self.wait_events(id).await,
                         Wait::Poll { interval } => loop {
                             let r = self.status(id, encoding, None).await?;
                             if r.status.is_final() {
@@ -408,12 +412,9 @@ impl Party {
         timeout: Duration,
     ) -> Result<QueryResult, ClientError> {
         let start = Instant::now();
-        // Most queries are answered within one pass: ask the gateway to hold the answer, which
-        // saves the second request and the events between (polling clients poll, as asked).
-        let inline = match how {
-            Wait::Poll { .. } => None,
-            Wait::Events | Wait::LongPoll => Some(timeout.min(INLINE_WAIT)),
-        };
+        // Most queries are answered within one pass: holding the answer saves the second
+        // request and the events between.
+        let inline = (how == Wait::Inline).then(|| timeout.min(INLINE_WAIT));
         let submitted = self.submit_waiting(request, encoding, inline).await?;
         if submitted.result.status.is_final() {
             return self.settle(&submitted.id, submitted.result);

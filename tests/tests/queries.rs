@@ -31,6 +31,7 @@ async fn random_pages_match_the_database_through_every_encoding_and_wait() {
         .unwrap();
     let mut rng = rand::rng();
     let waits = [
+        Wait::Inline,
         Wait::Events,
         Wait::Poll {
             interval: Duration::from_millis(10),

@@ -202,7 +202,9 @@ async fn answer_inline(
         scan_us: None,
         worker_us: None,
     };
-    let q = wait_final_from(st, id, wait, sub, Some(queued)).await.ok()?;
+    let q = wait_final_from(st, id, wait, sub, Some(queued))
+        .await
+        .ok()?;
     if !q.result.status.is_final() {
         return None;
     }

@@ -1,0 +1,138 @@
+//! `Prefer: wait` on `POST /v1/queries`: the gateway holds the answer until the query is
+//! final, so a query takes one round trip; a preference it cannot honour in time (or cannot
+//! read) leaves the usual 202.
+
+use std::time::{Duration, Instant};
+
+use pirq_e2e::{Cluster, PartyOptions};
+use pirq_shared::bits::xor_into;
+use pirq_shared::dpf::generate;
+use pirq_shared::wire::{QueryRequest, QueryResult, QueryStatus, BINCODE};
+
+const PAGES: u64 = 3000;
+const PAGE_SIZE: u32 = 512;
+/// ceil(log2(3000)).
+const DOMAIN_BITS: u8 = 12;
+
+/// POSTs `key` with an optional `Prefer` header; the status, the `Preference-Applied` header
+/// and the decoded body (bincode when `bincode`, else JSON).
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    key: Vec<u8>,
+    prefer: Option<&str>,
+    bincode: bool,
+) -> (u16, Option<String>, QueryResult) {
+    let request = QueryRequest {
+        keys: vec![key],
+        epoch: None,
+    };
+    let (media, body) = if bincode {
+        (BINCODE, request.to_bincode())
+    } else {
+        ("application/json", request.to_json())
+    };
+    let mut req = http
+        .post(format!("{url}/v1/queries"))
+        .header("content-type", media)
+        .header("accept", media)
+        .body(body);
+    if let Some(p) = prefer {
+        req = req.header("prefer", p);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let applied = resp
+        .headers()
+        .get("preference-applied")
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = resp.bytes().await.unwrap();
+    let result = if bincode {
+        QueryResult::from_bincode(&bytes).unwrap()
+    } else {
+        QueryResult::from_json(&bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"))
+    };
+    (status, applied, result)
+}
+
+#[tokio::test]
+async fn a_submit_that_prefers_to_wait_gets_its_answer_in_one_round_trip() {
+    let cluster = Cluster::start(PAGES, PAGE_SIZE, PartyOptions::default())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let mut rng = rand::rng();
+    for (index, bincode) in [(0u64, false), (1234, true), (PAGES - 1, false)] {
+        let (k0, k1) = generate(DOMAIN_BITS, index, &mut rng).unwrap();
+        let (sa, applied_a, a) = post(
+            &http,
+            &cluster.a.url,
+            k0.to_bytes(),
+            Some("wait=10"),
+            bincode,
+        )
+        .await;
+        // Other preferences beside it, as RFC 7240 allows.
+        let (sb, applied_b, b) = post(
+            &http,
+            &cluster.b.url,
+            k1.to_bytes(),
+            Some("respond-async, wait=10"),
+            bincode,
+        )
+        .await;
+        assert_eq!((sa, sb), (200, 200), "page {index}: answered at once");
+        assert_eq!(applied_a.as_deref(), Some("wait"));
+        assert_eq!(applied_b.as_deref(), Some("wait"));
+        assert_eq!((a.status, b.status), (QueryStatus::Done, QueryStatus::Done));
+        assert!(a.digest.is_some() && a.digest == b.digest);
+        let mut page = a.pages[0].clone();
+        xor_into(&mut page, &b.pages[0]);
+        assert_eq!(page.as_slice(), cluster.db.page(index), "page {index}");
+    }
+    // Without the preference, or with one that cannot be read, the submit answers 202 at once.
+    for prefer in [
+        None,
+        Some("wait=soon"),
+        Some("wait=0"),
+        Some("return=minimal"),
+    ] {
+        let (k0, _) = generate(DOMAIN_BITS, 7, &mut rng).unwrap();
+        let (status, applied, result) =
+            post(&http, &cluster.a.url, k0.to_bytes(), prefer, false).await;
+        assert_eq!(status, 202, "Prefer {prefer:?}");
+        assert_eq!(applied, None);
+        assert_eq!(result.status, QueryStatus::Queued);
+    }
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_answers_202_and_the_query_is_still_answered() {
+    let mut cluster = Cluster::start(PAGES, PAGE_SIZE, PartyOptions::default())
+        .await
+        .unwrap();
+    cluster.a.stop_workers();
+    let http = reqwest::Client::new();
+    let (k0, k1) = generate(DOMAIN_BITS, 99, &mut rand::rng()).unwrap();
+    let started = Instant::now();
+    let (status, applied, pending) =
+        post(&http, &cluster.a.url, k0.to_bytes(), Some("wait=1"), false).await;
+    let held = started.elapsed();
+    assert_eq!(status, 202);
+    assert_eq!(applied, None);
+    assert_eq!(pending.status, QueryStatus::Queued);
+    assert!(
+        held >= Duration::from_millis(900),
+        "the gateway held the answer only {held:?} of the 1 s asked"
+    );
+    // The job is queued: a worker that comes later answers it.
+    cluster.a.start_worker().await.unwrap();
+    let a =
+        pirq_e2e::fault::wait_final(&http, &cluster.a.url, &pending.id, Duration::from_secs(30))
+            .await
+            .expect("answered once a worker runs");
+    let (_, _, b) = post(&http, &cluster.b.url, k1.to_bytes(), Some("wait=10"), false).await;
+    let mut page = pirq_e2e::fault::pages(&a).remove(0);
+    xor_into(&mut page, &b.pages[0]);
+    assert_eq!(page.as_slice(), cluster.db.page(99));
+}
