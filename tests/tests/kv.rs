@@ -357,13 +357,8 @@ fn bad_record_files_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (_, records) = gen(d, "ok.jsonl", 40, 21);
-    let line = |(k, v): &(Vec<u8>, Vec<u8>)| {
-        format!(
-            r#"{{"key":"{}","value":"{}"}}"#,
-            hex::encode(k),
-            hex::encode(v)
-        )
-    };
+    // One line of the JSON-lines format, from the key's and the value's hex.
+    let line = |key: &str, value: &str| format!(r#"{{"key":"{key}","value":"{value}"}}"#);
     let out = d.join("out.pirdb");
     let build = |file: &str, contents: &[u8], extra: &[&str]| {
         let path = d.join(file);
@@ -397,7 +392,11 @@ fn bad_record_files_get_clear_errors() {
         );
         err
     };
-    let lines: Vec<String> = records.iter().map(line).collect();
+    let lines: Vec<String> = records
+        .iter()
+        .map(|(k, v)| line(&hex::encode(k), &hex::encode(v)))
+        .collect();
+    let (key, value) = (hex::encode(&records[1].0), hex::encode(&records[1].1));
 
     // A duplicate key, with its line number.
     let dup = format!("{}\n{}\n{}\n", lines[0], lines[1], lines[0]);
@@ -406,28 +405,18 @@ fn bad_record_files_get_clear_errors() {
 
     // Bad hex in a key, then in a value.
     let bad = format!(
-        "{}\n{{\"key\":\"{}zz\",\"value\":\"{}\"}}\n",
+        "{}\n{}\n",
         lines[0],
-        hex::encode(&records[1].0[..19]),
-        hex::encode(&records[1].1)
+        line(&format!("{}zz", &key[..38]), &value)
     );
     let err = build("badkey.jsonl", bad.as_bytes(), &[]);
     assert!(err.contains("line 2: key is not hex"), "{err}");
-    let bad = format!(
-        "{}\n\n{{\"key\":\"{}\",\"value\":\"xyz\"}}\n",
-        lines[0],
-        hex::encode(&records[1].0)
-    );
+    let bad = format!("{}\n\n{}\n", lines[0], line(&key, "xyz"));
     let err = build("badvalue.jsonl", bad.as_bytes(), &[]);
     assert!(err.contains("line 3: value is not hex"), "{err}");
 
     // A value of the wrong size.
-    let short = format!(
-        "{}\n{{\"key\":\"{}\",\"value\":\"{}\"}}\n",
-        lines[0],
-        hex::encode(&records[1].0),
-        hex::encode(&records[1].1[..31])
-    );
+    let short = format!("{}\n{}\n", lines[0], line(&key, &value[..62]));
     let err = build("short.jsonl", short.as_bytes(), &[]);
     assert!(
         err.contains("line 2: value is 31 bytes, this table's values are 32"),
@@ -498,7 +487,7 @@ fn bad_record_files_get_clear_errors() {
         &changes,
         format!(
             "{}\n{{\"key\":\"{}\",\"delete\":true}}\n",
-            line(&(records[0].0.clone(), vec![9; 32])),
+            line(&hex::encode(&records[0].0), &hex::encode([9u8; 32])),
             hex::encode([3u8; 20])
         ),
     )
