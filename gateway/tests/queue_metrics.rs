@@ -1,69 +1,11 @@
 //! The queue sampler against a real `redis-server` (installed by scripts/install-deps.sh).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pirq_gateway::queue_metrics::{sample, QueueSample};
 use pirq_shared::layout::{Layout, GROUP};
+use pirq_testkit::Redis;
 use redis::aio::ConnectionManager;
-
-/// A throwaway redis-server on a free port, killed on drop.
-struct Redis {
-    child: Child,
-    url: String,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("pirq-qm-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/install-deps.sh)");
-        Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-            dir,
-        }
-    }
-
-    async fn connect(&self) -> ConnectionManager {
-        let client = redis::Client::open(self.url.as_str()).unwrap();
-        for _ in 0..100 {
-            if let Ok(c) = ConnectionManager::new(client.clone()).await {
-                return c;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("redis-server did not come up at {}", self.url);
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 async fn cmd<T: redis::FromRedisValue>(conn: &mut ConnectionManager, args: &[&str]) -> T {
     let mut c = redis::cmd(args[0]);
@@ -75,8 +17,8 @@ async fn cmd<T: redis::FromRedisValue>(conn: &mut ConnectionManager, args: &[&st
 
 #[tokio::test]
 async fn sampler_reads_depth_pending_age_and_live_workers() {
-    let redis = Redis::start();
-    let mut conn = redis.connect().await;
+    let redis = Redis::start().await.unwrap();
+    let mut conn = redis.manager().await.unwrap();
     let layout = Layout::new("party-q").unwrap();
     let jobs = layout.jobs();
 

@@ -4,8 +4,6 @@
 //! all of them and deletes the stream entry, and a query failed by one shard is never
 //! completed by the others.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use pirq_queue::consumer::{Consumer, Outcome, ShardStart};
@@ -14,70 +12,14 @@ use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job};
+use pirq_testkit::{jobs, Redis};
 use redis::aio::ConnectionManager;
-
-struct Redis {
-    child: Child,
-    url: String,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("pirq-sc-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/install-deps.sh)");
-        Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-            dir,
-        }
-    }
-
-    async fn connect(&self) -> ConnectionManager {
-        let client = redis::Client::open(self.url.as_str()).unwrap();
-        for _ in 0..100 {
-            if let Ok(c) = ConnectionManager::new(client.clone()).await {
-                return c;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("redis-server did not come up at {}", self.url);
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 const PS: usize = 256;
 
 async fn shard_queue(redis: &Redis, layout: &Layout, index: u32, consumer: &str) -> Consumer {
-    let client = redis::Client::open(redis.url.as_str()).unwrap();
     let q = Consumer::new(
-        &client,
+        &redis.open().unwrap(),
         layout.clone(),
         consumer.into(),
         Duration::from_millis(100),
@@ -96,27 +38,7 @@ async fn submit(conn: &mut ConnectionManager, layout: &Layout, id: &str) {
         epoch: None,
         accepted_ms: 1,
     };
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(layout.query(id))
-        .arg("status")
-        .arg("queued")
-        .arg("keys")
-        .arg(1)
-        .ignore()
-        .cmd("EXPIRE")
-        .arg(layout.query(id))
-        .arg(600)
-        .ignore()
-        .cmd("XADD")
-        .arg(layout.jobs())
-        .arg("*")
-        .arg("id")
-        .arg(id)
-        .arg("job")
-        .arg(job.to_bincode())
-        .ignore()
-        .query_async(conn)
+    jobs::enqueue(conn, layout, id, &job.to_bincode())
         .await
         .unwrap();
 }
@@ -171,8 +93,8 @@ async fn text(conn: &mut ConnectionManager, layout: &Layout, id: &str, f: &str) 
 
 #[tokio::test]
 async fn partials_combine_once_per_shard_and_complete_on_the_last() {
-    let redis = Redis::start();
-    let mut conn = redis.connect().await;
+    let redis = Redis::start().await.unwrap();
+    let mut conn = redis.manager().await.unwrap();
     let layout = Layout::new("party-s").unwrap();
     let s0 = shard_queue(&redis, &layout, 0, "a0").await;
     let s1 = shard_queue(&redis, &layout, 1, "a1").await;
@@ -275,8 +197,8 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
 
 #[tokio::test]
 async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
-    let redis = Redis::start();
-    let mut conn = redis.connect().await;
+    let redis = Redis::start().await.unwrap();
+    let mut conn = redis.manager().await.unwrap();
     let layout = Layout::new("party-f").unwrap();
     let s0 = shard_queue(&redis, &layout, 0, "a0").await;
     let s1 = shard_queue(&redis, &layout, 1, "a1").await;
@@ -322,8 +244,8 @@ async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
 
 #[tokio::test]
 async fn a_query_half_answered_by_another_shard_count_is_not_mixed() {
-    let redis = Redis::start();
-    let mut conn = redis.connect().await;
+    let redis = Redis::start().await.unwrap();
+    let mut conn = redis.manager().await.unwrap();
     let layout = Layout::new("party-r").unwrap();
     let s0 = shard_queue(&redis, &layout, 0, "a0").await;
     let (old, fresh) = (
@@ -354,8 +276,8 @@ async fn a_query_half_answered_by_another_shard_count_is_not_mixed() {
 
 #[tokio::test]
 async fn shards_answering_from_different_databases_fail_the_query() {
-    let redis = Redis::start();
-    let mut conn = redis.connect().await;
+    let redis = Redis::start().await.unwrap();
+    let mut conn = redis.manager().await.unwrap();
     let layout = Layout::new("party-d").unwrap();
     let s0 = shard_queue(&redis, &layout, 0, "a0").await;
     let s1 = shard_queue(&redis, &layout, 1, "a1").await;

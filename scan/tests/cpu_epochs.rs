@@ -1,48 +1,28 @@
 //! Epochs on the CPU scanner against a ground-truth model: the full contents at every epoch.
 
-use std::sync::Arc;
-
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::epoch_window::{EpochError, PageWrite};
 use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::xor_into;
-use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::update::{EpochUpdate, UpdateError};
 use pirq_shared::wire::EpochRange;
+use pirq_testkit::TestDb;
 use proptest::prelude::*;
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    db: Arc<PirDb>,
+    file: TestDb,
     /// model[e - first_epoch] = every page's contents at epoch e.
     model: Vec<Vec<Vec<u8>>>,
     first_epoch: u64,
 }
 
 fn fixture(num_pages: u64, page_size: u32, epoch: u64, seed: u64) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db.pirdb");
-    let header = Header {
-        page_size,
-        num_pages,
-        epoch,
-    };
-    db::write(
-        &path,
-        &header,
-        |p, page| db::synthetic::fill_page(seed, p, page),
-        |_| {},
-    )
-    .unwrap();
-    let db = Arc::new(PirDb::open(&path).unwrap());
-    let pages = (0..num_pages)
-        .map(|p| db.page(p).unwrap().to_vec())
-        .collect();
+    let file = TestDb::create_at(num_pages, page_size, epoch, seed).unwrap();
+    let pages = (0..num_pages).map(|p| file.page(p).to_vec()).collect();
     Fixture {
-        _dir: dir,
-        db,
+        file,
         model: vec![pages],
         first_epoch: epoch,
     }
@@ -90,8 +70,8 @@ impl Fixture {
 /// Queries pinned to every epoch of the window, both parties, against the model.
 fn check_window(f: &Fixture, scanner: &CpuScanner, rng: &mut StdRng) {
     let EpochRange { oldest, newest } = scanner.epoch_window();
-    let n = f.db.header().domain_bits();
-    let num_pages = f.db.num_pages();
+    let n = f.file.db.header().domain_bits();
+    let num_pages = f.file.db.num_pages();
     let mut keys = (Vec::<DpfKey>::new(), Vec::<DpfKey>::new());
     let mut wanted = Vec::new();
     for epoch in oldest..=newest {
@@ -129,7 +109,7 @@ proptest! {
     ) {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut f = fixture(num_pages, 256, 5, seed);
-        let scanner = CpuScanner::new(f.db.clone(), 2).unwrap().with_epoch_window(window);
+        let scanner = CpuScanner::new(f.file.db.clone(), 2).unwrap().with_epoch_window(window);
         check_window(&f, &scanner, &mut rng);
         for e in 6..6 + epochs as u64 {
             // Zero-change epochs, a few changes, and one page written over and over.
@@ -151,7 +131,7 @@ proptest! {
 #[test]
 fn out_of_window_and_bad_updates_are_refused() {
     let f = fixture(100, 256, 0, 1);
-    let scanner = CpuScanner::new(f.db.clone(), 1)
+    let scanner = CpuScanner::new(f.file.db.clone(), 1)
         .unwrap()
         .with_epoch_window(2);
     let (k, _) = generate(7, 1, &mut rand::rng()).unwrap();

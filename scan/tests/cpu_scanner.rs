@@ -5,27 +5,11 @@ use std::sync::Arc;
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
-use pirq_shared::db::{self, Header, PirDb};
+use pirq_shared::db::{self, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
+use pirq_testkit::TestDb;
 use proptest::prelude::*;
 use rand::{rngs::StdRng, RngCore, SeedableRng};
-
-fn random_db(dir: &tempfile::TempDir, num_pages: u64, page_size: u32, seed: u64) -> Arc<PirDb> {
-    let path = dir.path().join("db.pirdb");
-    let header = Header {
-        page_size,
-        num_pages,
-        epoch: 0,
-    };
-    db::write(
-        &path,
-        &header,
-        |p, page| db::synthetic::fill_page(seed, p, page),
-        |_| {},
-    )
-    .unwrap();
-    Arc::new(PirDb::open(&path).unwrap())
-}
 
 /// The answer computed the slow, obvious way: every page, one key at a time.
 fn reference_answer(db: &PirDb, key: &DpfKey) -> Vec<u8> {
@@ -50,8 +34,8 @@ proptest! {
         threads in 1usize..4,
         seed in any::<u64>(),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = random_db(&dir, num_pages, 1 << page_size_log, seed);
+        let file = TestDb::create(num_pages, 1 << page_size_log, seed).unwrap();
+        let db = file.db.clone();
         let n = db.header().domain_bits();
         let mut rng = StdRng::seed_from_u64(seed);
         let pairs: Vec<_> = (0..q)
@@ -77,8 +61,8 @@ proptest! {
 
 #[test]
 fn rejects_keys_of_another_domain() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = random_db(&dir, 100, 256, 1);
+    let file = TestDb::create(100, 256, 1).unwrap();
+    let db = file.db.clone();
     let scanner = CpuScanner::new(db, 1).unwrap();
     let (k, _) = generate(9, 3, &mut rand::rng()).unwrap();
     let err = scanner.pass(&[k]).unwrap_err();
@@ -97,8 +81,8 @@ fn rejects_keys_of_another_domain() {
 
 #[test]
 fn rejects_oversized_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = random_db(&dir, 100, 256, 1);
+    let file = TestDb::create(100, 256, 1).unwrap();
+    let db = file.db.clone();
     let scanner = CpuScanner::new(db, 1).unwrap().with_max_batch_keys(2);
     let keys: Vec<_> = (0..3)
         .map(|i| generate(7, i, &mut rand::rng()).unwrap().0)
@@ -123,8 +107,8 @@ proptest! {
     ) {
         use pirq_shared::shard::ShardSpec;
         use pirq_shared::update::{EpochUpdate, PageWrite};
-        let dir = tempfile::tempdir().unwrap();
-        let db = random_db(&dir, num_pages, 256, seed);
+        let file = TestDb::create(num_pages, 256, seed).unwrap();
+        let db = file.db.clone();
         let Ok(ranges) = ShardSpec::all_ranges(count, num_pages) else {
             return Ok(()); // more shards than 256-page blocks
         };
@@ -178,8 +162,8 @@ proptest! {
 #[test]
 fn shard_files_serve_their_range() {
     use pirq_shared::shard::ShardSpec;
-    let dir = tempfile::tempdir().unwrap();
-    let db = random_db(&dir, 1000, 256, 5);
+    let file = TestDb::create(1000, 256, 5).unwrap();
+    let db = file.db.clone();
     let n = db.header().domain_bits();
     let mut rng = StdRng::seed_from_u64(5);
     let keys: Vec<DpfKey> = (0..30)
@@ -193,7 +177,7 @@ fn shard_files_serve_their_range() {
         .enumerate()
     {
         let spec = ShardSpec::new(i as u32, 3).unwrap();
-        let path = dir.path().join(format!("s{i}.pirdb"));
+        let path = file.dir().join(format!("s{i}.pirdb"));
         db::write_shard(&path, &db, spec, |_| {}).unwrap();
         let file = Arc::new(PirDb::open(&path).unwrap());
         let scanner = CpuScanner::with_range(file.clone(), 1, range).unwrap();

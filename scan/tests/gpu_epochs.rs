@@ -14,20 +14,13 @@ use pirq_scan::cuda::{CudaConfig, CudaScanner};
 use pirq_scan::epoch_window::EpochError;
 use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
-use pirq_shared::db::{self, Header, PirDb};
+use pirq_shared::db;
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::EpochRange;
+use pirq_testkit::{gpu_tests_enabled, TestDb};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
-
-fn gpu_enabled(test: &str) -> bool {
-    let on = std::env::var("PIRQ_GPU_TESTS").is_ok_and(|v| v == "1");
-    if !on {
-        eprintln!("skipping {test}: set PIRQ_GPU_TESTS=1 on a machine with a CUDA GPU");
-    }
-    on
-}
 
 type Pages = Arc<Vec<Vec<u8>>>;
 
@@ -173,7 +166,7 @@ fn check(
 
 #[test]
 fn epochs_match_model() {
-    if !gpu_enabled("epochs_match_model") {
+    if !gpu_tests_enabled("epochs_match_model") {
         return;
     }
     // (page size, pages, window, key pairs a pass, updates): one-epoch window (every update
@@ -256,26 +249,12 @@ fn epochs_match_model() {
 
 #[test]
 fn epochs_match_cpu_scanner_on_a_pirdb() {
-    if !gpu_enabled("epochs_match_cpu_scanner_on_a_pirdb") {
+    if !gpu_tests_enabled("epochs_match_cpu_scanner_on_a_pirdb") {
         return;
     }
     let (ps, num_pages, window, seed) = (2048usize, 3_001u64, 5usize, 0x5eedu64);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gpu-epochs.pirdb");
-    let header = Header {
-        page_size: ps as u32,
-        num_pages,
-        epoch: 41,
-    };
-    db::write(
-        &path,
-        &header,
-        |p, page| db::synthetic::fill_page(seed, p, page),
-        |_| {},
-    )
-    .unwrap();
-    let file = Arc::new(PirDb::open(&path).unwrap());
-    let cpu = CpuScanner::new(file.clone(), 0)
+    let file = TestDb::create_at(num_pages, ps as u32, 41, seed).unwrap();
+    let cpu = CpuScanner::new(file.db.clone(), 0)
         .unwrap()
         .with_epoch_window(window);
     let config = CudaConfig {
@@ -283,7 +262,7 @@ fn epochs_match_cpu_scanner_on_a_pirdb() {
         epoch_window: window,
         ..CudaConfig::default()
     };
-    let gpu = CudaScanner::from_pirdb(&file, config, |_, _| {}).unwrap();
+    let gpu = CudaScanner::from_pirdb(&file.db, config, |_, _| {}).unwrap();
     let mut model = Model::synthetic(seed, ps, num_pages, 41);
     let n = gpu.geometry().domain_bits;
     let mut rng = StdRng::seed_from_u64(seed);
@@ -317,7 +296,7 @@ fn epochs_match_cpu_scanner_on_a_pirdb() {
 
 #[test]
 fn updates_while_passes_run() {
-    if !gpu_enabled("updates_while_passes_run") {
+    if !gpu_tests_enabled("updates_while_passes_run") {
         return;
     }
     // Passes from two threads while a third applies 30 updates (each folding once the window

@@ -5,61 +5,18 @@
 //! Build with `cargo test --features cuda -p pirq-worker --test gpu_parity`.
 #![cfg(feature = "cuda")]
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::cuda::{CudaConfig, CudaError, CudaScanner, ScanPlan};
 use pirq_scan::Scanner;
-use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_shared::update::{EpochUpdate, PageWrite};
+use pirq_testkit::{gpu_tests_enabled, TestDb};
 use rand::{Rng, RngCore};
 
-fn gpu_enabled(test: &str) -> bool {
-    let on = std::env::var("PIRQ_GPU_TESTS").is_ok_and(|v| v == "1");
-    if !on {
-        eprintln!("skipping {test}: set PIRQ_GPU_TESTS=1 on a machine with a CUDA GPU");
-    }
-    on
-}
-
-/// A temporary .pirdb, removed on drop.
-struct TempDb {
-    path: PathBuf,
-    db: Arc<PirDb>,
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Writes a database of `num_pages` pages: random bytes, or synthetic pages under `seed`.
-fn temp_db(page_size: u32, num_pages: u64, synthetic_seed: Option<u64>) -> TempDb {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let path = dir.join(format!("gpu-parity-{page_size}-{num_pages}.pirdb"));
-    let header = Header {
-        page_size,
-        num_pages,
-        epoch: 1,
-    };
-    let salt = rand::rng().next_u64();
-    db::write(
-        &path,
-        &header,
-        |p, page| match synthetic_seed {
-            Some(seed) => db::synthetic::fill_page(seed, p, page),
-            None => db::synthetic::fill_page(salt, p, page),
-        },
-        |_| {},
-    )
-    .unwrap();
-    TempDb {
-        db: Arc::new(PirDb::open(&path).unwrap()),
-        path,
-    }
+/// A temporary database of `num_pages` synthetic pages at epoch 1, under `seed` or a random one.
+fn temp_db(page_size: u32, num_pages: u64, synthetic_seed: Option<u64>) -> TestDb {
+    let seed = synthetic_seed.unwrap_or_else(|| rand::rng().next_u64());
+    TestDb::create_at(num_pages, page_size, 1, seed).unwrap()
 }
 
 /// `q` keys of either party for random indices of a domain of `n` bits, with their indices.
@@ -83,7 +40,7 @@ fn config(max_batch_keys: usize) -> CudaConfig {
 
 #[test]
 fn expansion_matches_eval_full() {
-    if !gpu_enabled("expansion_matches_eval_full") {
+    if !gpu_tests_enabled("expansion_matches_eval_full") {
         return;
     }
     // Domains from one leaf (n <= 7) through one and two node launches (n >= 25: 11+ top
@@ -125,7 +82,7 @@ fn expansion_matches_eval_full() {
 
 #[test]
 fn answers_match_cpu_scanner() {
-    if !gpu_enabled("answers_match_cpu_scanner") {
+    if !gpu_tests_enabled("answers_match_cpu_scanner") {
         return;
     }
     let max_q = 300;
@@ -189,7 +146,7 @@ fn answers_match_cpu_scanner() {
 
 #[test]
 fn key_pairs_reconstruct_pages() {
-    if !gpu_enabled("key_pairs_reconstruct_pages") {
+    if !gpu_tests_enabled("key_pairs_reconstruct_pages") {
         return;
     }
     let file = temp_db(4096, 10_000, None);
@@ -230,7 +187,7 @@ fn key_pairs_reconstruct_pages() {
 
 #[test]
 fn synthetic_on_device_matches_synthetic_file() {
-    if !gpu_enabled("synthetic_on_device_matches_synthetic_file") {
+    if !gpu_tests_enabled("synthetic_on_device_matches_synthetic_file") {
         return;
     }
     for (page_size, num_pages) in [(256u32, 1_000u64), (4096, 2_600), (65536, 100)] {
@@ -248,7 +205,7 @@ fn synthetic_on_device_matches_synthetic_file() {
 
 #[test]
 fn concurrent_passes_share_the_pool() {
-    if !gpu_enabled("concurrent_passes_share_the_pool") {
+    if !gpu_tests_enabled("concurrent_passes_share_the_pool") {
         return;
     }
     let file = temp_db(1024, 20_000, None);
@@ -282,7 +239,7 @@ fn concurrent_passes_share_the_pool() {
 
 #[test]
 fn too_large_a_database_says_how_much_memory() {
-    if !gpu_enabled("too_large_a_database_says_how_much_memory") {
+    if !gpu_tests_enabled("too_large_a_database_says_how_much_memory") {
         return;
     }
     // 2^30 pages of 4 KiB = 4 TiB: no GPU has that.
@@ -298,7 +255,7 @@ fn too_large_a_database_says_how_much_memory() {
 
 #[test]
 fn epochs_match_cpu_scanner() {
-    if !gpu_enabled("epochs_match_cpu_scanner") {
+    if !gpu_tests_enabled("epochs_match_cpu_scanner") {
         return;
     }
     // A window of 4 epochs and 7 updates: the base moves forward 3 times on both sides.

@@ -6,47 +6,15 @@
 //! says so). Build with `cargo test --features cuda -p pirq-scan --test gpu_shards`.
 #![cfg(feature = "cuda")]
 
-use std::sync::Arc;
-
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::cuda::{CudaConfig, CudaScanner};
 use pirq_scan::Scanner;
 use pirq_shared::bits::xor_into;
-use pirq_shared::db::{self, Header, PirDb};
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::update::{EpochUpdate, PageWrite};
+use pirq_testkit::{gpu_tests_enabled, TestDb};
 use rand::{Rng, RngCore};
-
-fn gpu_enabled(test: &str) -> bool {
-    let on = std::env::var("PIRQ_GPU_TESTS").is_ok_and(|v| v == "1");
-    if !on {
-        eprintln!("skipping {test}: set PIRQ_GPU_TESTS=1 on a machine with a CUDA GPU");
-    }
-    on
-}
-
-fn synthetic_file(
-    dir: &tempfile::TempDir,
-    num_pages: u64,
-    page_size: u32,
-    seed: u64,
-) -> Arc<PirDb> {
-    let path = dir.path().join("db.pirdb");
-    let header = Header {
-        page_size,
-        num_pages,
-        epoch: 0,
-    };
-    db::write(
-        &path,
-        &header,
-        |p, page| db::synthetic::fill_page(seed, p, page),
-        |_| {},
-    )
-    .unwrap();
-    Arc::new(PirDb::open(&path).unwrap())
-}
 
 fn config() -> CudaConfig {
     CudaConfig {
@@ -114,20 +82,19 @@ fn check(cpu: &CpuScanner, shards: &[CudaScanner], ps: usize) {
 
 #[test]
 fn file_shards_xor_to_the_whole_answer() {
-    if !gpu_enabled("file_shards_xor_to_the_whole_answer") {
+    if !gpu_tests_enabled("file_shards_xor_to_the_whole_answer") {
         return;
     }
     // 1000 pages: one leaf node covers the domain; 50_000 pages: shards start inside nodes.
     for (num_pages, count) in [(1000u64, 3u32), (50_000, 3), (50_000, 5)] {
-        let dir = tempfile::tempdir().unwrap();
-        let file = synthetic_file(&dir, num_pages, 512, num_pages);
-        let cpu = CpuScanner::new(file.clone(), 0)
+        let file = TestDb::create(num_pages, 512, num_pages).unwrap();
+        let cpu = CpuScanner::new(file.db.clone(), 0)
             .unwrap()
             .with_epoch_window(4);
         let shards: Vec<CudaScanner> = ShardSpec::all_ranges(count, num_pages)
             .unwrap()
             .into_iter()
-            .map(|r| CudaScanner::from_pirdb_range(&file, r, config(), |_, _| {}).unwrap())
+            .map(|r| CudaScanner::from_pirdb_range(&file.db, r, config(), |_, _| {}).unwrap())
             .collect();
         check(&cpu, &shards, 512);
     }
@@ -135,13 +102,14 @@ fn file_shards_xor_to_the_whole_answer() {
 
 #[test]
 fn generated_shards_match_the_generator_file() {
-    if !gpu_enabled("generated_shards_match_the_generator_file") {
+    if !gpu_tests_enabled("generated_shards_match_the_generator_file") {
         return;
     }
     let (num_pages, seed) = (70_001u64, 77);
-    let dir = tempfile::tempdir().unwrap();
-    let file = synthetic_file(&dir, num_pages, 1024, seed);
-    let cpu = CpuScanner::new(file, 0).unwrap().with_epoch_window(4);
+    let file = TestDb::create(num_pages, 1024, seed).unwrap();
+    let cpu = CpuScanner::new(file.db.clone(), 0)
+        .unwrap()
+        .with_epoch_window(4);
     let shards: Vec<CudaScanner> = ShardSpec::all_ranges(3, num_pages)
         .unwrap()
         .into_iter()

@@ -7,16 +7,17 @@
 //! test itself, found from the test executable's path. Set `PIRQ_E2E_BIN_DIR` to use prebuilt
 //! binaries instead. Every process is killed when its handle drops; its log stays in the
 //! temporary directory and is printed when a readiness wait fails.
+//!
+//! The processes, Redis and database files themselves are `pirq-testkit`'s (the queue's and the
+//! gateway's own suites start their Redis the same way); they are re-exported here.
 
-use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use pirq_shared::db::{self, synthetic, PirDb};
+use anyhow::bail;
+pub use pirq_testkit::{free_port, Proc, Redis, TestDb};
 use tempfile::TempDir;
 
 /// Directory holding `pirq-gateway` and `pirq-worker`, built on first use.
@@ -53,275 +54,6 @@ pub fn bin_dir() -> &'static Path {
     })
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; the caller binds it right away).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding port 0")
-}
-
-/// A child process killed on drop, with its log file.
-pub struct Proc {
-    child: Option<Child>,
-    pub log: PathBuf,
-    pub name: String,
-}
-
-impl Proc {
-    fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> anyhow::Result<Proc> {
-        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let err = out.try_clone()?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
-        Ok(Proc {
-            child: Some(child),
-            log,
-            name: name.to_string(),
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
-    }
-
-    /// Whether the process is still running.
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
-    }
-
-    /// SIGTERM, then wait up to `grace` for a clean exit (SIGKILL after).
-    pub fn terminate(&mut self, grace: Duration) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let deadline = Instant::now() + grace;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Sends SIGTERM and returns at once (the process keeps its handle).
-    pub fn signal_term(&self) {
-        if let Some(child) = self.child.as_ref() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-        }
-    }
-
-    /// Waits up to `within` for the process to exit; its exit status, `None` if still running.
-    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Resident memory of the process in KiB (Linux `/proc`), `None` when gone.
-    pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()
-    }
-
-    /// SIGKILL now.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The `redis-server` the suites run against: `$PIRQ_REDIS_SERVER` when set (scripts/test.sh runs
-/// the durability and fault suites a second time with Redis 7.4 from
-/// `scripts/install-redis74.sh`), else the one on `PATH`.
-pub fn redis_server() -> String {
-    std::env::var("PIRQ_REDIS_SERVER")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "redis-server".to_string())
-}
-
-/// A `redis-server` on a free port in its own directory: without persistence, or with an
-/// append-only file fsynced on every write ([`Redis::start_aof`]).
-pub struct Redis {
-    pub proc: Proc,
-    pub port: u16,
-    dir: TempDir,
-    aof: bool,
-}
-
-impl Redis {
-    /// Starts one on a free port; tries another port if the first was taken meanwhile.
-    pub async fn start() -> anyhow::Result<Redis> {
-        Redis::start_with(false).await
-    }
-
-    /// Starts one with `appendonly yes` and `appendfsync always`: every write it acknowledged
-    /// survives a kill -9.
-    pub async fn start_aof() -> anyhow::Result<Redis> {
-        Redis::start_with(true).await
-    }
-
-    async fn start_with(aof: bool) -> anyhow::Result<Redis> {
-        let mut last = None;
-        for _attempt in 0..3 {
-            let dir = tempfile::tempdir()?;
-            let port = free_port();
-            let mut redis = Redis {
-                proc: Redis::spawn(dir.path(), port, aof)?,
-                port,
-                dir,
-                aof,
-            };
-            match redis.wait_ready().await {
-                Ok(()) => return Ok(redis),
-                Err(e) => {
-                    redis.proc.kill();
-                    last = Some(e);
-                }
-            }
-        }
-        Err(last.expect("three attempts"))
-    }
-
-    fn spawn(dir: &Path, port: u16, aof: bool) -> anyhow::Result<Proc> {
-        let mut cmd = Command::new(redis_server());
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ]);
-        if aof {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
-        }
-        cmd.arg("--dir").arg(dir);
-        Proc::spawn("redis-server", cmd, dir.join("redis.log"))
-            .context("is redis-server installed?")
-    }
-
-    /// Kills it (SIGKILL), leaves it down for `down`, and starts it again on the same port and
-    /// directory (with AOF, it loads what it acknowledged).
-    pub async fn restart_after(&mut self, down: Duration) -> anyhow::Result<()> {
-        self.proc.kill();
-        tokio::time::sleep(down).await;
-        self.restart().await
-    }
-
-    /// Starts it again on the same port (after [`Proc::kill`]).
-    pub async fn restart(&mut self) -> anyhow::Result<()> {
-        self.proc.kill();
-        self.proc = Redis::spawn(self.dir.path(), self.port, self.aof)?;
-        self.wait_ready().await
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub async fn client(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-        Ok(redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?)
-    }
-
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut c) = self.client().await {
-                // Ours, not another test's server that took the port first.
-                let info = redis::cmd("INFO")
-                    .arg("server")
-                    .query_async::<String>(&mut c)
-                    .await;
-                let pid = format!("process_id:{}\r", self.proc.pid());
-                if info.is_ok_and(|i| i.contains(&pid)) {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline || !self.proc.is_running() {
-                bail!("redis-server did not start:\n{}", self.proc.log_text());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// A database file with deterministic synthetic pages.
-pub struct TestDb {
-    pub path: PathBuf,
-    pub db: PirDb,
-    _dir: TempDir,
-}
-
-impl TestDb {
-    pub fn create(num_pages: u64, page_size: u32, seed: u64) -> anyhow::Result<TestDb> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("test.pirdb");
-        let header = db::Header {
-            page_size,
-            num_pages,
-            epoch: 0,
-        };
-        db::write(
-            &path,
-            &header,
-            |p, page| synthetic::fill_page(seed, p, page),
-            |_| {},
-        )?;
-        let db = PirDb::open(&path)?;
-        Ok(TestDb {
-            path,
-            db,
-            _dir: dir,
-        })
-    }
-
-    pub fn page(&self, index: u64) -> &[u8] {
-        self.db.page(index).expect("index inside the database")
-    }
-}
-
 /// Flags for a party's processes beyond the essentials.
 #[derive(Clone, Debug, Default)]
 pub struct PartyOptions {
@@ -347,7 +79,11 @@ pub struct Party {
 
 impl Party {
     pub async fn start(db: &Path, prefix: &str, options: PartyOptions) -> anyhow::Result<Party> {
-        let redis = Redis::start_with(options.redis_aof).await?;
+        let redis = if options.redis_aof {
+            Redis::start_aof().await?
+        } else {
+            Redis::start().await?
+        };
         let dir = tempfile::tempdir()?;
         let (gateway, url) =
             Party::spawn_gateway(dir.path(), &redis.url(), prefix, &options.gateway_args).await?;

@@ -15,6 +15,7 @@ use pirq_e2e::{Cluster, PartyOptions};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::GROUP;
 use pirq_shared::wire::{Job, QueryRequest};
+use pirq_testkit::jobs;
 use rand::Rng;
 
 fn args(list: &[&str]) -> Vec<String> {
@@ -342,41 +343,11 @@ async fn poison_jobs_go_to_the_dead_letter_stream_and_healthy_ones_are_answered(
     let mut poison_ids = Vec::new();
     for (what, bytes, code) in &poison {
         let id = format!("{:032x}", rand::random::<u128>());
-        let _: () = redis::pipe()
-            .atomic()
-            .cmd("HSET")
-            .arg(layout.query(&id))
-            .arg("status")
-            .arg("queued")
-            .arg("keys")
-            .arg(1)
-            .ignore()
-            .cmd("EXPIRE")
-            .arg(layout.query(&id))
-            .arg(600)
-            .ignore()
-            .cmd("XADD")
-            .arg(layout.jobs())
-            .arg("*")
-            .arg("id")
-            .arg(&id)
-            .arg("job")
-            .arg(bytes.as_slice())
-            .ignore()
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        jobs::enqueue(&mut conn, &layout, &id, bytes).await.unwrap();
         poison_ids.push((*what, id, *code, 3u64));
     }
     // An entry that is no job at all (no request id): dead-lettered at once, nobody waits.
-    let _: String = redis::cmd("XADD")
-        .arg(layout.jobs())
-        .arg("*")
-        .arg("junk")
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    jobs::enqueue_junk(&mut conn, &layout, "x").await.unwrap();
     // A valid job that (as far as the group knows) workers died on three times already: a
     // consumer that never comes back took it, and its delivery count says 3.
     let crash_id = format!("{:032x}", rand::random::<u128>());

@@ -9,6 +9,7 @@ use pirq_e2e::{Cluster, Party, PartyOptions, TestDb};
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::{QueryRequest, QueryStatus};
+use pirq_testkit::jobs;
 use rand::Rng;
 
 const PAGES: u64 = 3000; // not a power of two: the tail of the domain is all-zero pages
@@ -253,32 +254,11 @@ async fn job_that_slipped_past_the_gateway_fails_alone() {
         epoch: None,
         accepted_ms: 0,
     };
-    let _: () = redis::cmd("HSET")
-        .arg(layout.query(&bad_id))
-        .arg("status")
-        .arg("queued")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: String = redis::cmd("XADD")
-        .arg(layout.jobs())
-        .arg("*")
-        .arg("id")
-        .arg(&bad_id)
-        .arg("job")
-        .arg(job.to_bincode())
-        .query_async(&mut conn)
+    jobs::enqueue(&mut conn, &layout, &bad_id, &job.to_bincode())
         .await
         .unwrap();
     // And an entry that is not a job at all.
-    let _: String = redis::cmd("XADD")
-        .arg(layout.jobs())
-        .arg("*")
-        .arg("junk")
-        .arg("1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    jobs::enqueue_junk(&mut conn, &layout, "1").await.unwrap();
 
     let client = pirq_client::Client::new(&party.url, &party.url).unwrap();
     let p = client.parties().0;

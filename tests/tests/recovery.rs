@@ -9,6 +9,7 @@ use pirq_e2e::fault::{post, wait_final};
 use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::{Job, QueryRequest};
+use pirq_testkit::jobs;
 
 const PAGES: u64 = 1024;
 
@@ -89,28 +90,7 @@ async fn a_job_pinned_ahead_does_not_hold_up_its_window() {
             epoch: (i == 0).then_some(1),
             accepted_ms: 0,
         };
-        let _: () = redis::pipe()
-            .atomic()
-            .cmd("HSET")
-            .arg(layout.query(&id))
-            .arg("status")
-            .arg("queued")
-            .arg("keys")
-            .arg(1)
-            .ignore()
-            .cmd("EXPIRE")
-            .arg(layout.query(&id))
-            .arg(600)
-            .ignore()
-            .cmd("XADD")
-            .arg(layout.jobs())
-            .arg("*")
-            .arg("id")
-            .arg(&id)
-            .arg("job")
-            .arg(job.to_bincode())
-            .ignore()
-            .query_async(&mut conn)
+        jobs::enqueue(&mut conn, &layout, &id, &job.to_bincode())
             .await
             .unwrap();
         ids.push(id);

@@ -1,0 +1,58 @@
+//! Entries written straight into a party's job stream `{P}:jobs`, past the gateway: the jobs a
+//! test needs before any gateway runs, or that no gateway would accept (poison).
+
+use pirq_shared::layout::{job_field, query_field, Layout};
+use redis::aio::ConnectionLike;
+
+/// Seconds the `queued` record written by [`enqueue`] lives.
+pub const QUEUED_TTL_S: u64 = 600;
+
+/// What a gateway's submit leaves behind, in one `MULTI`: the record `{P}:q:<id>` `queued` with
+/// one key (expiring after [`QUEUED_TTL_S`]) and the stream entry `id=<id> job=<job>`. `job` is
+/// a bincode `wire::Job`, or any bytes at all for a poison entry.
+pub async fn enqueue(
+    conn: &mut impl ConnectionLike,
+    layout: &Layout,
+    id: &str,
+    job: &[u8],
+) -> redis::RedisResult<()> {
+    redis::pipe()
+        .atomic()
+        .cmd("HSET")
+        .arg(layout.query(id))
+        .arg(query_field::STATUS)
+        .arg("queued")
+        .arg(query_field::KEYS)
+        .arg(1)
+        .ignore()
+        .cmd("EXPIRE")
+        .arg(layout.query(id))
+        .arg(QUEUED_TTL_S)
+        .ignore()
+        .cmd("XADD")
+        .arg(layout.jobs())
+        .arg("*")
+        .arg(job_field::ID)
+        .arg(id)
+        .arg(job_field::JOB)
+        .arg(job)
+        .ignore()
+        .query_async(conn)
+        .await
+}
+
+/// A stream entry that is no job at all: its one field `junk=<value>`, no request id (so nobody
+/// waits for an answer). Returns its entry id.
+pub async fn enqueue_junk(
+    conn: &mut impl ConnectionLike,
+    layout: &Layout,
+    value: impl redis::ToRedisArgs,
+) -> redis::RedisResult<String> {
+    redis::cmd("XADD")
+        .arg(layout.jobs())
+        .arg("*")
+        .arg("junk")
+        .arg(value)
+        .query_async(conn)
+        .await
+}

@@ -1,0 +1,32 @@
+//! Test support shared by the suites of several crates (a dev-dependency only; nothing ships
+//! with it): the pieces that were written again in every suite that needs them.
+//!
+//! - [`Redis`]: a real `redis-server` on a free port in its own directory, `$PIRQ_REDIS_SERVER`
+//!   when set (scripts/test.sh runs the durability and fault suites again with Redis 7.4), killed
+//!   on drop;
+//! - [`Proc`]: a child process with its log file, killed on drop (the e2e harness runs its
+//!   gateways and workers as these too);
+//! - [`TestDb`]: a `.pirdb` file of deterministic synthetic pages in a temporary directory;
+//! - [`jobs`]: entries written straight into a party's job stream, as a gateway would leave them
+//!   or as no gateway ever would (poison);
+//! - [`gpu_tests_enabled`]: the `PIRQ_GPU_TESTS=1` switch of the GPU suites.
+
+mod db;
+pub mod jobs;
+mod process;
+mod redis_server;
+
+pub use db::TestDb;
+pub use process::{free_port, Proc};
+pub use redis_server::{redis_server, Redis};
+
+/// Whether the GPU tests run: only with `PIRQ_GPU_TESTS=1` (scripts/gpu-test.sh sets it on a
+/// machine with a CUDA GPU). Elsewhere a GPU test returns at once and passes as skipped, and
+/// this says so on stderr, naming `test`.
+pub fn gpu_tests_enabled(test: &str) -> bool {
+    let on = std::env::var("PIRQ_GPU_TESTS").is_ok_and(|v| v == "1");
+    if !on {
+        eprintln!("skipping {test}: set PIRQ_GPU_TESTS=1 on a machine with a CUDA GPU");
+    }
+    on
+}
