@@ -15,33 +15,15 @@ D=.gpu/opsgpu
 
 case "${1:-}" in
 build)
+    . scripts/lib/gpu-bundle.sh
     cargo build --release -p pirq-gateway --bin pirq-gateway
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
-    exe=$(cargo test --release -p pirq-e2e --test ops_metrics --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="ops_metrics"][0])')
     rm -rf "$D" && mkdir -p "$D"
+    copy_tests "$D" "" -p pirq-e2e --test ops_metrics
     cp target/release/pirq-gateway "$D/"
-    cp target/release/pirq-worker "$D/pirq-worker.real"
-    cp "$exe" "$D/ops_metrics"
+    copy_cuda_worker "$D"
     strip "$D/pirq-gateway" "$D/pirq-worker.real" "$D/ops_metrics"
-    redis=$(command -v redis-server)
-    cp "$redis" "$D/"
-    for lib in liblzf.so.1 libjemalloc.so.2; do
-        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$D/"
-    done
-    cat >"$D/pirq-worker" <<'WRAP'
-#!/usr/bin/env bash
-# The real worker with --backend cuda in place of the backend the harness asks for.
-args=()
-prev=""
-for a in "$@"; do
-    [[ "$prev" == "--backend" ]] && a=cuda
-    args+=("$a")
-    prev="$a"
-done
-exec "$(dirname "$0")/pirq-worker.real" "${args[@]}"
-WRAP
-    chmod +x "$D/pirq-worker"
+    copy_redis_server "$D"
     du -sh "$D"
     ;;
 run)

@@ -17,38 +17,17 @@ dir=.gpu/e2e
 
 case "${1:-}" in
 build)
+    . scripts/lib/gpu-bundle.sh
     cargo build --release -p pirq-gateway --bin pirq-gateway
     cargo build --release -p pirq-cli --bin pirq # the kv suite drives the pirq tool
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$dir" && mkdir -p "$dir"
-    cargo test --release -p pirq-e2e --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys,shutil
-for m in map(json.loads, sys.stdin):
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        shutil.copy(m["executable"], sys.argv[1] + "/suite-" + m["target"]["name"])' "$dir"
+    copy_tests "$dir" suite- -p pirq-e2e
     cp target/release/pirq-gateway "$dir/pirq-gateway"
     cp target/release/pirq "$dir/pirq"
-    cp target/release/pirq-worker "$dir/pirq-worker.real"
+    copy_cuda_worker "$dir"
     strip "$dir/pirq-gateway" "$dir/pirq" "$dir/pirq-worker.real" "$dir"/suite-*
-    redis=$(command -v redis-server)
-    cp "$redis" "$dir/redis-server"
-    for lib in liblzf.so.1 libjemalloc.so.2; do
-        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$dir/"
-    done
-    cat >"$dir/pirq-worker" <<'WRAP'
-#!/usr/bin/env bash
-# Runs the real worker with --backend cuda in place of whatever backend it was given.
-args=()
-prev=""
-for a in "$@"; do
-    if [[ "$prev" == "--backend" ]]; then a=cuda; fi
-    args+=("$a")
-    prev="$a"
-done
-echo "gpu-e2e: pirq-worker ${args[*]}" >>"${PIRQ_GPU_E2E_LOG:-/dev/null}"
-exec "$(dirname "$0")/pirq-worker.real" "${args[@]}"
-WRAP
-    chmod +x "$dir/pirq-worker"
+    copy_redis_server "$dir"
     du -sh "$dir"
     ;;
 run)

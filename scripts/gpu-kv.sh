@@ -20,38 +20,16 @@ cd "$(dirname "$0")/.."
 case "${1:-}" in
 build)
     dir=${2:?usage: $0 build DIR}
+    . scripts/lib/gpu-bundle.sh
     cargo build --release -p pirq-cli --bin pirq
     cargo build --release -p pirq-gateway --bin pirq-gateway
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$dir" && mkdir -p "$dir"
-    cargo test --release -p pirq-e2e --test kv --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys,shutil
-for m in map(json.loads, sys.stdin):
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        shutil.copy(m["executable"], sys.argv[1] + "/suite-kv")' "$dir"
+    copy_tests "$dir" suite- -p pirq-e2e --test kv
     cp target/release/pirq target/release/pirq-gateway "$dir/"
-    cp target/release/pirq-worker "$dir/pirq-worker.real"
+    copy_cuda_worker "$dir"
     strip "$dir"/pirq "$dir"/pirq-gateway "$dir"/pirq-worker.real "$dir"/suite-kv
-    redis=$(command -v redis-server)
-    cp "$redis" "$dir/redis-server"
-    for lib in liblzf.so.1 libjemalloc.so.2; do
-        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$dir/"
-    done
-    # The e2e harness starts workers with --backend cpu: this wrapper makes them CUDA workers
-    # (which fail rather than fall back when no GPU answers).
-    cat >"$dir/pirq-worker" <<'WRAP'
-#!/usr/bin/env bash
-args=()
-prev=""
-for a in "$@"; do
-    if [[ "$prev" == "--backend" ]]; then a=cuda; fi
-    args+=("$a")
-    prev="$a"
-done
-echo "gpu-kv: pirq-worker ${args[*]}" >>"${PIRQ_GPU_E2E_LOG:-/dev/null}"
-exec "$(dirname "$0")/pirq-worker.real" "${args[@]}"
-WRAP
-    chmod +x "$dir/pirq-worker"
+    copy_redis_server "$dir"
     du -sh "$dir"
     ;;
 run)

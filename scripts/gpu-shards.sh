@@ -26,32 +26,14 @@ build)
     cargo build --release -p pirq-scan --features cuda --bin pirq-shard-bench
     cargo build --release -p pirq-e2e --bin e2e-shard-check
     rm -rf "$dest" && mkdir -p "$dest/bin"
-    exe() { # cargo test --no-run ARGS… → the test executable
-        cargo test --release "$@" --no-run --message-format=json 2>/dev/null |
-            python3 -c 'import json,sys
-print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]][-1])'
-    }
-    cp "$(exe --features cuda -p pirq-scan --test gpu_shards)" "$dest/bin/gpu_shards"
-    cp "$(exe -p pirq-e2e --test shards)" "$dest/bin/suite-shards"
+    . scripts/lib/gpu-bundle.sh
+    copy_tests "$dest/bin" "" --features cuda -p pirq-scan --test gpu_shards
+    copy_tests "$dest/bin" suite- -p pirq-e2e --test shards
     for b in pirq-gateway pirq-shard-bench e2e-shard-check; do cp "target/release/$b" "$dest/bin/"; done
-    cp target/release/pirq-worker "$dest/bin/pirq-worker.real"
-    redis=$(command -v redis-server)
-    cp "$redis" "$dest/bin/redis-server"
-    for lib in liblzf.so.1 libjemalloc.so.2; do
-        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$dest/bin/"
-    done
-    strip "$dest"/bin/gpu_shards "$dest"/bin/suite-shards "$dest"/bin/pirq-* "$dest"/bin/e2e-shard-check
-    # The e2e harness starts workers with --backend cpu: this wrapper makes them CUDA workers.
-    cat >"$dest/bin/pirq-worker" <<'WRAP'
-#!/usr/bin/env bash
-args=(); prev=""
-for a in "$@"; do
-    if [[ "$prev" == "--backend" ]]; then a=cuda; fi
-    args+=("$a"); prev="$a"
-done
-exec "$(dirname "$0")/pirq-worker.real" "${args[@]}"
-WRAP
-    chmod +x "$dest/bin/pirq-worker"
+    copy_cuda_worker "$dest/bin"
+    copy_redis_server "$dest/bin"
+    strip "$dest"/bin/gpu_shards "$dest"/bin/suite-shards "$dest"/bin/pirq-gateway \
+        "$dest"/bin/pirq-worker.real "$dest"/bin/pirq-shard-bench "$dest"/bin/e2e-shard-check
     cp scripts/gpu-shards.sh "$dest/run.sh"
     tar -C "$dest" -czf "$dest/bin.tgz" bin && rm -rf "$dest/bin"
     du -sh "$dest"/*

@@ -30,12 +30,9 @@ case "${1:-}" in
 build)
     cargo build --release --features cuda -p pirq-scan --bin pirq-gpu-bench
     mkdir -p .gpu
-    for t in gpu_parity gpu_epochs gpu_shards; do
-        exe=$(cargo test --release --features cuda -p pirq-scan --test "$t" --no-run --message-format=json 2>/dev/null |
-            T="$t" python3 -c 'import json,os,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==os.environ["T"]][0])')
-        cp "$exe" ".gpu/$t"
-        strip ".gpu/$t"
-    done
+    . scripts/lib/gpu-bundle.sh
+    copy_tests .gpu "" --features cuda -p pirq-scan --test gpu_parity --test gpu_epochs --test gpu_shards
+    strip .gpu/gpu_parity .gpu/gpu_epochs .gpu/gpu_shards
     cp target/release/pirq-gpu-bench .gpu/pirq-gpu-bench
     strip .gpu/pirq-gpu-bench
     ls -la .gpu

@@ -32,23 +32,35 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `pirq db gen`: `pages` synthetic pages of 256 bytes under `seed`, at `out`.
+fn gen(out: &Path, pages: u64, seed: u64) {
+    let (pages, seed) = (pages.to_string(), seed.to_string());
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        &pages,
+        "--page-size",
+        "256",
+        "--seed",
+        &seed,
+        "--out",
+        s(out),
+    ]);
+}
+
+/// The arguments of `pirq db apply --db DB --update UPDATE --out OUT`.
+fn apply<'a>(db: &'a Path, update: &'a Path, out: &'a Path) -> [&'a str; 8] {
+    let (db, update, out) = (s(db), s(update), s(out));
+    ["db", "apply", "--db", db, "--update", update, "--out", out]
+}
+
 #[test]
 fn apply_in_place_is_refused_and_the_database_survives() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("x.pirdb");
     let update = dir.path().join("u1.bin");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "64",
-        "--page-size",
-        "256",
-        "--seed",
-        "7",
-        "--out",
-        s(&db),
-    ]);
+    gen(&db, 64, 7);
     ok(&[
         "epoch",
         "make",
@@ -63,57 +75,21 @@ fn apply_in_place_is_refused_and_the_database_survives() {
     ]);
     let before = std::fs::read(&db).unwrap();
 
-    let err = fails(&[
-        "db",
-        "apply",
-        "--db",
-        s(&db),
-        "--update",
-        s(&update),
-        "--out",
-        s(&db),
-    ]);
+    let err = fails(&apply(&db, &update, &db));
     assert!(err.contains("same file"), "{err}");
     // Another name for the same file is the same file.
     let link = dir.path().join("link.pirdb");
     std::os::unix::fs::symlink(&db, &link).unwrap();
-    let err = fails(&[
-        "db",
-        "apply",
-        "--db",
-        s(&db),
-        "--update",
-        s(&update),
-        "--out",
-        s(&link),
-    ]);
+    let err = fails(&apply(&db, &update, &link));
     assert!(err.contains("same file"), "{err}");
-    let err = fails(&[
-        "db",
-        "apply",
-        "--db",
-        s(&db),
-        "--update",
-        s(&update),
-        "--out",
-        s(&update),
-    ]);
+    let err = fails(&apply(&db, &update, &update));
     assert!(err.contains("same file"), "{err}");
     assert_eq!(std::fs::read(&db).unwrap(), before, "the input is intact");
 
     // A real snapshot: its header records the chained digest, which verify checks with the
     // base and the updates, and which differs from the base's.
     let snap = dir.path().join("snap.pirdb");
-    ok(&[
-        "db",
-        "apply",
-        "--db",
-        s(&db),
-        "--update",
-        s(&update),
-        "--out",
-        s(&snap),
-    ]);
+    ok(&apply(&db, &update, &snap));
     let info = |p: &Path| -> serde_json::Value {
         serde_json::from_str(&ok(&["db", "info", s(p)])).unwrap()
     };
@@ -148,16 +124,7 @@ fn apply_in_place_is_refused_and_the_database_survives() {
 fn verify_finds_a_damaged_page() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("x.pirdb");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "16",
-        "--page-size",
-        "256",
-        "--out",
-        s(&db),
-    ]);
+    gen(&db, 16, 0);
     let mut bytes = std::fs::read(&db).unwrap();
     bytes[4096 + 5 * 256 + 17] ^= 1;
     std::fs::write(&db, &bytes).unwrap();
@@ -169,16 +136,7 @@ fn verify_finds_a_damaged_page() {
 fn mistakes_get_messages_that_say_what_to_type() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("x.pirdb");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "16",
-        "--page-size",
-        "256",
-        "--out",
-        s(&db),
-    ]);
+    gen(&db, 16, 0);
     let out = dir.path().join("u.bin");
     let err = fails(&[
         "epoch",
@@ -198,16 +156,7 @@ fn mistakes_get_messages_that_say_what_to_type() {
     let junk = dir.path().join("update.txt");
     std::fs::write(&junk, "epoch = 1, pages = [3: AAAA]\n").unwrap();
     let snap = dir.path().join("s.pirdb");
-    let err = fails(&[
-        "db",
-        "apply",
-        "--db",
-        s(&db),
-        "--update",
-        s(&junk),
-        "--out",
-        s(&snap),
-    ]);
+    let err = fails(&apply(&db, &junk, &snap));
     assert!(err.contains("is not a bincode update"), "{err}");
     assert!(err.contains("\"epoch\": 1"), "{err}");
 
@@ -232,18 +181,7 @@ fn split_writes_one_file_per_shard() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("big.pirdb");
     let out = dir.path().join("shards");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "1000",
-        "--page-size",
-        "256",
-        "--seed",
-        "3",
-        "--out",
-        s(&db),
-    ]);
+    gen(&db, 1000, 3);
     let report = ok(&["db", "split", s(&db), "--shards", "3", "--out-dir", s(&out)]);
     assert!(report.contains("big.shard-2-of-3.pirdb"), "{report}");
     let whole = PirDb::open(&db).unwrap();

@@ -18,6 +18,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 /// How often the `appendfsync always` configuration is checked again.
 pub const RECHECK: Duration = Duration::from_secs(5);
 
+/// How long a starting gateway waits for Redis to answer the durability probe: a gateway
+/// started beside its Redis (compose, systemd) outlasts that Redis's start, and one pointed at
+/// a Redis that never comes up says so within half a minute instead of hanging.
+pub const STARTUP_PROBE_WITHIN: Duration = Duration::from_secs(30);
+
 /// How a durable accept is obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

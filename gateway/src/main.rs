@@ -2,7 +2,6 @@
 
 use anyhow::Context;
 use clap::Parser;
-use std::time::Duration;
 
 use pirq_gateway::config::Durability;
 use pirq_gateway::durability::Durable;
@@ -22,7 +21,7 @@ async fn run() -> anyhow::Result<()> {
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
     if config.durability == Durability::Fsync {
         let client = config.redis.client()?;
-        match Durable::probe(&client, Duration::from_secs(30)).await {
+        match Durable::probe(&client, pirq_gateway::durability::STARTUP_PROBE_WITHIN).await {
             Ok(d) => state = state.with_durability(d),
             Err(why) => {
                 tracing::error!("{why}");

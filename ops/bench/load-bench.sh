@@ -38,11 +38,8 @@ build)
         printf '#!/usr/bin/env bash\nexec "$(dirname "$0")/pirq" bench "$@"\n' >"$D/loadgen"
     fi
     chmod +x "$D/loadgen"
-    redis=$(command -v redis-server)
-    cp "$redis" "$D/redis-server"
-    for lib in liblzf.so.1 libjemalloc.so.2; do
-        cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$D/"
-    done
+    . scripts/lib/gpu-bundle.sh
+    copy_redis_server "$D"
     strip "$D"/pirq* "$D/redis-server" 2>/dev/null || true
     du -sh "$D"
     exit 0

@@ -4,6 +4,15 @@ use std::io::Write;
 
 use pirq_shared::db::{self, synthetic, DbError, Header, PirDb, HEADER_LEN};
 
+/// The header of `num_pages` pages of `page_size` bytes at `epoch`.
+fn header(page_size: u32, num_pages: u64, epoch: u64) -> Header {
+    Header {
+        page_size,
+        num_pages,
+        epoch,
+    }
+}
+
 fn write_db(dir: &tempfile::TempDir, header: &Header, seed: u64) -> std::path::PathBuf {
     let path = dir.path().join("t.pirdb");
     db::write(
@@ -19,11 +28,7 @@ fn write_db(dir: &tempfile::TempDir, header: &Header, seed: u64) -> std::path::P
 #[test]
 fn round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 512,
-        num_pages: 37,
-        epoch: 9,
-    };
+    let header = header(512, 37, 9);
     let path = write_db(&dir, &header, 3);
     let db = PirDb::open(&path).unwrap();
     assert_eq!(*db.header(), header);
@@ -70,12 +75,7 @@ fn domain_bits() {
 }
 
 fn header_error(mutate: impl FnOnce(&mut Vec<u8>)) -> DbError {
-    let mut bytes = Header {
-        page_size: 4096,
-        num_pages: 10,
-        epoch: 0,
-    }
-    .to_bytes();
+    let mut bytes = header(4096, 10, 0).to_bytes();
     mutate(&mut bytes);
     Header::parse(&bytes).unwrap_err()
 }
@@ -124,11 +124,7 @@ fn header_rejections() {
 #[test]
 fn truncated_and_overlong_files() {
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 256,
-        num_pages: 4,
-        epoch: 0,
-    };
+    let header = header(256, 4, 0);
     let path = write_db(&dir, &header, 1);
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.set_len(HEADER_LEN as u64 + 3 * 256).unwrap();
@@ -171,11 +167,7 @@ fn kv_layout(choices: u8) -> pirq_shared::kv::KvLayout {
 #[test]
 fn kv_layout_travels_in_the_header() {
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 256,
-        num_pages: 4,
-        epoch: 3,
-    };
+    let header = header(256, 4, 3);
     let path = dir.path().join("kv.pirdb");
     db::write_kv(&path, &header, Some(&kv_layout(2)), |_, _| {}, |_| {}).unwrap();
     let opened = PirDb::open(&path).unwrap();
@@ -198,11 +190,7 @@ fn kv_layout_travels_in_the_header() {
 #[test]
 fn mapped_writer_renames_only_on_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 256,
-        num_pages: 3,
-        epoch: 0,
-    };
+    let header = header(256, 3, 0);
     let path = dir.path().join("m.pirdb");
     {
         let mut w = db::MappedWriter::create(&path, &header, Some(&kv_layout(3))).unwrap();
@@ -228,11 +216,11 @@ fn digest_test_vector() {
     use pirq_shared::update::{EpochUpdate, PageWrite};
     let v: serde_json::Value =
         serde_json::from_str(include_str!("vectors/digest_v1.json")).unwrap();
-    let header = Header {
-        page_size: v["page_size"].as_u64().unwrap() as u32,
-        num_pages: v["num_pages"].as_u64().unwrap(),
-        epoch: v["epoch"].as_u64().unwrap(),
-    };
+    let header = header(
+        v["page_size"].as_u64().unwrap() as u32,
+        v["num_pages"].as_u64().unwrap(),
+        v["epoch"].as_u64().unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vector.pirdb");
     let written = db::write(
@@ -274,11 +262,7 @@ fn digest_test_vector() {
 #[test]
 fn a_file_without_a_digest_still_opens() {
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 256,
-        num_pages: 2,
-        epoch: 0,
-    };
+    let header = header(256, 2, 0);
     let path = dir.path().join("old.pirdb");
     let mut bytes = header.to_bytes();
     bytes.extend(std::iter::repeat_n(5u8, 512));
@@ -291,11 +275,7 @@ fn a_file_without_a_digest_still_opens() {
 #[test]
 fn writes_replace_files_atomically_and_refuse_their_inputs() {
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 256,
-        num_pages: 4,
-        epoch: 0,
-    };
+    let header = header(256, 4, 0);
     let path = write_db(&dir, &header, 1);
     let served = PirDb::open(&path).unwrap();
     let before = served.page(3).unwrap().to_vec();
@@ -326,11 +306,7 @@ fn shard_blocks() {
     use pirq_shared::db::{write_shard, SHARD_BLOCK};
     use pirq_shared::shard::ShardSpec;
     let dir = tempfile::tempdir().unwrap();
-    let header = Header {
-        page_size: 256,
-        num_pages: 1000,
-        epoch: 4,
-    };
+    let header = header(256, 1000, 4);
     let whole = PirDb::open(write_db(&dir, &header, 9)).unwrap();
     let path = dir.path().join("s1.pirdb");
     let origin = write_shard(&path, &whole, ShardSpec::new(1, 3).unwrap(), |_| {}).unwrap();

@@ -212,6 +212,25 @@ impl Party {
         info["workers"].as_u64()
     }
 
+    /// `GET /readyz`: the status and the JSON body (`null` without one).
+    pub async fn readyz(&self) -> (u16, serde_json::Value) {
+        let resp = reqwest::get(format!("{}/readyz", self.url))
+            .await
+            .expect("GET /readyz");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or_default())
+    }
+
+    /// `GET /v1/info`, its JSON body (an error's body too).
+    pub async fn info(&self) -> serde_json::Value {
+        reqwest::get(format!("{}/v1/info", self.url))
+            .await
+            .expect("GET /v1/info")
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     /// A connection to the party's Redis.
     pub async fn redis(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
         self.redis.client().await

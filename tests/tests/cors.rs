@@ -22,6 +22,16 @@ async fn preflight(client: &Client, url: &str, origin: &str) -> Response {
         .unwrap()
 }
 
+/// `GET /v1/info` as a page of `origin` asks for it.
+async fn info_from(client: &Client, url: &str, origin: &str) -> Response {
+    client
+        .get(format!("{url}/v1/info"))
+        .header("Origin", origin)
+        .send()
+        .await
+        .unwrap()
+}
+
 fn header(response: &Response, name: &str) -> Option<String> {
     response
         .headers()
@@ -60,12 +70,7 @@ async fn named_origins_only() {
 
     // An error answer (no worker registered a database yet) carries the headers, so a page can
     // read its code; Retry-After is exposed to scripts.
-    let info = client
-        .get(format!("{}/v1/info", party.url))
-        .header("Origin", APP)
-        .send()
-        .await
-        .unwrap();
+    let info = info_from(&client, &party.url, APP).await;
     assert_eq!(info.status(), 503);
     assert_eq!(
         header(&info, "access-control-allow-origin").as_deref(),
@@ -88,12 +93,7 @@ async fn off_by_default() {
     let response = preflight(&client, &party.url, APP).await;
     assert!(!response.status().is_success());
     assert_eq!(header(&response, "access-control-allow-origin"), None);
-    let info = client
-        .get(format!("{}/v1/info", party.url))
-        .header("Origin", APP)
-        .send()
-        .await
-        .unwrap();
+    let info = info_from(&client, &party.url, APP).await;
     assert_eq!(header(&info, "access-control-allow-origin"), None);
 }
 

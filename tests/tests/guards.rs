@@ -17,19 +17,9 @@ use pirq_shared::wire::{Info, QueryRequest};
 const PAGES: u64 = 300;
 const PAGE_SIZE: u32 = 256;
 
+/// `/v1/info`, read as the wire type.
 async fn info(party: &Party) -> Info {
-    reqwest::get(format!("{}/v1/info", party.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-async fn readyz(party: &Party) -> (u16, serde_json::Value) {
-    let resp = reqwest::get(format!("{}/readyz", party.url)).await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
+    serde_json::from_value(party.info().await).expect("an Info body")
 }
 
 /// A client of one party reached twice (allowed explicitly): the XOR still yields the page.
@@ -125,7 +115,7 @@ async fn a_worker_on_another_database_is_refused_unless_it_replaces_it() {
     let mut party = Party::start(&db7.path, "takeover", PartyOptions::default())
         .await
         .unwrap();
-    assert_eq!(readyz(&party).await.0, 200);
+    assert_eq!(party.readyz().await.0, 200);
 
     let err = party
         .start_worker_on(&db8.path, &[])
@@ -169,7 +159,7 @@ async fn a_worker_on_another_database_is_refused_unless_it_replaces_it() {
 
     // No live worker: not ready, and the client fails at once instead of waiting it out.
     party.stop_workers();
-    let (status, body) = readyz(&party).await;
+    let (status, body) = party.readyz().await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (503, Some("no_workers"))

@@ -48,6 +48,27 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
+/// The arguments of `pirq kv build` of the records file `records` into `out`: keys of 20 bytes
+/// and values of 32 ([`KEY_SIZE`], [`VALUE_SIZE`]) on 512-byte pages, then `extra`.
+fn kv_build<'a>(records: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "kv",
+        "build",
+        "--records",
+        s(records),
+        "--value-size",
+        "32",
+        "--key-size",
+        "20",
+        "--page-size",
+        "512",
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// `pirq kv gen` into `dir/name`, read back.
 fn gen(dir: &Path, name: &str, records: u64, seed: u64) -> (PathBuf, Records) {
     let path = dir.join(name);
@@ -144,24 +165,11 @@ async fn lookups_and_updates_by_key_at_every_pinned_epoch() {
     // 512-byte pages hold 10 slots of 48 bytes: 1000 records at load 0.9 take 112 pages (1120
     // slots), and the updates below take it to 1090 records (0.97), where inserts must evict.
     let db0 = d.join("db0.pirdb");
-    let built = pirq_ok(&[
-        "kv",
-        "build",
-        "--records",
-        s(&records_path),
-        "--value-size",
-        "32",
-        "--key-size",
-        "20",
-        "--page-size",
-        "512",
-        "--load",
-        "0.9",
-        "--seed",
-        "7",
-        "--out",
-        s(&db0),
-    ]);
+    let built = pirq_ok(&kv_build(
+        &records_path,
+        &db0,
+        &["--load", "0.9", "--seed", "7"],
+    ));
     assert!(built.contains("1000 records in 112 pages"), "{built}");
 
     let options = PartyOptions {
@@ -357,33 +365,13 @@ fn bad_record_files_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (_, records) = gen(d, "ok.jsonl", 40, 21);
-    let line = |(k, v): &(Vec<u8>, Vec<u8>)| {
-        format!(
-            r#"{{"key":"{}","value":"{}"}}"#,
-            hex::encode(k),
-            hex::encode(v)
-        )
-    };
+    // One line of the JSON-lines format, from the key's and the value's hex.
+    let line = |key: &str, value: &str| format!(r#"{{"key":"{key}","value":"{value}"}}"#);
     let out = d.join("out.pirdb");
     let build = |file: &str, contents: &[u8], extra: &[&str]| {
         let path = d.join(file);
         std::fs::write(&path, contents).unwrap();
-        let mut args = vec![
-            "kv",
-            "build",
-            "--records",
-            s(&path),
-            "--value-size",
-            "32",
-            "--key-size",
-            "20",
-            "--page-size",
-            "512",
-            "--seed",
-            "1",
-            "--out",
-            s(&out),
-        ];
+        let mut args = kv_build(&path, &out, &["--seed", "1"]);
         args.extend_from_slice(extra);
         let err = pirq_err(&args);
         // Nothing is left behind: no database, no temporary file.
@@ -397,7 +385,11 @@ fn bad_record_files_get_clear_errors() {
         );
         err
     };
-    let lines: Vec<String> = records.iter().map(line).collect();
+    let lines: Vec<String> = records
+        .iter()
+        .map(|(k, v)| line(&hex::encode(k), &hex::encode(v)))
+        .collect();
+    let (key, value) = (hex::encode(&records[1].0), hex::encode(&records[1].1));
 
     // A duplicate key, with its line number.
     let dup = format!("{}\n{}\n{}\n", lines[0], lines[1], lines[0]);
@@ -406,28 +398,18 @@ fn bad_record_files_get_clear_errors() {
 
     // Bad hex in a key, then in a value.
     let bad = format!(
-        "{}\n{{\"key\":\"{}zz\",\"value\":\"{}\"}}\n",
+        "{}\n{}\n",
         lines[0],
-        hex::encode(&records[1].0[..19]),
-        hex::encode(&records[1].1)
+        line(&format!("{}zz", &key[..38]), &value)
     );
     let err = build("badkey.jsonl", bad.as_bytes(), &[]);
     assert!(err.contains("line 2: key is not hex"), "{err}");
-    let bad = format!(
-        "{}\n\n{{\"key\":\"{}\",\"value\":\"xyz\"}}\n",
-        lines[0],
-        hex::encode(&records[1].0)
-    );
+    let bad = format!("{}\n\n{}\n", lines[0], line(&key, "xyz"));
     let err = build("badvalue.jsonl", bad.as_bytes(), &[]);
     assert!(err.contains("line 3: value is not hex"), "{err}");
 
     // A value of the wrong size.
-    let short = format!(
-        "{}\n{{\"key\":\"{}\",\"value\":\"{}\"}}\n",
-        lines[0],
-        hex::encode(&records[1].0),
-        hex::encode(&records[1].1[..31])
-    );
+    let short = format!("{}\n{}\n", lines[0], line(&key, &value[..62]));
     let err = build("short.jsonl", short.as_bytes(), &[]);
     assert!(
         err.contains("line 2: value is 31 bytes, this table's values are 32"),
@@ -479,26 +461,13 @@ fn bad_record_files_get_clear_errors() {
     assert!(err.contains("give --count N"), "{err}");
 
     // The good file builds; a change file that deletes a missing key is refused by line.
-    pirq_ok(&[
-        "kv",
-        "build",
-        "--records",
-        s(&d.join("ok.jsonl")),
-        "--value-size",
-        "32",
-        "--key-size",
-        "20",
-        "--page-size",
-        "512",
-        "--out",
-        s(&out),
-    ]);
+    pirq_ok(&kv_build(&d.join("ok.jsonl"), &out, &[]));
     let changes = d.join("changes.jsonl");
     std::fs::write(
         &changes,
         format!(
             "{}\n{{\"key\":\"{}\",\"delete\":true}}\n",
-            line(&(records[0].0.clone(), vec![9; 32])),
+            line(&hex::encode(&records[0].0), &hex::encode([9u8; 32])),
             hex::encode([3u8; 20])
         ),
     )

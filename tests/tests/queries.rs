@@ -7,13 +7,21 @@ use futures::StreamExt;
 use pirq_client::{ClientError, Encoding, Options, Wait};
 use pirq_e2e::{Cluster, Party, PartyOptions, TestDb};
 use pirq_shared::bits::xor_into;
-use pirq_shared::dpf::generate;
+use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::wire::{QueryRequest, QueryStatus};
 use pirq_testkit::jobs;
 use rand::Rng;
 
 const PAGES: u64 = 3000; // not a power of two: the tail of the domain is all-zero pages
 const PAGE_SIZE: u32 = 512;
+
+/// A query of one key, at `epoch` (`None`: the newest the parties answer).
+fn request(key: &DpfKey, epoch: Option<u64>) -> QueryRequest {
+    QueryRequest {
+        keys: vec![key.to_bytes()],
+        epoch,
+    }
+}
 
 fn options(encoding: Encoding, wait: Wait) -> Options {
     Options {
@@ -113,10 +121,7 @@ async fn result_is_404_after_its_ttl() {
     let client = pirq_client::Client::new(&party.url, &party.url).unwrap();
     let p = client.parties().0;
     let (k0, _) = generate(9, 42, &mut rand::rng()).unwrap();
-    let req = QueryRequest {
-        keys: vec![k0.to_bytes()],
-        epoch: None,
-    };
+    let req = request(&k0, None);
     let submitted = p.submit(&req, Encoding::Json).await.unwrap();
     let done = p
         .wait(
@@ -152,23 +157,11 @@ async fn query_submitted_before_any_worker_is_answered_once_one_starts() {
     let client = cluster.client(Options::default());
     let (pa, pb) = client.parties();
     let sa = pa
-        .submit(
-            &QueryRequest {
-                keys: vec![k0.to_bytes()],
-                epoch: Some(0),
-            },
-            Encoding::Json,
-        )
+        .submit(&request(&k0, Some(0)), Encoding::Json)
         .await
         .unwrap();
     let sb = pb
-        .submit(
-            &QueryRequest {
-                keys: vec![k1.to_bytes()],
-                epoch: Some(0),
-            },
-            Encoding::Bincode,
-        )
+        .submit(&request(&k1, Some(0)), Encoding::Bincode)
         .await
         .unwrap();
 
@@ -273,10 +266,7 @@ async fn job_that_slipped_past_the_gateway_fails_alone() {
 
     // A healthy job beside them is answered; the stream is left empty.
     let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
-    let req = QueryRequest {
-        keys: vec![k0.to_bytes()],
-        epoch: None,
-    };
+    let req = request(&k0, None);
     let ok = p
         .query(&req, Encoding::Json, Wait::Events, Duration::from_secs(10))
         .await;
@@ -295,12 +285,7 @@ async fn info_health_ready_and_metrics() {
     let party = Party::start(&db.path, "info", PartyOptions::default())
         .await
         .unwrap();
-    let info: serde_json::Value = reqwest::get(format!("{}/v1/info", party.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = party.info().await;
     assert_eq!(info["num_pages"], 1000);
     assert_eq!(info["page_size"], 256);
     assert_eq!(info["domain_bits"], 10);
@@ -313,10 +298,7 @@ async fn info_health_ready_and_metrics() {
     }
     let client = pirq_client::Client::new(&party.url, &party.url).unwrap();
     let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
-    let req = QueryRequest {
-        keys: vec![k0.to_bytes()],
-        epoch: None,
-    };
+    let req = request(&k0, None);
     client
         .parties()
         .0
@@ -356,23 +338,11 @@ async fn worker_killed_mid_window_resumes_its_jobs_when_restarted() {
         let index = rng.random_range(0..4096);
         let (k0, k1) = generate(12, index, &mut rand::rng()).unwrap();
         let a = pa
-            .submit(
-                &QueryRequest {
-                    keys: vec![k0.to_bytes()],
-                    epoch: None,
-                },
-                Encoding::Bincode,
-            )
+            .submit(&request(&k0, None), Encoding::Bincode)
             .await
             .unwrap();
         let b = pb
-            .submit(
-                &QueryRequest {
-                    keys: vec![k1.to_bytes()],
-                    epoch: None,
-                },
-                Encoding::Bincode,
-            )
+            .submit(&request(&k1, None), Encoding::Bincode)
             .await
             .unwrap();
         queries.push((index, a.id, b.id));
@@ -409,10 +379,7 @@ async fn waiters_are_woken_by_the_event_not_by_the_recheck_timer() {
     for round in 0..3 {
         let waits = (0..24).map(|i| async move {
             let (k0, _) = generate(10, i, &mut rand::rng()).unwrap();
-            let req = QueryRequest {
-                keys: vec![k0.to_bytes()],
-                epoch: None,
-            };
+            let req = request(&k0, None);
             let how = if i % 2 == 0 {
                 Wait::Events
             } else {

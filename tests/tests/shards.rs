@@ -61,21 +61,6 @@ fn indices(count: usize) -> Vec<u64> {
         .collect()
 }
 
-async fn readyz(party: &Party) -> (u16, serde_json::Value) {
-    let resp = reqwest::get(format!("{}/readyz", party.url)).await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
-}
-
-async fn info(party: &Party) -> serde_json::Value {
-    reqwest::get(format!("{}/v1/info", party.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// Nothing of a finished query stays behind: stream entries are deleted once every shard acked,
 /// and the running sums once the last partial is in.
 async fn assert_nothing_left(party: &Party) {
@@ -98,9 +83,9 @@ async fn uneven_shards_with_a_replica_answer_exact_pages() {
         sharded_party(&db, "party-b", &[1, 1, 1], &[]),
     );
     for party in [&a, &b] {
-        assert_eq!(readyz(party).await.0, 200);
+        assert_eq!(party.readyz().await.0, 200);
     }
-    let info = info(&a).await;
+    let info = a.info().await;
     let shards = info["shards"].as_array().expect("shards listed");
     let pages: Vec<(u64, u64)> = shards
         .iter()
@@ -138,7 +123,7 @@ async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
         sharded_party(&db, "party-a", &[1, 0, 1], &[]),
         sharded_party(&db, "party-b", &[1, 1, 1], &[]),
     );
-    let (status, body) = readyz(&a).await;
+    let (status, body) = a.readyz().await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "shard_unavailable");
     assert!(
@@ -148,7 +133,7 @@ async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
             .contains("shard 1/3"),
         "{body}"
     );
-    assert_eq!(readyz(&b).await.0, 200);
+    assert_eq!(b.readyz().await.0, 200);
 
     let want = indices(10);
     let c = client(&a, &b);
@@ -189,7 +174,7 @@ async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
         assert_eq!(got.pages[i], db.page(*index), "page {index}");
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while readyz(&a).await.0 != 200 {
+    while a.readyz().await.0 != 200 {
         assert!(Instant::now() < deadline, "not ready with every shard up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

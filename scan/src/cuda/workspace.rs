@@ -278,3 +278,41 @@ impl Drop for Slot<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A phase missing from the stream order would have no marks; one listed twice, two.
+    #[test]
+    fn every_phase_runs_on_the_stream_once() {
+        for phase in Phase::ALL {
+            let times = STREAM_ORDER.iter().filter(|&&p| p == phase).count();
+            assert_eq!(times, 1, "{phase} is in the stream order {times} times");
+        }
+        assert_eq!(STREAM_ORDER.len(), Phase::ALL.len());
+    }
+
+    #[test]
+    fn pass_timings_hold_each_phase_in_its_own_field() {
+        let mut t = PassTimings::default();
+        for (i, phase) in Phase::ALL.into_iter().enumerate() {
+            *t.phase_mut(phase) = Duration::from_millis(i as u64 + 1);
+        }
+        for (i, phase) in Phase::ALL.into_iter().enumerate() {
+            assert_eq!(
+                t.phase(phase),
+                Duration::from_millis(i as u64 + 1),
+                "{phase}"
+            );
+        }
+        assert_eq!(
+            (t.h2d, t.d2h, t.merge),
+            (
+                Duration::from_millis(1),
+                Duration::from_millis(4),
+                Duration::from_millis(5)
+            )
+        );
+    }
+}
