@@ -67,13 +67,15 @@ pub fn layer(origins: &[Origin]) -> Option<CorsLayer> {
                 header::CONTENT_TYPE,
                 header::ACCEPT,
                 HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static("prefer"),
             ])
             // What a client reads besides the body: where the query lives, when to retry, how
-            // long the scan took.
+            // long the scan took, whether the answer was held (`Prefer: wait`).
             .expose_headers([
                 header::LOCATION,
                 header::RETRY_AFTER,
                 HeaderName::from_static("server-timing"),
+                HeaderName::from_static("preference-applied"),
             ])
             // One preflight per origin and route every 10 minutes rather than one per query.
             .max_age(Duration::from_secs(600)),
