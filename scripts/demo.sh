@@ -77,6 +77,24 @@ echo "== database: $pages pages of $page_size B ($(((pages * page_size) >> 20)) 
 admin_token=demo-admin-$RANDOM$RANDOM
 # The demo page of the TypeScript client is served here; the gateways allow it (CORS).
 web_origin=http://127.0.0.1:$((base + 20))
+# start_gateway NAME REDIS_PORT GATEWAY_PORT [FLAGS...]: a pirq-gateway for prefix demo-NAME on the
+# party's Redis (log: gateway-NAME.log).
+start_gateway() {
+    local name=$1 rport=$2 gport=$3
+    shift 3
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
+        --prefix "demo-$name" --listen "127.0.0.1:$gport" "$@" >"$work/gateway-$name.log" 2>&1 &
+    pids+=($!)
+}
+# start_worker NAME REDIS_PORT LOG DB [FLAGS...]: a pirq-worker for prefix demo-NAME serving DB
+# (log: LOG.log).
+start_worker() {
+    local name=$1 rport=$2 log=$3 db=$4
+    shift 4
+    "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name" --db "$db" \
+        --backend auto --threads 1 "$@" >"$work/$log.log" 2>&1 &
+    pids+=($!)
+}
 start_party() { # name redis_port gateway_port
     local name=$1 rport=$2 gport=$3
     mkdir -p "$work/redis-$name"
@@ -84,13 +102,8 @@ start_party() { # name redis_port gateway_port
         >"$work/redis-$name.log" 2>&1 &
     pids+=($!)
     wait_for "redis-server $name" redis_up "$rport"
-    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
-        --prefix "demo-$name" --listen "127.0.0.1:$gport" --cors-origin "$web_origin" \
-        >"$work/gateway-$name.log" 2>&1 &
-    pids+=($!)
-    "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name" \
-        --db "$work/demo.pirdb" --backend auto --threads 1 >"$work/worker-$name.log" 2>&1 &
-    pids+=($!)
+    start_gateway "$name" "$rport" "$gport" --cors-origin "$web_origin"
+    start_worker "$name" "$rport" "worker-$name" "$work/demo.pirdb"
     wait_for "party $name to be ready" http_ok "$gport" /readyz
     echo "party $name: http://127.0.0.1:$gport (redis on $rport)"
 }
@@ -169,13 +182,8 @@ echo "== key-value lookups: 20000 records (20-byte keys, 32-byte values), cuckoo
         --out "$work/kv.pirdb"
 start_kv_party() { # name redis_port gateway_port: a second prefix on the party's Redis
     local name=$1 rport=$2 gport=$3
-    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
-        --prefix "demo-$name-kv" --listen "127.0.0.1:$gport" --cors-origin "$web_origin" \
-        >"$work/gateway-$name-kv.log" 2>&1 &
-    pids+=($!)
-    "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name-kv" \
-        --db "$work/kv.pirdb" --backend auto --threads 1 >"$work/worker-$name-kv.log" 2>&1 &
-    pids+=($!)
+    start_gateway "$name-kv" "$rport" "$gport" --cors-origin "$web_origin"
+    start_worker "$name-kv" "$rport" "worker-$name-kv" "$work/kv.pirdb"
     wait_for "kv party $name to be ready" http_ok "$gport" /readyz
     echo "kv party $name: http://127.0.0.1:$gport (prefix demo-$name-kv)"
 }
@@ -225,14 +233,10 @@ echo "== a sharded party pair: the database cut into 2 page-range shards, one wo
 "$bin/pirq" db split --shards 2 --out-dir "$work/shards" "$work/demo.pirdb" >/dev/null
 start_sharded_party() { # name redis_port gateway_port
     local name=$1 rport=$2 gport=$3 i
-    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
-        --prefix "demo-$name-sh" --listen "127.0.0.1:$gport" >"$work/gateway-$name-sh.log" 2>&1 &
-    pids+=($!)
+    start_gateway "$name-sh" "$rport" "$gport"
     for i in 0 1; do
-        "$bin/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix "demo-$name-sh" --shard "$i/2" \
-            --db "$work/shards/demo.shard-$i-of-2.pirdb" --backend auto --threads 1 \
-            >"$work/worker-$name-sh-$i.log" 2>&1 &
-        pids+=($!)
+        start_worker "$name-sh" "$rport" "worker-$name-sh-$i" \
+            "$work/shards/demo.shard-$i-of-2.pirdb" --shard "$i/2"
     done
     wait_for "sharded party $name to be ready" http_ok "$gport" /readyz
     echo "sharded party $name: http://127.0.0.1:$gport (prefix demo-$name-sh, shards 0/2 and 1/2)"
