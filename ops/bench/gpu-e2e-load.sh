@@ -13,7 +13,9 @@
 # run. Environment for `run`: PAGES (default 2^24 = 64 GiB of 4 KiB pages), DUR / WARM (seconds
 # per load point, default 10 / 3), CLIENTS (default "64 512"), CONFIGS (worker flag sets
 # separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
-# all built), VERIFY=1 (also time `pirq db verify` of the database), OUT (gets one tarball of
+# all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
+# party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
+# time `pirq db verify` of the database), OUT (gets one tarball of
 # logs, JSON reports, metric scrapes, and per point the CPU seconds of each process and Redis'
 # per-command times).
 set -euo pipefail
@@ -132,8 +134,9 @@ for variant in $VARIANTS; do
         echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg"
         start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
         sleep 0.3
+        # shellcheck disable=SC2086
         start 1-3 gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
-            --listen 127.0.0.1:8101
+            --listen 127.0.0.1:8101 ${GATEWAY_ARGS:-}
         # shellcheck disable=SC2086
         start 4-7 worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
             --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
