@@ -47,8 +47,15 @@ use serde::Serialize;
 
 use crate::record::{self, Table};
 
+/// How often `--poll` asks a party for a result: every latency sample includes up to one
+/// interval of polling, so a load run polls often (a poll costs the gateway one Redis read).
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
 #[derive(Args, Debug)]
 pub struct LoadArgs {
+    // Not `crate::parties::PartiesArgs`: here `--party-b` is optional (`--submit-only` talks to
+    // party A alone), and `--timeout` and `--poll` have a load run's values (60 s,
+    // `POLL_INTERVAL`) instead of a single query's.
     /// Base URL of party A's gateway, e.g. http://127.0.0.1:8081.
     #[arg(long, env = "PIRQ_PARTY_A")]
     party_a: String,
@@ -291,6 +298,25 @@ impl Shared {
                 keys_b.push(k1.to_bytes());
             }
         }
+        let pages = self.ask_both(keys_a, keys_b).await?;
+        if let Some(db) = &self.db {
+            for (page, &index) in pages.iter().zip(&indices) {
+                if db.page(index) != Some(page.as_slice()) {
+                    return Err("wrong_page".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `keys_a` to party A and `keys_b` to party B at once and XORs the two answers: the
+    /// pages in the order of the keys, or `Err` naming the failure.
+    async fn ask_both(
+        &self,
+        keys_a: Vec<Vec<u8>>,
+        keys_b: Vec<Vec<u8>>,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let count = keys_a.len();
         let (a, b) = self.client.parties();
         let o = &self.options;
         let req = |keys| QueryRequest {
@@ -303,21 +329,20 @@ impl Shared {
             b.query(&req_b, o.encoding, o.wait, o.timeout),
         )
         .map_err(|e| error_kind(&e))?;
-        if ra.pages.len() != indices.len() || rb.pages.len() != indices.len() {
+        if ra.pages.len() != count || rb.pages.len() != count {
             return Err("wrong_answer_count".into());
         }
-        for ((mut page, other), &index) in ra.pages.into_iter().zip(rb.pages).zip(&indices) {
-            if page.len() != other.len() {
-                return Err("wrong_page".into());
-            }
-            xor_into(&mut page, &other);
-            if let Some(db) = &self.db {
-                if db.page(index) != Some(page.as_slice()) {
+        ra.pages
+            .into_iter()
+            .zip(rb.pages)
+            .map(|(mut page, other)| {
+                if page.len() != other.len() {
                     return Err("wrong_page".into());
                 }
-            }
-        }
-        Ok(())
+                xor_into(&mut page, &other);
+                Ok(page)
+            })
+            .collect()
     }
 }
 
@@ -335,7 +360,7 @@ impl Shared {
             for _ in 0..self.keys {
                 let (key, value) = if rng.random_bool(kv.absent) {
                     let len = match p.layout.key_size {
-                        0 => 20,
+                        0 => crate::kv::DEFAULT_KEY_SIZE,
                         n => n as usize,
                     };
                     ((0..len).map(|_| rng.random()).collect::<Vec<u8>>(), None)
@@ -353,30 +378,7 @@ impl Shared {
                 wanted.push((tag, value));
             }
         }
-        let (a, b) = self.client.parties();
-        let o = &self.options;
-        let req = |keys| QueryRequest {
-            keys,
-            epoch: Some(self.epoch),
-        };
-        let (req_a, req_b) = (req(keys_a), req(keys_b));
-        let (ra, rb) = futures::try_join!(
-            a.query(&req_a, o.encoding, o.wait, o.timeout),
-            b.query(&req_b, o.encoding, o.wait, o.timeout),
-        )
-        .map_err(|e| error_kind(&e))?;
-        if ra.pages.len() != d * self.keys || rb.pages.len() != d * self.keys {
-            return Err("wrong_answer_count".into());
-        }
-        let pages: Vec<Vec<u8>> = ra
-            .pages
-            .into_iter()
-            .zip(rb.pages)
-            .map(|(mut x, y)| {
-                xor_into(&mut x, &y);
-                x
-            })
-            .collect();
+        let pages = self.ask_both(keys_a, keys_b).await?;
         for ((tag, want), candidates) in wanted.iter().zip(pages.chunks(d)) {
             let found = candidates.iter().find_map(|page| p.find(page, tag));
             if found != want.map(Vec::as_slice) {
@@ -426,7 +428,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         _ => bail!("give --rate R > 0 (open loop) or --concurrency C > 0 (closed loop)"),
     };
     let mut options = Options::from_flags(
-        args.poll.then_some(Duration::from_millis(5)),
+        args.poll.then_some(POLL_INTERVAL),
         args.bincode,
         Duration::from_secs(args.timeout),
     );

@@ -144,6 +144,31 @@ pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
 /// make a dead worker's jobs wait minutes for a peer.
 pub const MAX_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(20);
 
+/// How long a worker's connection attempt may take: a Redis that has not accepted within 5 s
+/// is down or cut off, and the command fails so that the caller's back-off (and its warning)
+/// takes over instead of a worker that hangs without a word.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How much longer than its block time a command may wait for its reply: a reply that takes 5 s
+/// beyond it means Redis or the network is stalled, so the command fails and is retried.
+const REPLY_SLACK: Duration = Duration::from_secs(5);
+
+/// Longest wait between reconnect attempts: a worker serves again within a second of Redis
+/// coming back.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// The settings of a worker's Redis connections, for commands that block up to `block`
+/// (`XREADGROUP ... BLOCK` here, the updates follower's `XREAD ... BLOCK`; `Duration::ZERO` for
+/// a connection whose commands never block). The reply timeout is `block` + [`REPLY_SLACK`]:
+/// a blocking read holds its connection for the whole block time when no entry arrives, so a
+/// shorter timeout would fail every idle read (and log a warning every couple of seconds).
+pub fn connection_config(block: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(block + REPLY_SLACK))
+        .set_max_delay(MAX_RECONNECT_DELAY)
+}
+
 /// What [`Consumer::start_shard_window`] found for one job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShardStart {
@@ -184,19 +209,11 @@ impl Consumer {
         block: Duration,
         result_ttl: u64,
     ) -> redis::RedisResult<Consumer> {
-        let config = |timeout: Duration| {
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(5)))
-                .set_response_timeout(Some(timeout))
-                .set_max_delay(Duration::from_secs(1))
-        };
-        let reader = ConnectionManager::new_lazy_with_config(
-            client.clone(),
-            config(block + Duration::from_secs(5)),
-        )?;
+        let reader =
+            ConnectionManager::new_lazy_with_config(client.clone(), connection_config(block))?;
         let writer = ConnectionManager::new_lazy_with_config(
             client.clone(),
-            config(Duration::from_secs(5)),
+            connection_config(Duration::ZERO),
         )?;
         Ok(Consumer {
             layout,

@@ -139,14 +139,10 @@ async fn run() -> anyhow::Result<()> {
     .with_context(|| format!("serving {}", source_name(&config)))?;
     let mut follower = Follower {
         scanner: scanner.clone(),
-        // Its reads block up to `--block-ms`: the response timeout must outlast the block, or
-        // every idle read times out (and logged a warning every couple of seconds).
+        // Its reads block up to `--block-ms`, like the consumer's.
         conn: redis::aio::ConnectionManager::new_with_config(
             client.clone(),
-            redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(5)))
-                .set_response_timeout(Some(config.block() + Duration::from_secs(5)))
-                .set_max_delay(Duration::from_secs(1)),
+            pirq_queue::consumer::connection_config(config.block()),
         )
         .await
         .context("connecting the updates follower")?,

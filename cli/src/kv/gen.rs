@@ -22,7 +22,7 @@ pub struct GenArgs {
     #[arg(long)]
     records: u64,
     /// Bytes of every key (8 or more: keys are then unique by construction).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = super::DEFAULT_KEY_SIZE)]
     key_size: usize,
     /// Bytes of every value.
     #[arg(long, default_value_t = 32)]

@@ -27,6 +27,12 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Bytes of a key unless told otherwise: `pirq kv gen --key-size`'s default, and the length of
+/// the random keys that `pirq bench load --kv-records` looks up (and must find absent) in a table
+/// of variable-length keys. 20 bytes is the size of the digests and addresses that serve as
+/// keys most often (SHA-1, RIPEMD-160), and at least the 8 that make generated keys unique.
+pub const DEFAULT_KEY_SIZE: usize = 20;
+
 /// The layout's hash seed for a `--seed` number: the seed is public (it is in `/v1/info`), so
 /// deriving it from a small number loses nothing and makes builds reproducible.
 pub fn layout_seed(seed: u64) -> [u8; 32] {

@@ -32,7 +32,8 @@ function hexDump(bytes: Uint8Array, limit: number): string {
 }
 
 function shapeOf(e: Exchange): string {
-  return `${e.method} ${e.path.replace(/[0-9a-f]{32}/, "{id}")} · ${e.requestBytes} B → ${e.status}`;
+  const prefer = e.prefer ? ` (Prefer: ${e.prefer})` : "";
+  return `${e.method} ${e.path.replace(/[0-9a-f]{32}/, "{id}")}${prefer} · ${e.requestBytes} B → ${e.status}`;
 }
 
 function showTrace(trace: LookupTrace): void {

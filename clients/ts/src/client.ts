@@ -7,7 +7,7 @@ import { xorBytes } from "./bytes.js";
 import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
 import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout } from "./kv.js";
-import { CallContext, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions } from "./party.js";
+import { CallContext, Exchange, Party, PartyInfo, PartyOptions } from "./party.js";
 
 export interface ConnectOptions extends PartyOptions {
   /** Longest a lookup may take, in milliseconds, before it fails with `timeout` (default 60 000). */
@@ -144,9 +144,9 @@ export class Pirq {
     group: number | (() => number),
     plan: (info: DatabaseInfo) => Promise<number[]>,
   ): Promise<PagesResult> {
-    return this.withDeadline(options.signal, async (signal) => {
-      const ctxA: CallContext = { signal, trace: [] };
-      const ctxB: CallContext = { signal, trace: [] };
+    return this.withDeadline(options.signal, async (signal, deadline) => {
+      const ctxA: CallContext = { signal, trace: [], deadline };
+      const ctxB: CallContext = { signal, trace: [], deadline };
       const started = performance.now();
       const info = await agree(this.a, this.b, ctxA, ctxB);
       this.info = info;
@@ -180,11 +180,7 @@ export class Pirq {
       keysA.push(k0);
       keysB.push(k1);
     }
-    const ask = async (party: Party, keys: Uint8Array[], ctx: CallContext): Promise<PartyAnswer> => {
-      const id = await party.submit(keys, epoch, ctx);
-      return party.result(id, ctx);
-    };
-    const [answerA, answerB] = await Promise.all([ask(this.a, keysA, ctxA), ask(this.b, keysB, ctxB)]);
+    const [answerA, answerB] = await Promise.all([this.a.query(keysA, epoch, ctxA), this.b.query(keysB, epoch, ctxB)]);
     for (const [party, answer] of [[this.a, answerA], [this.b, answerB]] as const) {
       if (answer.epoch !== epoch) {
         throw new PirqError("epoch_mismatch", `answered epoch ${answer.epoch}, ${epoch} was pinned`, { party: party.name });
@@ -211,10 +207,12 @@ export class Pirq {
   }
 
   /**
-   * Runs `body` under the client's time limit and the caller's signal; a lookup that fails
-   * aborts whatever is still open at the other party.
+   * Runs `body` under the client's time limit and the caller's signal (`deadline`: when the
+   * limit runs out, in `performance.now()` milliseconds); a lookup that fails aborts whatever
+   * is still open at the other party.
    */
-  private async withDeadline<T>(outer: AbortSignal | undefined, body: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  private async withDeadline<T>(outer: AbortSignal | undefined, body: (signal: AbortSignal, deadline: number) => Promise<T>): Promise<T> {
+    const deadline = performance.now() + this.timeoutMs;
     const controller = new AbortController();
     const timer = setTimeout(
       () => controller.abort(new PirqError("timeout", `lookup still pending after ${this.timeoutMs} ms`)),
@@ -223,7 +221,7 @@ export class Pirq {
     const onOuter = () => controller.abort(outer!.reason);
     outer?.addEventListener("abort", onOuter, { once: true });
     try {
-      return await body(controller.signal);
+      return await body(controller.signal, deadline);
     } catch (e) {
       if (controller.signal.aborted && !(e instanceof PirqError)) throw controller.signal.reason;
       throw e;

@@ -1,6 +1,7 @@
 /**
  * One party's HTTP API (docs/http-api.md): database info, query submission, and waiting for
- * the result by server-sent events with a long-poll fallback.
+ * the result: in the submit's own answer (`Prefer: wait`), else by server-sent events with a
+ * long-poll fallback.
  *
  * Only `fetch` is used, in Node and browsers alike: SSE is read from a streamed `fetch` body
  * rather than `EventSource`, because `EventSource` cannot be aborted with a signal, hides the
@@ -36,8 +37,15 @@ export interface PartyAnswer {
   raw: Record<string, unknown>;
 }
 
-/** How to wait for a result: SSE first (falls back to long-poll), or long-poll only. */
-export type WaitMode = "sse" | "poll";
+/**
+ * How to wait for a result:
+ * - `"inline"` (default): the submit asks the party to hold its answer until the query is final
+ *   (`Prefer: wait`, docs/http-api.md): one round trip a query when it is answered in time; a
+ *   query still pending then (202) is waited for as in `"sse"`;
+ * - `"sse"`: submit, then follow the query's server-sent events (falls back to long-poll);
+ * - `"poll"`: submit, then long-poll only.
+ */
+export type WaitMode = "inline" | "sse" | "poll";
 
 /** One HTTP exchange, as the demo and tests show it: what the party saw of a query. */
 export interface Exchange {
@@ -45,6 +53,8 @@ export interface Exchange {
   path: string;
   /** Bytes of the request body (0 for GET). */
   requestBytes: number;
+  /** The `Prefer` header sent, if any (e.g. `wait=25`). */
+  prefer?: string;
   status: number;
 }
 
@@ -53,10 +63,15 @@ export interface CallContext {
   signal?: AbortSignal;
   /** Every exchange of the call is appended here (the lookup's trace). */
   trace?: Exchange[];
+  /**
+   * When the call must be over (`performance.now()` milliseconds): a submit asks the party to
+   * hold its answer (`Prefer: wait`) no longer than what is left.
+   */
+  deadline?: number;
 }
 
 export interface PartyOptions {
-  /** "sse" (default) or "poll". */
+  /** "inline" (default), "sse" or "poll": see {@link WaitMode}. */
   wait?: WaitMode;
   /** How often a submit is retried after 429/503 or a refused connection (default 2). */
   retries?: number;
@@ -65,6 +80,28 @@ export interface PartyOptions {
 }
 
 const LONG_POLL_SECONDS = 30;
+
+/**
+ * The longest a submit asks the party to hold its answer (`Prefer: wait`, seconds): below the
+ * gateway's cap of 30 s and the idle timeouts of common proxies; a query not answered by then is
+ * waited for as usual. The Rust client's `INLINE_WAIT`.
+ */
+const INLINE_WAIT_SECONDS = 25;
+
+/**
+ * The `Prefer: wait` of a submit with `deadline` ahead: {@link INLINE_WAIT_SECONDS}, or the time
+ * left if that is shorter, in whole seconds (rounded up), at least 1.
+ */
+function preferWait(deadline: number | undefined): string {
+  const left = deadline === undefined ? INLINE_WAIT_SECONDS : Math.ceil((deadline - performance.now()) / 1000);
+  return `wait=${Math.max(1, Math.min(INLINE_WAIT_SECONDS, left))}`;
+}
+
+/** A submit's answer: the query id, and its final result when the party answered with it (200). */
+interface Submitted {
+  id: string;
+  final?: unknown;
+}
 
 function uuid4(): string {
   const b = randomBytes(16);
@@ -114,7 +151,7 @@ export class Party {
   constructor(name: string, url: string, options: PartyOptions = {}) {
     this.name = name;
     this.url = url.replace(/\/+$/, "");
-    this.wait = options.wait ?? "sse";
+    this.wait = options.wait ?? "inline";
     this.retries = options.retries ?? 2;
     this.fetchFn = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
   }
@@ -135,7 +172,14 @@ export class Party {
       if (ctx.signal?.aborted) throw ctx.signal.reason;
       throw this.err("party_unreachable", `cannot reach ${this.url}${path}: ${String((cause as Error)?.cause ?? cause)}`, { cause });
     }
-    ctx.trace?.push({ method: init.method ?? "GET", path: path.replace(/\?.*/, ""), requestBytes: init.bodyBytes ?? 0, status: response.status });
+    const prefer = new Headers(init.headers).get("prefer") ?? undefined;
+    ctx.trace?.push({
+      method: init.method ?? "GET",
+      path: path.replace(/\?.*/, ""),
+      requestBytes: init.bodyBytes ?? 0,
+      ...(prefer === undefined ? {} : { prefer }),
+      status: response.status,
+    });
     return response;
   }
 
@@ -200,19 +244,42 @@ export class Party {
   }
 
   /**
+   * One party's half of a lookup: submits `keys` and returns the answer; a failed query throws
+   * its error code. In `"inline"` mode the submit asks the party to hold its answer
+   * (`Prefer: wait`, up to {@link INLINE_WAIT_SECONDS} or what is left before `ctx.deadline`):
+   * answered in time, the query took one round trip. A submit answered 202 is waited for by
+   * {@link result}.
+   */
+  async query(keys: Uint8Array[], epoch: number | undefined, ctx: CallContext = {}): Promise<PartyAnswer> {
+    const prefer = this.wait === "inline" ? preferWait(ctx.deadline) : undefined;
+    const submitted = await this.post(keys, epoch, ctx, prefer);
+    // Final at once: the held answer, or (in any mode) the replay of a query already finished.
+    if (submitted.final !== undefined) return this.finalResult(submitted.final);
+    return this.result(submitted.id, ctx);
+  }
+
+  /**
    * `POST /v1/queries` with an `Idempotency-Key`, retried (same key, so never queued twice)
-   * after `Retry-After` on 429/503 or when the connection fails; returns the query id.
+   * after `Retry-After` on 429/503 or when the connection fails; returns the query id (wait for
+   * it with {@link result}, or use {@link query} for both).
    */
   async submit(keys: Uint8Array[], epoch: number | undefined, ctx: CallContext = {}): Promise<string> {
+    return (await this.post(keys, epoch, ctx)).id;
+  }
+
+  /** {@link submit}, sending `Prefer: <prefer>` if given; keeps a final answer (200). */
+  private async post(keys: Uint8Array[], epoch: number | undefined, ctx: CallContext, prefer?: string): Promise<Submitted> {
     const body = JSON.stringify(epoch === undefined ? { keys: keys.map(toBase64) } : { keys: keys.map(toBase64), epoch });
     const bodyBytes = new TextEncoder().encode(body).length;
     const idempotencyKey = uuid4();
+    const headers: Record<string, string> = { "content-type": "application/json", "idempotency-key": idempotencyKey };
+    if (prefer !== undefined) headers.prefer = prefer;
     for (let attempt = 0; ; attempt++) {
       let response: Response;
       try {
         response = await this.request("/v1/queries", {
           method: "POST",
-          headers: { "content-type": "application/json", "idempotency-key": idempotencyKey },
+          headers,
           body,
           bodyBytes,
         }, ctx);
@@ -228,7 +295,8 @@ export class Party {
         if (!isObject(result) || typeof result.id !== "string" || !/^[0-9a-f]{32}$/.test(result.id)) {
           throw this.err("bad_response", "POST /v1/queries: no query id in the answer");
         }
-        return result.id;
+        const final = response.status === 200 && (result.status === "done" || result.status === "failed");
+        return final ? { id: result.id, final: result } : { id: result.id };
       }
       if ((response.status === 429 || response.status === 503) && attempt < this.retries) {
         const after = Number(response.headers.get("retry-after") ?? "1");
@@ -242,7 +310,7 @@ export class Party {
 
   /** Waits for query `id` and returns its answer; a failed query throws its error code. */
   async result(id: string, ctx: CallContext = {}): Promise<PartyAnswer> {
-    if (this.wait === "sse") {
+    if (this.wait !== "poll") {
       const answer = await this.resultBySse(id, ctx);
       if (answer) return answer;
       // the stream ended without a result (gateway shutting down, proxy cut it): poll instead

@@ -1,13 +1,14 @@
 // The client in real headless Chromium against real parties (redis-server + pirq-gateway +
 // pirq-worker each, gateways with --cors-origin for the page's origin) serving a key-value
-// database built by `pirq kv build`: the demo page's bundle, pages and values exact, absent keys,
+// database built by `pirq kv build`: the demo page's bundle, pages and values exact at every wait
+// mode (one round trip by default, as the browser's own network log shows), absent keys,
 // the demo UI, errors with codes, a party that is down. PIRQ_SCREENSHOT=file.png saves the demo
 // page after a key lookup.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
-import type { BrowserContext, Page } from "playwright-core";
+import type { BrowserContext, Page, Response } from "playwright-core";
 import { toHex } from "../src/bytes.js";
 import { freePort, kvRecords, makeKvDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
 import { launchChromium, serveWeb } from "./browser.js";
@@ -21,6 +22,12 @@ let db: Buffer;
 let web: { server: Server; origin: string };
 let browser: { context: BrowserContext; close: () => Promise<void> };
 let page: Page;
+
+/** Playwright reports responses asynchronously: wait (briefly) until `done` holds. */
+async function waitUntil(done: () => boolean, ms = 2000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+}
 
 before(async () => {
   web = await serveWeb();
@@ -43,9 +50,26 @@ test("the page connected to both parties across origins (CORS)", async () => {
   assert.match((await page.locator("#info").textContent()) ?? "", new RegExp(`^${PAGES} pages of ${PAGE_SIZE} B \\(domain 10 bits\\).*key-value: 2 choices`));
 });
 
-test("pages fetched in the browser are exact (SSE and long-poll)", async () => {
+test("pages fetched in the browser are exact (held answer, SSE and long-poll), each mode its own requests", async () => {
   const indices = [0, 1, 127, 128, PAGES - 1];
-  for (const wait of ["sse", "poll"] as const) {
+  // What Chromium itself sent to the parties (CORS preflights aside), as its network log shows.
+  const seen: string[] = [];
+  const partyOrigins = [parties.a.url, parties.b.url];
+  const onResponse = async (response: Response) => {
+    const request = response.request();
+    const url = new URL(request.url());
+    if (!partyOrigins.includes(url.origin) || request.method() === "OPTIONS") return;
+    const applied = (await response.allHeaders())["preference-applied"];
+    seen.push(`${request.method()} ${url.pathname.replace(/[0-9a-f]{32}/, "{id}")} → ${response.status()}${applied ? ` (${applied})` : ""}`);
+  };
+  page.on("response", onResponse);
+  const expected = {
+    inline: ["POST /v1/queries → 200 (wait)"],
+    sse: ["POST /v1/queries → 202", "GET /v1/queries/{id}/events → 200"],
+    poll: ["POST /v1/queries → 202", "GET /v1/queries/{id} → 200"],
+  };
+  for (const wait of ["inline", "sse", "poll"] as const) {
+    seen.length = 0;
     const got = await page.evaluate(
       async ({ a, b, indices, wait }) => {
         const { connect, toHex } = (window as any).pirq;
@@ -57,7 +81,12 @@ test("pages fetched in the browser are exact (SSE and long-poll)", async () => {
     );
     assert.equal(got.epoch, 0);
     indices.forEach((i, k) => assert.equal(got.pages[k], toHex(pageFromFile(db, i)), `${wait}: page ${i}`));
+    // connect and the lookup each read the info
+    const perParty = ["GET /v1/info → 200", "GET /v1/info → 200", ...expected[wait]];
+    await waitUntil(() => seen.length >= 2 * perParty.length);
+    assert.deepEqual(seen.sort(), [...perParty, ...perParty].sort(), wait);
   }
+  page.off("response", onResponse);
 });
 
 test("the demo UI shows the page, the time, and the same shape of query at both parties", async () => {
@@ -68,12 +97,11 @@ test("the demo UI shows the page, the time, and the same shape of query at both 
   assert.match(statusText, /^page 777: 256 B at epoch 0 in [0-9.]+ ms$/);
   assert.equal(await page.locator("#value").getAttribute("data-hex"), toHex(pageFromFile(db, 777)));
   assert.equal(await page.locator("#shape").getAttribute("data-same"), "true");
-  // per party: the database info, the query, its result by server-sent events
+  // per party: the database info, and the query answered with its result (the party held it)
   const rows = await page.locator("#exchanges tr").allTextContents();
-  assert.equal(rows.length, 3);
+  assert.equal(rows.length, 2);
   assert.match(rows[0], /GET \/v1\/info/);
-  assert.match(rows[1], /POST \/v1\/queries · \d+ B → 202/);
-  assert.match(rows[2], /GET \/v1\/queries\/\{id\}\/events · 0 B → 200/);
+  assert.match(rows[1], /POST \/v1\/queries \(Prefer: wait=25\) · \d+ B → 200/);
 });
 
 test("key-value lookups in the browser: values exact, absent keys null", async () => {

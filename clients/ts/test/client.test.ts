@@ -16,51 +16,65 @@ interface FakeParty {
   epoch?: number;
 }
 
-/** A fetch serving two fake parties at http://a and http://b. */
+/**
+ * A fetch serving two fake parties at http://a and http://b. A submit with `Prefer: wait` is
+ * answered 200 with the result (the gateway held it), one without it 202.
+ */
 function fakeParties(a: FakeParty, b: FakeParty): typeof fetch {
   const baseInfo = { num_pages: 100, page_size: 256, domain_bits: 7, epoch: { oldest: 0, newest: 2 }, max_keys_per_query: 64, workers: 1 };
   return (async (input: RequestInfo | URL, init: RequestInit = {}) => {
     const url = new URL(String(input));
     const party = url.host === "a" ? a : b;
     if (url.pathname === "/v1/info") return Response.json({ ...baseInfo, ...party.info });
+    const done = () => {
+      const n = (party as { keys?: number }).keys ?? 1;
+      const result: Record<string, unknown> = { id: "ab".repeat(16), status: "done", epoch: party.epoch ?? 2, pages: Array(n).fill(toBase64(new Uint8Array(256))) };
+      if (party.digest !== null) result.digest = party.digest ?? D1;
+      return Response.json(result);
+    };
     if (init.method === "POST") {
       const body = JSON.parse(String(init.body));
       (party as { keys?: number }).keys = body.keys.length;
+      if (new Headers(init.headers).has("prefer") && !party.stall) return done();
       return Response.json({ id: "ab".repeat(16), status: "queued" }, { status: 202 });
     }
     if (party.stall) {
       await new Promise((r) => setTimeout(r, 50));
       return Response.json({ id: "ab".repeat(16), status: "queued" }, { status: 202 });
     }
-    const n = (party as { keys?: number }).keys ?? 1;
-    const result: Record<string, unknown> = { id: "ab".repeat(16), status: "done", epoch: party.epoch ?? 2, pages: Array(n).fill(toBase64(new Uint8Array(256))) };
-    if (party.digest !== null) result.digest = party.digest ?? D1;
-    return Response.json(result);
+    return done();
   }) as typeof fetch;
 }
 
 const rejectsWith = (code: string, pattern?: RegExp) => (e: unknown) =>
   e instanceof PirqError && e.code === code && (!pattern || pattern.test(e.message));
 
-test("equal digests combine", async () => {
-  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, {}), wait: "poll" });
-  assert.deepEqual(await pirq.getPage(5), new Uint8Array(256));
-});
+// Each rule holds for answers waited for and answers held in the submit (`Prefer: wait`) alike.
+for (const wait of ["poll", "inline"] as const) {
+  test(`equal digests combine (${wait})`, async () => {
+    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, {}), wait });
+    const result = await pirq.getPages([5]);
+    assert.deepEqual(result.pages[0], new Uint8Array(256));
+    // the fake answers a submit at once only when asked to hold it: this mode's path was taken
+    const statuses = result.exchanges[0].filter((e) => e.method === "POST").map((e) => e.status);
+    assert.deepEqual(statuses, [wait === "inline" ? 200 : 202]);
+  });
 
-test("answers with different digests are refused, never combined", async () => {
-  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ digest: D1 }, { digest: D2 }), wait: "poll" });
-  await assert.rejects(pirq.getPage(5), rejectsWith("parties_disagree", /different databases at epoch 2/));
-});
+  test(`answers with different digests are refused, never combined (${wait})`, async () => {
+    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ digest: D1 }, { digest: D2 }), wait });
+    await assert.rejects(pirq.getPage(5), rejectsWith("parties_disagree", /different databases at epoch 2/));
+  });
 
-test("an answer without a digest is refused", async () => {
-  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { digest: null }), wait: "poll" });
-  await assert.rejects(pirq.getPage(5), (e: unknown) => rejectsWith("bad_response", /without a database digest/)(e) && (e as PirqError).party === "B (http://b)");
-});
+  test(`an answer without a digest is refused (${wait})`, async () => {
+    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { digest: null }), wait });
+    await assert.rejects(pirq.getPage(5), (e: unknown) => rejectsWith("bad_response", /without a database digest/)(e) && (e as PirqError).party === "B (http://b)");
+  });
 
-test("an answer at another epoch than pinned is refused", async () => {
-  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ epoch: 1 }, {}), wait: "poll" });
-  await assert.rejects(pirq.getPage(5), rejectsWith("epoch_mismatch"));
-});
+  test(`an answer at another epoch than pinned is refused (${wait})`, async () => {
+    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ epoch: 1 }, {}), wait });
+    await assert.rejects(pirq.getPage(5), rejectsWith("epoch_mismatch"));
+  });
+}
 
 test("a query that stays pending fails with timeout at the client's limit", async () => {
   const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { stall: true }), wait: "poll", timeoutMs: 300 });

@@ -1,5 +1,5 @@
 // The client against real parties (redis-server + pirq-gateway + pirq-worker each), in Node:
-// pages exact at both wait modes, epoch pinning, errors carrying the server's code, and a party
+// pages exact at every wait mode (the answer held in the submit, SSE, long-poll), epoch pinning, errors carrying the server's code, and a party
 // that is down reported as such.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -30,10 +30,43 @@ test("connect reads both parties' info and agrees on the database", async () => 
   assert.deepEqual(pirq.info.epoch, { oldest: 0, newest: 0 });
 });
 
-test("pages are exact, waiting by SSE", async () => {
-  const pirq = await connect(parties.a.url, parties.b.url);
+/** A fetch that records every request it makes: `METHOD path → status` (+ `Preference-Applied`). */
+function recordingFetch(): { fetch: typeof fetch; seen: string[] } {
+  const seen: string[] = [];
+  const recording = (async (input: RequestInfo | URL, init: RequestInit = {}) => {
+    const response = await fetch(input, init);
+    const applied = response.headers.get("preference-applied");
+    const path = new URL(String(input)).pathname.replace(/[0-9a-f]{32}/, "{id}");
+    seen.push(`${init.method ?? "GET"} ${path} → ${response.status}${applied ? ` (${applied})` : ""}`);
+    return response;
+  }) as typeof fetch;
+  return { fetch: recording, seen };
+}
+
+test("by default a query is one round trip: the party holds the answer (Prefer: wait)", async () => {
+  const { fetch, seen } = recordingFetch();
+  const pirq = await connect(parties.a.url, parties.b.url, { fetch });
+  seen.length = 0;
+  const indices = [0, 1, 127, 128, 500, PAGES - 1];
+  const result = await pirq.getPages(indices);
+  indices.forEach((i, k) => assert.deepEqual(result.pages[k], pageFromFile(db, i), `page ${i}`));
+  // Every request that left the client, at both parties: the info, and one submit answered
+  // with the result, honoured by the gateway; no event stream, no status read.
+  assert.deepEqual(seen.sort(), ["GET /v1/info → 200", "GET /v1/info → 200", "POST /v1/queries → 200 (wait)", "POST /v1/queries → 200 (wait)"]);
+  for (const ex of result.exchanges) {
+    assert.deepEqual(ex.map((e) => `${e.method} ${e.path} ${e.prefer ?? "-"} ${e.status}`), ["GET /v1/info - 200", "POST /v1/queries wait=25 200"]);
+  }
+  for (const i of [2, 640]) assert.deepEqual(await pirq.getPage(i), pageFromFile(db, i), `page ${i}`);
+});
+
+test("with wait: \"sse\" a query is submitted (202) and waited for by its events, as before", async () => {
+  const { fetch, seen } = recordingFetch();
+  const pirq = await connect(parties.a.url, parties.b.url, { fetch, wait: "sse" });
   for (const i of [0, 1, 127, 128, 500, PAGES - 1]) {
+    seen.length = 0;
     assert.deepEqual(await pirq.getPage(i), pageFromFile(db, i), `page ${i}`);
+    const perParty = ["GET /v1/info → 200", "POST /v1/queries → 202", "GET /v1/queries/{id}/events → 200"];
+    assert.deepEqual(seen.sort(), [...perParty, ...perParty].sort(), `page ${i}`);
   }
 });
 
@@ -44,9 +77,10 @@ test("several pages in one query, waiting by long-poll; both parties see the sam
   assert.equal(result.epoch, 0);
   indices.forEach((i, k) => assert.deepEqual(result.pages[k], pageFromFile(db, i), `page ${i}`));
   const [ea, eb] = result.exchanges;
-  const shape = (ex: typeof ea) => ex.map((e) => `${e.method} ${e.path.replace(/[0-9a-f]{32}/, "{id}")} ${e.requestBytes} ${e.status}`);
+  const shape = (ex: typeof ea) => ex.map((e) => `${e.method} ${e.path.replace(/[0-9a-f]{32}/, "{id}")} ${e.requestBytes} ${e.prefer ?? "-"} ${e.status}`);
   assert.deepEqual(shape(ea), shape(eb));
-  assert.ok(ea.some((e) => e.method === "POST" && e.requestBytes > 0));
+  assert.ok(ea.some((e) => e.method === "POST" && e.requestBytes > 0 && e.status === 202 && e.prefer === undefined));
+  assert.ok(ea.some((e) => e.path.startsWith("/v1/queries/") && !e.path.endsWith("/events") && e.status === 200));
 });
 
 test("a query larger than the key limit is split into chunks", async () => {

@@ -96,3 +96,58 @@ test("answers that are not the documented API are bad_response", async () => {
   await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "bad_response");
   await assert.rejects(party.info(), (e: unknown) => e instanceof PirqError && e.code === "bad_response");
 });
+
+test("query (inline): Prefer: wait=25, or the whole seconds left before the deadline, at least 1", async () => {
+  const prefers: (string | null)[] = [];
+  const held: Handler = (_, init) => {
+    prefers.push(new Headers(init.headers).get("prefer"));
+    return new Response(DONE, { status: 200, headers: { "preference-applied": "wait" } });
+  };
+  const { fetch, calls } = scripted([held, held, held, held]);
+  const party = new Party("A", "http://p", { fetch });
+  const now = performance.now();
+  for (const deadline of [undefined, now + 100_000, now + 2_400, now - 5_000]) {
+    const answer = await party.query([new Uint8Array([1])], 4, { deadline });
+    assert.equal(answer.epoch, 4);
+    assert.deepEqual(Array.from(answer.pages[0]), [0, 1, 2]);
+  }
+  assert.deepEqual(prefers, ["wait=25", "wait=25", "wait=3", "wait=1"]);
+  assert.deepEqual(calls, Array(4).fill("POST /v1/queries")); // one round trip each
+});
+
+test("query (inline): still pending (202) is followed by its events; a failed answer throws its code", async () => {
+  const { fetch, calls } = scripted([
+    () => new Response(JSON.stringify({ id: ID, status: "queued" }), { status: 202 }),
+    () => stream([`event: result\ndata: ${DONE}\n\n`]),
+    () => new Response(JSON.stringify({ id: ID, status: "failed", error: { code: "scan_failed", message: "gave up", key_index: 1 } }), { status: 200 }),
+  ]);
+  const party = new Party("B", "http://p", { fetch });
+  assert.equal((await party.query([new Uint8Array([1])], 4)).epoch, 4);
+  assert.deepEqual(calls, ["POST /v1/queries", `GET /v1/queries/${ID}/events`]);
+  await assert.rejects(party.query([new Uint8Array([1])], 4), (e: unknown) => e instanceof PirqError && e.code === "scan_failed" && e.keyIndex === 1 && e.party === "B (http://p)");
+});
+
+test("query with wait sse or poll sends no Prefer; submit alone never does", async () => {
+  for (const wait of ["sse", "poll"] as const) {
+    const prefers: (string | null)[] = [];
+    const { fetch, calls } = scripted([
+      (_, init) => {
+        prefers.push(new Headers(init.headers).get("prefer"));
+        return new Response(JSON.stringify({ id: ID, status: "queued" }), { status: 202 });
+      },
+      () => (wait === "sse" ? stream([`event: result\ndata: ${DONE}\n\n`]) : new Response(DONE, { status: 200 })),
+    ]);
+    assert.equal((await new Party("A", "http://p", { fetch, wait }).query([new Uint8Array([1])], 4)).epoch, 4);
+    assert.deepEqual(prefers, [null]);
+    assert.deepEqual(calls, ["POST /v1/queries", wait === "sse" ? `GET /v1/queries/${ID}/events` : `GET /v1/queries/${ID}?wait=30`]);
+  }
+  let prefer: string | null = "unset";
+  const { fetch } = scripted([
+    (_, init) => {
+      prefer = new Headers(init.headers).get("prefer");
+      return new Response(JSON.stringify({ id: ID, status: "queued" }), { status: 202 });
+    },
+  ]);
+  assert.equal(await new Party("A", "http://p", { fetch }).submit([new Uint8Array([1])], 4), ID);
+  assert.equal(prefer, null);
+});
