@@ -61,6 +61,8 @@ WARM=${WARM:-3}
 CLIENTS=${CLIENTS:-64 512}
 CONFIGS=${CONFIGS:---window-policy auto}
 VARIANTS=${VARIANTS:-$(cd "$D" && for v in */; do [ -x "$v/pirq-worker" ] && echo "${v%/}"; done)}
+VARIANTS=$(echo $VARIANTS) # one line, separated by spaces
+FIRST=${VARIANTS%% *}
 MNT=/mnt/pirq-e2e
 W=$(mktemp -d)
 PIDS=()
@@ -114,12 +116,12 @@ echo "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --fo
 mkdir -p "$MNT"
 mount -t tmpfs -o size=72G tmpfs "$MNT"
 t0=$(date +%s)
-"$ROOT/$(echo "$VARIANTS" | head -n 1)/pirq" db gen --pages "$PAGES" --page-size 4096 --seed 11 \
+"$ROOT/$FIRST/pirq" db gen --pages "$PAGES" --page-size 4096 --seed 11 \
     --out "$MNT/db.pirdb" 2>&1 | tail -n 1
 echo "db gen: $(($(date +%s) - t0)) s"
 if [ "${VERIFY:-0}" = 1 ]; then
     t0=$EPOCHREALTIME
-    "$ROOT/$(echo "$VARIANTS" | head -n 1)/pirq" db verify "$MNT/db.pirdb" 2>&1 | tail -n 2
+    "$ROOT/$FIRST/pirq" db verify "$MNT/db.pirdb" 2>&1 | tail -n 2
     echo "db verify: $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
 fi
 SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --allow-same-party
