@@ -1,4 +1,5 @@
-//! `pirq bench scan` (the CPU scanner) and `pirq bench dpf` (full-domain key expansion).
+//! `pirq bench scan` (the CPU scanner), `pirq bench dpf` (full-domain key expansion) and
+//! `pirq bench epochs` (the epoch window's merge and fold); `pirq bench load` is `crate::load`.
 
 use std::path::PathBuf;
 use std::sync::Arc;

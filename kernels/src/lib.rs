@@ -15,37 +15,27 @@ pub struct Source {
     pub text: &'static str,
 }
 
+/// A [`Source`] for a file beside this crate: its name is written once, so the name and the
+/// file read cannot disagree.
+macro_rules! source {
+    ($name:literal) => {
+        Source {
+            name: $name,
+            text: include_str!(concat!("../", $name)),
+        }
+    };
+}
+
 /// Every source, in the order they are concatenated into one NVRTC program (the common header
 /// first). With `PIRQ_ONE_SOURCE` defined, the files' own `#include` lines drop out.
 pub const SOURCES: &[Source] = &[
-    Source {
-        name: "pirq_common.cuh",
-        text: include_str!("../pirq_common.cuh"),
-    },
-    Source {
-        name: "dpf_expand.cu",
-        text: include_str!("../dpf_expand.cu"),
-    },
-    Source {
-        name: "db_layout.cu",
-        text: include_str!("../db_layout.cu"),
-    },
-    Source {
-        name: "scan_mma.cu",
-        text: include_str!("../scan_mma.cu"),
-    },
-    Source {
-        name: "scan_wgmma.cu",
-        text: include_str!("../scan_wgmma.cu"),
-    },
-    Source {
-        name: "scan_xor.cu",
-        text: include_str!("../scan_xor.cu"),
-    },
-    Source {
-        name: "epoch_merge.cu",
-        text: include_str!("../epoch_merge.cu"),
-    },
+    source!("pirq_common.cuh"),
+    source!("dpf_expand.cu"),
+    source!("db_layout.cu"),
+    source!("scan_mma.cu"),
+    source!("scan_wgmma.cu"),
+    source!("scan_xor.cu"),
+    source!("epoch_merge.cu"),
 ];
 
 /// The macro that makes the concatenated program skip the files' `#include` lines.

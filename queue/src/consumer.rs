@@ -674,67 +674,59 @@ impl Consumer {
                     worker,
                     digest,
                     ..
-                } if !self.shard.is_whole() => {
-                    // Every shard stamps the digest of the database it answered from (the
-                    // whole database's); the script fails the query if two shards differ.
-                    scripts::SHARD_COMBINE
-                        .eval(pipe, 4)
-                        .arg(self.layout.query(request_id.as_str()))
-                        .arg(self.layout.partial_sum(request_id.as_str()))
-                        .arg(
-                            self.layout
-                                .partial_in(request_id.as_str(), self.shard.index),
-                        )
-                        .arg(self.layout.jobs())
-                        .arg(self.shard.index)
-                        .arg(self.shard.count)
-                        .arg(pages.as_slice())
-                        .arg(*epoch)
-                        .arg(*page_size)
-                        .arg(scan.as_micros() as u64)
-                        .arg(worker.as_micros() as u64)
-                        .arg(self.result_ttl)
-                        .arg(entry_id)
-                        .arg(&self.group)
-                        .arg(&events)
-                        .arg(request_id)
-                        .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
-                        .ignore();
-                }
-                Outcome::Done {
-                    entry_id,
-                    request_id,
-                    epoch,
-                    page_size,
-                    pages,
-                    scan,
-                    worker,
-                    digest,
-                    ..
                 } => {
-                    let key = self.layout.query(request_id.as_str());
-                    let done = DoneFields {
-                        epoch: *epoch,
-                        page_size: *page_size,
-                        pages,
-                        scan: *scan,
-                        worker: *worker,
-                    };
-                    let hset = pipe.cmd("HSET").arg(&key).arg(done.pairs().as_slice());
-                    if let Some(digest) = digest {
-                        hset.arg(qf::DIGEST).arg(digest.to_hex());
+                    if self.shard.is_whole() {
+                        let key = self.layout.query(request_id.as_str());
+                        let done = DoneFields {
+                            epoch: *epoch,
+                            page_size: *page_size,
+                            pages,
+                            scan: *scan,
+                            worker: *worker,
+                        };
+                        let hset = pipe.cmd("HSET").arg(&key).arg(done.pairs().as_slice());
+                        if let Some(digest) = digest {
+                            hset.arg(qf::DIGEST).arg(digest.to_hex());
+                        }
+                        hset.ignore();
+                        pipe.cmd("EXPIRE").arg(&key).arg(self.result_ttl).ignore();
+                        let event = StatusEvent {
+                            id: *request_id,
+                            status: QueryStatus::Done,
+                        };
+                        pipe.cmd("PUBLISH")
+                            .arg(&events)
+                            .arg(event.encode())
+                            .ignore();
+                        acked.push(entry_id);
+                    } else {
+                        // A shard's partial: the script XORs it in and acknowledges the entry.
+                        // Every shard stamps the digest of the database it answered from (the
+                        // whole database's); the script fails the query if two shards differ.
+                        scripts::SHARD_COMBINE
+                            .eval(pipe, 4)
+                            .arg(self.layout.query(request_id.as_str()))
+                            .arg(self.layout.partial_sum(request_id.as_str()))
+                            .arg(
+                                self.layout
+                                    .partial_in(request_id.as_str(), self.shard.index),
+                            )
+                            .arg(self.layout.jobs())
+                            .arg(self.shard.index)
+                            .arg(self.shard.count)
+                            .arg(pages.as_slice())
+                            .arg(*epoch)
+                            .arg(*page_size)
+                            .arg(scan.as_micros() as u64)
+                            .arg(worker.as_micros() as u64)
+                            .arg(self.result_ttl)
+                            .arg(entry_id)
+                            .arg(&self.group)
+                            .arg(&events)
+                            .arg(request_id)
+                            .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
+                            .ignore();
                     }
-                    hset.ignore();
-                    pipe.cmd("EXPIRE").arg(&key).arg(self.result_ttl).ignore();
-                    let event = StatusEvent {
-                        id: *request_id,
-                        status: QueryStatus::Done,
-                    };
-                    pipe.cmd("PUBLISH")
-                        .arg(&events)
-                        .arg(event.encode())
-                        .ignore();
-                    acked.push(entry_id);
                 }
                 Outcome::Failed {
                     entry_id,

@@ -129,8 +129,8 @@ pub struct Config {
 
     /// Milliseconds a job may sit unacknowledged with a worker before another worker claims it
     /// (`XAUTOCLAIM`): how soon the jobs of a worker that died are answered elsewhere. Default:
-    /// 10 × the longest window this worker has run, at least 5000. A live worker refreshes the
-    /// jobs it holds, so a slow pass is never taken from it.
+    /// 10 × the longest window this worker has run, between 5000 and 20000. A live worker
+    /// refreshes the jobs it holds, so a slow pass is never taken from it.
     #[arg(long, env = "PIRQ_CLAIM_IDLE_MS", value_parser = clap::value_parser!(u64).range(10..))]
     pub claim_idle_ms: Option<u64>,
 

@@ -287,33 +287,8 @@ async fn run_window_inner(worker: &Worker, window: Window) -> Vec<Outcome> {
             }
         })
     };
-    // Keep what is needed to report a failure if the pass panics.
-    let entries: Vec<(String, Option<RequestId>, Instant)> = window
-        .deliveries
-        .iter()
-        .map(|d| (d.entry_id.clone(), d.request_id, d.received))
-        .collect();
     // Jobs pinned ahead were split off and waited for in `run` already.
-    let scanner = worker.scanner.clone();
-    let outcomes =
-        match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                tracing::error!(error = %e, "scanner pass panicked; failing its window");
-                entries
-                    .into_iter()
-                    .map(|(entry_id, request_id, received)| match request_id {
-                        Some(request_id) => Outcome::Failed {
-                            entry_id,
-                            request_id,
-                            error: ErrorBody::new(ErrorCode::ScanFailed, "the scanner pass failed"),
-                            worker: received.elapsed(),
-                        },
-                        None => Outcome::Discard { entry_id },
-                    })
-                    .collect()
-            }
-        };
+    let outcomes = execute_blocking(worker, window).await;
     // "running" must land before "done", or it could overwrite it.
     let _ = running.await;
     outcomes
@@ -395,18 +370,28 @@ async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
         return outcomes;
     }
     wait_for_pinned_epochs(worker, &window).await;
-    let scanner = worker.scanner.clone();
+    outcomes.extend(execute_blocking(worker, window).await);
+    outcomes
+}
+
+/// [`execute`] on a blocking thread. A pass that panics fails every job of its window
+/// (`scan_failed`; an entry without a request id is discarded), so the queries are answered
+/// and the worker serves on.
+async fn execute_blocking(worker: &Worker, window: Window) -> Vec<Outcome> {
+    // Keep what is needed to report a failure if the pass panics.
     let entries: Vec<(String, Option<RequestId>, Instant)> = window
         .deliveries
         .iter()
         .map(|d| (d.entry_id.clone(), d.request_id, d.received))
         .collect();
+    let scanner = worker.scanner.clone();
     match tokio::task::spawn_blocking(move || execute(scanner.as_ref(), window)).await {
-        Ok(o) => outcomes.extend(o),
+        Ok(outcomes) => outcomes,
         Err(e) => {
             tracing::error!(error = %e, "scanner pass panicked; failing its window");
-            outcomes.extend(entries.into_iter().map(|(entry_id, request_id, received)| {
-                match request_id {
+            entries
+                .into_iter()
+                .map(|(entry_id, request_id, received)| match request_id {
                     Some(request_id) => Outcome::Failed {
                         entry_id,
                         request_id,
@@ -414,11 +399,10 @@ async fn run_shard_window(worker: &Worker, mut window: Window) -> Vec<Outcome> {
                         worker: received.elapsed(),
                     },
                     None => Outcome::Discard { entry_id },
-                }
-            }))
+                })
+                .collect()
         }
     }
-    outcomes
 }
 
 /// A job may pin an epoch the gateway already accepted but this worker's follower has not
