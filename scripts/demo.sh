@@ -2,7 +2,7 @@
 # The pirq demo, end to end on this machine:
 #   builds everything (release), installs redis-server if missing, makes a small database,
 #   starts two parties (each: its own redis-server, a pirq-gateway and a pirq-worker),
-#   fetches pages privately with `pirq query` (SSE, polling, bincode), checks every page
+#   fetches pages privately with `pirq query` (answers held by the parties with `Prefer: wait`, polling, bincode), checks every page
 #   against the database file with dd + cmp, looks a page up through the TypeScript client's
 #   demo page in headless Chromium, prints the latency, then builds a key-value database,
 #   serves it from a second pair of prefixes and looks keys up with `pirq get` (present,
@@ -128,9 +128,9 @@ indices=(0 4242 $((pages - 1)) $((RANDOM % pages)) $((RANDOM % pages)))
 index_args=()
 for i in "${indices[@]}"; do index_args+=(--index "$i"); done
 
-echo "== pirq query: ${#indices[@]} pages, waiting by server-sent events"
-"$bin/pirq" query --party-a "$a" --party-b "$b" "${index_args[@]}" --out "$work/sse" --verify "$work/demo.pirdb"
-check_pages "$work/sse" "${indices[@]}"
+echo "== pirq query: ${#indices[@]} pages, each party holding its answer until it is ready (Prefer: wait)"
+"$bin/pirq" query --party-a "$a" --party-b "$b" "${index_args[@]}" --out "$work/held" --verify "$work/demo.pirdb"
+check_pages "$work/held" "${indices[@]}"
 
 echo "== pirq query --poll --bincode"
 "$bin/pirq" query --party-a "$a" --party-b "$b" "${index_args[@]}" --out "$work/poll" --poll --bincode \

@@ -86,7 +86,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
         if args.parties.poll {
             "polling"
         } else {
-            "server-sent events"
+            "answers held by the parties (Prefer: wait), else server-sent events"
         }
     );
     if mismatches > 0 {
