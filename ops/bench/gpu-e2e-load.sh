@@ -11,7 +11,8 @@
 #
 # Build twice with different VARIANT names (e.g. from two commits) to compare binaries in one
 # run. Environment for `run`: PAGES (default 2^24 = 64 GiB of 4 KiB pages), DUR / WARM (seconds
-# per load point, default 10 / 3), CLIENTS (default "64 512"), CONFIGS (worker flag sets
+# per load point, default 10 / 3), CLIENTS (default "64 512"), RATES (open-loop points after them,
+# queries per second, default none), CONFIGS (worker flag sets
 # separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
 # all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
 # party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
@@ -148,14 +149,18 @@ for variant in $VARIANTS; do
         wait_worker "${PIDS[2]}"
         echo "worker ready after $(($(date +%s) - t0)) s"
         grep -h "window policy" "$LOGS/worker.log" | tail -n 1 || true
-        for c in $CLIENTS; do
-            name="cfg$i-$variant-closed-$c"
+        # shellcheck disable=SC2086 # the lists split into points
+        for point in $CLIENTS ${RATES:+$(printf 'rate:%s ' $RATES)}; do
+            case $point in
+            rate:*) c=${point#rate:} name="cfg$i-$variant-open-$c" load=(--rate "$c") ;;
+            *) c=$point name="cfg$i-$variant-closed-$c" load=(--concurrency "$c") ;;
+            esac
             redis-cli -p 7101 CONFIG RESETSTAT >/dev/null
             before=("$(cpu_ticks "${PIDS[0]}")" "$(cpu_ticks "${PIDS[1]}")" "$(cpu_ticks "${PIDS[2]}")")
             TIMEFORMAT="client user %U s, system %S s"
             { time taskset -c 8-15 "$B/pirq" bench load --quiet --duration "$DUR" \
                 --warmup "$WARM" --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 \
-                --concurrency "$c" 2>"$LOGS/$name.txt" || true; } 2>"$LOGS/$name.clientcpu"
+                "${load[@]}" 2>"$LOGS/$name.txt" || true; } 2>"$LOGS/$name.clientcpu"
             echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
             echo "cpu ticks (1/100 s) over the point: redis $(($(cpu_ticks "${PIDS[0]}") - before[0]))" \
                 "gateway $(($(cpu_ticks "${PIDS[1]}") - before[1]))" \

@@ -81,6 +81,7 @@ impl Batcher {
         let close = Close {
             enough: self.max_keys,
             gather: self.max_wait,
+            gather_max: self.max_wait,
             gather_from: None,
             until_idle: false,
             expect_back: 0,
@@ -101,22 +102,38 @@ impl Batcher {
         let start = close
             .gather_from
             .map_or(first_received, |t| t.max(first_received));
-        let mut deadline = tokio::time::Instant::from_std(start) + close.gather;
+        let mut gather_start = tokio::time::Instant::from_std(start);
+        let mut deadline = gather_start + close.gather;
+        let mut extended = false;
         let enough = close.enough.clamp(1, self.max_keys);
         // When the scanner became free: jobs received before waited through the last scan.
         let mut free_at = close.gather_from.filter(|_| idle.is_none());
         let mut expect_back = close.expect_back;
-        let all_back = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
-            let Some(free_at) = free_at.filter(|_| expect_back > 0) else {
-                return false;
-            };
+        // Keys that waited through the last scan, and keys that came after it ended.
+        let split = |w: &Window, free_at: Instant| {
             let waited: usize = w
                 .deliveries
                 .iter()
                 .filter(|d| d.received <= free_at)
                 .map(Delivery::keys)
                 .sum();
+            (waited, w.keys - waited)
+        };
+        let all_back = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
+            let Some(free_at) = free_at.filter(|_| expect_back > 0) else {
+                return false;
+            };
+            let (waited, _) = split(w, free_at);
             w.keys >= waited + expect_back
+        };
+        // The last pass's clients coming back: most of them are, and far faster than jobs came
+        // during the scan (see `Close::gather_max`).
+        let burst = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
+            let Some(free_at) = free_at.filter(|_| expect_back > 0) else {
+                return false;
+            };
+            let (waited, back) = split(w, free_at);
+            back * 2 >= expect_back && back >= waited * 2
         };
         let mut idle = idle;
         let mut window = Window::default();
@@ -139,8 +156,11 @@ impl Batcher {
                                 if close.gather_from.is_some() {
                                     // Counted from the end of the scans waited for, and the
                                     // keys expected back are those the last of them answered.
-                                    let from = ended.max(first_received);
-                                    deadline = deadline.max(tokio::time::Instant::from_std(from) + close.gather);
+                                    let from = tokio::time::Instant::from_std(ended.max(first_received));
+                                    if from + close.gather > deadline {
+                                        gather_start = from;
+                                        deadline = from + close.gather;
+                                    }
                                     free_at = Some(ended);
                                     expect_back = answered;
                                 }
@@ -150,7 +170,17 @@ impl Batcher {
                     }
                     None => match timeout_at(deadline, self.rx.recv()).await {
                         Ok(Some(d)) => d,
-                        Ok(None) | Err(_) => break,
+                        Ok(None) => break,
+                        Err(_)
+                            if !extended
+                                && close.gather_max > close.gather
+                                && burst(&window, free_at, expect_back) =>
+                        {
+                            extended = true;
+                            deadline = gather_start + close.gather_max;
+                            continue;
+                        }
+                        Err(_) => break,
                     },
                 },
             };
@@ -242,6 +272,7 @@ mod tests {
         let close = Close {
             enough: 50,
             gather: Duration::ZERO,
+            gather_max: Duration::ZERO,
             gather_from: None,
             until_idle: true,
             expect_back: 0,
@@ -269,6 +300,7 @@ mod tests {
         let close = Close {
             enough: 4,
             gather: Duration::from_secs(3600),
+            gather_max: Duration::from_secs(3600),
             gather_from: None,
             until_idle: true,
             expect_back: 0,
@@ -284,6 +316,65 @@ mod tests {
         assert_eq!(w.keys, 6);
     }
 
+    /// A window of the burst case: 8 keys expected back, gather 100 ms, extended to 400 ms.
+    fn burst_close(free_at: Instant) -> Close {
+        Close {
+            enough: 50,
+            gather: Duration::from_millis(100),
+            gather_max: Duration::from_millis(400),
+            gather_from: Some(free_at),
+            until_idle: false,
+            expect_back: 8,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_clients_coming_back_extends_the_gather_until_all_are_back() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        let free_at = Instant::now();
+        // 6 of the 8 keys the last pass answered come back at once, 2 stragglers after the
+        // plain gather time (100 ms) but within the extended one (400 ms).
+        for _ in 0..6 {
+            tx.send(job(1)).await.unwrap();
+        }
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            late.send(job(2)).await.unwrap();
+        });
+        let start = Instant::now();
+        let w = b.next_window_by(burst_close(free_at), None).await.unwrap();
+        assert_eq!(w.keys, 8, "the stragglers made the window");
+        assert!(
+            start.elapsed() < Duration::from_millis(390),
+            "closed once all were back, not at the extended limit"
+        );
+    }
+
+    #[tokio::test]
+    async fn jobs_at_an_even_rate_are_not_a_burst_and_wait_only_the_gather_time() {
+        let (tx, rx) = mpsc::channel(16);
+        let mut b = Batcher::new(rx, 100, Duration::ZERO);
+        // 4 keys arrived during the scan, 2 after it: arrivals as steady as before, not a
+        // closed loop's clients coming back.
+        for _ in 0..4 {
+            tx.send(job(1)).await.unwrap();
+        }
+        let free_at = Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        for _ in 0..2 {
+            tx.send(job(1)).await.unwrap();
+        }
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let _ = late.send(job(5)).await;
+        });
+        let w = b.next_window_by(burst_close(free_at), None).await.unwrap();
+        assert_eq!(w.keys, 6, "closed at the plain gather time, before the late job");
+    }
+
     #[tokio::test]
     async fn the_gather_time_counts_from_when_the_scanner_became_free() {
         let (tx, rx) = mpsc::channel(16);
@@ -295,6 +386,7 @@ mod tests {
         let close = Close {
             enough: 50,
             gather: Duration::from_millis(300),
+            gather_max: Duration::from_millis(300),
             gather_from: Some(Instant::now()),
             until_idle: false,
             expect_back: 0,
@@ -323,6 +415,7 @@ mod tests {
         let close = Close {
             enough: 50,
             gather: Duration::from_secs(3600),
+            gather_max: Duration::from_secs(3600),
             gather_from: Some(scan_end),
             until_idle: false,
             expect_back: 3,

@@ -100,7 +100,8 @@ pub struct Config {
 
     /// Longest a window waits for more jobs after its first one arrived, in milliseconds. A
     /// full window never waits. Default: chosen by the window policy (`auto`: half a
-    /// one-key pass while passes are memory-bound, else 0; `fixed`: 0).
+    /// one-key pass while passes are memory-bound, a whole one while the last pass's clients
+    /// are coming back in a burst, else 0; `fixed`: 0).
     #[arg(long, env = "PIRQ_MAX_WAIT_MS")]
     pub max_wait_ms: Option<u64>,
 

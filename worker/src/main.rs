@@ -250,6 +250,7 @@ fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPol
                 full_keys = cost.full_keys,
                 knee_keys = policy.knee,
                 gather_ms = policy.gather.as_secs_f64() * 1e3,
+                gather_max_ms = policy.gather_max.as_secs_f64() * 1e3,
                 overlap_below_knee = policy.overlap_below_knee,
                 "window policy from the measured pass cost"
             );

@@ -21,7 +21,9 @@
 //! ended bring their clients' next jobs a few milliseconds later. (Counted from the first job
 //! only, 64 closed-loop clients at 64 GiB split into two groups that took turns, 65 keys a pass.)
 //! The wait ends early once the window holds the jobs that waited through the last scan plus as
-//! many keys as that scan answered (a closed loop's clients are then all back). At idle this
+//! many keys as that scan answered (a closed loop's clients are then all back), and is extended
+//! to a whole one-key pass while the jobs coming in are that burst of clients coming back
+//! ([`Close::gather_max`]). At idle this
 //! adds at most half a pass to the latency (measured at 64 GiB with 64 closed-loop clients: a
 //! quarter of the floor still let stragglers miss their pass, 116 of 128 keys a pass).
 //!
@@ -38,8 +40,12 @@ use pirq_scan::PassCost;
 /// this share of the whole pays for overlapping with another pass even below the knee.
 const OVERLAP_PAYS_SHARE: f64 = 0.2;
 
-/// A window below the knee waits at most a one-key pass divided by this for more jobs.
+/// A window below the knee waits at most a one-key pass divided by this for more jobs...
 const GATHER_DIVISOR: u32 = 2;
+
+/// ...and up to a whole one-key pass while the jobs coming in are the burst of the last pass's
+/// clients (see [`Close::gather_max`]).
+const BURST_GATHER_DIVISOR: u32 = 1;
 
 /// How windows are formed; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +58,8 @@ pub struct WindowPolicy {
     pub knee: usize,
     /// How long a window below the knee waits for more jobs after its first one arrived.
     pub gather: Duration,
+    /// How long it may wait while the jobs coming in are the last pass's clients coming back.
+    pub gather_max: Duration,
     /// Whether a window below the knee may start while another scan runs.
     pub overlap_below_knee: bool,
     /// Derived from a measured pass cost (else the flags' fixed behaviour: the gather time
@@ -68,6 +76,14 @@ pub struct Close {
     /// Longest the window waits for more jobs, counted from its first job's arrival or, when
     /// `gather_from` is set, from the later of that and `gather_from`...
     pub gather: Duration,
+    /// ...or this long, when by then the keys that came back since the last scan ended are a
+    /// burst: at least half of `expect_back` and at least twice the keys that arrived during
+    /// the scan. A closed loop's clients then are coming back, and the few not back yet would
+    /// otherwise wait a whole pass and fall out of step with the rest (measured at 64 GiB with
+    /// 64 closed-loop clients: 3,599 keys/s with a whole pass against 3,398 with half, p99 41
+    /// against 47–51 ms). Queries that arrive on their own come at an even rate, so they never
+    /// look like a burst and wait only `gather`.
+    pub gather_max: Duration,
     /// ...the moment the scanner last became free (the end of the last scan);
     pub gather_from: Option<Instant>,
     /// and, when set, not before the running scans have ended (unless `enough` is reached;
@@ -88,6 +104,7 @@ impl WindowPolicy {
             slots: slots.max(1),
             knee: max_keys.max(1),
             gather: max_wait,
+            gather_max: max_wait,
             overlap_below_knee: true,
             measured: false,
         }
@@ -103,16 +120,20 @@ impl WindowPolicy {
     ) -> WindowPolicy {
         let max_keys = max_keys.max(1);
         let knee = cost.knee(max_keys);
-        let gather = max_wait.unwrap_or(if knee > 1 {
-            cost.one_key / GATHER_DIVISOR
-        } else {
-            Duration::ZERO
-        });
+        let (gather, gather_max) = match max_wait {
+            Some(wait) => (wait, wait),
+            None if knee > 1 => (
+                cost.one_key / GATHER_DIVISOR,
+                cost.one_key / BURST_GATHER_DIVISOR,
+            ),
+            None => (Duration::ZERO, Duration::ZERO),
+        };
         WindowPolicy {
             max_keys,
             slots: slots.max(1),
             knee,
             gather,
+            gather_max,
             overlap_below_knee: cost.non_scan_share() >= OVERLAP_PAYS_SHARE,
             measured: true,
         }
@@ -128,6 +149,7 @@ impl WindowPolicy {
         Close {
             enough: self.knee.min(self.max_keys),
             gather: self.gather,
+            gather_max: self.gather_max,
             gather_from: self.measured.then_some(last_end),
             until_idle: running > 0 && !self.overlap_below_knee,
             expect_back: if self.measured { last_keys } else { 0 },
@@ -169,6 +191,7 @@ mod tests {
             Close {
                 enough: 184,
                 gather: ms(22.9) / 2,
+                gather_max: ms(22.9),
                 gather_from: Some(end),
                 until_idle: false,
                 expect_back: 100
@@ -220,12 +243,14 @@ mod tests {
     fn flags_override_and_fixed_keeps_the_old_behaviour() {
         let p = WindowPolicy::from_cost(&big(), 256, 2, Some(ms(2.0)));
         assert_eq!(p.gather, ms(2.0));
+        assert_eq!(p.gather_max, ms(2.0), "a given wait is never extended");
         let f = WindowPolicy::fixed(256, 2, Duration::ZERO);
         assert_eq!(
             f.close(1, Instant::now(), 64),
             Close {
                 enough: 256,
                 gather: Duration::ZERO,
+                gather_max: Duration::ZERO,
                 gather_from: None,
                 until_idle: false,
                 expect_back: 0
