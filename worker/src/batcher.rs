@@ -372,7 +372,10 @@ mod tests {
             let _ = late.send(job(5)).await;
         });
         let w = b.next_window_by(burst_close(free_at), None).await.unwrap();
-        assert_eq!(w.keys, 6, "closed at the plain gather time, before the late job");
+        assert_eq!(
+            w.keys, 6,
+            "closed at the plain gather time, before the late job"
+        );
     }
 
     #[tokio::test]
