@@ -58,16 +58,28 @@ pub struct Subscription {
     rx: watch::Receiver<Option<QueryStatus>>,
 }
 
+/// What a wake-up asks of a waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The query moved on but is not final (`running`): the event says all there is to say.
+    Progress(QueryStatus),
+    /// Read the record: the query is final, or events may have been missed (a reconnect, or no
+    /// event at all when a waiter's timer ran out).
+    Read,
+}
+
 impl Subscription {
     /// Resolves at the next notification for this id (or a reconnect), counting from the moment
-    /// the subscription was made, with the status the newest event announced: `None` after a
-    /// reconnect, when the record must be read to know.
-    pub async fn changed(&mut self) -> Option<QueryStatus> {
+    /// the subscription was made.
+    pub async fn changed(&mut self) -> Wake {
         if self.rx.changed().await.is_err() {
             // The sender is never dropped while a receiver is registered; be safe anyway.
             std::future::pending::<()>().await
         }
-        *self.rx.borrow_and_update()
+        match *self.rx.borrow_and_update() {
+            Some(status) if !status.is_final() => Wake::Progress(status),
+            _ => Wake::Read,
+        }
     }
 }
 

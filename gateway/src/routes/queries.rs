@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::Format;
 use crate::error::ApiError;
-use crate::events::Subscription;
+use crate::events::{Subscription, Wake};
 use crate::state::AppState;
 use crate::{durability, idempotency};
 use pirq_queue::producer::{SubmitChecks, Submitted};
@@ -462,14 +462,13 @@ async fn wait_final_from(
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
             return Ok(q);
         }
-        let hint = tokio::select! {
-            r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.ok().flatten(),
-            _ = shutdown.wait_for(|s| *s) => None,
+        let wake = tokio::select! {
+            r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),
+            _ = shutdown.wait_for(|s| *s) => Wake::Read,
         };
-        match hint {
-            // Progress: the event says it all; only a final answer needs the record.
-            Some(status) if !status.is_final() => q.result.status = status,
-            _ => q = load().await?,
+        match wake {
+            Wake::Progress(status) => q.result.status = status,
+            Wake::Read => q = load().await?,
         }
     }
 }
@@ -531,16 +530,14 @@ async fn follow(
             }
             last_sent = Some(result.status);
         }
-        let hint = tokio::select! {
+        let wake = tokio::select! {
             _ = tx.closed() => return,
-            r = tokio::time::timeout(RECHECK, sub.changed()) => r.ok().flatten(),
+            r = tokio::time::timeout(RECHECK, sub.changed()) => r.unwrap_or(Wake::Read),
             // Shutting down: end the stream (after the status above); the client reconnects
             // or polls another gateway.
             _ = shutdown.wait_for(|s| *s) => return,
         };
-        // Progress (`running`): the event says it all, the record is read only for a final
-        // answer (or after a reconnect or the recheck timer, which carry no status).
-        if let Some(status) = hint.filter(|s| !s.is_final()) {
+        if let Wake::Progress(status) = wake {
             current.result.status = status;
             continue;
         }
