@@ -109,31 +109,26 @@ impl Batcher {
         // When the scanner became free: jobs received before waited through the last scan.
         let mut free_at = close.gather_from.filter(|_| idle.is_none());
         let mut expect_back = close.expect_back;
-        // Keys that waited through the last scan, and keys that came after it ended.
-        let split = |w: &Window, free_at: Instant| {
+        // With keys expected back from the last scan: (keys that waited through it, keys that
+        // came after it ended).
+        let returned = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
+            let free_at = free_at.filter(|_| expect_back > 0)?;
             let waited: usize = w
                 .deliveries
                 .iter()
                 .filter(|d| d.received <= free_at)
                 .map(Delivery::keys)
                 .sum();
-            (waited, w.keys - waited)
+            Some((waited, w.keys - waited))
         };
         let all_back = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
-            let Some(free_at) = free_at.filter(|_| expect_back > 0) else {
-                return false;
-            };
-            let (waited, _) = split(w, free_at);
-            w.keys >= waited + expect_back
+            returned(w, free_at, expect_back).is_some_and(|(_, back)| back >= expect_back)
         };
         // The last pass's clients coming back: most of them are, and far faster than jobs came
         // during the scan (see `Close::gather_max`).
         let burst = |w: &Window, free_at: Option<Instant>, expect_back: usize| {
-            let Some(free_at) = free_at.filter(|_| expect_back > 0) else {
-                return false;
-            };
-            let (waited, back) = split(w, free_at);
-            back * 2 >= expect_back && back >= waited * 2
+            returned(w, free_at, expect_back)
+                .is_some_and(|(waited, back)| back * 2 >= expect_back && back >= waited * 2)
         };
         let mut idle = idle;
         let mut window = Window::default();
