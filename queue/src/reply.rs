@@ -13,13 +13,10 @@ pub type Entry = (String, Fields);
 /// Checks one `EXEC` reply: every command of the transaction ran without an error.
 pub fn check_exec(reply: Value) -> redis::RedisResult<()> {
     match reply {
-        Value::Array(items) => match items.into_iter().find_map(|v| match v {
-            Value::ServerError(e) => Some(e),
-            _ => None,
-        }) {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        },
+        Value::Array(items) => items.into_iter().try_for_each(|v| match v {
+            Value::ServerError(e) => Err(e.into()),
+            _ => Ok(()),
+        }),
         Value::ServerError(e) => Err(e.into()),
         other => Err(redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
