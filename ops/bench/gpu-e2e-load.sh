@@ -16,7 +16,9 @@
 # separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
 # all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
 # party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
-# time `pirq db verify` of the database), OUT (gets one tarball of
+# time `pirq db verify` of the database), REDIS_CPUS (cores to pin redis-server to, one run of
+# every point per entry, default "0"; the gateway gets cores 1-3, the worker 4-7), CLIENT_CPUS
+# (the load generator's cores, default 8-15), OUT (gets one tarball of
 # logs, JSON reports, metric scrapes, and per point the CPU seconds of each process and Redis'
 # per-command times).
 set -euo pipefail
@@ -115,6 +117,14 @@ wait_worker() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 echo "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+# The host: CPU model and clock, which cores share a physical one, and where interrupts land (a
+# core that takes the GPU's or the network's interrupts is a poor home for Redis' one thread).
+lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node|CPU max|CPU MHz)" || true
+lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | tr -s ' ' | tr '\n' ';' && echo
+awk 'NR == 1 { n = NF } NR > 1 { for (c = 2; c <= n + 1; c++) if ($c ~ /^[0-9]+$/) t[c - 2] += $c }
+     END { printf "interrupts since boot by cpu:"; for (c = 0; c < n; c++) printf " %d:%d", c, t[c]; print "" }' \
+    /proc/interrupts || true
+REDIS_CPUS=${REDIS_CPUS:-0}
 mkdir -p "$MNT"
 mount -t tmpfs -o size=72G tmpfs "$MNT"
 t0=$(date +%s)
@@ -134,9 +144,10 @@ IFS=';' read -r -a configs <<<"$CONFIGS"
 for variant in $VARIANTS; do
     B="$ROOT/$variant"
     for cfg in "${configs[@]}"; do
+      for rcpu in $REDIS_CPUS; do
         i=$((i + 1))
-        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg"
-        start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
+        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg; redis on cpu $rcpu"
+        start "$rcpu" redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
         sleep 0.3
         # shellcheck disable=SC2086
         start 1-3 gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
@@ -152,13 +163,13 @@ for variant in $VARIANTS; do
         # shellcheck disable=SC2086 # the lists split into points
         for point in $CLIENTS ${RATES:+$(printf 'rate:%s ' $RATES)}; do
             case $point in
-            rate:*) c=${point#rate:} name="cfg$i-$variant-open-$c" load=(--rate "$c") ;;
-            *) c=$point name="cfg$i-$variant-closed-$c" load=(--concurrency "$c") ;;
+            rate:*) c=${point#rate:} name="cfg$i-$variant-r$rcpu-open-$c" load=(--rate "$c") ;;
+            *) c=$point name="cfg$i-$variant-r$rcpu-closed-$c" load=(--concurrency "$c") ;;
             esac
             redis-cli -p 7101 CONFIG RESETSTAT >/dev/null
             before=("$(cpu_ticks "${PIDS[0]}")" "$(cpu_ticks "${PIDS[1]}")" "$(cpu_ticks "${PIDS[2]}")")
             TIMEFORMAT="client user %U s, system %S s"
-            { time taskset -c 8-15 "$B/pirq" bench load --quiet --duration "$DUR" \
+            { time taskset -c "${CLIENT_CPUS:-8-15}" "$B/pirq" bench load --quiet --duration "$DUR" \
                 --warmup "$WARM" --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 \
                 "${load[@]}" 2>"$LOGS/$name.txt" || true; } 2>"$LOGS/$name.clientcpu"
             echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
@@ -173,10 +184,14 @@ for variant in $VARIANTS; do
             get http://127.0.0.1:9101/metrics "$LOGS/$name.metrics" || true
             grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
                 "$LOGS/$name.metrics" || true
+            get http://127.0.0.1:8101/metrics "$LOGS/$name.gateway-metrics" || true
+            grep -E '^pirq_gateway_submit_batch_queries_(sum|count)' \
+                "$LOGS/$name.gateway-metrics" || true
         done
         cp "$LOGS/worker.log" "$LOGS/worker-cfg$i.log"
         stop_all
         sleep 0.5
+      done
     done
 done
 echo "done: $FINAL/gpu-e2e-load.tgz"
