@@ -185,8 +185,6 @@ for variant in $VARIANTS; do
             grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
                 "$LOGS/$name.metrics" || true
             get http://127.0.0.1:8101/metrics "$LOGS/$name.gateway-metrics" || true
-            grep -E '^pirq_gateway_submit_batch_queries_(sum|count)' \
-                "$LOGS/$name.gateway-metrics" || true
         done
         cp "$LOGS/worker.log" "$LOGS/worker-cfg$i.log"
         stop_all
