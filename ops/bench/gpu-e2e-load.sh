@@ -16,9 +16,9 @@
 # separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
 # all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
 # party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
-# time `pirq db verify` of the database), REDIS_CPUS (cores to pin redis-server to, one run of
-# every point per entry, default "0"; the gateway gets cores 1-3, the worker 4-7), CLIENT_CPUS
-# (the load generator's cores, default 8-15), OUT (gets one tarball of
+# time `pirq db verify` of the database), LAYOUTS (where the processes run: entries
+# REDIS/GATEWAY/WORKER/CLIENTS of taskset core lists, every point run once per entry; default
+# "0/1-3/4-7/8-15"), REDIS_ARGS (extra redis-server flags), OUT (gets one tarball of
 # logs, JSON reports, metric scrapes, and per point the CPU seconds of each process and Redis'
 # per-command times).
 set -euo pipefail
@@ -124,7 +124,7 @@ lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | tr -s ' ' | tr '\n' ';' && echo
 awk 'NR == 1 { n = NF } NR > 1 { for (c = 2; c <= n + 1; c++) if ($c ~ /^[0-9]+$/) t[c - 2] += $c }
      END { printf "interrupts since boot by cpu:"; for (c = 0; c < n; c++) printf " %d:%d", c, t[c]; print "" }' \
     /proc/interrupts || true
-REDIS_CPUS=${REDIS_CPUS:-0}
+LAYOUTS=${LAYOUTS:-0/1-3/4-7/8-15}
 mkdir -p "$MNT"
 mount -t tmpfs -o size=72G tmpfs "$MNT"
 t0=$(date +%s)
@@ -144,16 +144,20 @@ IFS=';' read -r -a configs <<<"$CONFIGS"
 for variant in $VARIANTS; do
     B="$ROOT/$variant"
     for cfg in "${configs[@]}"; do
-      for rcpu in $REDIS_CPUS; do
+      for layout in $LAYOUTS; do
+        IFS=/ read -r redis_cpus gateway_cpus worker_cpus client_cpus <<<"$layout"
         i=$((i + 1))
-        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg; redis on cpu $rcpu"
-        start "$rcpu" redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
+        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg;" \
+            "cores: redis $redis_cpus, gateway $gateway_cpus, worker $worker_cpus, clients $client_cpus"
+        # shellcheck disable=SC2086
+        start "$redis_cpus" redis redis-server --port 7101 --save "" --appendonly no --dir "$W" \
+            ${REDIS_ARGS:-}
         sleep 0.3
         # shellcheck disable=SC2086
-        start 1-3 gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
+        start "$gateway_cpus" gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
             --listen 127.0.0.1:8101 ${GATEWAY_ARGS:-}
         # shellcheck disable=SC2086
-        start 4-7 worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
+        start "$worker_cpus" worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
             --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
             --metrics-listen 127.0.0.1:9101 $cfg
         t0=$(date +%s)
@@ -163,13 +167,13 @@ for variant in $VARIANTS; do
         # shellcheck disable=SC2086 # the lists split into points
         for point in $CLIENTS ${RATES:+$(printf 'rate:%s ' $RATES)}; do
             case $point in
-            rate:*) c=${point#rate:} name="cfg$i-$variant-r$rcpu-open-$c" load=(--rate "$c") ;;
-            *) c=$point name="cfg$i-$variant-r$rcpu-closed-$c" load=(--concurrency "$c") ;;
+            rate:*) c=${point#rate:} name="cfg$i-$variant-open-$c" load=(--rate "$c") ;;
+            *) c=$point name="cfg$i-$variant-closed-$c" load=(--concurrency "$c") ;;
             esac
             redis-cli -p 7101 CONFIG RESETSTAT >/dev/null
             before=("$(cpu_ticks "${PIDS[0]}")" "$(cpu_ticks "${PIDS[1]}")" "$(cpu_ticks "${PIDS[2]}")")
             TIMEFORMAT="client user %U s, system %S s"
-            { time taskset -c "${CLIENT_CPUS:-8-15}" "$B/pirq" bench load --quiet --duration "$DUR" \
+            { time taskset -c "$client_cpus" "$B/pirq" bench load --quiet --duration "$DUR" \
                 --warmup "$WARM" --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 \
                 "${load[@]}" 2>"$LOGS/$name.txt" || true; } 2>"$LOGS/$name.clientcpu"
             echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
