@@ -17,8 +17,8 @@
 # all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
 # party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
 # time `pirq db verify` of the database), LAYOUTS (where the processes run: entries
-# REDIS/GATEWAY/WORKER/CLIENTS of taskset core lists, every point run once per entry; default
-# "0/1-3/4-7/8-15"), REDIS_ARGS (extra redis-server flags), OUT (gets one tarball of
+# REDIS/GATEWAY/WORKER/CLIENTS of taskset core lists, optionally /REDIS-FLAGS with ',' for ' ',
+# every point run once per entry; default "0/1-3/4-7/8-15"), OUT (gets one tarball of
 # logs, JSON reports, metric scrapes, and per point the CPU seconds of each process and Redis'
 # per-command times).
 set -euo pipefail
@@ -145,13 +145,14 @@ for variant in $VARIANTS; do
     B="$ROOT/$variant"
     for cfg in "${configs[@]}"; do
       for layout in $LAYOUTS; do
-        IFS=/ read -r redis_cpus gateway_cpus worker_cpus client_cpus <<<"$layout"
+        IFS=/ read -r redis_cpus gateway_cpus worker_cpus client_cpus redis_flags <<<"$layout"
         i=$((i + 1))
         echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg;" \
-            "cores: redis $redis_cpus, gateway $gateway_cpus, worker $worker_cpus, clients $client_cpus"
+            "cores: redis $redis_cpus, gateway $gateway_cpus, worker $worker_cpus, clients $client_cpus;" \
+            "redis flags: ${redis_flags:-none}"
         # shellcheck disable=SC2086
         start "$redis_cpus" redis redis-server --port 7101 --save "" --appendonly no --dir "$W" \
-            ${REDIS_ARGS:-}
+            ${redis_flags//,/ }
         sleep 0.3
         # shellcheck disable=SC2086
         start "$gateway_cpus" gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
