@@ -16,7 +16,9 @@
 # separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
 # all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
 # party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
-# time `pirq db verify` of the database), OUT (gets one tarball of
+# time `pirq db verify` of the database), LAYOUTS (where the processes run: entries
+# REDIS/GATEWAY/WORKER/CLIENTS of taskset core lists, optionally /REDIS-FLAGS with ',' for ' ',
+# every point run once per entry; default "0/1-3/4-7/8-15"), OUT (gets one tarball of
 # logs, JSON reports, metric scrapes, and per point the CPU seconds of each process and Redis'
 # per-command times).
 set -euo pipefail
@@ -61,7 +63,7 @@ DUR=${DUR:-10}
 WARM=${WARM:-3}
 CLIENTS=${CLIENTS:-64 512}
 CONFIGS=${CONFIGS:---window-policy auto}
-VARIANTS=${VARIANTS:-$(cd "$D" && for v in */; do [ -x "$v/pirq-worker" ] && echo "${v%/}"; done)}
+VARIANTS=${VARIANTS:-$(cd "$D" && for v in */; do if [ -x "$v/pirq-worker" ]; then echo "${v%/}"; fi; done)}
 # shellcheck disable=SC2086,SC2116 # word splitting joins the lines
 VARIANTS=$(echo $VARIANTS)
 FIRST=${VARIANTS%% *}
@@ -115,6 +117,14 @@ wait_worker() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 echo "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+# The host: CPU model and clock, which cores share a physical one, and where interrupts land (a
+# core that takes the GPU's or the network's interrupts is a poor home for Redis' one thread).
+lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node|CPU max|CPU MHz)" || true
+lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | tr -s ' ' | tr '\n' ';' && echo
+awk 'NR == 1 { n = NF } NR > 1 { for (c = 2; c <= n + 1; c++) if ($c ~ /^[0-9]+$/) t[c - 2] += $c }
+     END { printf "interrupts since boot by cpu:"; for (c = 0; c < n; c++) printf " %d:%d", c, t[c]; print "" }' \
+    /proc/interrupts || true
+LAYOUTS=${LAYOUTS:-0/1-3/4-7/8-15}
 mkdir -p "$MNT"
 mount -t tmpfs -o size=72G tmpfs "$MNT"
 t0=$(date +%s)
@@ -134,15 +144,21 @@ IFS=';' read -r -a configs <<<"$CONFIGS"
 for variant in $VARIANTS; do
     B="$ROOT/$variant"
     for cfg in "${configs[@]}"; do
+      for layout in $LAYOUTS; do
+        IFS=/ read -r redis_cpus gateway_cpus worker_cpus client_cpus redis_flags <<<"$layout"
         i=$((i + 1))
-        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg"
-        start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
+        echo "== config $i: $variant ($(tr '\n' ' ' <"$B/COMMIT")) pirq-worker $cfg;" \
+            "cores: redis $redis_cpus, gateway $gateway_cpus, worker $worker_cpus, clients $client_cpus;" \
+            "redis flags: ${redis_flags:-none}"
+        # shellcheck disable=SC2086
+        start "$redis_cpus" redis redis-server --port 7101 --save "" --appendonly no --dir "$W" \
+            ${redis_flags//,/ }
         sleep 0.3
         # shellcheck disable=SC2086
-        start 1-3 gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
+        start "$gateway_cpus" gateway "$B/pirq-gateway" --redis redis://127.0.0.1:7101 --prefix party-a \
             --listen 127.0.0.1:8101 ${GATEWAY_ARGS:-}
         # shellcheck disable=SC2086
-        start 4-7 worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
+        start "$worker_cpus" worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
             --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
             --metrics-listen 127.0.0.1:9101 $cfg
         t0=$(date +%s)
@@ -158,7 +174,7 @@ for variant in $VARIANTS; do
             redis-cli -p 7101 CONFIG RESETSTAT >/dev/null
             before=("$(cpu_ticks "${PIDS[0]}")" "$(cpu_ticks "${PIDS[1]}")" "$(cpu_ticks "${PIDS[2]}")")
             TIMEFORMAT="client user %U s, system %S s"
-            { time taskset -c 8-15 "$B/pirq" bench load --quiet --duration "$DUR" \
+            { time taskset -c "$client_cpus" "$B/pirq" bench load --quiet --duration "$DUR" \
                 --warmup "$WARM" --json "$LOGS/$name.json" "${SELF[@]}" --bincode --keys 1 \
                 "${load[@]}" 2>"$LOGS/$name.txt" || true; } 2>"$LOGS/$name.clientcpu"
             echo "$name: $(tail -n 1 "$LOGS/$name.txt")"
@@ -173,10 +189,12 @@ for variant in $VARIANTS; do
             get http://127.0.0.1:9101/metrics "$LOGS/$name.metrics" || true
             grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
                 "$LOGS/$name.metrics" || true
+            get http://127.0.0.1:8101/metrics "$LOGS/$name.gateway-metrics" || true
         done
         cp "$LOGS/worker.log" "$LOGS/worker-cfg$i.log"
         stop_all
         sleep 0.5
+      done
     done
 done
 echo "done: $FINAL/gpu-e2e-load.tgz"

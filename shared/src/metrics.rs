@@ -128,6 +128,10 @@ pub const WORKER_BATCH_KEYS: &str = "pirq_worker_batch_size_keys";
 pub const WORKER_BATCH_JOBS: &str = "pirq_worker_batch_size_jobs";
 /// One scanner pass.
 pub const WORKER_PASS_DURATION: &str = "pirq_worker_pass_duration_seconds";
+/// The scanner idle before a pass (waiting for keys).
+pub const WORKER_SCANNER_IDLE: &str = "pirq_worker_scanner_idle_seconds";
+/// Writing a window's results to Redis.
+pub const WORKER_RESULTS_WRITE: &str = "pirq_worker_results_write_duration_seconds";
 /// One phase of a pass (label `phase`).
 pub const WORKER_PHASE_DURATION: &str = "pirq_worker_phase_duration_seconds";
 /// Unix time of the worker's last heartbeat written to Redis.
@@ -264,6 +268,10 @@ pub const CATALOG: &[Metric] = &[
       "Jobs (queries) answered by one scanner pass."),
     m(WORKER_PASS_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "One scanner pass over the database for a whole window, all phases included."),
+    m(WORKER_SCANNER_IDLE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "Before each window's pass: how long the scanner stood idle since the last scan ended (0 when another scan was still running). Under steady load this is the time the party's front end takes between passes: results out, the clients' next queries in."),
+    m(WORKER_RESULTS_WRITE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "Writing one window's results to Redis (records, completion events, acknowledgements), from its pass' end."),
     m(WORKER_PHASE_DURATION, Histogram, Unit::Seconds, &["phase"], Worker, AfterTraffic,
       "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan, d2h and merge."),
     m(WORKER_HEARTBEAT_TIMESTAMP, Gauge, Unit::Seconds, &[], Worker, Always,

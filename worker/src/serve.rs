@@ -88,6 +88,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
             _ = stop_wait.wait_for(|s| *s) => break,
             w = batcher.next_window_by(close, idle) => match w { Some(w) => w, None => break },
         };
+        record_scanner_idle(*running.borrow(), &last_end);
         let (worker, writes) = (worker.clone(), writes.clone());
         let (running, last_end) = (running.clone(), last_end.clone());
         running.send_modify(|n| *n += 1);
@@ -153,6 +154,21 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         }
     }
     tracing::warn!("held jobs not handed back; peers claim them after the claim-idle time");
+}
+
+/// How long the scanner stood idle before the window just formed: since the last scan ended, or
+/// 0 when a scan is still running. Under steady load, the time the front end (results out, the
+/// clients' next queries in) takes between passes.
+fn record_scanner_idle(running: usize, last_end: &std::sync::Mutex<(Instant, usize)>) {
+    let idle = match running {
+        0 => last_end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .elapsed(),
+        _ => Duration::ZERO,
+    };
+    metrics::histogram!(m::WORKER_SCANNER_IDLE).record(idle.as_secs_f64());
 }
 
 /// Keeps the channel fed from the stream until `stop`.
@@ -432,10 +448,13 @@ async fn wait_for_pinned_epochs(worker: &Worker, window: &Window) {
 /// Writes outcomes, retrying while Redis is unreachable. If it stays unreachable the entries
 /// stay pending in the group and are delivered again.
 async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
+    let started = Instant::now();
     let mut backoff = pirq_party::Backoff::default();
     for attempt in 1..=10 {
         match queue.finish(&outcomes).await {
             Ok(()) => {
+                metrics::histogram!(m::WORKER_RESULTS_WRITE)
+                    .record(started.elapsed().as_secs_f64());
                 record_outcomes(&outcomes);
                 return;
             }
