@@ -606,17 +606,16 @@ impl Consumer {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::SHARD_START.source).arg(jobs.len());
+        let mut inv = scripts::SHARD_START.script().prepare_invoke();
         for (id, _) in jobs {
-            cmd.arg(self.layout.query(id.as_str()));
+            inv.key(self.layout.query(id.as_str()));
         }
-        cmd.arg(self.layout.events()).arg(self.shard.count);
+        inv.arg(self.layout.events()).arg(self.shard.count);
         for (id, epoch) in jobs {
-            cmd.arg(id).arg(*epoch);
+            inv.arg(id).arg(*epoch);
         }
         let mut conn = self.writer.clone();
-        let replies: Vec<i64> = cmd.query_async(&mut conn).await?;
+        let replies: Vec<i64> = inv.invoke_async(&mut conn).await?;
         Ok(replies
             .into_iter()
             .map(|r| match r {

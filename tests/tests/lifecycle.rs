@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use pirq_e2e::fault::{self, pending, post, stream_len};
+use pirq_e2e::fault::{self, post, stream_len};
 use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
@@ -197,37 +197,77 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
 
 #[tokio::test]
 async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
+    // What w0 holds at the signal is fixed by the shape of its windows, not by how fast it
+    // scans (a CPU pass of a debug build or a CUDA pass of a millisecond both pass):
+    // - Windows of KEYS keys that wait far longer than the test for their last keys
+    //   (`--window-policy fixed --max-wait-ms`; the `auto` policy of the CUDA backend would
+    //   close a window at its measured knee without waiting). Jobs in a window that is not full
+    //   are held and never started before the signal: exactly those must be handed back.
+    // - One job of BIG keys, a window of its own scanned as BIG / KEYS passes (~0.2 s on one
+    //   CPU thread; 512 CUDA passes of about a millisecond each), so that it is still scanning
+    //   when the signal comes: it must be finished and answered, not handed back. Were it done
+    //   before the signal on some fast machine, the test still holds (it says so in its output).
     // A claim-idle time far beyond the test: only the hand-back can explain a fast pickup.
-    let db = TestDb::create(1 << 13, 4096, 7).unwrap();
+    const KEYS: u64 = 8;
+    const BIG: u64 = 512 * KEYS;
+    const HELD: u64 = 3; // jobs in a window that is not full
+    const BACKLOG: u64 = 4 * KEYS + HELD;
+    let hold = ["--window-policy", "fixed", "--max-wait-ms", "600000"];
+    let db = TestDb::create(1 << 13, 512, 7).unwrap();
     let opts = PartyOptions {
-        worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "120000"]),
+        gateway_args: args(&["--max-keys-per-query", &BIG.to_string()]),
+        worker_args: args(&[
+            "--max-batch-keys",
+            &KEYS.to_string(),
+            "--claim-idle-ms",
+            "120000",
+        ]),
         ..Default::default()
     };
     let mut party = Party::start(&db.path, "drain", opts).await.unwrap();
-    // Queue the jobs while no worker runs (the registration stays), so that w0 meets a backlog:
-    // a release build answers jobs submitted one by one as fast as they arrive and would never
-    // hold several at once.
+    // Queue a backlog while no worker runs (the registration stays), so that w0 meets it.
     party.stop_workers();
     let layout = party.layout();
     let mut conn = party.redis().await.unwrap();
     let http = reqwest::Client::new();
     let url = party.url.clone();
+    let within = Duration::from_secs(10);
     let mut ids = Vec::new();
-    for i in 0..80 {
-        let (id, _) =
-            fault::submit_until_accepted(&http, &url, &request_n(13, i), Duration::from_secs(10))
-                .await;
+    for i in 0..BACKLOG {
+        let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
         ids.push(id);
     }
-    party.start_worker().await.unwrap(); // w0 again: the consumer name is by position
-    let deadline = Instant::now() + Duration::from_secs(30);
+    party.start_worker_with(&hold).await.unwrap(); // w0 again: the consumer name is by position
+
+    // The backlog's full windows are answered; its last HELD jobs wait in a window.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while held_and_left(&mut conn, &layout, "w0").await != (HELD, HELD) {
+        assert!(Instant::now() < deadline, "w0 never held its last window");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The big job closes that window (it would overflow it), then scans alone; HELD one-key
+    // jobs after it wait in the next window.
+    let big = QueryRequest {
+        keys: (0..BIG)
+            .map(|i| generate(13, i, &mut rand::rng()).unwrap().0.to_bytes())
+            .collect(),
+        epoch: None,
+    };
+    let (big_id, _) = fault::submit_until_accepted(&http, &url, &big, within).await;
+    for i in 0..HELD {
+        let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
+        ids.push(id);
+    }
+    // Signal once all are delivered to w0 and the window the big job closed is answered: HELD + 1
+    // jobs left while the big one scans, HELD once it is answered too.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let held = loop {
-        let held = pending(&mut conn, &layout, Some("w0")).await;
-        if held >= 4 {
+        let (held, left) = held_and_left(&mut conn, &layout, "w0").await;
+        if held == left && (held == HELD || held == HELD + 1) {
             break held;
         }
-        assert!(Instant::now() < deadline, "w0 never held jobs");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(Instant::now() < deadline, "w0 never took the last jobs");
+        tokio::time::sleep(Duration::from_millis(1)).await;
     };
     party.workers[0].signal_term();
     let status = party.workers[0]
@@ -241,15 +281,22 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         .unwrap_or_else(|| panic!("no hand-back logged:\n{log}"))
         .to_string();
     let handed_back = strip_ansi(&handed_back);
-    let n: usize = handed_back
+    let n: u64 = handed_back
         .split("jobs=")
         .nth(1)
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    assert!(n >= 1, "nothing handed back: {handed_back}");
+    // Exactly the jobs not started were handed back, and they are all that is left: the big
+    // job's window, scanning at the signal or done before it, was answered by w0.
+    assert_eq!(n, HELD, "{handed_back}");
+    assert_eq!(stream_len(&mut conn, &layout).await, HELD);
+    let big_done = fault::wait_final(&http, &url, &big_id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(big_done["status"], "done");
+    assert_eq!(fault::pages(&big_done).len() as u64, BIG);
     assert_eq!(party.live_workers().await, Some(0), "deregistered");
-    let left = stream_len(&mut conn, &layout).await;
 
     let t = Instant::now();
     party.start_worker().await.unwrap(); // w1: new name, same long claim-idle time
@@ -260,15 +307,44 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         assert_eq!(r["status"], "done", "{id}");
     }
     let took = t.elapsed();
+    let big_at_signal = if held > HELD {
+        "still scanning"
+    } else {
+        "answered already"
+    };
     println!(
-        "SIGTERM worker: held {held} at the signal, handed back {n} not started; {left} jobs \
-         left, all answered by the next worker in {took:.1?} (claim-idle 120 s)"
+        "SIGTERM worker: held {held} at the signal (the {BIG}-key job {big_at_signal}), handed \
+         back {n} not started, all answered by the next worker in {took:.1?} (claim-idle 120 s)"
     );
     assert!(
         took < Duration::from_secs(30),
         "jobs waited for the claim-idle time"
     );
     assert_eq!(stream_len(&mut conn, &layout).await, 0);
+}
+
+/// Jobs delivered to `consumer` and not acknowledged, and entries in the job stream (waiting
+/// or unacknowledged), read together in one `MULTI`.
+async fn held_and_left(
+    conn: &mut redis::aio::MultiplexedConnection,
+    layout: &pirq_shared::layout::Layout,
+    consumer: &str,
+) -> (u64, u64) {
+    let (held, left): (Vec<redis::Value>, u64) = redis::pipe()
+        .atomic()
+        .cmd("XPENDING")
+        .arg(layout.jobs())
+        .arg(pirq_shared::layout::GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(100_000)
+        .arg(consumer)
+        .cmd("XLEN")
+        .arg(layout.jobs())
+        .query_async(conn)
+        .await
+        .unwrap();
+    (held.len() as u64, left)
 }
 
 #[tokio::test]
