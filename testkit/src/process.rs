@@ -69,9 +69,25 @@ impl Proc {
 
     /// Sends SIGTERM and returns at once (the process keeps its handle).
     pub fn signal_term(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Freezes the process (SIGSTOP): what it holds in Redis stays as it is, so a test can
+    /// look at that and then kill it holding exactly that, whatever the speed of its work. Give
+    /// it a few milliseconds to take effect (a thread in a system call finishes that first).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused process go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
         if let Some(child) = self.child.as_ref() {
             let _ = Command::new("kill")
-                .arg("-TERM")
+                .arg(signal)
                 .arg(child.id().to_string())
                 .status();
         }

@@ -105,15 +105,18 @@ async fn lost_pairs(cluster: &Cluster, jobs: &[(u64, String, String)], within: D
 
 #[tokio::test]
 async fn worker_killed_mid_window_under_load_loses_nothing() {
-    // 4 MiB. A CPU pass over it takes well under a millisecond, so windows wait up to 25 ms for
-    // their 4 keys (the default is not to wait): the killed worker then holds a window and its
-    // read-ahead at the kill, which is the fault under test.
+    // 4 MiB. A pass over it takes well under a millisecond (CPU) or about one (CUDA), so windows
+    // wait up to 25 ms for their 4 keys (the default is not to wait; `fixed`: the CUDA
+    // backend's `auto` policy would close a window at its measured knee): the killed worker
+    // then holds a window and its read-ahead most of the time under load.
     const PAGES: u64 = 1 << 13;
     const JOBS: usize = 300;
     let opts = PartyOptions {
         worker_args: args(&[
             "--max-batch-keys",
             "4",
+            "--window-policy",
+            "fixed",
             "--max-wait-ms",
             "25",
             "--claim-idle-ms",
@@ -139,21 +142,24 @@ async fn worker_killed_mid_window_under_load_loses_nothing() {
     ));
 
     // Kill w0 once the backlog is being worked on and w0 holds jobs (a window in flight plus
-    // its read-ahead).
+    // its read-ahead). Looked at while w0 is paused, so that the kill leaves exactly what was
+    // seen, however fast w0 answers.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let held = loop {
+    let (held, left_at_kill) = loop {
+        cluster.a.workers[0].pause();
+        tokio::time::sleep(Duration::from_millis(5)).await;
         let held = pending(&mut conn, &layout, Some("w0")).await;
         let left = stream_len(&mut conn, &layout).await as usize;
         if held >= 2 && left < JOBS * 9 / 10 {
-            break held;
+            break (held, left);
         }
+        cluster.a.workers[0].resume();
         assert!(
             Instant::now() < deadline,
             "w0 never held jobs (left {left})"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    let left_at_kill = stream_len(&mut conn, &layout).await;
     cluster.a.workers[0].kill();
     let jobs = submitting.await.expect("the submitting task panicked");
     assert_eq!(jobs.len(), JOBS);

@@ -201,10 +201,13 @@ async fn killing_a_shard_worker_under_load_loses_no_query() {
         }));
     }
     // Shard 1's first replica (worker index 1, consumer w1) dies holding jobs, without a chance
-    // to clean up: wait until it holds some, so the fault is really injected mid-load.
+    // to clean up: wait until it holds some, so the fault is really injected mid-load. Looked at
+    // while w1 is paused, so that the kill leaves what was seen, however fast w1 answers.
     let mut conn = a.redis().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
+        a.workers[1].pause();
+        tokio::time::sleep(Duration::from_millis(5)).await;
         let held: Vec<redis::Value> = redis::cmd("XPENDING")
             .arg(a.layout().jobs())
             .arg("shard-1-of-3")
@@ -218,6 +221,7 @@ async fn killing_a_shard_worker_under_load_loses_no_query() {
         if !held.is_empty() {
             break;
         }
+        a.workers[1].resume();
         assert!(
             Instant::now() < deadline,
             "w1 never held a job: no fault injected"
