@@ -6,14 +6,17 @@
 # Results: docs/bench/load.md, "Gateway CPU per query".
 #
 #   ops/bench/gateway-cpu.sh [BIN_DIR...]   # each BIN_DIR holds pirq-gateway, pirq-worker and
-#                                           # pirq (default target/release; build them first)
+#                                           # pirq (default target/release; build them first);
+#                                           # a BIN_DIR without the last two uses the first's
 #
 # With several BIN_DIRs the runs alternate between them (A B A B ...), so that whatever else
 # the machine does at the time weighs on each alike. Per run it prints the gateway's CPU
 # (utime and stime from /proc/<pid>/stat) over the queries it accepted
 # (`pirq_gateway_queries_accepted_total` from its /metrics), both counted over the measured
 # seconds only (after the warm-up), and at the end the median per BIN_DIR. The gateway is
-# pinned to GW_CPU (default 1), everything else to OTHER_CPUS (default 0).
+# pinned to GW_CPUS (default 1), everything else to OTHER_CPUS (default 0); on a larger machine
+# REDIS_CPUS, WORKER_CPUS and CLIENT_CPUS (default OTHER_CPUS each) and WORKER_THREADS (default
+# 1) spread the rest.
 #
 # Environment: RUNS per BIN_DIR (default 3), CLIENTS (default 64), DUR / WARM (seconds, default
 # 15 / 3), PAGES (default 256 pages of 4 KiB: a pass costs the worker little), OUT (default a
@@ -32,8 +35,12 @@ CLIENTS=${CLIENTS:-64}
 DUR=${DUR:-15}
 WARM=${WARM:-3}
 PAGES=${PAGES:-256}
-GW_CPU=${GW_CPU:-1}
+GW_CPUS=${GW_CPUS:-1}
 OTHER_CPUS=${OTHER_CPUS:-0}
+REDIS_CPUS=${REDIS_CPUS:-$OTHER_CPUS}
+WORKER_CPUS=${WORKER_CPUS:-$OTHER_CPUS}
+CLIENT_CPUS=${CLIENT_CPUS:-$OTHER_CPUS}
+WORKER_THREADS=${WORKER_THREADS:-1}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 W=$(mktemp -d)
@@ -71,25 +78,28 @@ cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "tree: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' + changes')"
+echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')$(git diff --quiet HEAD 2>/dev/null || echo ' + changes')"
 "${DIRS[0]}/pirq" db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 |
     tail -n 1
+
+# bin BIN_DIR NAME: BIN_DIR/NAME, else the first BIN_DIR's
+bin() { if [ -x "$1/$2" ]; then echo "$1/$2"; else echo "${DIRS[0]}/$2"; fi; }
 
 # one_run BIN_DIR NAME PROBE?: one measured run; appends "BIN_DIR us/query" to $OUT/results
 one_run() {
     local b=$1 name=$2 probe=$3
-    start "$OTHER_CPUS" redis redis-server --port "$REDIS_PORT" --save "" --appendonly no --dir "$W"
+    start "$REDIS_CPUS" redis redis-server --port "$REDIS_PORT" --save "" --appendonly no --dir "$W"
     sleep 0.3
-    start "$GW_CPU" gateway "$b/pirq-gateway" --redis "redis://127.0.0.1:$REDIS_PORT" \
+    start "$GW_CPUS" gateway "$b/pirq-gateway" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --prefix gwcpu --listen "127.0.0.1:$GW_PORT"
-    start "$OTHER_CPUS" worker "$b/pirq-worker" --redis "redis://127.0.0.1:$REDIS_PORT" \
-        --prefix gwcpu --db "$W/db.pirdb" --backend cpu --threads 1 --consumer cpu0
+    start "$WORKER_CPUS" worker "$(bin "$b" pirq-worker)" --redis "redis://127.0.0.1:$REDIS_PORT" \
+        --prefix gwcpu --db "$W/db.pirdb" --backend cpu --threads "$WORKER_THREADS" --consumer cpu0
     local gw=${PIDS[1]}
     for _ in $(seq 200); do
         get /v1/info "$W/info.json" 2>/dev/null && grep -q '"workers":1[,}]' "$W/info.json" && break
         sleep 0.1
     done
-    taskset -c "$OTHER_CPUS" "$b/pirq" bench load --quiet --duration "$DUR" --warmup "$WARM" \
+    taskset -c "$CLIENT_CPUS" "$(bin "$b" pirq)" bench load --quiet --duration "$DUR" --warmup "$WARM" \
         --json "$OUT/$name.json" --party-a "http://127.0.0.1:$GW_PORT" \
         --party-b "http://127.0.0.1:$GW_PORT" --allow-same-party --verify "$W/db.pirdb" \
         --bincode --keys 1 --concurrency "$CLIENTS" 2>"$OUT/$name.txt" &
