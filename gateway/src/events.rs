@@ -7,7 +7,9 @@
 //!
 //! A wake-up carries the status the event announced, so a waiter that only reports progress
 //! (`running`) need not read the record again; a final status, or a wake-up after a reconnect
-//! (which carries none), is read from Redis.
+//! (which carries none), is read from Redis. A waiter that hands the answer over at once may
+//! read a record announced final together with marking it fetched (one round trip), which it
+//! must not do for a record it does not know to be final.
 //!
 //! No lost wake-up: a waiter calls [`Events::subscribe`] *before* it reads the query's status
 //! from Redis. The channel subscription itself is long established, so any change published
@@ -63,8 +65,11 @@ pub struct Subscription {
 pub enum Wake {
     /// The query moved on but is not final (`running`): the event says all there is to say.
     Progress(QueryStatus),
-    /// Read the record: the query is final, or events may have been missed (a reconnect, or no
-    /// event at all when a waiter's timer ran out).
+    /// The query is final (the event announced `done` or `failed`): read the record, which a
+    /// worker wrote before announcing it, and which is known final before it is read.
+    Final,
+    /// Read the record: events may have been missed (a reconnect, or no event at all when a
+    /// waiter's timer ran out).
     Read,
 }
 
@@ -77,8 +82,9 @@ impl Subscription {
             std::future::pending::<()>().await
         }
         match *self.rx.borrow_and_update() {
-            Some(status) if !status.is_final() => Wake::Progress(status),
-            _ => Wake::Read,
+            Some(status) if status.is_final() => Wake::Final,
+            Some(status) => Wake::Progress(status),
+            None => Wake::Read,
         }
     }
 }

@@ -114,6 +114,7 @@ impl Producer {
                 match what {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
                     Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
+                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
@@ -335,4 +336,47 @@ enum Query<'a> {
     Cmd(&'a redis::Cmd),
     /// `EVALSHA`, loading the script first on `NOSCRIPT`.
     Script(&'a redis::ScriptInvocation<'a>),
+    /// Several commands in one write (not a transaction).
+    Pipe(&'a redis::Pipeline),
+}
+
+/// Reading a result that a client is about to be given.
+impl Producer {
+    /// [`Producer::load`] and [`Producer::expire_within`] in one round trip, for a query whose
+    /// status event announced it final: the read and the shorter lifetime of a fetched result
+    /// cost one write to Redis and one reply instead of two of each.
+    ///
+    /// Only for a query known to be final: `EXPIRE … LT` goes out with the read, before its
+    /// answer is seen, and a pending record must never be shortened. A final status is one a
+    /// worker published after writing it, and it is never undone (`fail.lua` and
+    /// `shard_combine.lua` leave final records alone; `mark_running.lua` moves `queued` records
+    /// only). The `EXPIRE` failing does not fail the read (the result then lives its full TTL,
+    /// as when [`Producer::expire_within`] fails).
+    pub async fn load_fetched(
+        &self,
+        id: &RequestId,
+        secs: u64,
+    ) -> Result<Option<QueryRecord>, QueueError> {
+        let key = self.layout.query(id.as_str());
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .hgetall(&key)
+            .cmd("EXPIRE")
+            .arg(&key)
+            .arg(secs)
+            .arg("LT");
+        type Replies = (
+            redis::RedisResult<HashMap<String, Vec<u8>>>,
+            redis::RedisResult<i64>,
+        );
+        let (fields, expired): Replies = self.run(Query::Pipe(&pipe)).await?;
+        if let Err(e) = expired {
+            tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
+        }
+        let fields = fields.map_err(QueueError::Redis)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        QueryRecord::parse(id, &fields).map(Some)
+    }
 }

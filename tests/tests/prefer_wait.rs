@@ -136,3 +136,68 @@ async fn a_wait_that_runs_out_answers_202_and_the_query_is_still_answered() {
     xor_into(&mut page, &b.pages[0]);
     assert_eq!(page.as_slice(), cluster.db.page(99));
 }
+
+/// The seconds `party`'s Redis still keeps the record of query `id`.
+async fn ttl(party: &pirq_e2e::Party, id: &str) -> i64 {
+    let mut conn = party.redis().await.unwrap();
+    redis::cmd("TTL")
+        .arg(party.layout().query(id))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_one_its_full_ttl() {
+    let fetched_ttl = ["--fetched-result-ttl".to_string(), "7".to_string()];
+    let mut cluster = Cluster::start(
+        PAGES,
+        PAGE_SIZE,
+        PartyOptions {
+            gateway_args: fetched_ttl.to_vec(),
+            ..PartyOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let mut rng = rand::rng();
+    for bincode in [false, true] {
+        let (k0, _) = generate(DOMAIN_BITS, 42, &mut rng).unwrap();
+        let (status, _, done) = post(
+            &http,
+            &cluster.a.url,
+            k0.to_bytes(),
+            Some("wait=10"),
+            bincode,
+        )
+        .await;
+        assert_eq!((status, done.status), (200, QueryStatus::Done));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = ttl(&cluster.a, &done.id).await;
+            if (0..=7).contains(&left) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "an answered result still has TTL {left}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // A wait that runs out before the answer leaves the queued record's lifetime alone.
+    cluster.a.stop_workers();
+    let (k0, _) = generate(DOMAIN_BITS, 43, &mut rng).unwrap();
+    let (status, _, pending) = post(
+        &http,
+        &cluster.a.url,
+        k0.to_bytes(),
+        Some("wait=0.5"),
+        false,
+    )
+    .await;
+    assert_eq!((status, pending.status), (202, QueryStatus::Queued));
+    let left = ttl(&cluster.a, &pending.id).await;
+    assert!(left > 7, "a pending record was shortened to {left} s");
+}

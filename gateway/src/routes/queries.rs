@@ -202,13 +202,14 @@ async fn answer_inline(
         scan_us: None,
         worker_us: None,
     };
-    let q = wait_final_from(st, id, wait, sub, Some(queued))
+    let waited = wait_final_from(st, id, wait, sub, Some(queued))
         .await
         .ok()?;
-    if !q.result.status.is_final() {
+    if !waited.record.result.status.is_final() {
         return None;
     }
-    fetched(st, id);
+    waited.hand_over(st, id);
+    let q = waited.record;
     let mut resp = accepted(st, id, format, &q.result);
     let h = resp.headers_mut();
     h.insert("preference-applied", HeaderValue::from_static("wait"));
@@ -367,19 +368,23 @@ pub async fn status(
 ) -> Result<Response, ApiError> {
     let id = check_id(path)?;
     let wait = parse_wait(query.as_deref())?;
-    let stored = if wait.is_zero() {
-        st.store
+    let waited = if wait.is_zero() {
+        let record = st
+            .store
             .load(&id)
             .await?
-            .ok_or_else(|| ApiError::not_found(id.as_str()))?
+            .ok_or_else(|| ApiError::not_found(id.as_str()))?;
+        Waited {
+            record,
+            fetched: false,
+        }
     } else {
         let _waiter = st.waiters.enter()?;
         wait_final(&st, &id, wait).await?
     };
+    waited.hand_over(&st, &id);
+    let stored = waited.record;
     let final_ = stored.result.status.is_final();
-    if final_ {
-        fetched(&st, &id);
-    }
     let code = if final_ {
         StatusCode::OK
     } else {
@@ -424,43 +429,55 @@ fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
     .ok()
 }
 
+/// A query's record as a wait left it.
+struct Waited {
+    record: QueryRecord,
+    /// The record was read already marked fetched (its lifetime shortened, as [`fetched`]
+    /// does), in the same round trip: the read followed an event that announced it final.
+    fetched: bool,
+}
+
+impl Waited {
+    /// The record is being answered: a final one is marked [`fetched`], unless it was read so.
+    fn hand_over(&self, st: &AppState, id: &RequestId) {
+        if self.record.result.status.is_final() && !self.fetched {
+            fetched(st, id);
+        }
+    }
+}
+
 /// Reads the query until it is final or `wait` has passed.
-async fn wait_final(
-    st: &AppState,
-    id: &RequestId,
-    wait: Duration,
-) -> Result<QueryRecord, ApiError> {
+async fn wait_final(st: &AppState, id: &RequestId, wait: Duration) -> Result<Waited, ApiError> {
     // Subscribe before the first read: a change between the read and the wait still wakes us.
     let sub = st.events.subscribe(id);
     wait_final_from(st, id, wait, sub, None).await
 }
 
 /// [`wait_final`] with a subscription made earlier and, when known, the record as it stood
-/// when `sub` was made (else it is read first).
+/// when `sub` was made (else it is read first). A record announced final is read and marked
+/// fetched in one round trip: the caller hands it over at once.
 async fn wait_final_from(
     st: &AppState,
     id: &RequestId,
     wait: Duration,
     mut sub: Subscription,
     known: Option<QueryRecord>,
-) -> Result<QueryRecord, ApiError> {
+) -> Result<Waited, ApiError> {
     let deadline = Instant::now() + wait;
     let mut shutdown = st.shutdown.clone();
-    let load = || async {
-        st.store
-            .load(id)
-            .await?
-            .ok_or_else(|| ApiError::not_found(id.as_str()))
-    };
+    let found =
+        |record: Option<QueryRecord>| record.ok_or_else(|| ApiError::not_found(id.as_str()));
+    let load = || async { found(st.store.load(id).await?) };
     let mut q = match known {
         Some(q) => q,
         None => load().await?,
     };
+    let mut fetched = false;
     loop {
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
-            return Ok(q);
+            return Ok(Waited { record: q, fetched });
         }
         let wake = tokio::select! {
             r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),
@@ -468,6 +485,11 @@ async fn wait_final_from(
         };
         match wake {
             Wake::Progress(status) => q.result.status = status,
+            Wake::Final => {
+                let ttl = st.config.fetched_result_ttl;
+                q = found(st.store.load_fetched(id, ttl).await?)?;
+                fetched = true;
+            }
             Wake::Read => q = load().await?,
         }
     }
