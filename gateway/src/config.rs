@@ -136,6 +136,15 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiters: u32,
 
+    /// Threads that serve requests (0: one per core the process may run on). Each thread
+    /// more lets the gateway use another core, at a price per query: work handed between
+    /// threads costs wake-ups, and memory freed on another thread than the one that took it.
+    /// On the `Prefer: wait` path one thread spent ~60 % of the CPU per query of three, at the
+    /// same throughput (`docs/bench/load.md`, "Gateway CPU per query"); past a core's worth of
+    /// load, more threads or more gateways.
+    #[arg(long, env = "PIRQ_RUNTIME_THREADS", default_value_t = 0)]
+    pub runtime_threads: usize,
+
     /// Timeout of one Redis command and of one connection attempt, in milliseconds. A Redis that
     /// does not answer within it turns into 503 `redis_unavailable`.
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]

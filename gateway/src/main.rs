@@ -18,11 +18,23 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
 fn main() -> std::process::ExitCode {
-    pirq_party::main(run)
+    let config = Config::parse();
+    pirq_party::init_tracing();
+    // As `pirq_party::main`, with the runtime's thread count from `--runtime-threads`.
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if config.runtime_threads > 0 {
+        runtime.worker_threads(config.runtime_threads);
+    }
+    match runtime.build() {
+        Ok(runtime) => pirq_party::exit_code(runtime.block_on(run(config))),
+        Err(e) => pirq_party::exit_code(Err(
+            anyhow::Error::new(e).context("starting the async runtime")
+        )),
+    }
 }
 
-async fn run() -> anyhow::Result<()> {
-    let config = Config::parse();
+async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;

@@ -201,3 +201,36 @@ async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_on
     let left = ttl(&cluster.a, &pending.id).await;
     assert!(left > 7, "a pending record was shortened to {left} s");
 }
+
+#[tokio::test]
+async fn a_gateway_on_one_runtime_thread_answers_many_clients_at_once() {
+    let one_thread = ["--runtime-threads".to_string(), "1".to_string()];
+    let cluster = Cluster::start(
+        PAGES,
+        PAGE_SIZE,
+        PartyOptions {
+            gateway_args: one_thread.to_vec(),
+            ..PartyOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let mut rng = rand::rng();
+    let fetches = (0..32u64).map(|i| {
+        let index = (i * 97) % PAGES;
+        let (k0, k1) = generate(DOMAIN_BITS, index, &mut rng).unwrap();
+        let (http, cluster) = (&http, &cluster);
+        async move {
+            let ((sa, _, a), (sb, _, b)) = tokio::join!(
+                post(http, &cluster.a.url, k0.to_bytes(), Some("wait=10"), true),
+                post(http, &cluster.b.url, k1.to_bytes(), Some("wait=10"), true),
+            );
+            assert_eq!((sa, sb), (200, 200), "page {index}");
+            let mut page = a.pages[0].clone();
+            xor_into(&mut page, &b.pages[0]);
+            assert_eq!(page.as_slice(), cluster.db.page(index), "page {index}");
+        }
+    });
+    futures::future::join_all(fetches).await;
+}
