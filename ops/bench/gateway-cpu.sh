@@ -13,7 +13,8 @@
 # the machine does at the time weighs on each alike. Per run it prints the gateway's CPU
 # (utime and stime from /proc/<pid>/stat) over the queries it accepted
 # (`pirq_gateway_queries_accepted_total` from its /metrics), both counted over the measured
-# seconds only (after the warm-up), and at the end the median per BIN_DIR. The gateway is
+# seconds only (after the warm-up), and Redis' CPU over the same queries; at the end the
+# median gateway CPU per BIN_DIR. The gateway is
 # pinned to GW_CPUS (default 1), everything else to OTHER_CPUS (default 0); on a larger machine
 # REDIS_CPUS, WORKER_CPUS and CLIENT_CPUS (default OTHER_CPUS each) and WORKER_THREADS (default
 # 1) spread the rest.
@@ -94,7 +95,7 @@ one_run() {
         --prefix gwcpu --listen "127.0.0.1:$GW_PORT"
     start "$WORKER_CPUS" worker "$(bin "$b" pirq-worker)" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --prefix gwcpu --db "$W/db.pirdb" --backend cpu --threads "$WORKER_THREADS" --consumer cpu0
-    local gw=${PIDS[1]}
+    local redis=${PIDS[0]} gw=${PIDS[1]}
     for _ in $(seq 200); do
         get /v1/info "$W/info.json" 2>/dev/null && grep -q '"workers":1[,}]' "$W/info.json" && break
         sleep 0.1
@@ -103,10 +104,11 @@ one_run() {
         --json "$OUT/$name.json" --party-a "http://127.0.0.1:$GW_PORT" \
         --party-b "http://127.0.0.1:$GW_PORT" --allow-same-party --verify "$W/db.pirdb" \
         --bincode --keys 1 --concurrency "$CLIENTS" 2>"$OUT/$name.txt" &
-    local load=$! q0 q1 u0 s0 u1 s1
+    local load=$! q0 q1 u0 s0 u1 s1 r0 r1
     sleep "$WARM"
     q0=$(accepted)
     read -r u0 s0 < <(cpu_ticks "$gw")
+    r0=$(cpu_ticks "$redis" | awk '{ print $1 + $2 }')
     if [ "$probe" = 1 ] && [ "${PERF:-0}" = 1 ]; then
         perf record -g --call-graph dwarf,16384 -F 1999 -p "$gw" -o "$OUT/$name.perf.data" \
             -- sleep "$DUR" >"$OUT/$name.perf.log" 2>&1
@@ -117,12 +119,13 @@ one_run() {
     fi
     q1=$(accepted)
     read -r u1 s1 < <(cpu_ticks "$gw")
+    r1=$(cpu_ticks "$redis" | awk '{ print $1 + $2 }')
     wait "$load" || true
-    awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$HZ" -v q="$((q1 - q0))" -v b="$b" \
-        -v name="$name" -v dur="$DUR" -v res="$OUT/results" 'BEGIN {
+    awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v r="$((r1 - r0))" -v hz="$HZ" \
+        -v q="$((q1 - q0))" -v b="$b" -v name="$name" -v dur="$DUR" -v res="$OUT/results" 'BEGIN {
             t = u + s; us = q ? 1e6 / hz / q : 0
-            printf "%s: %d queries (%.0f/s), gateway CPU %.2f s = %.1f us/query (user %.1f, system %.1f)\n",
-                   name, q, q / dur, t / hz, t * us, u * us, s * us
+            printf "%s: %d queries (%.0f/s), gateway CPU %.2f s = %.1f us/query (user %.1f, system %.1f); redis %.1f us/query\n",
+                   name, q, q / dur, t / hz, t * us, u * us, s * us, r * us
             printf "%s %.1f\n", b, t * us >> res }'
     grep '^|' "$OUT/$name.txt" | tail -n 1 || true
     stop_all
