@@ -137,6 +137,15 @@ async fn a_wait_that_runs_out_answers_202_and_the_query_is_still_answered() {
     assert_eq!(page.as_slice(), cluster.db.page(99));
 }
 
+/// Two parties whose gateways run with `args`.
+async fn cluster_with_gateway_args(args: &[&str]) -> Cluster {
+    let options = PartyOptions {
+        gateway_args: args.iter().map(|a| a.to_string()).collect(),
+        ..PartyOptions::default()
+    };
+    Cluster::start(PAGES, PAGE_SIZE, options).await.unwrap()
+}
+
 /// The seconds `party`'s Redis still keeps the record of query `id`.
 async fn ttl(party: &pirq_e2e::Party, id: &str) -> i64 {
     let mut conn = party.redis().await.unwrap();
@@ -149,29 +158,17 @@ async fn ttl(party: &pirq_e2e::Party, id: &str) -> i64 {
 
 #[tokio::test]
 async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_one_its_full_ttl() {
-    let fetched_ttl = ["--fetched-result-ttl".to_string(), "7".to_string()];
-    let mut cluster = Cluster::start(
-        PAGES,
-        PAGE_SIZE,
-        PartyOptions {
-            gateway_args: fetched_ttl.to_vec(),
-            ..PartyOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let mut cluster = cluster_with_gateway_args(&["--fetched-result-ttl", "7"]).await;
     let http = reqwest::Client::new();
     let mut rng = rand::rng();
+    // Party A's half of a fetch of page `index`.
+    let url = cluster.a.url.clone();
+    let mut post_a = |index, prefer, bincode| {
+        let (k0, _) = generate(DOMAIN_BITS, index, &mut rng).unwrap();
+        post(&http, &url, k0.to_bytes(), Some(prefer), bincode)
+    };
     for bincode in [false, true] {
-        let (k0, _) = generate(DOMAIN_BITS, 42, &mut rng).unwrap();
-        let (status, _, done) = post(
-            &http,
-            &cluster.a.url,
-            k0.to_bytes(),
-            Some("wait=10"),
-            bincode,
-        )
-        .await;
+        let (status, _, done) = post_a(42, "wait=10", bincode).await;
         assert_eq!((status, done.status), (200, QueryStatus::Done));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -188,15 +185,7 @@ async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_on
     }
     // A wait that runs out before the answer leaves the queued record's lifetime alone.
     cluster.a.stop_workers();
-    let (k0, _) = generate(DOMAIN_BITS, 43, &mut rng).unwrap();
-    let (status, _, pending) = post(
-        &http,
-        &cluster.a.url,
-        k0.to_bytes(),
-        Some("wait=0.5"),
-        false,
-    )
-    .await;
+    let (status, _, pending) = post_a(43, "wait=0.5", false).await;
     assert_eq!((status, pending.status), (202, QueryStatus::Queued));
     let left = ttl(&cluster.a, &pending.id).await;
     assert!(left > 7, "a pending record was shortened to {left} s");
@@ -204,17 +193,7 @@ async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_on
 
 #[tokio::test]
 async fn a_gateway_on_one_runtime_thread_answers_many_clients_at_once() {
-    let one_thread = ["--runtime-threads".to_string(), "1".to_string()];
-    let cluster = Cluster::start(
-        PAGES,
-        PAGE_SIZE,
-        PartyOptions {
-            gateway_args: one_thread.to_vec(),
-            ..PartyOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let cluster = cluster_with_gateway_args(&["--runtime-threads", "1"]).await;
     let http = reqwest::Client::new();
     let mut rng = rand::rng();
     let fetches = (0..32u64).map(|i| {
