@@ -19,19 +19,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// read these, and release builds have no symbols to show anyway.
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
-    pirq_party::init_tracing();
-    // As `pirq_party::main`, with the runtime's thread count from `--runtime-threads`.
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    if config.runtime_threads > 0 {
-        runtime.worker_threads(config.runtime_threads);
-    }
-    match runtime.build() {
-        Ok(runtime) => pirq_party::exit_code(runtime.block_on(run(config))),
-        Err(e) => pirq_party::exit_code(Err(
-            anyhow::Error::new(e).context("starting the async runtime")
-        )),
-    }
+    pirq_party::main_on_threads(config.runtime_threads, || run(config))
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

@@ -18,8 +18,21 @@ pub fn main<F>(run: impl FnOnce() -> F) -> std::process::ExitCode
 where
     F: std::future::Future<Output = anyhow::Result<()>>,
 {
+    main_on_threads(0, run)
+}
+
+/// [`main`] with `threads` runtime threads (0: one per core the process may run on).
+pub fn main_on_threads<F>(threads: usize, run: impl FnOnce() -> F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
     init_tracing();
-    match tokio::runtime::Runtime::new() {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if threads > 0 {
+        runtime.worker_threads(threads);
+    }
+    match runtime.build() {
         Ok(runtime) => exit_code(runtime.block_on(run())),
         Err(e) => exit_code(Err(
             anyhow::Error::new(e).context("starting the async runtime")
