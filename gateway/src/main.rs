@@ -8,13 +8,6 @@ use pirq_gateway::durability::Durable;
 use pirq_gateway::{router, AppState, Config};
 use tokio::sync::watch;
 
-/// mimalloc, not the system allocator: every query allocates and frees the 4 KiB answer several
-/// times over (Redis reply, record, response body) besides hyper's and redis-rs's buffers and
-/// boxed futures, and glibc's malloc took ~15 % of the gateway's CPU on that path
-/// (`docs/bench/load.md`, "Gateway CPU per query").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
 fn main() -> std::process::ExitCode {
