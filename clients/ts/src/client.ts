@@ -7,11 +7,20 @@ import { xorBytes } from "./bytes.js";
 import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
 import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout } from "./kv.js";
-import { CallContext, Exchange, Party, PartyInfo, PartyOptions } from "./party.js";
+import { CallContext, checkTimeout, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions } from "./party.js";
 
-export interface ConnectOptions extends PartyOptions {
-  /** Longest a lookup may take, in milliseconds, before it fails with `timeout` (default 60 000). */
+/** Everything {@link connect} takes besides the two URLs. */
+export interface ConnectOptions extends Omit<PartyOptions, "token"> {
+  /**
+   * Longest a lookup (and `connect` itself) may take, in milliseconds, from its first request to
+   * its answer — every connection, body read, retry wait and event stream included — before it
+   * fails with `timeout` naming the party and phase that were still open (default 60 000).
+   */
   timeoutMs?: number;
+  /** Bearer token for party A (`Authorization: Bearer …`), for parties that meter access. */
+  tokenA?: string;
+  /** Bearer token for party B: the parties are different operators, so each has its own. */
+  tokenB?: string;
 }
 
 /** What both parties serve, checked to agree. */
@@ -31,9 +40,11 @@ export interface DatabaseInfo {
 
 /** What one lookup cost and what each party saw of it. */
 export interface LookupTrace {
-  /** The epoch both parties answered (pinned by the client). */
+  /** The epoch both parties answered. */
   epoch: number;
-  /** Per party (A, B): the HTTP exchanges of this lookup; the same shape for both by design. */
+  /** The database digest (SPEC §2.1) both answers carried: the contents they were computed from. */
+  digest: string;
+  /** Per party (A, B): the HTTP exchanges of this lookup. */
   exchanges: [Exchange[], Exchange[]];
   /** DPF keys sent to each party. */
   dpfKeys: number;
@@ -56,29 +67,45 @@ export interface PagesResult extends LookupTrace {
 export interface LookupOptions {
   /** Pin this epoch instead of the newest both parties serve. */
   epoch?: number;
-  /** Abort the lookup. */
+  /** Abort the lookup (its error is then the signal's reason). */
   signal?: AbortSignal;
+}
+
+/** A party's combined answer to one chunk of keys. */
+interface Combined {
+  epoch: number;
+  digest: string;
+  pages: Uint8Array[];
 }
 
 export class Pirq {
   readonly a: Party;
   readonly b: Party;
-  /** The database as of the last agreement (refreshed by every lookup). */
+  /**
+   * The database as of the last agreement: read by {@link connect}, and again by the first
+   * lookup after an answer showed a newer epoch or another digest, or after a lookup failed.
+   */
   info: DatabaseInfo;
   private readonly timeoutMs: number;
+  /** Set when `info` may be out of date: the next lookup reads both `/v1/info` first. */
+  private stale = false;
 
   /** Use {@link connect}. */
   constructor(a: Party, b: Party, info: DatabaseInfo, timeoutMs: number) {
+    checkTimeout(timeoutMs);
     this.a = a;
     this.b = b;
     this.info = info;
     this.timeoutMs = timeoutMs;
   }
 
-  /** Reads both parties' `/v1/info` and checks that they serve the same database. */
+  /** Reads both parties' `/v1/info` again (under the deadline) and checks that they serve the same database. */
   async agree(signal?: AbortSignal): Promise<DatabaseInfo> {
-    this.info = await agree(this.a, this.b, { signal }, { signal });
-    return this.info;
+    return withDeadline(this.timeoutMs, signal, async (ctxA, ctxB) => {
+      this.info = await agree(this.a, this.b, ctxA, ctxB);
+      this.stale = false;
+      return this.info;
+    });
   }
 
   /** Page `index`, fetched privately: neither party learns `index`. */
@@ -91,7 +118,7 @@ export class Pirq {
    * limit), all at one epoch: the newest both parties serve, unless `options.epoch` pins one.
    */
   async getPages(indices: number[], options: LookupOptions = {}): Promise<PagesResult> {
-    if (indices.length === 0) throw new PirqError("invalid_argument", "no page indices");
+    if (!Array.isArray(indices) || indices.length === 0) throw new PirqError("invalid_argument", "no page indices");
     return this.lookup(options, 1, async (info) => {
       for (const i of indices) {
         if (!Number.isSafeInteger(i) || i < 0 || i >= info.numPages) {
@@ -110,9 +137,12 @@ export class Pirq {
     return (await this.getMany([key], options)).values[0];
   }
 
-  /** Several keys in one lookup: `choices` DPF keys per key, whole lookups per query (KV §6). */
+  /**
+   * Several keys in one lookup: `choices` DPF keys per key, all in one query per party (split
+   * into several only where a party's key limit says so, never splitting one key's group, KV §6).
+   */
   async getMany(keys: Uint8Array[], options: LookupOptions = {}): Promise<GetResult> {
-    if (keys.length === 0) throw new PirqError("invalid_argument", "no keys");
+    if (!Array.isArray(keys) || keys.length === 0) throw new PirqError("invalid_argument", "no keys");
     let tags: Uint8Array[] = [];
     let layout: KvLayout | undefined;
     const result = await this.lookup(options, () => layout!.choices, async (info) => {
@@ -136,43 +166,75 @@ export class Pirq {
   }
 
   /**
-   * One lookup: agree on the database and epoch, let `plan` name the pages, fetch them in
-   * chunks of whole groups (`group` DPF keys per lookup, KV §6) under the key limit.
+   * One lookup: let `plan` name the pages, fetch them in chunks of whole groups (`group` DPF
+   * keys per lookup, KV §6) under the key limit, one query per party per chunk. The parties'
+   * info is the one already agreed (read again first only when it may be stale), so a lookup is
+   * one request per party: the submit that the party answers with the result (`Prefer: wait`).
    */
   private async lookup(
     options: LookupOptions,
     group: number | (() => number),
     plan: (info: DatabaseInfo) => Promise<number[]>,
   ): Promise<PagesResult> {
-    return this.withDeadline(options.signal, async (signal, deadline) => {
-      const ctxA: CallContext = { signal, trace: [], deadline };
-      const ctxB: CallContext = { signal, trace: [], deadline };
+    if (options.epoch !== undefined && !(Number.isSafeInteger(options.epoch) && options.epoch >= 0)) {
+      throw new PirqError("invalid_argument", `epoch ${String(options.epoch)} is not a whole number ≥ 0`);
+    }
+    return withDeadline(this.timeoutMs, options.signal, async (ctxA, ctxB) => {
       const started = performance.now();
-      const info = await agree(this.a, this.b, ctxA, ctxB);
-      this.info = info;
+      if (this.stale) {
+        this.info = await agree(this.a, this.b, ctxA, ctxB);
+        this.stale = false;
+      }
+      const info = this.info;
       const indices = await plan(info);
       const size = typeof group === "number" ? group : group();
       const perQuery = Math.floor(info.maxKeysPerQuery / size) * size;
       if (perQuery === 0) {
         throw new PirqError("invalid_argument", `the parties take ${info.maxKeysPerQuery} keys per query, one lookup needs ${size}`);
       }
-      const epoch = options.epoch ?? info.epoch.newest;
-      const pages: Uint8Array[] = [];
-      for (let from = 0; from < indices.length; from += perQuery) {
-        pages.push(...(await this.queryChunk(indices.slice(from, from + perQuery), epoch, info, ctxA, ctxB)));
+      ctxA.pageSize = ctxB.pageSize = info.pageSize;
+      try {
+        // The first chunk goes unpinned (each party answers its newest, and says which) unless
+        // the caller pinned one; the rest are pinned to the first one's epoch.
+        let epoch = options.epoch;
+        let digest = "";
+        const pages: Uint8Array[] = [];
+        for (let from = 0; from < indices.length; from += perQuery) {
+          const chunk = await this.queryChunk(indices.slice(from, from + perQuery), epoch, info, ctxA, ctxB);
+          epoch = chunk.epoch;
+          digest = chunk.digest;
+          pages.push(...chunk.pages);
+        }
+        if (this.newerThanInfo(epoch!, digest)) this.stale = true;
+        return {
+          epoch: epoch!,
+          digest,
+          pages,
+          exchanges: [ctxA.trace!, ctxB.trace!],
+          elapsedMs: performance.now() - started,
+          dpfKeys: indices.length,
+        };
+      } catch (e) {
+        // A party that lost its workers, moved to another database or went away: read both
+        // infos again before the next lookup, so that it fails (or works) for the right reason.
+        this.stale = true;
+        throw e;
       }
-      return {
-        epoch,
-        pages,
-        exchanges: [ctxA.trace!, ctxB.trace!],
-        elapsedMs: performance.now() - started,
-        dpfKeys: indices.length,
-      };
     });
   }
 
-  /** One query to each party for `indices` (at most the key limit), combined. */
-  private async queryChunk(indices: number[], epoch: number, info: DatabaseInfo, ctxA: CallContext, ctxB: CallContext): Promise<Uint8Array[]> {
+  /** Whether answers at `epoch` with `digest` show that the agreed info is out of date. */
+  private newerThanInfo(epoch: number, digest: string): boolean {
+    if (epoch > this.info.epoch.newest) return true;
+    return this.info.parties.some((p) => p.epoch.newest === epoch && p.digest !== undefined && p.digest !== digest);
+  }
+
+  /**
+   * One query to each party for `indices` (at most the key limit), combined. Unpinned
+   * (`epoch` undefined), each party answers at its newest epoch; when one is ahead of the other
+   * (an epoch being rolled out), it alone is asked again, with the same key, at the other's epoch.
+   */
+  private async queryChunk(indices: number[], epoch: number | undefined, info: DatabaseInfo, ctxA: CallContext, ctxB: CallContext): Promise<Combined> {
     const keysA: Uint8Array[] = [];
     const keysB: Uint8Array[] = [];
     for (const i of indices) {
@@ -180,56 +242,73 @@ export class Pirq {
       keysA.push(k0);
       keysB.push(k1);
     }
-    const [answerA, answerB] = await Promise.all([this.a.query(keysA, epoch, ctxA), this.b.query(keysB, epoch, ctxB)]);
+    const check = (party: Party, answer: PartyAnswer) => this.checkAnswer(party, answer, indices.length, info.pageSize);
+    let [answerA, answerB] = await Promise.all([
+      this.a.query(keysA, epoch, ctxA).then((x) => check(this.a, x)),
+      this.b.query(keysB, epoch, ctxB).then((x) => check(this.b, x)),
+    ]);
+    if (epoch === undefined && answerA.epoch !== answerB.epoch) {
+      epoch = Math.min(answerA.epoch, answerB.epoch);
+      if (answerA.epoch > epoch) answerA = check(this.a, await this.a.query(keysA, epoch, ctxA));
+      else answerB = check(this.b, await this.b.query(keysB, epoch, ctxB));
+    }
+    epoch ??= answerA.epoch;
     for (const [party, answer] of [[this.a, answerA], [this.b, answerB]] as const) {
       if (answer.epoch !== epoch) {
-        throw new PirqError("epoch_mismatch", `answered epoch ${answer.epoch}, ${epoch} was pinned`, { party: party.name });
-      }
-      if (answer.pages.length !== indices.length || answer.pages.some((p) => p.length !== info.pageSize)) {
-        throw new PirqError("bad_response", `answer has ${answer.pages.length} pages, ${indices.length} of ${info.pageSize} B expected`, { party: party.name });
+        throw new PirqError("epoch_mismatch", `answered epoch ${answer.epoch}, ${epoch} was asked for`, { party: `${party.name} (${party.url})` });
       }
     }
     // SPEC §2.1, §4: answers computed from different contents XOR into a wrong page that looks
-    // like any other, so combine only answers stamped with the same database digest; an answer
-    // without one cannot be checked, and is refused like a mismatch (never a page).
-    for (const [party, answer] of [[this.a, answerA], [this.b, answerB]] as const) {
-      if (!answer.digest) {
-        throw new PirqError("bad_response", "done result without a database digest (SPEC §4): cannot check that both answers come from the same contents", { party: `${party.name} (${party.url})` });
-      }
-    }
+    // like any other, so combine only answers stamped with the same database digest.
     if (answerA.digest !== answerB.digest) {
       throw new PirqError(
         "parties_disagree",
         `the parties answered from different databases at epoch ${epoch} (digest ${answerA.digest!.slice(0, 12)} vs ${answerB.digest!.slice(0, 12)})`,
       );
     }
-    return answerA.pages.map((page, i) => xorBytes(page, answerB.pages[i]));
+    return { epoch, digest: answerA.digest!, pages: answerA.pages.map((page, i) => xorBytes(page, answerB.pages[i])) };
   }
 
-  /**
-   * Runs `body` under the client's time limit and the caller's signal (`deadline`: when the
-   * limit runs out, in `performance.now()` milliseconds); a lookup that fails aborts whatever
-   * is still open at the other party.
-   */
-  private async withDeadline<T>(outer: AbortSignal | undefined, body: (signal: AbortSignal, deadline: number) => Promise<T>): Promise<T> {
-    const deadline = performance.now() + this.timeoutMs;
-    const controller = new AbortController();
-    const timer = setTimeout(
-      () => controller.abort(new PirqError("timeout", `lookup still pending after ${this.timeoutMs} ms`)),
-      this.timeoutMs,
-    );
-    const onOuter = () => controller.abort(outer!.reason);
-    outer?.addEventListener("abort", onOuter, { once: true });
-    try {
-      return await body(controller.signal, deadline);
-    } catch (e) {
-      if (controller.signal.aborted && !(e instanceof PirqError)) throw controller.signal.reason;
-      throw e;
-    } finally {
-      clearTimeout(timer);
-      outer?.removeEventListener("abort", onOuter);
-      controller.abort(); // ends any stream still open (e.g. the other party's SSE)
+  /** One page of `pageSize` bytes per key, and a digest (an answer without one cannot be checked: refused, never a page). */
+  private checkAnswer(party: Party, answer: PartyAnswer, keys: number, pageSize: number): PartyAnswer {
+    const name = `${party.name} (${party.url})`;
+    if (answer.pages.length !== keys || answer.pages.some((p) => p.length !== pageSize)) {
+      throw new PirqError("bad_response", `answer has ${answer.pages.length} pages, ${keys} of ${pageSize} B expected`, { party: name });
     }
+    if (!answer.digest) {
+      throw new PirqError("bad_response", "done result without a database digest (SPEC §4): cannot check that both answers come from the same contents", { party: name });
+    }
+    return answer;
+  }
+}
+
+/**
+ * Runs `body` under one deadline of `timeoutMs` and the caller's signal: each party gets a
+ * context whose signal aborts when either does (reason: a `timeout` PirqError, which the party
+ * layer turns into one naming itself and the phase). Whatever is still open at the end — the
+ * other party's event stream after one failed — is aborted.
+ */
+async function withDeadline<T>(
+  timeoutMs: number,
+  outer: AbortSignal | undefined,
+  body: (ctxA: CallContext, ctxB: CallContext) => Promise<T>,
+): Promise<T> {
+  outer?.throwIfAborted();
+  const deadline = performance.now() + timeoutMs;
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new PirqError("timeout", `not done within ${timeoutMs} ms`)), timeoutMs);
+  const onOuter = () => controller.abort(outer!.reason);
+  outer?.addEventListener("abort", onOuter, { once: true });
+  const ctx = (): CallContext => ({ signal: controller.signal, trace: [], deadline, timeoutMs });
+  try {
+    return await body(ctx(), ctx());
+  } catch (e) {
+    if (controller.signal.aborted && !(e instanceof PirqError)) throw controller.signal.reason;
+    throw e;
+  } finally {
+    clearTimeout(timer);
+    outer?.removeEventListener("abort", onOuter);
+    controller.abort(); // ends any stream still open (e.g. the other party's SSE)
   }
 }
 
@@ -287,21 +366,22 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
 }
 
 /**
- * Connects to two parties (base URLs of their gateways): reads both `/v1/info` and checks that
- * they serve the same database. Fails with `party_unreachable` (naming the party) when one is
- * down, `parties_disagree` when they serve different databases.
+ * Connects to two parties (base URLs of their gateways): checks the URLs and options before
+ * anything is sent (`insecure_http` for plain HTTP to a host that is not loopback), reads both
+ * `/v1/info` under the deadline and checks that they serve the same database. Fails with
+ * `party_unreachable` (naming the party) when one is down, `parties_disagree` when they serve
+ * different databases, `timeout` when a party does not answer in time.
  */
 export async function connect(a: string, b: string, options: ConnectOptions = {}): Promise<Pirq> {
-  const partyA = new Party("A", a, options);
-  const partyB = new Party("B", b, options);
+  const { tokenA, tokenB, ...shared } = options as ConnectOptions & { token?: unknown };
+  if ("token" in shared) throw new PirqError("invalid_argument", "give each party its own token: tokenA and tokenB");
   const timeoutMs = options.timeoutMs ?? 60_000;
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new PirqError("timeout", `no answer to /v1/info after ${timeoutMs} ms`)), timeoutMs);
-  let info: DatabaseInfo;
-  try {
-    info = await agree(partyA, partyB, { signal: controller.signal }, { signal: controller.signal });
-  } finally {
-    clearTimeout(timer);
+  checkTimeout(timeoutMs);
+  const partyA = new Party("A", a, { ...shared, token: tokenA });
+  const partyB = new Party("B", b, { ...shared, token: tokenB });
+  if (partyA.url === partyB.url) {
+    throw new PirqError("same_party", `both parties are ${partyA.url}: one party would see both halves of every key`);
   }
+  const info = await withDeadline(timeoutMs, undefined, (ctxA, ctxB) => agree(partyA, partyB, ctxA, ctxB));
   return new Pirq(partyA, partyB, info, timeoutMs);
 }

@@ -5,6 +5,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connect, PirqError, toBase64 } from "../src/index.js";
 
+/** The fake parties' URLs: loopback, so plain HTTP is allowed (the fetch below never sends anything). */
+const A = "http://127.0.0.1:1";
+const B = "http://127.0.0.2:1";
 const D1 = "11".repeat(32);
 const D2 = "22".repeat(32);
 
@@ -24,7 +27,7 @@ function fakeParties(a: FakeParty, b: FakeParty): typeof fetch {
   const baseInfo = { num_pages: 100, page_size: 256, domain_bits: 7, epoch: { oldest: 0, newest: 2 }, max_keys_per_query: 64, workers: 1 };
   return (async (input: RequestInfo | URL, init: RequestInit = {}) => {
     const url = new URL(String(input));
-    const party = url.host === "a" ? a : b;
+    const party = url.origin === A ? a : b;
     if (url.pathname === "/v1/info") return Response.json({ ...baseInfo, ...party.info });
     const done = () => {
       const n = (party as { keys?: number }).keys ?? 1;
@@ -52,7 +55,7 @@ const rejectsWith = (code: string, pattern?: RegExp) => (e: unknown) =>
 // Each rule holds for answers waited for and answers held in the submit (`Prefer: wait`) alike.
 for (const wait of ["poll", "inline"] as const) {
   test(`equal digests combine (${wait})`, async () => {
-    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, {}), wait });
+    const pirq = await connect(A, B, { fetch: fakeParties({}, {}), wait });
     const result = await pirq.getPages([5]);
     assert.deepEqual(result.pages[0], new Uint8Array(256));
     // the fake answers a submit at once only when asked to hold it: this mode's path was taken
@@ -61,23 +64,23 @@ for (const wait of ["poll", "inline"] as const) {
   });
 
   test(`answers with different digests are refused, never combined (${wait})`, async () => {
-    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ digest: D1 }, { digest: D2 }), wait });
+    const pirq = await connect(A, B, { fetch: fakeParties({ digest: D1 }, { digest: D2 }), wait });
     await assert.rejects(pirq.getPage(5), rejectsWith("parties_disagree", /different databases at epoch 2/));
   });
 
   test(`an answer without a digest is refused (${wait})`, async () => {
-    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { digest: null }), wait });
-    await assert.rejects(pirq.getPage(5), (e: unknown) => rejectsWith("bad_response", /without a database digest/)(e) && (e as PirqError).party === "B (http://b)");
+    const pirq = await connect(A, B, { fetch: fakeParties({}, { digest: null }), wait });
+    await assert.rejects(pirq.getPage(5), (e: unknown) => rejectsWith("bad_response", /without a database digest/)(e) && (e as PirqError).party === `B (${B})`);
   });
 
   test(`an answer at another epoch than pinned is refused (${wait})`, async () => {
-    const pirq = await connect("http://a", "http://b", { fetch: fakeParties({ epoch: 1 }, {}), wait });
+    const pirq = await connect(A, B, { fetch: fakeParties({ epoch: 1 }, {}), wait });
     await assert.rejects(pirq.getPage(5), rejectsWith("epoch_mismatch"));
   });
 }
 
 test("a query that stays pending fails with timeout at the client's limit", async () => {
-  const pirq = await connect("http://a", "http://b", { fetch: fakeParties({}, { stall: true }), wait: "poll", timeoutMs: 300 });
+  const pirq = await connect(A, B, { fetch: fakeParties({}, { stall: true }), wait: "poll", timeoutMs: 300 });
   const started = performance.now();
   await assert.rejects(pirq.getPage(5), rejectsWith("timeout", /300 ms/));
   assert.ok(performance.now() - started < 3000);
@@ -85,12 +88,12 @@ test("a query that stays pending fails with timeout at the client's limit", asyn
 
 test("info: same party, no workers, different digests at one epoch, disjoint windows, other geometry", async () => {
   const same = { party: "5a0d3c9e2b7f41e8a6c4d2f0b8e6a4c2" };
-  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: same }, { info: same }) }), rejectsWith("same_party"));
-  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({}, { info: { workers: 0 } }) }), (e: unknown) => rejectsWith("no_workers")(e) && (e as PirqError).party === "B (http://b)");
-  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { digest: D1 } }, { info: { digest: D2 } }) }), rejectsWith("parties_disagree", /digest/));
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: same }, { info: same }) }), rejectsWith("same_party"));
+  await assert.rejects(connect(A, B, { fetch: fakeParties({}, { info: { workers: 0 } }) }), (e: unknown) => rejectsWith("no_workers")(e) && (e as PirqError).party === `B (${B})`);
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { digest: D1 } }, { info: { digest: D2 } }) }), rejectsWith("parties_disagree", /digest/));
   // different newest epochs: different digests are expected, the lookup pins the older one
-  const ahead = await connect("http://a", "http://b", { fetch: fakeParties({ info: { digest: D1, epoch: { oldest: 0, newest: 3 } } }, { info: { digest: D2 } }) });
+  const ahead = await connect(A, B, { fetch: fakeParties({ info: { digest: D1, epoch: { oldest: 0, newest: 3 } } }, { info: { digest: D2 } }) });
   assert.deepEqual(ahead.info.epoch, { oldest: 0, newest: 2 });
-  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { epoch: { oldest: 5, newest: 6 } } }, {}) }), rejectsWith("epoch_mismatch"));
-  await assert.rejects(connect("http://a", "http://b", { fetch: fakeParties({ info: { page_size: 512 } }, {}) }), rejectsWith("parties_disagree", /page_size = 512, party B 256/));
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { epoch: { oldest: 5, newest: 6 } } }, {}) }), rejectsWith("epoch_mismatch"));
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { page_size: 512 } }, {}) }), rejectsWith("parties_disagree", /page_size = 512, party B 256/));
 });

@@ -43,20 +43,23 @@ function recordingFetch(): { fetch: typeof fetch; seen: string[] } {
   return { fetch: recording, seen };
 }
 
-test("by default a query is one round trip: the party holds the answer (Prefer: wait)", async () => {
+test("a lookup is one round trip: the info read at connect is kept, the party holds the answer (Prefer: wait)", async () => {
   const { fetch, seen } = recordingFetch();
   const pirq = await connect(parties.a.url, parties.b.url, { fetch });
+  assert.deepEqual(seen.sort(), ["GET /v1/info → 200", "GET /v1/info → 200"]);
   seen.length = 0;
   const indices = [0, 1, 127, 128, 500, PAGES - 1];
   const result = await pirq.getPages(indices);
   indices.forEach((i, k) => assert.deepEqual(result.pages[k], pageFromFile(db, i), `page ${i}`));
-  // Every request that left the client, at both parties: the info, and one submit answered
-  // with the result, honoured by the gateway; no event stream, no status read.
-  assert.deepEqual(seen.sort(), ["GET /v1/info → 200", "GET /v1/info → 200", "POST /v1/queries → 200 (wait)", "POST /v1/queries → 200 (wait)"]);
+  assert.equal(result.digest, pirq.info.parties[0].digest);
+  // Every request that left the client, at both parties: one submit answered with the result,
+  // honoured by the gateway; no info, no event stream, no status read.
+  assert.deepEqual(seen.sort(), ["POST /v1/queries → 200 (wait)", "POST /v1/queries → 200 (wait)"]);
   for (const ex of result.exchanges) {
-    assert.deepEqual(ex.map((e) => `${e.method} ${e.path} ${e.prefer ?? "-"} ${e.status}`), ["GET /v1/info - 200", "POST /v1/queries wait=25 200"]);
+    assert.deepEqual(ex.map((e) => `${e.method} ${e.path} ${e.prefer ?? "-"} ${e.status}`), ["POST /v1/queries wait=25 200"]);
   }
   for (const i of [2, 640]) assert.deepEqual(await pirq.getPage(i), pageFromFile(db, i), `page ${i}`);
+  assert.equal(seen.length, 6, seen.join(", "));
 });
 
 test("with wait: \"sse\" a query is submitted (202) and waited for by its events, as before", async () => {
@@ -65,7 +68,7 @@ test("with wait: \"sse\" a query is submitted (202) and waited for by its events
   for (const i of [0, 1, 127, 128, 500, PAGES - 1]) {
     seen.length = 0;
     assert.deepEqual(await pirq.getPage(i), pageFromFile(db, i), `page ${i}`);
-    const perParty = ["GET /v1/info → 200", "POST /v1/queries → 202", "GET /v1/queries/{id}/events → 200"];
+    const perParty = ["POST /v1/queries → 202", "GET /v1/queries/{id}/events → 200"];
     assert.deepEqual(seen.sort(), [...perParty, ...perParty].sort(), `page ${i}`);
   }
 });
@@ -144,15 +147,18 @@ test("parties serving different contents are refused (database digest, SPEC §2.
 
 test("a party that goes down after connect: without workers, then without its gateway, is named", async () => {
   // (runs last: it stops party B)
-  const pirq = await connect(parties.a.url, parties.b.url);
+  const pirq = await connect(parties.a.url, parties.b.url, { timeoutMs: 2000 });
   assert.deepEqual(await pirq.getPage(2), pageFromFile(db, 2));
   const named = (code: string) => (e: unknown) => {
-    assert.ok(e instanceof PirqError);
-    assert.equal(e.code, code);
+    assert.ok(e instanceof PirqError, String(e));
+    assert.equal(e.code, code, e.message);
     assert.equal(e.party, `B (${parties.b.url})`);
     return true;
   };
-  await parties.b.worker.stop(); // B would accept the query, but nobody would answer it
+  await parties.b.worker.stop(); // B accepts the query, but nobody answers it
+  // The lookup trusts the info read at connect (one round trip): it waits, and ends at its
+  // deadline naming B; the next one reads both infos again and says why.
+  await assert.rejects(pirq.getPage(2), named("timeout"));
   await assert.rejects(pirq.getPage(2), named("no_workers"));
   await parties.b.gateway.stop();
   await assert.rejects(pirq.getPage(2), named("party_unreachable"));

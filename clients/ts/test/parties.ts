@@ -85,6 +85,8 @@ export interface PartiesOptions {
   dbB?: string;
   /** Origins for the gateways' --cors-origin (none: flag left out). */
   corsOrigins?: string[];
+  /** The gateways' --admin-token (none: admin routes off), for tests that push epochs. */
+  adminToken?: string;
 }
 
 /** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database. */
@@ -154,6 +156,7 @@ async function startParty(dir: string, name: string, options: PartiesOptions): P
     }
   });
   const cors = (options.corsOrigins ?? []).flatMap((o) => ["--cors-origin", o]);
+  if (options.adminToken) cors.push("--admin-token", options.adminToken);
   const gateway = new Proc(`gateway-${name}`, join(dir, `gateway-${name}.log`), join(binDir, "pirq-gateway"), [
     "--redis", redisUrl, "--prefix", prefix, "--listen", `127.0.0.1:${gatewayPort}`, ...cors,
   ]);
@@ -182,6 +185,20 @@ export async function startParties(options: PartiesOptions): Promise<Parties> {
     throw e;
   }
   return { dir, a: started[0], b: started[1], stop };
+}
+
+/**
+ * Appends epoch `epoch` (whole-page replacements) at a party through its admin route
+ * (`POST /v1/admin/epochs`, docs/http-api.md), then waits until its workers serve it.
+ */
+export async function pushEpoch(party: PartyProcs, token: string, epoch: number, pages: { index: number; page: Uint8Array }[]): Promise<void> {
+  const body = JSON.stringify({ epoch, pages: pages.map((p) => ({ index: p.index, page: Buffer.from(p.page).toString("base64") })) });
+  const response = await fetch(`${party.url}/v1/admin/epochs`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body });
+  if (response.status !== 200) throw new Error(`epoch push to ${party.name}: HTTP ${response.status} ${await response.text()}`);
+  await waitFor(`party ${party.name} at epoch ${epoch}`, [party.gateway, party.worker], async () => {
+    const info = (await (await fetch(`${party.url}/v1/info`)).json()) as { epoch: { newest: number }; digest?: string };
+    return info.epoch.newest === epoch && info.digest !== undefined;
+  });
 }
 
 /** Lines at WARN or ERROR level in a process log (normal operation must have none). */

@@ -4,6 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Party, PirqError } from "../src/index.js";
+import type { PartyOptions } from "../src/index.js";
 
 type Handler = (url: string, init: RequestInit) => Response;
 
@@ -13,7 +14,7 @@ function scripted(handlers: Handler[]): { fetch: typeof fetch; calls: string[] }
     calls,
     fetch: (async (input: RequestInfo | URL, init: RequestInit = {}) => {
       const url = String(input);
-      calls.push(`${init.method ?? "GET"} ${url.replace("http://p", "")}`);
+      calls.push(`${init.method ?? "GET"} ${url.replace(P, "")}`);
       const h = handlers.shift();
       if (!h) throw new Error(`unexpected request ${url}`);
       return h(url, init);
@@ -32,6 +33,15 @@ function stream(chunks: string[]): Response {
 }
 
 const ID = "0123456789abcdef0123456789abcdef";
+/** The scripted party's URL: loopback, so plain HTTP is allowed (nothing is sent there). */
+const P = "http://127.0.0.1:9";
+
+/** A party that knows its database (pages of 3 bytes, 64 keys a query) without reading /v1/info. */
+function scriptedParty(name: string, options: PartyOptions): Party {
+  const p = new Party(name, P, options);
+  p.lastInfo = { numPages: 4, pageSize: 3, domainBits: 2, epoch: { oldest: 0, newest: 4 }, maxKeysPerQuery: 64, raw: {} };
+  return p;
+}
 const DONE = JSON.stringify({ id: ID, status: "done", epoch: 4, pages: ["AAEC"] });
 
 test("SSE: events split across chunks, CRLF line ends, comments, multi-line data", async () => {
@@ -40,7 +50,7 @@ test("SSE: events split across chunks, CRLF line ends, comments, multi-line data
     () => stream([": keep-alive\r\n\r\nevent: status\r\ndata: {\"id\":\"", `${ID}","status":"running"}\r\n\r`, "\nevent: result\r\ndata: ", DONE.slice(0, half), "\r\ndata:", DONE.slice(half), "\r\n\r\n"]),
   ]);
   // multi-line data joins with "\n", which JSON tolerates between tokens
-  const answer = await new Party("A", "http://p", { fetch }).result(ID);
+  const answer = await scriptedParty("A", { fetch }).result(ID);
   assert.equal(answer.epoch, 4);
   assert.deepEqual(Array.from(answer.pages[0]), [0, 1, 2]);
 });
@@ -51,7 +61,7 @@ test("SSE: a stream that ends without a result falls back to long-poll", async (
     () => new Response(JSON.stringify({ id: ID, status: "running" }), { status: 202 }),
     () => new Response(DONE, { status: 200 }),
   ]);
-  const answer = await new Party("A", "http://p", { fetch }).result(ID);
+  const answer = await scriptedParty("A", { fetch }).result(ID);
   assert.equal(answer.epoch, 4);
   assert.deepEqual(calls, [`GET /v1/queries/${ID}/events`, `GET /v1/queries/${ID}?wait=30`, `GET /v1/queries/${ID}?wait=30`]);
 });
@@ -61,8 +71,8 @@ test("SSE error event and failed results carry the server's code", async () => {
     () => stream([`event: error\ndata: {"error":{"code":"redis_unavailable","message":"down"}}\n\n`]),
     () => stream([`event: result\ndata: {"id":"${ID}","status":"failed","error":{"code":"scan_failed","message":"gave up","key_index":3}}\n\n`]),
   ]);
-  const party = new Party("B", "http://p", { fetch });
-  await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "redis_unavailable" && e.party === "B (http://p)");
+  const party = scriptedParty("B", { fetch });
+  await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "redis_unavailable" && e.party === `B (${P})`);
   await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "scan_failed" && e.keyIndex === 3);
 });
 
@@ -79,7 +89,7 @@ test("submit: 429 retried after Retry-After with the same Idempotency-Key; non-J
     },
     () => new Response("<html>bad gateway</html>", { status: 502 }),
   ]);
-  const party = new Party("A", "http://p", { fetch });
+  const party = scriptedParty("A", { fetch });
   assert.equal(await party.submit([new Uint8Array([1, 2, 3])], 0), ID);
   assert.equal(keys.length, 2);
   assert.equal(keys[0], keys[1]);
@@ -92,7 +102,7 @@ test("answers that are not the documented API are bad_response", async () => {
     () => new Response(JSON.stringify({ id: ID, status: "done", epoch: 1, pages: ["not base64!"] }), { status: 200 }),
     () => new Response(JSON.stringify({ num_pages: "many" }), { status: 200 }),
   ]);
-  const party = new Party("A", "http://p", { fetch, wait: "poll" });
+  const party = scriptedParty("A", { fetch, wait: "poll" });
   await assert.rejects(party.result(ID), (e: unknown) => e instanceof PirqError && e.code === "bad_response");
   await assert.rejects(party.info(), (e: unknown) => e instanceof PirqError && e.code === "bad_response");
 });
@@ -104,7 +114,7 @@ test("query (inline): Prefer: wait=25, or the whole seconds left before the dead
     return new Response(DONE, { status: 200, headers: { "preference-applied": "wait" } });
   };
   const { fetch, calls } = scripted([held, held, held, held]);
-  const party = new Party("A", "http://p", { fetch });
+  const party = scriptedParty("A", { fetch });
   const now = performance.now();
   for (const deadline of [undefined, now + 100_000, now + 2_400, now - 5_000]) {
     const answer = await party.query([new Uint8Array([1])], 4, { deadline });
@@ -121,10 +131,10 @@ test("query (inline): still pending (202) is followed by its events; a failed an
     () => stream([`event: result\ndata: ${DONE}\n\n`]),
     () => new Response(JSON.stringify({ id: ID, status: "failed", error: { code: "scan_failed", message: "gave up", key_index: 1 } }), { status: 200 }),
   ]);
-  const party = new Party("B", "http://p", { fetch });
+  const party = scriptedParty("B", { fetch });
   assert.equal((await party.query([new Uint8Array([1])], 4)).epoch, 4);
   assert.deepEqual(calls, ["POST /v1/queries", `GET /v1/queries/${ID}/events`]);
-  await assert.rejects(party.query([new Uint8Array([1])], 4), (e: unknown) => e instanceof PirqError && e.code === "scan_failed" && e.keyIndex === 1 && e.party === "B (http://p)");
+  await assert.rejects(party.query([new Uint8Array([1])], 4), (e: unknown) => e instanceof PirqError && e.code === "scan_failed" && e.keyIndex === 1 && e.party === `B (${P})`);
 });
 
 test("query with wait sse or poll sends no Prefer; submit alone never does", async () => {
@@ -137,7 +147,7 @@ test("query with wait sse or poll sends no Prefer; submit alone never does", asy
       },
       () => (wait === "sse" ? stream([`event: result\ndata: ${DONE}\n\n`]) : new Response(DONE, { status: 200 })),
     ]);
-    assert.equal((await new Party("A", "http://p", { fetch, wait }).query([new Uint8Array([1])], 4)).epoch, 4);
+    assert.equal((await scriptedParty("A", { fetch, wait }).query([new Uint8Array([1])], 4)).epoch, 4);
     assert.deepEqual(prefers, [null]);
     assert.deepEqual(calls, ["POST /v1/queries", wait === "sse" ? `GET /v1/queries/${ID}/events` : `GET /v1/queries/${ID}?wait=30`]);
   }
@@ -148,6 +158,6 @@ test("query with wait sse or poll sends no Prefer; submit alone never does", asy
       return new Response(JSON.stringify({ id: ID, status: "queued" }), { status: 202 });
     },
   ]);
-  assert.equal(await new Party("A", "http://p", { fetch }).submit([new Uint8Array([1])], 4), ID);
+  assert.equal(await scriptedParty("A", { fetch }).submit([new Uint8Array([1])], 4), ID);
   assert.equal(prefer, null);
 });
