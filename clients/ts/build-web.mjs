@@ -8,3 +8,4 @@ const common = { bundle: true, format: "esm", target: "es2022", minify: true, so
 await build({ ...common, entryPoints: ["src/index.ts"], outfile: "dist/web/pirq.min.js" });
 await build({ ...common, entryPoints: ["demo/demo.ts"], outfile: "dist/web/demo.js" });
 copyFileSync("demo/index.html", "dist/web/index.html");
+copyFileSync("examples/browser.html", "dist/web/example.html");

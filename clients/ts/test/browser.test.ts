@@ -139,6 +139,21 @@ test("the demo UI looks up a key: absent, then present, same shape", async () =>
   if (process.env.PIRQ_SCREENSHOT) await page.screenshot({ path: process.env.PIRQ_SCREENSHOT, fullPage: true });
 });
 
+test("the browser example (examples/browser.html) looks up a page and a key", async () => {
+  const example = await browser.context.newPage();
+  try {
+    const base = `${web.origin}/example.html?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(parties.b.url)}`;
+    for (const [query, expected] of [["&page=640", toHex(pageFromFile(db, 640))], [`&key=${encodeURIComponent("user:0042")}`, toHex(records[42][1])], ["&key=nobody", "absent"]]) {
+      await example.goto(base + query);
+      await example.waitForFunction(() => document.getElementById("out")?.dataset.state !== undefined);
+      assert.equal(await example.locator("#out").getAttribute("data-state"), "ok", (await example.locator("#out").textContent()) ?? "");
+      assert.equal(await example.locator("#out").textContent(), expected, query);
+    }
+  } finally {
+    await example.close();
+  }
+});
+
 test("a party's error code reaches the browser: an epoch outside the window", async () => {
   const err = await page.evaluate(async ({ a, b }) => {
     const pirq = await (window as any).pirq.connect(a, b);

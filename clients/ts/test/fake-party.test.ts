@@ -9,7 +9,10 @@ import { execFile } from "node:child_process";
 import { inspect, promisify } from "node:util";
 import { fileURLToPath } from "node:url";
 import * as pirq from "../src/index.js";
-import { fakePage, startFakeParty, FakeParty } from "./fake-party.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fakePage, makeTestCa, startFakeParty, FakeParty } from "./fake-party.js";
 import { checkOutcome, lookupOnce, scenarioName, SCENARIOS, TIMEOUT_MS } from "./fake-scenarios.js";
 
 (globalThis as unknown as { pirq: typeof pirq }).pirq = pirq;
@@ -36,7 +39,7 @@ for (const s of SCENARIOS) {
   });
 }
 
-const childClient = fileURLToPath(new URL("./rss-client.js", import.meta.url));
+const childClient = fileURLToPath(new URL("./child-client.js", import.meta.url));
 
 for (const behaviour of ["huge-answer", "huge-info", "sse-huge-line"] as const) {
   test(`memory stays bounded against ${behaviour} (1 GiB): the client process's peak RSS < 100 MB`, async () => {
@@ -49,6 +52,28 @@ for (const behaviour of ["huge-answer", "huge-info", "sse-huge-line"] as const) 
     assert.ok(result.maxRssBytes < 100e6, `peak RSS ${(result.maxRssBytes / 1e6).toFixed(1)} MB (at start ${(result.baselineRssBytes / 1e6).toFixed(1)} MB)`);
   });
 }
+
+test("https parties with a private CA: trusted through NODE_EXTRA_CA_CERTS (Node's own trust roots otherwise)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "pirq-ts-ca-"));
+  try {
+    const { caFile, key, cert } = makeTestCa(dir);
+    const a = await fake({ behaviour: "honest", tls: { key, cert } });
+    const b = await fake({ behaviour: "honest", tls: { key, cert } });
+    assert.match(a.url, /^https:\/\/127\.0\.0\.1:/);
+    const lookup = async (env: NodeJS.ProcessEnv) => {
+      const { stdout } = await promisify(execFile)(process.execPath, [childClient, a.url, b.url], { timeout: 60_000, env });
+      return JSON.parse(stdout) as { code: string; message: string };
+    };
+    const trusted = await lookup({ ...process.env, NODE_EXTRA_CA_CERTS: caFile });
+    assert.equal(trusted.code, "ok", trusted.message);
+    const { NODE_EXTRA_CA_CERTS: _, ...without } = process.env;
+    const untrusted = await lookup(without);
+    assert.equal(untrusted.code, "party_unreachable");
+    assert.match(untrusted.message, /certificate/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 test("plain http:// to a remote host is refused before any request, with the reason; insecureHttp allows it", async () => {
   const requests: string[] = [];

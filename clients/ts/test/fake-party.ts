@@ -7,8 +7,12 @@
 // Used by fake-party.test.ts (Node) and browser-fake.test.ts (Chromium): the browser reaches it
 // across origins, so every answer carries CORS headers like a gateway with --cors-origin '*'.
 import { createServer, IncomingMessage, Server, ServerResponse } from "node:http";
+import { createServer as createTlsServer } from "node:https";
 import { createServer as createTcpServer, Socket } from "node:net";
 import { createHash } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { parseKey, evalFullDomain } from "../src/dpf.js";
 import { fromBase64, toBase64 } from "../src/bytes.js";
 
@@ -33,6 +37,8 @@ export interface FakePartyOptions {
   token?: string;
   /** Where a `redirect` party sends its submits. */
   redirectTo?: string;
+  /** Serve https:// with this PEM key and certificate chain (a certificate for 127.0.0.1). */
+  tls?: { key: string; cert: string };
 }
 
 /** What the fake saw: every request's method, path and the headers a test checks. */
@@ -303,25 +309,41 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
     return json(res, 200, result);
   }
 
-  const server = createServer((req, res) => {
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
     handle(req, res).catch((e) => {
       if (!res.headersSent) error(res, 500, "internal", String(e));
     });
-  });
-  server.on("connection", (socket) => {
+  };
+  const server = options.tls ? createTlsServer({ key: options.tls.key, cert: options.tls.cert }, onRequest) : createServer(onRequest);
+  server.on(options.tls ? "secureConnection" : "connection", (socket: Socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return {
-    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    url: `${options.tls ? "https" : "http"}://127.0.0.1:${(server.address() as { port: number }).port}`,
     seen,
     stats,
     close: () => closeAll(server, sockets),
   };
 }
 
-async function closeAll(server: Server | ReturnType<typeof createTcpServer>, sockets: Set<Socket>): Promise<void> {
+/**
+ * A throwaway CA and a certificate for 127.0.0.1 signed by it, made by `openssl` in `dir`:
+ * `{ ca, key, cert }` as PEM text, and the CA's file path (for NODE_EXTRA_CA_CERTS).
+ */
+export function makeTestCa(dir: string): { caFile: string; ca: string; key: string; cert: string } {
+  const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  run(["req", "-x509", ...ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=pirq test CA"]);
+  run(["req", ...ec, "-keyout", "party.key", "-out", "party.csr", "-subj", "/CN=127.0.0.1"]);
+  writeFileSync(join(dir, "party.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n");
+  run(["x509", "-req", "-in", "party.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "party.pem", "-days", "1", "-extfile", "party.ext"]);
+  const read = (f: string) => readFileSync(join(dir, f), "utf8");
+  return { caFile: join(dir, "ca.pem"), ca: read("ca.pem"), key: read("party.key"), cert: read("party.pem") };
+}
+
+async function closeAll(server: Server | ReturnType<typeof createTcpServer> | ReturnType<typeof createTlsServer>, sockets: Set<Socket>): Promise<void> {
   for (const s of sockets) s.destroy();
   await new Promise<void>((r) => server.close(() => r()));
 }

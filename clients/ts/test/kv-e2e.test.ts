@@ -3,6 +3,8 @@
 // present and absent keys, and `get` on a page database refused.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { connect, PirqError, toHex } from "../src/index.js";
 import { kvRecords, makeKvDb, makePageDb, Parties, startParties, tempDir, warnings } from "./parties.js";
 
@@ -59,6 +61,17 @@ test("absent keys are null, and the parties see the same shape as for present on
 test("a key of a length the database does not take is an invalid_argument", async () => {
   const pirq = await connect(parties.a.url, parties.b.url);
   await assert.rejects(pirq.get(new Uint8Array(0)), (e: unknown) => e instanceof PirqError && e.code === "invalid_argument");
+});
+
+test("the Node example (examples/node.ts) looks up a key and a page from real parties", async () => {
+  const example = fileURLToPath(new URL("../examples/node.js", import.meta.url));
+  const run = (...args: string[]) => JSON.parse(execFileSync(process.execPath, [example, parties.a.url, parties.b.url, ...args], { encoding: "utf8" }));
+  const [key, value] = records[42];
+  const found = run("key", new TextDecoder().decode(key));
+  assert.equal(found.value, toHex(value));
+  assert.match(found.digest, /^[0-9a-f]{64}$/);
+  assert.equal(run("key", "user:no-such").value, null);
+  assert.equal(run("page", "7").page.length, 2 * 256);
 });
 
 test("get on a page database is not_kv", async () => {
