@@ -1,6 +1,6 @@
-//! `pirq db gen`, `pirq db info` and `pirq db verify`.
+//! `pirq db gen`, `pirq db import`, `pirq db info` and `pirq db verify`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -11,6 +11,9 @@ use pirq_shared::db::{self, synthetic, Header, PirDb};
 pub enum DbCommand {
     /// Write a synthetic database at epoch 0 (deterministic in --seed).
     Gen(GenArgs),
+    /// Cut a file's bytes into pages: a database of your own data at epoch 0 (the last page
+    /// zero-padded; the byte length recorded in the header).
+    Import(ImportArgs),
     /// Fold epoch updates into a new database file (a snapshot at the last update's epoch).
     Apply(crate::epoch::ApplyArgs),
     /// Print a database file's header fields as JSON.
@@ -54,9 +57,24 @@ pub struct GenArgs {
     out: PathBuf,
 }
 
+#[derive(Args)]
+pub struct ImportArgs {
+    /// The file to import, or `-` for standard input.
+    #[arg(long)]
+    input: PathBuf,
+    /// Page size in bytes: a power of two from 256 to 65536. Page p holds bytes
+    /// p*S .. (p+1)*S of the input.
+    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
+    page_size: u32,
+    /// Output file.
+    #[arg(long)]
+    out: PathBuf,
+}
+
 pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
     match cmd {
         DbCommand::Gen(args) => gen(args),
+        DbCommand::Import(args) => import(args),
         DbCommand::Apply(args) => crate::epoch::apply(args),
         DbCommand::Info { file } => info(file),
         DbCommand::Verify(args) => verify(args),
@@ -90,6 +108,65 @@ fn gen(args: GenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses an `out` that is one of `inputs` (SPEC-independent: no tool destroys what it reads),
+/// where `-` is standard input, which may be redirected from the output file itself.
+pub fn refuse_overwriting_inputs(out: &Path, inputs: &[&Path]) -> anyhow::Result<()> {
+    for input in inputs {
+        if *input == Path::new("-") {
+            if db::ensure_not_an_input(out, &[Path::new("/dev/stdin")]).is_err() {
+                bail!(
+                    "refusing to write {}: standard input is that same file; write to another \
+                     path",
+                    out.display()
+                );
+            }
+        } else {
+            db::ensure_not_an_input(out, &[input])?;
+        }
+    }
+    Ok(())
+}
+
+fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let stdin = args.input == Path::new("-");
+    refuse_overwriting_inputs(&args.out, &[&args.input])?;
+    let (name, input, known_len): (String, Box<dyn std::io::Read>, Option<u64>) = if stdin {
+        (
+            "standard input".into(),
+            Box::new(std::io::stdin().lock()),
+            None,
+        )
+    } else {
+        let file = std::fs::File::open(&args.input)
+            .with_context(|| format!("opening {}", args.input.display()))?;
+        let meta = file.metadata()?;
+        // A pipe or a device has no length to trust.
+        let len = meta.is_file().then_some(meta.len());
+        (args.input.display().to_string(), Box::new(file), len)
+    };
+    let bar = match known_len {
+        Some(len) => progress_bar(len),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {bytes} {binary_bytes_per_sec}")
+                .expect("valid template"),
+        ),
+    };
+    let imported = db::import::import(&args.out, input, &name, known_len, args.page_size, |done| {
+        bar.set_position(done)
+    })
+    .with_context(|| format!("importing {name} into {}", args.out.display()))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "wrote {} ({} bytes of {name} in {} pages of {} bytes, the last zero-padded), digest {}",
+        args.out.display(),
+        imported.data_len,
+        imported.num_pages,
+        args.page_size,
+        imported.digest
+    );
+    Ok(())
+}
+
 /// A byte progress bar, drawn only for writes big enough to watch (and only on a terminal).
 fn progress_bar(total: u64) -> ProgressBar {
     if total < 64 << 20 {
@@ -116,6 +193,9 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
         "pages_bytes": h.pages_len(),
         "digest": db.recorded_digest(),
     });
+    if db.data_len() != 0 {
+        info["data_len"] = db.data_len().into();
+    }
     if let Some(kv) = db.kv() {
         info["kv"] = serde_json::to_value(kv.info())?;
     }

@@ -63,6 +63,7 @@ pub fn read_update(path: &Path) -> anyhow::Result<EpochUpdate> {
 
 pub fn make(args: MakeArgs) -> anyhow::Result<()> {
     db::ensure_not_an_input(&args.out, &[&args.db])?;
+    db::check_epoch(args.epoch).context("--epoch")?;
     let db = PirDb::open(&args.db)?;
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
     let pages = (0..args.pages)
@@ -126,11 +127,12 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
         epoch: header.epoch,
         ..*db.header()
     };
-    // A snapshot of a kv database is one too: the layout block goes along.
+    // A snapshot of a kv database is one too, and of an imported file one too: the layout block
+    // and the imported length go along.
     db::write_with_digest(
         &args.out,
         &out,
-        db.kv().map(|kv| &kv.layout),
+        &db.meta(),
         digest,
         |p, page| match latest.get(&p) {
             Some(new) => page.copy_from_slice(new),

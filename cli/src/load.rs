@@ -380,7 +380,11 @@ impl Shared {
         }
         let pages = self.ask_both(keys_a, keys_b).await?;
         for ((tag, want), candidates) in wanted.iter().zip(pages.chunks(d)) {
-            let found = candidates.iter().find_map(|page| p.find(page, tag));
+            let found = candidates
+                .iter()
+                .find_map(|page| p.find(page, tag).transpose())
+                .transpose()
+                .map_err(|e| format!("malformed_page: {e}"))?;
             if found != want.map(Vec::as_slice) {
                 return Err("wrong_value".into());
             }

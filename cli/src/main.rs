@@ -8,6 +8,7 @@ mod bench;
 mod db;
 mod epoch;
 mod get;
+mod interrupt;
 mod keys;
 mod kv;
 mod load;
@@ -78,7 +79,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    if writes_files(&cli.command) {
+        interrupt::remove_temp_files_on_signal()?;
+    }
+    match cli.command {
         Command::Db(cmd) => db::run(cmd),
         Command::Keys(cmd) => keys::run(cmd),
         Command::Epoch(EpochCommand::Make(args)) => epoch::make(args),
@@ -89,5 +94,15 @@ fn run() -> anyhow::Result<()> {
         Command::Kv(cmd) => kv::run(cmd),
         Command::Get(args) => get::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+    }
+}
+
+/// Commands that write a file (a database, an update, records): on SIGINT or SIGTERM they
+/// remove their unfinished temporary file before exiting.
+fn writes_files(command: &Command) -> bool {
+    match command {
+        Command::Db(db::DbCommand::Info { .. } | db::DbCommand::Verify(_)) => false,
+        Command::Db(_) | Command::Kv(_) | Command::Epoch(EpochCommand::Make(_)) => true,
+        _ => false,
     }
 }

@@ -4,7 +4,7 @@
 //! party (split only where a party's key limit forces it, and then by whole lookups), so a party
 //! sees the same shape of query whether the keys exist or not. The key and its tag stay here.
 
-use pirq_shared::kv::KvParams;
+use pirq_shared::kv::{KvParams, ValueKind};
 
 use crate::{Client, ClientError};
 
@@ -12,7 +12,10 @@ use crate::{Client, ClientError};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Values {
     pub epoch: u64,
-    /// `values[i]` is the value of `keys[i]`, `None` when the key is absent.
+    /// What the table stores: a set's present keys have the empty value.
+    pub kind: ValueKind,
+    /// `values[i]` is the value of `keys[i]`, `None` when the key is absent (for a set,
+    /// `Some(vec![])` when it is present).
     pub values: Vec<Option<Vec<u8>>>,
 }
 
@@ -74,17 +77,27 @@ impl Client {
             .into_iter()
             .flatten()
             .collect();
-        let values = tags
-            .iter()
-            .zip(fetched.chunks(d))
-            .map(|(tag, candidates)| {
-                candidates
-                    .iter()
-                    .find_map(|page| params.find(page, tag))
-                    .map(<[u8]>::to_vec)
-            })
-            .collect();
-        Ok(Values { epoch, values })
+        let mut values = Vec::with_capacity(tags.len());
+        for (tag, candidates) in tags.iter().zip(fetched.chunks(d)) {
+            let mut value = None;
+            for page in candidates {
+                // A malformed slot (KV §4) is refused, never read as a value or as absent.
+                let found = params.find(page, tag).map_err(|e| ClientError::Protocol {
+                    party: format!("{} and {}", self.a.base(), self.b.base()),
+                    detail: format!("their answers combine into a malformed kv page: {e}"),
+                })?;
+                if let Some(v) = found {
+                    value = Some(v.to_vec());
+                    break;
+                }
+            }
+            values.push(value);
+        }
+        Ok(Values {
+            epoch,
+            kind: params.kind(),
+            values,
+        })
     }
 }
 

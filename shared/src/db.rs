@@ -1,5 +1,7 @@
-//! The `.pirdb` page database file (SPEC §2): header, reader (mmap), writer, synthetic pages.
+//! The `.pirdb` page database file (SPEC §2): header, reader (mmap), writer, synthetic pages,
+//! imported bytes.
 
+pub mod import;
 pub mod synthetic;
 
 use std::fs::File;
@@ -26,6 +28,29 @@ pub const MAX_PAGE_SIZE: u32 = 65536;
 pub const DEFAULT_PAGE_SIZE: u32 = 4096;
 /// Keys have at most 40 domain bits, so a database holds at most 2^40 pages.
 pub const MAX_PAGES: u64 = 1 << 40;
+/// The highest epoch (SPEC §3): 2^53 - 1, so that every client reads epochs from JSON exactly
+/// (a JavaScript number is a double). Every tool, the gateway and the workers refuse more.
+pub const MAX_EPOCH: u64 = (1 << 53) - 1;
+/// Where header bytes 544..552 record the byte length of imported data (SPEC §2.3).
+pub const DATA_LEN_AT: usize = 544;
+
+/// Refuses an epoch above [`MAX_EPOCH`].
+pub fn check_epoch(epoch: u64) -> Result<(), DbError> {
+    if epoch > MAX_EPOCH {
+        return Err(DbError::Epoch(epoch));
+    }
+    Ok(())
+}
+
+/// What a header says about a database beside its geometry and digest: the parts a derived file
+/// (a snapshot, a shard file) carries over from the file it was made from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The kv layout block (`docs/spec/kv.md` §2), for a kv database.
+    pub kv: Option<KvLayout>,
+    /// Bytes of imported data, for a file written by `pirq db import` (SPEC §2.3); 0 otherwise.
+    pub data_len: u64,
+}
 
 /// The header fields of a `.pirdb` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -38,8 +63,8 @@ pub struct Header {
 /// Why a database file or header was rejected.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
     #[error("file is {len} bytes, shorter than the {HEADER_LEN}-byte header")]
     ShortHeader { len: u64 },
     #[error("bad magic {found:02x?}: not a .pirdb v1 file")]
@@ -48,6 +73,17 @@ pub enum DbError {
     PageSize(u32),
     #[error("num_pages {0} outside 1..=2^40")]
     NumPages(u64),
+    #[error("epoch {0} is above the highest epoch, 2^53-1 = {MAX_EPOCH} (SPEC §3)")]
+    Epoch(u64),
+    #[error(
+        "data_len {data_len} does not fit {num_pages} pages of {usable} usable bytes \
+         (it must be 0, or more than (pages - 1) x usable and at most pages x usable)"
+    )]
+    DataLen {
+        data_len: u64,
+        num_pages: u64,
+        usable: u32,
+    },
     #[error("reserved header bytes at offset {offset} are not zero")]
     Reserved { offset: usize },
     /// The key-value layout block (header bytes 64..512, `docs/spec/kv.md`) is malformed.
@@ -58,6 +94,9 @@ pub enum DbError {
         output.display(), input.display()
     )]
     OutputIsInput { output: PathBuf, input: PathBuf },
+    /// An input a tool reads cannot be used (empty, too large, changed while read).
+    #[error("{0}")]
+    Input(String),
     /// The shard block (header bytes 512..544, written by `pirq db split`) is malformed.
     #[error("shard block: {0}")]
     Shard(String),
@@ -80,7 +119,7 @@ impl Header {
         if !(1..=MAX_PAGES).contains(&self.num_pages) {
             return Err(DbError::NumPages(self.num_pages));
         }
-        Ok(())
+        check_epoch(self.epoch)
     }
 
     /// Parses and validates the first [`HEADER_LEN`] bytes of a file.
@@ -106,12 +145,14 @@ impl Header {
             return Err(DbError::Reserved { offset: 12 });
         }
         // Bytes 32..64 hold the digest (any value); bytes 64..512 are the kv layout block: zero,
-        // or a layout that fits these pages.
+        // or a layout that fits these pages; 512..544 the shard block; 544..552 data_len. The
+        // signing block (560..688, SPEC §2.4) is reserved until signed pages exist.
         let kv = crate::kv::BLOCK;
         for reserved in [
             DIGEST_RANGE.end..kv.start,
             kv.end..SHARD_BLOCK.start,
-            SHARD_BLOCK.end..HEADER_LEN,
+            SHARD_BLOCK.end..DATA_LEN_AT,
+            DATA_LEN_AT + 8..HEADER_LEN,
         ] {
             if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
                 return Err(DbError::Reserved {
@@ -120,8 +161,25 @@ impl Header {
             }
         }
         header.kv_params(bytes)?;
-        ShardOrigin::from_header(bytes, &header)?;
+        let shard = ShardOrigin::from_header(bytes, &header)?;
+        let total_pages = shard.map_or(header.num_pages, |s| s.total_pages);
+        check_data_len(Header::data_len(bytes), total_pages, header.usable(bytes))?;
         Ok(header)
+    }
+
+    /// Bytes of a page that hold data (SPEC §2.5): the page size less the signature tail of a
+    /// signed database (none yet: the signing block is issue 27's).
+    pub fn usable(&self, _bytes: &[u8]) -> u32 {
+        self.page_size
+    }
+
+    /// The `data_len` field (SPEC §2.3) of header `bytes`: 0 unless the file was imported.
+    pub fn data_len(bytes: &[u8]) -> u64 {
+        u64::from_le_bytes(
+            bytes[DATA_LEN_AT..DATA_LEN_AT + 8]
+                .try_into()
+                .expect("8 bytes"),
+        )
     }
 
     /// The kv layout in header `bytes` (64..512) checked against this geometry; `None` for a
@@ -166,6 +224,20 @@ impl Header {
     }
 }
 
+/// Checks `data_len` against the database it describes (SPEC §2.3): 0, or a length whose last
+/// byte falls in the last of `total_pages` pages of `usable` bytes.
+pub fn check_data_len(data_len: u64, total_pages: u64, usable: u32) -> Result<(), DbError> {
+    let u = usable as u64;
+    if data_len == 0 || ((total_pages - 1) * u < data_len && data_len <= total_pages * u) {
+        return Ok(());
+    }
+    Err(DbError::DataLen {
+        data_len,
+        num_pages: total_pages,
+        usable,
+    })
+}
+
 /// Domain bits for a database of `num_pages` pages (SPEC §2).
 pub fn domain_bits(num_pages: u64) -> u8 {
     (u64::BITS - num_pages.saturating_sub(1).leading_zeros()).max(1) as u8
@@ -176,6 +248,7 @@ pub struct PirDb {
     header: Header,
     digest: Option<Digest>,
     kv: Option<KvParams>,
+    data_len: u64,
     shard: Option<ShardOrigin>,
     map: Mmap,
     path: PathBuf,
@@ -187,7 +260,7 @@ impl PirDb {
         let path = path.as_ref().to_path_buf();
         let io = |source| DbError::Io {
             path: path.clone(),
-            source,
+            error: source,
         };
         let file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
@@ -202,6 +275,7 @@ impl PirDb {
         let kv = header.kv_params(&map[..HEADER_LEN])?;
         let digest = Header::parse_digest(&map[..HEADER_LEN]);
         let shard = ShardOrigin::from_header(&map[..HEADER_LEN], &header)?;
+        let data_len = Header::data_len(&map[..HEADER_LEN]);
         if len != header.file_len() {
             return Err(DbError::Length {
                 expected: header.file_len(),
@@ -216,6 +290,7 @@ impl PirDb {
             header,
             digest,
             kv,
+            data_len,
             shard,
             map,
             path,
@@ -247,6 +322,20 @@ impl PirDb {
     /// The key-value layout, if this is a kv database (`docs/spec/kv.md`).
     pub fn kv(&self) -> Option<&KvParams> {
         self.kv.as_ref()
+    }
+
+    /// Bytes of imported data (`pirq db import`, SPEC §2.3); 0 for a file not imported.
+    pub fn data_len(&self) -> u64 {
+        self.data_len
+    }
+
+    /// What a file derived from this one carries over (a snapshot: all of it; a shard file:
+    /// all but the kv layout).
+    pub fn meta(&self) -> Meta {
+        Meta {
+            kv: self.kv.map(|k| k.layout),
+            data_len: self.data_len,
+        }
     }
 
     /// Which part of a database this file holds, for a shard file (`pirq db split`).
@@ -304,7 +393,7 @@ impl PirDb {
     pub fn private_range(&self, range: std::ops::Range<u64>) -> Result<PrivatePages, DbError> {
         let io = |source| DbError::Io {
             path: self.path.clone(),
-            source,
+            error: source,
         };
         let ps = self.header.page_size as u64;
         assert!(
@@ -377,7 +466,7 @@ pub fn ensure_not_an_input(output: &Path, inputs: &[&Path]) -> Result<(), DbErro
     for input in inputs {
         let io = |source| DbError::Io {
             path: input.to_path_buf(),
-            source,
+            error: source,
         };
         let meta = std::fs::metadata(input).map_err(io)?;
         if (meta.dev(), meta.ino()) == (out.dev(), out.ino()) {
@@ -400,10 +489,24 @@ pub fn write_atomically<T>(
     path: &Path,
     write: impl FnOnce(&mut File) -> io::Result<T>,
 ) -> Result<T, DbError> {
+    write_atomically_with(path, |file| {
+        write(file).map_err(|source| DbError::Io {
+            path: path.to_path_buf(),
+            error: source,
+        })
+    })
+}
+
+/// [`write_atomically`] for a writer whose errors are not all about `path` (an input it reads
+/// can fail too, and says so in its own [`DbError`]).
+pub fn write_atomically_with<T>(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> Result<T, DbError>,
+) -> Result<T, DbError> {
     use std::os::unix::fs::PermissionsExt;
     let io = |source| DbError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     };
     let dir = parent_dir(path);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -412,7 +515,9 @@ pub fn write_atomically<T>(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(io)?;
-    let value = write(tmp.as_file_mut()).map_err(io)?;
+    // Removed by `tmp`'s drop on failure, and by the tool's signal handler if it is killed.
+    let _interrupted = crate::tempfiles::register(tmp.path());
+    let value = write(tmp.as_file_mut())?;
     let file = tmp.as_file();
     // A temporary file is created 0600; the database is read by workers of other users.
     file.set_permissions(std::fs::Permissions::from_mode(0o644))
@@ -447,17 +552,31 @@ pub fn write(
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
-    write_pages(path.as_ref(), header, None, None, None, fill, progress)
+    write_meta(path, header, &Meta::default(), fill, progress)
 }
 
-/// The header bytes with the kv layout block (if any), checked against the geometry.
-fn header_bytes(header: &Header, kv: Option<&KvLayout>) -> Result<Vec<u8>, DbError> {
+/// [`write`] with the header's other blocks: the kv layout, the imported length.
+pub fn write_meta(
+    path: impl AsRef<Path>,
+    header: &Header,
+    meta: &Meta,
+    fill: impl Fn(u64, &mut [u8]) + Sync,
+    progress: impl FnMut(u64),
+) -> Result<Digest, DbError> {
+    write_pages(path.as_ref(), header, meta, None, None, fill, progress)
+}
+
+/// The header bytes with `meta`'s blocks, checked against the geometry (`total_pages`: of the
+/// whole database, for a shard file).
+fn header_bytes(header: &Header, meta: &Meta, total_pages: u64) -> Result<Vec<u8>, DbError> {
     header.validate()?;
     let mut bytes = header.to_bytes();
-    if let Some(layout) = kv {
+    if let Some(layout) = &meta.kv {
         KvParams::new(*layout, header.page_size, header.num_pages)?;
         bytes[crate::kv::BLOCK].copy_from_slice(&layout.to_block());
     }
+    check_data_len(meta.data_len, total_pages, header.usable(&bytes))?;
+    bytes[DATA_LEN_AT..DATA_LEN_AT + 8].copy_from_slice(&meta.data_len.to_le_bytes());
     Ok(bytes)
 }
 
@@ -469,17 +588,21 @@ pub fn write_kv(
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
-    write_pages(path.as_ref(), header, kv, None, None, fill, progress)
+    let meta = Meta {
+        kv: kv.copied(),
+        ..Meta::default()
+    };
+    write_pages(path.as_ref(), header, &meta, None, None, fill, progress)
 }
 
-/// Like [`write_kv`], but records `digest` instead of the content digest: for files whose digest
-/// is inherited, such as a snapshot at a later epoch (`pirq db apply` records the chained
-/// digest and passes the source's kv layout through) or a part of a database (it names the
-/// whole database).
+/// Like [`write_meta`], but records `digest` instead of the content digest: for files whose
+/// digest is inherited, such as a snapshot at a later epoch (`pirq db apply` records the
+/// chained digest and passes the source's [`Meta`] through) or a part of a database (it names
+/// the whole database).
 pub fn write_with_digest(
     path: impl AsRef<Path>,
     header: &Header,
-    kv: Option<&KvLayout>,
+    meta: &Meta,
     digest: Digest,
     fill: impl Fn(u64, &mut [u8]) + Sync,
     progress: impl FnMut(u64),
@@ -487,7 +610,7 @@ pub fn write_with_digest(
     write_pages(
         path.as_ref(),
         header,
-        kv,
+        meta,
         None,
         Some(digest),
         fill,
@@ -499,14 +622,15 @@ pub fn write_with_digest(
 fn write_pages(
     path: &Path,
     header: &Header,
-    kv: Option<&KvLayout>,
+    meta: &Meta,
     shard: Option<&ShardOrigin>,
     recorded: Option<Digest>,
     fill: impl Fn(u64, &mut [u8]) + Sync,
     mut progress: impl FnMut(u64),
 ) -> Result<Digest, DbError> {
     use rayon::prelude::*;
-    let mut header_bytes = header_bytes(header, kv)?;
+    let total_pages = shard.map_or(header.num_pages, |s| s.total_pages);
+    let mut header_bytes = header_bytes(header, meta, total_pages)?;
     if let Some(origin) = shard {
         header_bytes[SHARD_BLOCK].copy_from_slice(&origin.to_block());
     }
@@ -610,7 +734,8 @@ impl ShardOrigin {
 /// Writes shard `spec` of `source` as a file of its own (`pirq db split`): the shard's pages,
 /// the source's epoch, the shard block saying where they belong, and the source's digest (a
 /// shard file names the whole database it is part of). Written atomically. A kv layout is not
-/// carried over: workers serve pages; clients read the layout from the whole database.
+/// carried over (workers serve pages; clients read the layout from the whole database); the
+/// imported length is, as it describes the whole database.
 pub fn write_shard(
     path: impl AsRef<Path>,
     source: &PirDb,
@@ -643,10 +768,14 @@ pub fn write_shard(
     let ps = source.page_size();
     let offset = range.start - source.first_page();
     let pages = source.pages();
+    let meta = Meta {
+        kv: None,
+        ..source.meta()
+    };
     write_pages(
         path,
         &header,
-        None,
+        &meta,
         Some(&origin),
         Some(source.digest()),
         |p, page| {
@@ -660,14 +789,21 @@ pub fn write_shard(
 
 /// A database file written in place through a writable mapping, for builders that place data
 /// at random positions (the kv builder's cuckoo table is the page file itself). The file is
-/// made as `<path>.tmp-<pid>` beside `path` and renamed over `path` only by [`MappedWriter::commit`];
-/// dropped without a commit, the temporary file is removed.
+/// made as `.<name>.tmp-<pid>` beside `path` and renamed over `path` only by
+/// [`MappedWriter::commit`]; dropped without a commit (or the tool interrupted, see
+/// [`crate::tempfiles`]), the temporary file is removed.
+///
+/// Its whole length is allocated on disk before it is mapped: a store into a mapped page that
+/// the file system has no block for kills the process with SIGBUS, so a full disk must fail
+/// here, as an error, instead.
 pub struct MappedWriter {
     header: Header,
     map: MmapMut,
+    file: File,
     tmp: PathBuf,
     path: PathBuf,
     committed: bool,
+    _interrupted: crate::tempfiles::Registration,
 }
 
 impl MappedWriter {
@@ -677,7 +813,11 @@ impl MappedWriter {
         header: &Header,
         kv: Option<&KvLayout>,
     ) -> Result<MappedWriter, DbError> {
-        let header_bytes = header_bytes(header, kv)?;
+        let meta = Meta {
+            kv: kv.copied(),
+            ..Meta::default()
+        };
+        let header_bytes = header_bytes(header, &meta, header.num_pages)?;
         let path = path.as_ref().to_path_buf();
         let name = path
             .file_name()
@@ -686,7 +826,7 @@ impl MappedWriter {
         let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
         let io = |source| DbError::Io {
             path: tmp.clone(),
-            source,
+            error: source,
         };
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -695,23 +835,36 @@ impl MappedWriter {
             .truncate(true)
             .open(&tmp)
             .map_err(io)?;
-        let mut writer = MappedWriter {
+        let interrupted = crate::tempfiles::register(&tmp);
+        // From here on a failure drops `Removal`, which removes the file.
+        let removal = Removal(&tmp);
+        allocate(&file, header.file_len()).map_err(|source| DbError::Io {
+            path: tmp.clone(),
+            error: io::Error::new(
+                source.kind(),
+                format!(
+                    "allocating {} bytes for the new database: {source}",
+                    header.file_len()
+                ),
+            ),
+        })?;
+        // SAFETY: the file was just created by this process under a private name, and every
+        // byte of it is allocated on disk (a store into the mapping cannot hit a missing
+        // block); nothing else maps or writes it until `commit` renames it. Populated up front:
+        // a builder writes nearly every page, and one bulk fault-in is several times cheaper
+        // than a page fault per page (measured in docs/bench/kv.md).
+        let mut map = unsafe { MmapOptions::new().populate().map_mut(&file) }.map_err(io)?;
+        map[..HEADER_LEN].copy_from_slice(&header_bytes);
+        std::mem::forget(removal);
+        Ok(MappedWriter {
             header: *header,
-            // Filled in below; a zero-length placeholder cannot be mapped, so map first.
-            map: {
-                file.set_len(header.file_len()).map_err(io)?;
-                // SAFETY: the file was just created by this process under a private name;
-                // nothing else maps or writes it until `commit` renames it. Populated up front:
-                // a builder writes nearly every page, and one bulk fault-in is several times
-                // cheaper than a page fault per page (measured in docs/bench/kv.md).
-                unsafe { MmapOptions::new().populate().map_mut(&file) }.map_err(io)?
-            },
-            tmp: tmp.clone(),
+            map,
+            file,
+            tmp,
             path,
             committed: false,
-        };
-        writer.map[..HEADER_LEN].copy_from_slice(&header_bytes);
-        Ok(writer)
+            _interrupted: interrupted,
+        })
     }
 
     /// All pages back to back, writable.
@@ -719,17 +872,21 @@ impl MappedWriter {
         &mut self.map[HEADER_LEN..]
     }
 
-    /// Records the pages' content digest (SPEC §2.1) in the header, flushes the file, then
-    /// renames it over the destination.
+    /// Records the pages' content digest (SPEC §2.1) in the header, flushes the file to disk,
+    /// then renames it over the destination.
     pub fn commit(mut self) -> Result<(), DbError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
-            move |source| DbError::Io { path, source }
+            move |source| DbError::Io {
+                path,
+                error: source,
+            }
         };
         let h = self.header;
         let digest = Digest::content(h.page_size, h.num_pages, h.epoch, &self.map[HEADER_LEN..]);
         self.map[DIGEST_RANGE].copy_from_slice(&digest.0);
         self.map.flush().map_err(io(&self.tmp))?;
+        self.file.sync_all().map_err(io(&self.tmp))?;
         std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
         sync_dir(parent_dir(&self.path));
         self.committed = true;
@@ -742,5 +899,27 @@ impl Drop for MappedWriter {
         if !self.committed {
             let _ = std::fs::remove_file(&self.tmp);
         }
+    }
+}
+
+/// Removes a half-made file when dropped (forgotten once its owner takes over).
+struct Removal<'a>(&'a Path);
+
+impl Drop for Removal<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// Gives `file` `len` bytes with every block allocated (`posix_fallocate`, which the C library
+/// emulates by writing where the file system cannot allocate). A full disk is `ENOSPC` here.
+fn allocate(file: &File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file too large"))?;
+    // SAFETY: a plain system call on a file descriptor this process owns.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
     }
 }

@@ -9,6 +9,7 @@
 //! - [`update`]: epoch updates (whole-page replacements), JSON and bincode.
 //! - [`error`]: error codes shared by gateway and worker.
 //! - [`shard`]: page-range shards (`--shard I/S`) and their boundaries.
+//! - [`tempfiles`]: temporary files a tool removes when it is interrupted.
 //! - [`kv`]: key-value lookups over the pages by cuckoo hashing (`docs/spec/kv.md`).
 //!
 //! No async runtime here: both the gateway and the worker (and the client) depend on this crate.
@@ -23,5 +24,6 @@ pub mod kv;
 pub mod layout;
 pub mod metrics;
 pub mod shard;
+pub mod tempfiles;
 pub mod update;
 pub mod wire;

@@ -84,6 +84,9 @@ impl ShardSpec {
 
     /// Every shard's range, in order (they tile `0..num_pages`).
     pub fn all_ranges(count: u32, num_pages: u64) -> Result<Vec<Range<u64>>, ShardError> {
+        if !(1..=MAX_SHARDS).contains(&count) {
+            return Err(ShardError::Count(count));
+        }
         (0..count)
             .map(|i| ShardSpec::new(i, count)?.range(num_pages))
             .collect()

@@ -1,7 +1,8 @@
-//! Reproduces every value in `tests/vectors/kv_v1.json`, written by an independent Python
-//! implementation of `docs/spec/kv.md` (`tests/vectors/kv_v1_gen.py`).
+//! Reproduces every value in `tests/vectors/kv_v1.json` and `kv_v2.json`, written by an
+//! independent Python implementation of `docs/spec/kv.md` (`tests/vectors/kv_v1_gen.py`,
+//! `kv_v2_gen.py`).
 
-use pirq_shared::kv::{hash, KvLayout, KvParams, Table};
+use pirq_shared::kv::{hash, KvError, KvLayout, KvParams, Table, ValueKind};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -50,6 +51,7 @@ fn layout_block() {
     let b = &all["block"];
     let layout = KvLayout {
         choices: b["choices"].as_u64().unwrap() as u8,
+        kind: ValueKind::Fixed,
         value_size: b["value_size"].as_u64().unwrap() as u32,
         key_size: b["key_size"].as_u64().unwrap() as u32,
         seed: seed_of(&b["seed"]),
@@ -67,6 +69,7 @@ fn tiny() -> (KvParams, Value) {
     let params = KvParams::new(
         KvLayout {
             choices: t["choices"].as_u64().unwrap() as u8,
+            kind: ValueKind::Fixed,
             value_size: t["value_size"].as_u64().unwrap() as u32,
             key_size: t["key_size"].as_u64().unwrap() as u32,
             seed: seed_of(&t["seed"]),
@@ -95,10 +98,12 @@ fn tiny_db_lookups() {
         let key = hex_of(&l["key"]);
         params.check_key(&key).unwrap();
         let tag = params.tag(&key);
-        let found = params
-            .candidates(&tag)
-            .iter()
-            .find_map(|&p| params.find(&pages[p as usize], &tag).map(|v| v.to_vec()));
+        let found = params.candidates(&tag).iter().find_map(|&p| {
+            params
+                .find(&pages[p as usize], &tag)
+                .unwrap()
+                .map(|v| v.to_vec())
+        });
         let want = (!l["value"].is_null()).then(|| hex_of(&l["value"]));
         assert_eq!(found, want, "key {}", l["key"]);
     }
@@ -125,4 +130,131 @@ fn tiny_db_placement() {
         .flat_map(hex_of)
         .collect();
     assert_eq!(pages, want);
+}
+
+fn vectors_v2() -> Value {
+    serde_json::from_str(include_str!("vectors/kv_v2.json")).expect("vector file is JSON")
+}
+
+fn kind_of(v: &Value) -> ValueKind {
+    match v.as_str().unwrap() {
+        "set" => ValueKind::Set,
+        "variable" => ValueKind::Variable,
+        other => panic!("kind {other}"),
+    }
+}
+
+#[test]
+fn v2_layout_blocks() {
+    let all = vectors_v2();
+    for b in all["blocks"].as_array().unwrap() {
+        let layout = KvLayout {
+            choices: b["choices"].as_u64().unwrap() as u8,
+            kind: kind_of(&b["kind"]),
+            value_size: b["value_size"].as_u64().unwrap() as u32,
+            key_size: b["key_size"].as_u64().unwrap() as u32,
+            seed: seed_of(&b["seed"]),
+        };
+        let want = hex_of(&b["bytes_64_512"]);
+        assert_eq!(layout.to_block().to_vec(), want, "{b}");
+        let mut header = vec![0u8; 4096];
+        header[64..512].copy_from_slice(&want);
+        assert_eq!(KvLayout::from_header(&header).unwrap(), Some(layout));
+        assert_eq!(layout.slot_size() as u64, b["slot_size"].as_u64().unwrap());
+    }
+}
+
+/// A v2 table of the vector file: its params (checked against the file's derived sizes and
+/// its own block) and its pages.
+fn v2_table(name: &str) -> (KvParams, Value, Vec<Vec<u8>>) {
+    let t = vectors_v2()["tables"][name].clone();
+    let num = |f: &str| t[f].as_u64().unwrap();
+    let layout = KvLayout {
+        choices: num("choices") as u8,
+        kind: kind_of(&t["kind"]),
+        value_size: num("value_size") as u32,
+        key_size: num("key_size") as u32,
+        seed: seed_of(&t["seed"]),
+    };
+    assert_eq!(layout.to_block().to_vec(), hex_of(&t["block_64_512"]));
+    let params = KvParams::with_tail(
+        layout,
+        num("page_size") as u32,
+        num("tail_len") as u32,
+        num("num_pages"),
+    )
+    .unwrap();
+    assert_eq!(params.slot_size() as u64, num("slot_size"));
+    assert_eq!(params.slots_per_page() as u64, num("slots_per_page"));
+    let pages = t["pages"].as_array().unwrap().iter().map(hex_of).collect();
+    (params, t, pages)
+}
+
+const V2_TABLES: [&str; 4] = ["set", "variable", "signed_set", "signed_variable"];
+
+#[test]
+fn v2_lookups() {
+    for name in V2_TABLES {
+        let (params, t, pages) = v2_table(name);
+        let lookups = t["lookups"].as_array().unwrap();
+        assert!(lookups.iter().any(|l| l["present"] == true));
+        assert!(lookups.iter().any(|l| l["present"] == false));
+        for l in lookups {
+            let key = hex_of(&l["key"]);
+            params.check_key(&key).unwrap();
+            let tag = params.tag(&key);
+            let mut found = None;
+            for &p in params.candidates(&tag).iter() {
+                if let Some(v) = params.find(&pages[p as usize], &tag).unwrap() {
+                    found = Some(v.to_vec());
+                    break;
+                }
+            }
+            assert_eq!(found.is_some(), l["present"] == true, "{name} {l}");
+            if let Some(v) = found {
+                assert_eq!(v, hex_of(&l["value"]), "{name} {l}");
+            }
+        }
+    }
+}
+
+/// The builder lays the records out exactly as the reference placement did, leaving a signed
+/// page's tail alone.
+#[test]
+fn v2_placement() {
+    for name in V2_TABLES {
+        let (params, t, want) = v2_table(name);
+        let ps = params.page_size as usize;
+        // Start from the vector's tails (the stand-in signature bytes) and empty slots.
+        let mut pages: Vec<u8> = want
+            .iter()
+            .flat_map(|p| {
+                let mut page = vec![0u8; ps];
+                page[params.usable as usize..].copy_from_slice(&p[params.usable as usize..]);
+                page
+            })
+            .collect();
+        let mut table = Table::empty(params, &mut pages, 0);
+        for r in t["records"].as_array().unwrap() {
+            let value = hex_of(&r["value"]);
+            params.check_value(&value).unwrap();
+            table
+                .insert(&params.tag(&hex_of(&r["key"])), &value)
+                .unwrap();
+        }
+        assert_eq!(table.kicks(), 0);
+        assert_eq!(pages, want.concat(), "{name}");
+    }
+}
+
+#[test]
+fn v2_malformed_slot_is_refused() {
+    let m = vectors_v2()["malformed"].clone();
+    let (params, _, _) = v2_table(m["table"].as_str().unwrap());
+    let tag = params.tag(&hex_of(&m["key"]));
+    let page = hex_of(&m["page"]);
+    assert!(matches!(
+        params.find(&page, &tag),
+        Err(KvError::SlotLength { len: 31, max: 30 })
+    ));
 }

@@ -158,6 +158,7 @@ fn truncated_and_overlong_files() {
 fn kv_layout(choices: u8) -> pirq_shared::kv::KvLayout {
     pirq_shared::kv::KvLayout {
         choices,
+        kind: pirq_shared::kv::ValueKind::Fixed,
         value_size: 32,
         key_size: 20,
         seed: [4; 32],
@@ -343,4 +344,81 @@ fn shard_blocks() {
         let err = Header::parse(&bad[..4096]).unwrap_err();
         assert!(matches!(err, DbError::Shard(_)), "{what}: {err}");
     }
+}
+
+/// SPEC §2.3: the imported length is checked against the pages on write and on open, carried
+/// into a snapshot and into shard files, and the signing block's bytes stay reserved (zero)
+/// until signed pages exist.
+#[test]
+fn data_len_is_recorded_checked_and_carried() {
+    use pirq_shared::db::{Meta, DATA_LEN_AT};
+    use pirq_shared::shard::ShardSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let header = header(256, 1000, 0);
+    let path = dir.path().join("imported.pirdb");
+    let meta = Meta {
+        kv: None,
+        data_len: 999 * 256 + 1,
+    };
+    db::write_meta(&path, &header, &meta, |_, _| {}, |_| {}).unwrap();
+    let opened = PirDb::open(&path).unwrap();
+    assert_eq!(opened.data_len(), 999 * 256 + 1);
+    assert_eq!(opened.meta(), meta);
+    // Lengths that do not end in the last page are refused on write ...
+    for bad in [999 * 256, 1000 * 256 + 1] {
+        let meta = Meta {
+            kv: None,
+            data_len: bad,
+        };
+        let err =
+            db::write_meta(dir.path().join("bad"), &header, &meta, |_, _| {}, |_| {}).unwrap_err();
+        assert!(matches!(err, DbError::DataLen { .. }), "{err}");
+    }
+    // ... and on open.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[DATA_LEN_AT..DATA_LEN_AT + 8].copy_from_slice(&5u64.to_le_bytes());
+    let tampered = dir.path().join("tampered.pirdb");
+    std::fs::write(&tampered, &bytes).unwrap();
+    assert!(matches!(
+        PirDb::open(&tampered),
+        Err(DbError::DataLen { data_len: 5, .. })
+    ));
+    // A shard file describes the whole database: its data_len is the whole one's.
+    let shard = dir.path().join("s.pirdb");
+    db::write_shard(&shard, &opened, ShardSpec::new(0, 2).unwrap(), |_| {}).unwrap();
+    assert_eq!(PirDb::open(&shard).unwrap().data_len(), 999 * 256 + 1);
+    // Header bytes past data_len (the signing block among them) are reserved.
+    for offset in [552, 560, 687, 4095] {
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[offset] = 1;
+        std::fs::write(&tampered, &bytes).unwrap();
+        assert!(
+            matches!(PirDb::open(&tampered), Err(DbError::Reserved { offset: o }) if o == offset),
+            "offset {offset}"
+        );
+    }
+}
+
+/// SPEC §3: epochs above 2^53 - 1 are refused on write and on open.
+#[test]
+fn epochs_stay_below_two_to_the_fifty_three() {
+    let dir = tempfile::tempdir().unwrap();
+    let highest = header(256, 4, db::MAX_EPOCH);
+    let path = write_db(&dir, &highest, 1);
+    assert_eq!(PirDb::open(&path).unwrap().header().epoch, (1 << 53) - 1);
+    let err = db::write(
+        dir.path().join("over.pirdb"),
+        &header(256, 4, db::MAX_EPOCH + 1),
+        |_, _| {},
+        |_| {},
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "epoch 9007199254740992 is above the highest epoch, 2^53-1 = 9007199254740991 (SPEC §3)"
+    );
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[24..32].copy_from_slice(&(db::MAX_EPOCH + 1).to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(PirDb::open(&path), Err(DbError::Epoch(_))));
 }

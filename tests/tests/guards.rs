@@ -288,7 +288,7 @@ async fn a_snapshot_and_the_updates_stream_agree_on_the_digest() {
     db::write_with_digest(
         &snapshot,
         &header,
-        None,
+        &db::Meta::default(),
         expected,
         |p, out| out.copy_from_slice(&page(p)),
         |_| {},

@@ -149,9 +149,11 @@ async fn wait_epoch(party: &Party, epoch: u64) {
 fn local_get(db: &PirDb, key: &[u8]) -> Option<Vec<u8>> {
     let kv = db.kv().expect("kv database");
     let tag = kv.tag(key);
-    kv.candidates(&tag)
-        .iter()
-        .find_map(|&p| kv.find(db.page(p).unwrap(), &tag).map(<[u8]>::to_vec))
+    kv.candidates(&tag).iter().find_map(|&p| {
+        kv.find(db.page(p).unwrap(), &tag)
+            .unwrap()
+            .map(<[u8]>::to_vec)
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

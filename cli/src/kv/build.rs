@@ -14,14 +14,15 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use pirq_shared::db::{Header, MappedWriter, MAX_PAGES};
+use pirq_shared::db::{self, Header, MappedWriter, MAX_PAGES};
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
-use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag};
+use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag, ValueKind};
 use rayon::prelude::*;
 
-use super::records::{self, Format, Record, RecordError, Records, Sizes};
+use super::records::{self, Encoding, Encodings, Format, Record, RecordError, Records, Sizes};
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("values").required(true).args(["value_size", "max_value_size"]))]
 pub struct BuildArgs {
     /// Record file, or `-` for standard input.
     #[arg(long)]
@@ -29,9 +30,19 @@ pub struct BuildArgs {
     /// Record file format (default: from the extension, .csv or .bin, else JSON lines).
     #[arg(long, value_enum)]
     format: Option<Format>,
-    /// Bytes of every value.
+    /// Bytes of every value; 0 builds a set (keys only: `pirq get` says present or absent).
     #[arg(long)]
-    value_size: u32,
+    value_size: Option<u32>,
+    /// Values of any length up to this many bytes, each stored with its length (every slot
+    /// has room for the largest, so slots are all one size).
+    #[arg(long)]
+    max_value_size: Option<u32>,
+    /// How keys are written in JSON and CSV records: hex, base64, or the text's UTF-8 bytes.
+    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
+    key_encoding: Encoding,
+    /// How values are written in JSON and CSV records.
+    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
+    value_encoding: Encoding,
     /// Bytes of every key (0: any length in 1..=1024; binary records need it).
     #[arg(long, default_value_t = 0)]
     key_size: u32,
@@ -55,7 +66,7 @@ pub struct BuildArgs {
     /// Number of records, to size the table when they come from standard input.
     #[arg(long)]
     count: Option<u64>,
-    /// Epoch of the database.
+    /// Epoch of the database (at most 2^53-1).
     #[arg(long, default_value_t = 0)]
     epoch: u64,
     /// Evictions tried per record before the build gives up.
@@ -94,10 +105,24 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     if format == Format::Bin && args.key_size == 0 {
         bail!("binary records need --key-size (the key bytes before each value)");
     }
+    let (kind, value_size) = match (args.value_size, args.max_value_size) {
+        (Some(0), _) => (ValueKind::Set, 0),
+        (Some(v), _) => (ValueKind::Fixed, v),
+        (None, Some(v)) => (ValueKind::Variable, v),
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    if format == Format::Bin && kind == ValueKind::Variable {
+        bail!("binary records are fixed-width: variable-size values need JSON lines or CSV");
+    }
+    db::check_epoch(args.epoch).context("--epoch")?;
+    // The records are read to the end before the output is renamed into place, but a build
+    // must never replace what it reads.
+    crate::db::refuse_overwriting_inputs(&args.out, &[&args.records])?;
     let seed = args.seed.unwrap_or_else(rand::random);
     let layout = KvLayout {
         choices: args.choices,
-        value_size: args.value_size,
+        kind,
+        value_size,
         key_size: args.key_size,
         seed: super::layout_seed(seed),
     };
@@ -106,7 +131,12 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let slots = probe.slots_per_page();
     let sizes = Sizes {
         key_size: args.key_size as usize,
-        value_size: args.value_size as usize,
+        kind,
+        value_size: value_size as usize,
+    };
+    let encodings = Encodings {
+        key: args.key_encoding,
+        value: args.value_encoding,
     };
     let load = args
         .load
@@ -151,7 +181,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::sync_channel::<Vec<Result<Record, RecordError>>>(4);
     let input = records::open(&args.records)?;
     let reader = std::thread::spawn(move || {
-        let mut recs = Records::new(input, format, sizes);
+        let mut recs = Records::new(input, format, sizes, encodings);
         loop {
             let batch: Vec<_> = std::iter::from_fn(|| recs.next_record())
                 .take(BATCH)

@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use rayon::prelude::*;
 
-use super::records::Format;
+use super::records::{Encoding, Format};
 
 #[derive(Args)]
 pub struct GenArgs {
@@ -24,9 +24,16 @@ pub struct GenArgs {
     /// Bytes of every key (8 or more: keys are then unique by construction).
     #[arg(long, default_value_t = super::DEFAULT_KEY_SIZE)]
     key_size: usize,
-    /// Bytes of every value.
-    #[arg(long, default_value_t = 32)]
+    /// Bytes of every value; 0 writes a set's records (keys only).
+    #[arg(long, default_value_t = 32, conflicts_with = "max_value_size")]
     value_size: usize,
+    /// Values of random lengths 0..=V instead (for `kv build --max-value-size V`).
+    #[arg(long)]
+    max_value_size: Option<usize>,
+    /// How keys and values are written in JSON and CSV: hex or base64 (random bytes are not
+    /// text, so not utf8).
+    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
+    encoding: Encoding,
     /// Seed: the same seed gives the same records on every machine; another seed gives other
     /// keys (to make absent keys for a table, generate with another seed).
     #[arg(long, default_value_t = 0)]
@@ -52,12 +59,25 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Record `index` of `seed`: (key, value).
-fn record(seed: u64, index: u64, rng: &mut StdRng, key: &mut [u8], value: &mut [u8]) {
+/// Record `index` of `seed`: the key, and the value in `value` (all of it, or with variable
+/// sizes its first `len` bytes, `len` returned).
+fn record(
+    seed: u64,
+    index: u64,
+    rng: &mut StdRng,
+    key: &mut [u8],
+    value: &mut [u8],
+    variable: bool,
+) -> usize {
     rng.fill_bytes(key);
     rng.fill_bytes(value);
     let prefix = mix(index ^ mix(seed)).to_be_bytes();
     key[..8].copy_from_slice(&prefix);
+    if variable {
+        (rng.next_u64() % (value.len() as u64 + 1)) as usize
+    } else {
+        value.len()
+    }
 }
 
 fn chunk_rng(seed: u64, chunk: u64) -> StdRng {
@@ -72,31 +92,39 @@ fn chunk_rng(seed: u64, chunk: u64) -> StdRng {
 fn encode_chunk(args: &GenArgs, format: Format, first: u64, n: u64, out: &mut Vec<u8>) {
     let chunk = first / CHUNK;
     let mut rng = chunk_rng(args.seed, chunk);
+    let variable = args.max_value_size.is_some();
     let mut key = vec![0u8; args.key_size];
-    let mut value = vec![0u8; args.value_size];
+    let mut value = vec![0u8; args.max_value_size.unwrap_or(args.value_size)];
+    let set = value.is_empty() && !variable;
+    let text = |bytes: &[u8]| args.encoding.encode(bytes).expect("hex or base64");
     // Advance to `first` inside the chunk (only the first chunk of a --skip starts mid-way).
     for i in chunk * CHUNK..first {
-        record(args.seed, i, &mut rng, &mut key, &mut value);
+        record(args.seed, i, &mut rng, &mut key, &mut value, variable);
     }
     for i in first..first + n {
-        record(args.seed, i, &mut rng, &mut key, &mut value);
+        let len = record(args.seed, i, &mut rng, &mut key, &mut value, variable);
+        let value = &value[..len];
         match format {
             Format::Jsonl => {
                 out.extend_from_slice(b"{\"key\":\"");
-                out.extend_from_slice(hex::encode(&key).as_bytes());
-                out.extend_from_slice(b"\",\"value\":\"");
-                out.extend_from_slice(hex::encode(&value).as_bytes());
+                out.extend_from_slice(text(&key).as_bytes());
+                if !set {
+                    out.extend_from_slice(b"\",\"value\":\"");
+                    out.extend_from_slice(text(value).as_bytes());
+                }
                 out.extend_from_slice(b"\"}\n");
             }
             Format::Csv => {
-                out.extend_from_slice(hex::encode(&key).as_bytes());
-                out.push(b',');
-                out.extend_from_slice(hex::encode(&value).as_bytes());
+                out.extend_from_slice(text(&key).as_bytes());
+                if !set {
+                    out.push(b',');
+                    out.extend_from_slice(text(value).as_bytes());
+                }
                 out.push(b'\n');
             }
             Format::Bin => {
                 out.extend_from_slice(&key);
-                out.extend_from_slice(&value);
+                out.extend_from_slice(value);
             }
         }
     }
@@ -108,22 +136,33 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
             "--key-size must be 8..=1024 (synthetic keys start with 8 bytes that make them unique)"
         );
     }
-    if args.value_size == 0 {
-        bail!("--value-size must be at least 1");
+    if args.encoding == Encoding::Utf8 {
+        bail!("--encoding utf8: synthetic keys are random bytes, not text; use hex or base64");
     }
     let format = Format::pick(args.format, &args.out);
-    let stdout = args.out.as_os_str() == "-";
-    let sink: Box<dyn Write> = if stdout {
-        Box::new(io::stdout().lock())
-    } else {
-        Box::new(
-            std::fs::File::create(&args.out)
-                .with_context(|| format!("creating {}", args.out.display()))?,
-        )
-    };
+    if format == Format::Bin && args.max_value_size.is_some() {
+        bail!("binary records are fixed-width: variable-size values need JSON lines or CSV");
+    }
+    if args.out.as_os_str() == "-" {
+        return write_records(&args, format, &mut io::stdout().lock(), true);
+    }
+    pirq_shared::db::write_atomically(&args.out, |file| {
+        write_records(&args, format, file, false).map_err(|e| io::Error::other(format!("{e:#}")))
+    })
+    .with_context(|| format!("writing {}", args.out.display()))
+}
+
+/// Writes the records to `sink` (standard output when `stdout`).
+fn write_records(
+    args: &GenArgs,
+    format: Format,
+    sink: &mut dyn Write,
+    stdout: bool,
+) -> anyhow::Result<()> {
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     if format == Format::Csv {
-        out.write_all(b"key,value\n")?;
+        let set = args.value_size == 0 && args.max_value_size.is_none();
+        out.write_all(if set { b"key\n" } else { b"key,value\n" })?;
     }
     let (start, end) = (args.skip, args.skip + args.records);
     // Chunk boundaries aligned to CHUNK, so a record's bytes do not depend on --skip.
@@ -140,7 +179,7 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
             .par_iter()
             .map(|&(first, n)| {
                 let mut buf = Vec::new();
-                encode_chunk(&args, format, first, n, &mut buf);
+                encode_chunk(args, format, first, n, &mut buf);
                 buf
             })
             .collect();
@@ -168,6 +207,8 @@ mod tests {
             records,
             key_size: 20,
             value_size: 8,
+            max_value_size: None,
+            encoding: Encoding::Hex,
             seed: 3,
             skip,
             format: Some(Format::Bin),

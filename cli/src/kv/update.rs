@@ -10,22 +10,28 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::PirDb;
+use pirq_shared::db::{self, PirDb};
 use pirq_shared::kv::table::{Upserted, DEFAULT_MAX_KICKS};
 use pirq_shared::kv::{page, PlaceError, Table};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 
-use super::records::{self, Format, Records, Sizes};
+use super::records::{self, Encoding, Encodings, Format, Records, Sizes};
 
 #[derive(Args)]
 pub struct UpdateArgs {
     /// The kv database as of the previous epoch (as built, or a `pirq db apply` snapshot).
     #[arg(long)]
     db: PathBuf,
-    /// Change lines (JSON): {"key":"<hex>","value":"<hex>"} (insert or change) or
-    /// {"key":"<hex>","delete":true}; `-` for standard input.
+    /// Change lines (JSON): {"key":"…","value":"…"} (insert or change; a set's lines are
+    /// {"key":"…"}) or {"key":"…","delete":true}; `-` for standard input.
     #[arg(long)]
     changes: PathBuf,
+    /// How keys are written in the change lines: hex, base64, or the text's UTF-8 bytes.
+    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
+    key_encoding: Encoding,
+    /// How values are written in the change lines.
+    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
+    value_encoding: Encoding,
     /// Epoch of the update: the database's epoch + 1.
     #[arg(long)]
     epoch: u64,
@@ -41,6 +47,8 @@ pub struct UpdateArgs {
 }
 
 pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
+    crate::db::refuse_overwriting_inputs(&args.out, &[&args.db, &args.changes])?;
+    db::check_epoch(args.epoch).context("--epoch")?;
     let db = PirDb::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
     let Some(params) = db.kv().copied() else {
         bail!(
@@ -64,7 +72,12 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         Format::Jsonl,
         Sizes {
             key_size: params.layout.key_size as usize,
+            kind: params.kind(),
             value_size: params.value_size(),
+        },
+        Encodings {
+            key: args.key_encoding,
+            value: args.value_encoding,
         },
     );
     let (mut inserted, mut changed, mut deleted) = (0u64, 0u64, 0u64);
@@ -126,7 +139,8 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     } else {
         update.to_bincode()
     };
-    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))?;
+    db::write_atomically(&args.out, |f| std::io::Write::write_all(f, &bytes))
+        .with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!(
         "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
          {kicks} evictions, {} pages replaced",

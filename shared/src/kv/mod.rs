@@ -18,7 +18,7 @@ pub mod page;
 pub mod table;
 
 pub use hash::{Candidates, Tag, TAG_LEN};
-pub use layout::{KvInfo, KvLayout, KvParams, BLOCK, MAGIC as KV_MAGIC};
+pub use layout::{KvInfo, KvLayout, KvParams, ValueKind, BLOCK, MAGIC as KV_MAGIC};
 pub use table::{PlaceError, Table};
 
 /// Why a layout, a key or a value was rejected.
@@ -28,8 +28,19 @@ pub enum KvError {
     BadMagic { found: [u8; 8] },
     #[error("kv layout: choices {0} outside 2..=4")]
     Choices(u8),
-    #[error("kv layout: value size {value_size} leaves no room for a {slot}-byte slot in a {page_size}-byte page", slot = value_size + TAG_LEN as u32)]
-    ValueSize { value_size: u32, page_size: u32 },
+    #[error("kv layout: value kind byte {0} (version 1: 0, fixed; version 2: 1 set, 2 variable)")]
+    ValueKind(u8),
+    #[error(
+        "kv layout: {} value size {value_size} {}",
+        kind.name(),
+        value_size_problem(*kind, *value_size, *slot_size, *usable)
+    )]
+    ValueSize {
+        kind: ValueKind,
+        value_size: u32,
+        slot_size: u64,
+        usable: u32,
+    },
     #[error("kv layout: key size {0} above {max}", max = layout::MAX_KEY_LEN)]
     KeySize(u32),
     #[error("kv layout: {num_pages} pages are fewer than the {choices} choices")]
@@ -40,6 +51,34 @@ pub enum KvError {
     KeyLength { got: usize, expected: usize },
     #[error("key is {0} bytes: keys are 1..={max} bytes", max = layout::MAX_KEY_LEN)]
     KeyBounds(usize),
-    #[error("value is {got} bytes, this table's values are {expected}")]
-    ValueLength { got: usize, expected: usize },
+    #[error("{}", value_length_problem(*kind, *got, *expected))]
+    ValueLength {
+        kind: ValueKind,
+        got: usize,
+        expected: usize,
+    },
+    /// A fetched page's slot claims a value longer than the table's largest: the page is not
+    /// what the builder wrote.
+    #[error("malformed slot: value length {len} above the table's largest value, {max} bytes")]
+    SlotLength { len: usize, max: usize },
+}
+
+fn value_size_problem(kind: ValueKind, value_size: u32, slot_size: u64, usable: u32) -> String {
+    match kind {
+        ValueKind::Set if value_size != 0 => "(a set has no values: 0)".into(),
+        ValueKind::Fixed | ValueKind::Variable if value_size == 0 => {
+            "(a table of values needs >= 1; a set is --value-size 0)".into()
+        }
+        _ => format!("leaves no room for a {slot_size}-byte slot in {usable} usable page bytes"),
+    }
+}
+
+fn value_length_problem(kind: ValueKind, got: usize, expected: usize) -> String {
+    match kind {
+        ValueKind::Fixed => format!("value is {got} bytes, this table's values are {expected}"),
+        ValueKind::Set => format!("value is {got} bytes: this table is a set (keys only)"),
+        ValueKind::Variable => {
+            format!("value is {got} bytes, this table's values are at most {expected}")
+        }
+    }
 }

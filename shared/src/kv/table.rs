@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 
 use super::hash::{Candidates, Tag, TAG_LEN};
 use super::layout::KvParams;
-use super::page;
+use super::{page, KvError};
 
 /// Default bound on evictions per insert.
 pub const DEFAULT_MAX_KICKS: usize = 2000;
@@ -142,17 +142,24 @@ impl<'a> Table<'a> {
         &self.pages[p as usize * ps..(p as usize + 1) * ps]
     }
 
-    fn page_mut(&mut self, p: u64) -> &mut [u8] {
+    /// The slots of page `p`: its usable bytes up to the last whole slot (KV §4).
+    fn area(&self, p: u64) -> &[u8] {
+        self.params.slot_area(self.page(p))
+    }
+
+    /// [`Table::area`], writable; records the page as touched.
+    fn area_mut(&mut self, p: u64) -> &mut [u8] {
         if let Some(t) = self.touched.as_mut() {
             t.insert(p);
         }
         let ps = self.params.page_size as usize;
-        &mut self.pages[p as usize * ps..(p as usize + 1) * ps]
+        let len = self.params.slots_per_page() * self.params.slot_size();
+        &mut self.pages[p as usize * ps..p as usize * ps + len]
     }
 
     fn fill(&mut self, p: u64) -> usize {
         if self.fill[p as usize] == UNKNOWN {
-            let n = page::occupied(self.page(p), self.params.slot_size());
+            let n = page::occupied(self.area(p), self.params.slot_size());
             self.fill[p as usize] = n as u16;
         }
         self.fill[p as usize] as usize
@@ -167,16 +174,21 @@ impl<'a> Table<'a> {
         let ss = self.params.slot_size();
         candidates
             .iter()
-            .find_map(|&p| page::find(self.page(p), ss, tag).map(|s| (p, s)))
+            .find_map(|&p| page::find(self.area(p), ss, tag).map(|s| (p, s)))
     }
 
-    /// The value stored under `tag`.
-    pub fn get(&self, tag: &Tag) -> Option<&[u8]> {
-        self.locate(tag)
-            .map(|(p, s)| page::value(self.page(p), self.params.slot_size(), s))
+    /// The value stored under `tag` (for a set: the empty value); an error for a malformed
+    /// variable-size slot.
+    pub fn get(&self, tag: &Tag) -> Result<Option<&[u8]>, KvError> {
+        let Some((p, s)) = self.locate(tag) else {
+            return Ok(None);
+        };
+        let payload = page::value(self.area(p), self.params.slot_size(), s);
+        self.params.payload_value(payload).map(Some)
     }
 
-    /// Adds a record whose tag is not in the table yet.
+    /// Adds a record whose tag is not in the table yet. `value` must pass
+    /// [`KvParams::check_value`] (the record readers check it).
     pub fn insert(&mut self, tag: &Tag, value: &[u8]) -> Result<(), PlaceError> {
         self.insert_hashed(tag, &self.params.candidates(tag), value)
     }
@@ -193,20 +205,22 @@ impl<'a> Table<'a> {
         if self.locate_in(tag, candidates).is_some() {
             return Err(PlaceError::Duplicate);
         }
-        self.place(*tag, value, *candidates)
+        let payload = self.params.slot_payload(value);
+        self.place(*tag, &payload, *candidates)
     }
 
-    /// Sets `tag`'s value, adding the record if it is new.
+    /// Sets `tag`'s value, adding the record if it is new (`value` as for [`Table::insert`]).
     pub fn upsert(&mut self, tag: &Tag, value: &[u8]) -> Result<Upserted, PlaceError> {
         let ss = self.params.slot_size();
+        let payload = self.params.slot_payload(value);
         match self.locate(tag) {
             Some((p, s)) => {
-                page::write(self.page_mut(p), ss, s, tag, value);
+                page::write(self.area_mut(p), ss, s, tag, &payload);
                 Ok(Upserted::Changed)
             }
             None => {
                 let candidates = self.params.candidates(tag);
-                self.place(*tag, value, candidates)
+                self.place(*tag, &payload, candidates)
                     .map(|()| Upserted::Inserted)
             }
         }
@@ -218,7 +232,7 @@ impl<'a> Table<'a> {
             return false;
         };
         let (fill, ss) = (self.fill(p), self.params.slot_size());
-        page::clear(self.page_mut(p), ss, s);
+        page::clear(self.area_mut(p), ss, s);
         self.fill[p as usize] = (fill - 1) as u16;
         self.records = self.records.saturating_sub(1);
         true
@@ -243,13 +257,14 @@ impl<'a> Table<'a> {
     fn put(&mut self, p: u64, tag: &Tag, value: &[u8]) {
         let ss = self.params.slot_size();
         let fill = self.fill(p);
-        let page = self.page_mut(p);
+        let page = self.area_mut(p);
         let slot = page::first_empty(page, ss).expect("fill count says there is room");
         page::write(page, ss, slot, tag, value);
         self.fill[p as usize] = (fill + 1) as u16;
     }
 
-    /// Cuckoo insertion by random walk (module doc); undoes its moves on failure.
+    /// Cuckoo insertion by random walk (module doc); undoes its moves on failure. `value` is
+    /// the slot's bytes after the tag ([`KvParams::slot_payload`]).
     fn place(&mut self, tag: Tag, value: &[u8], candidates: Candidates) -> Result<(), PlaceError> {
         let ss = self.params.slot_size();
         let spp = self.params.slots_per_page();
@@ -271,7 +286,7 @@ impl<'a> Table<'a> {
             let pick: Vec<u64> = cands.iter().copied().filter(|&p| Some(p) != from).collect();
             let p = pick[self.rng.random_range(0..pick.len())];
             let s = self.rng.random_range(0..spp);
-            let page = self.page_mut(p);
+            let page = self.area_mut(p);
             let old_tag: Tag = page::tag_at(page, ss, s).try_into().expect("16 bytes");
             let old_value = page::value(page, ss, s).to_vec();
             page::write(page, ss, s, &tag, &value);
@@ -282,7 +297,7 @@ impl<'a> Table<'a> {
             from = Some(p);
         }
         for (p, s, old_tag, old_value) in moves.into_iter().rev() {
-            page::write(self.page_mut(p), ss, s, &old_tag, &old_value);
+            page::write(self.area_mut(p), ss, s, &old_tag, &old_value);
         }
         Err(PlaceError::Full {
             choices: self.params.choices(),
@@ -297,12 +312,13 @@ impl<'a> Table<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::layout::KvLayout;
+    use crate::kv::layout::{KvLayout, ValueKind};
 
     fn params(choices: u8, num_pages: u64) -> KvParams {
         KvParams::new(
             KvLayout {
                 choices,
+                kind: ValueKind::Fixed,
                 value_size: 16,
                 key_size: 0,
                 seed: [9; 32],
@@ -331,13 +347,13 @@ mod tests {
         assert_eq!(t.records(), n as u64);
         for k in 0..n {
             let tag = p.tag(&k.to_le_bytes());
-            assert_eq!(t.get(&tag), Some(&value_of(k)[..]), "key {k}");
+            assert_eq!(t.get(&tag).unwrap(), Some(&value_of(k)[..]), "key {k}");
             // Every record is in one of its candidate pages.
             let (page, _) = t.locate(&tag).unwrap();
             assert!(p.candidates(&tag).contains(&page));
         }
         for k in n..n + 500 {
-            assert_eq!(t.get(&p.tag(&k.to_le_bytes())), None);
+            assert_eq!(t.get(&p.tag(&k.to_le_bytes())).unwrap(), None);
         }
         pages
     }
@@ -363,7 +379,7 @@ mod tests {
         let tag = p.tag(b"k");
         t.insert(&tag, &[1; 16]).unwrap();
         assert_eq!(t.insert(&tag, &[2; 16]), Err(PlaceError::Duplicate));
-        assert_eq!(t.get(&tag), Some(&[1u8; 16][..]));
+        assert_eq!(t.get(&tag).unwrap(), Some(&[1u8; 16][..]));
     }
 
     #[test]
@@ -394,7 +410,10 @@ mod tests {
         }
         assert!(refused >= 8, "32 slots took more than 32 records");
         for k in placed {
-            assert_eq!(t.get(&p.tag(&k.to_le_bytes())), Some(&value_of(k)[..]));
+            assert_eq!(
+                t.get(&p.tag(&k.to_le_bytes())).unwrap(),
+                Some(&value_of(k)[..])
+            );
         }
         let err = PlaceError::Full {
             choices: 2,
@@ -443,7 +462,10 @@ mod tests {
                 6 => None,
                 _ => Some(value_of(k)),
             };
-            assert_eq!(t.get(&p.tag(&k.to_le_bytes())).map(|v| v.to_vec()), want);
+            assert_eq!(
+                t.get(&p.tag(&k.to_le_bytes())).unwrap().map(|v| v.to_vec()),
+                want
+            );
         }
         // Exactly the touched pages differ from before (or were rewritten identically).
         for pg in 0..16u64 {
@@ -452,5 +474,95 @@ mod tests {
                 assert!(touched.contains(&pg), "page {pg} changed untracked");
             }
         }
+    }
+
+    fn params_of(kind: ValueKind, value_size: u32, tail_len: u32) -> KvParams {
+        let layout = KvLayout {
+            choices: 2,
+            kind,
+            value_size,
+            key_size: 0,
+            seed: [4; 32],
+        };
+        KvParams::with_tail(layout, 256, tail_len, 16).unwrap()
+    }
+
+    /// Fills a table of `params` with 80 % of its capacity (`value(k)` for key k), then checks
+    /// every record, a few absent keys, and that nothing was written outside the slot area.
+    fn round_trip(params: KvParams, value: impl Fn(u32) -> Vec<u8>) {
+        let n = (params.capacity() * 8 / 10) as u32;
+        let mut pages = vec![0u8; 16 * 256];
+        let mut t = Table::empty(params, &mut pages, 3);
+        for k in 0..n {
+            t.insert(&params.tag(&k.to_le_bytes()), &value(k)).unwrap();
+        }
+        for k in 0..n {
+            let got = t.get(&params.tag(&k.to_le_bytes())).unwrap();
+            assert_eq!(got, Some(&value(k)[..]), "key {k}");
+        }
+        for k in n..n + 100 {
+            assert_eq!(t.get(&params.tag(&k.to_le_bytes())).unwrap(), None);
+        }
+        let area = params.slots_per_page() * params.slot_size();
+        for page in pages.chunks(256) {
+            assert!(page[area..].iter().all(|b| *b == 0), "bytes past the slots");
+        }
+    }
+
+    #[test]
+    fn sets_hold_tags_only() {
+        let p = params_of(ValueKind::Set, 0, 0);
+        assert_eq!((p.slot_size(), p.slots_per_page()), (16, 16));
+        round_trip(p, |_| Vec::new());
+    }
+
+    #[test]
+    fn variable_values_keep_their_length() {
+        let p = params_of(ValueKind::Variable, 30, 0);
+        assert_eq!((p.slot_size(), p.slots_per_page()), (48, 5));
+        // Lengths 0..=30, the empty value included.
+        round_trip(p, |k| vec![k as u8 | 1; k as usize % 31]);
+        let mut pages = vec![0u8; 16 * 256];
+        let mut t = Table::empty(p, &mut pages, 3);
+        let tag = p.tag(b"k");
+        t.insert(&tag, b"abc").unwrap();
+        assert_eq!(t.upsert(&tag, b"abcdefgh"), Ok(Upserted::Changed));
+        assert_eq!(t.get(&tag).unwrap(), Some(&b"abcdefgh"[..]));
+        assert_eq!(t.upsert(&tag, b"x"), Ok(Upserted::Changed));
+        assert_eq!(t.get(&tag).unwrap(), Some(&b"x"[..]));
+        // The slot holds the length, the value, then zeros where the longer value was.
+        let (pg, slot) = t.locate(&tag).unwrap();
+        let at = slot * 48;
+        let s = &t.page(pg)[at..at + 48];
+        assert_eq!(&s[16..19], &[1, 0, b'x']);
+        assert!(s[19..].iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn a_malformed_length_is_an_error_not_a_value() {
+        let p = params_of(ValueKind::Variable, 30, 0);
+        let mut pages = vec![0u8; 16 * 256];
+        let tag = p.tag(b"k");
+        {
+            let mut t = Table::empty(p, &mut pages, 3);
+            t.insert(&tag, b"abc").unwrap();
+        }
+        let (pg, slot) = Table::empty(p, &mut pages.clone(), 3).locate(&tag).unwrap();
+        let at = pg as usize * 256 + slot * 48 + 16;
+        pages[at..at + 2].copy_from_slice(&31u16.to_le_bytes());
+        let t = Table::empty(p, &mut pages, 3);
+        assert_eq!(t.get(&tag), Err(KvError::SlotLength { len: 31, max: 30 }));
+        assert!(p.find(t.page(pg), &tag).is_err());
+    }
+
+    #[test]
+    fn slots_stay_out_of_a_signature_tail() {
+        // 256-byte pages with a 72-byte tail: 184 usable bytes, 11 set slots, 5 of 32 bytes.
+        let set = params_of(ValueKind::Set, 0, 72);
+        assert_eq!((set.usable, set.slots_per_page()), (184, 11));
+        round_trip(set, |_| Vec::new());
+        let fixed = params_of(ValueKind::Fixed, 16, 72);
+        assert_eq!(fixed.slots_per_page(), 5);
+        round_trip(fixed, |k| vec![k as u8; 16]);
     }
 }
