@@ -431,3 +431,30 @@ def test_catalog_reader_and_resolver_reject_unknown_names():
     assert not resolve("pirq_worker_pass_duration_seconds", cat)
     assert not resolve("pirq_worker_jobs_completed_total_bucket", cat)
     assert not resolve("pirq_worker_nonexistent_total", cat)
+
+
+# ---- licence -------------------------------------------------------------------------------------
+
+
+def test_every_manifest_declares_the_repository_license():
+    """LICENSE is the Apache 2.0 text, and every Cargo.toml and package.json says Apache-2.0
+    (directly or through the workspace), so a packaged crate or npm tarball carries it."""
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    skip = {"target", "node_modules", ".git"}
+    cargo = [p for p in ROOT.rglob("Cargo.toml") if not skip & set(p.relative_to(ROOT).parts)]
+    npm = [p for p in ROOT.rglob("package.json") if not skip & set(p.relative_to(ROOT).parts)]
+    assert len(cargo) > 5 and npm
+    workspace = re.search(r"^license\s*=\s*\"([^\"]+)\"", (ROOT / "Cargo.toml").read_text(), re.M)
+    assert workspace and workspace.group(1) == "Apache-2.0"
+    for manifest in cargo:
+        text = manifest.read_text()
+        if "[package]" not in text:
+            continue
+        package = text[text.index("[package]") :].split("\n[", 1)[0]
+        m = re.search(r"^license(\.workspace)?\s*=\s*(\S+)", package, re.M)
+        assert m, f"{manifest.relative_to(ROOT)}: no license field"
+        assert m.group(1) or m.group(2) == '"Apache-2.0"', f"{manifest.relative_to(ROOT)}: {m.group(0)}"
+    for manifest in npm:
+        assert json.loads(manifest.read_text()).get("license") == "Apache-2.0", manifest

@@ -149,7 +149,8 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub dead_letter_max: u64,
 
-    /// Serve Prometheus metrics on this address (`GET /metrics`); off when not given.
+    /// Serve Prometheus metrics (`GET /metrics`) and the health probes (`GET /healthz`,
+    /// `GET /readyz`) on this address; off when not given.
     #[arg(long, env = "PIRQ_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 

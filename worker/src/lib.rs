@@ -8,6 +8,7 @@ pub mod batcher;
 pub mod config;
 pub mod epoch_follower;
 pub mod guard;
+pub mod health;
 pub mod metrics_export;
 pub mod policy;
 pub mod reclaim;

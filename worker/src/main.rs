@@ -14,6 +14,7 @@ use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
 use pirq_worker::config::{Config, WindowPolicyKind};
 use pirq_worker::epoch_follower::Follower;
+use pirq_worker::health::{Health, Stage};
 use pirq_worker::policy::WindowPolicy;
 use pirq_worker::serve::{self, Worker};
 use tokio::sync::watch;
@@ -27,9 +28,14 @@ fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     let config = Config::parse();
     let layout = config.redis.layout()?;
+    let client = config.redis.client()?;
+    // Served from the start: /healthz answers while a large database loads; /readyz says why
+    // the worker is not serving yet.
+    let health = Health::new(&client)?;
     if let Some(addr) = config.metrics_listen {
-        pirq_worker::metrics_export::install(addr, config.shard)
-            .context("starting the metrics endpoint")?;
+        pirq_worker::metrics_export::install(addr, config.shard, health.clone())
+            .await
+            .with_context(|| format!("starting the metrics endpoint on {addr}"))?;
     }
 
     let shard = config.shard.unwrap_or(ShardSpec::WHOLE);
@@ -77,6 +83,7 @@ async fn run() -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
     };
+    health.set_stage(Stage::Joining);
     let digests = Digests::new(file_epoch, file_digest);
     let pages = scanner.page_range();
     let shard = options.shard;
@@ -84,7 +91,6 @@ async fn run() -> anyhow::Result<()> {
     // Before registering: the measuring passes are not the queue's.
     let policy = window_policy(&config, scanner.as_ref());
 
-    let client = config.redis.client()?;
     let consumer = config.consumer_name();
     let queue = Arc::new(
         Consumer::new(
@@ -162,6 +168,15 @@ async fn run() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("serving {}", source_name(&config)))?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    health.set_stage(Stage::Serving);
+    {
+        // Not ready from the moment the worker starts to stop, whatever the cause.
+        let (health, mut stop) = (health.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            let _ = stop.wait_for(|s| *s).await;
+            health.set_stage(Stage::Stopping);
+        });
+    }
     // Finishes only when another database replaced this one under the prefix (it then sets
     // `stop_tx`).
     let heartbeat = registry::spawn_heartbeat(
@@ -202,6 +217,7 @@ async fn run() -> anyhow::Result<()> {
         policy,
         max_batch_keys,
         block: config.block(),
+        health,
     };
     serve::run(worker, stop_rx).await;
 

@@ -1,21 +1,92 @@
-//! The worker's Prometheus endpoint (`--metrics-listen`), with the catalog's buckets and help.
+//! The worker's listener (`--metrics-listen`): `GET /metrics` (Prometheus, with the catalog's
+//! buckets and help), `GET /healthz` and `GET /readyz` ([`crate::health`]); any other path is
+//! 404 and any other method 405.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
 use pirq_shared::metrics::Emitter;
+use serde_json::json;
 
-/// Installs the recorder and serves `GET /metrics` on `addr` (needs a Tokio runtime). A shard's
+use crate::health::Health;
+
+/// How often recorded histogram samples are folded into their buckets when nobody scrapes:
+/// without it they would pile up in memory between scrapes (the exporter's own default).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+struct Listener {
+    metrics: PrometheusHandle,
+    health: Arc<Health>,
+}
+
+/// Installs the recorder, binds `addr` and serves it on the current Tokio runtime. A shard's
 /// worker labels every series with `shard="I/S"`, so dashboards split pass time, keys and jobs
-/// per shard.
-pub fn install(
+/// per shard. Binding is done before this returns, so a taken port is a start-up error.
+pub async fn install(
     addr: SocketAddr,
     shard: Option<pirq_shared::shard::ShardSpec>,
-) -> Result<(), metrics_exporter_prometheus::BuildError> {
-    let mut builder = pirq_party::metrics::builder(Emitter::Worker)?.with_http_listener(addr);
+    health: Arc<Health>,
+) -> anyhow::Result<()> {
+    let mut builder = pirq_party::metrics::builder(Emitter::Worker)?;
     if let Some(spec) = shard {
         builder = builder.add_global_label("shard", spec.to_string());
     }
-    builder.install()?;
+    let metrics = builder.install_recorder()?;
     pirq_party::metrics::described(Emitter::Worker);
+    let upkeep = metrics.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let app = router(Listener { metrics, health });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the metrics listener stopped");
+        }
+    });
     Ok(())
+}
+
+fn router(state: Listener) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn metrics(State(st): State<Listener>) -> impl IntoResponse {
+    st.metrics.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.metrics.render(),
+    )
+}
+
+/// Liveness: this answer itself shows the runtime that runs the worker's loops is not stuck.
+async fn healthz(State(st): State<Listener>) -> impl IntoResponse {
+    Json(json!({"status": "ok", "stage": format!("{:?}", st.health.stage()).to_lowercase()}))
+}
+
+async fn readyz(State(st): State<Listener>) -> impl IntoResponse {
+    match st.health.ready().await {
+        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "not_ready", "reason": reason})),
+        ),
+    }
 }

@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::batcher::{Batcher, Idle, Window};
+use crate::health::Health;
 use crate::policy::WindowPolicy;
 use crate::reclaim;
 use pirq_queue::consumer::{Consumer, Delivery, Outcome, ShardStart};
@@ -40,6 +41,8 @@ pub struct Worker {
     pub block: Duration,
     /// How windows close and how many scan at once ([`crate::policy`]).
     pub policy: WindowPolicy,
+    /// Told whether each read of the job stream succeeds (`/readyz`).
+    pub health: Arc<Health>,
 }
 
 /// Runs until `stop` turns true: then stops reading, finishes the window in flight, writes its
@@ -52,6 +55,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
         tx,
         worker.block,
         stop.clone(),
+        worker.health.clone(),
     ));
     let policy = worker.policy;
     let mut batcher = Batcher::new(rx, policy.max_keys, policy.gather);
@@ -177,6 +181,7 @@ async fn read_loop(
     tx: mpsc::Sender<Delivery>,
     block: Duration,
     mut stop: watch::Receiver<bool>,
+    health: Arc<Health>,
 ) {
     let mut backoff = pirq_party::Backoff::default();
     // First what this consumer already held (a restart under the same name), then new entries.
@@ -223,6 +228,7 @@ async fn read_loop(
                     .await
             }
         };
+        health.note_read(read.is_ok());
         match read {
             Ok(deliveries) => {
                 backoff.reset();
