@@ -124,17 +124,22 @@ pub struct Config {
 
     /// Most open client connections. Past it, a new connection closes the oldest one that is
     /// between requests (or has not sent one yet); when every connection is busy, the new one
-    /// gets 503 `too_many_connections` and is closed. Lowered at start to fit the process's
-    /// descriptor limit.
-    #[arg(long, env = "PIRQ_MAX_CONNECTIONS", default_value_t = 1024,
+    /// gets 503 `too_many_connections` with `Retry-After` and is closed. Default: what the
+    /// open-files limit allows once its soft value is raised to the hard one at start, less
+    /// 256 descriptors for Redis, the listeners and files; an explicit value above that is
+    /// lowered to it.
+    #[arg(long, env = "PIRQ_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: u32,
+    pub max_connections: Option<u32>,
 
-    /// Most long-polls (`?wait=`) and event streams open at once; past it they get 503
-    /// `too_many_waiters` with `Retry-After` (plain status reads still work).
-    #[arg(long, env = "PIRQ_MAX_WAITERS", default_value_t = 512,
+    /// Most requests waiting for an answer at once (`Prefer: wait` posts, `?wait=` long-polls,
+    /// event streams); past it long-polls and event streams get 503 `too_many_waiters` with
+    /// `Retry-After` and a `Prefer: wait` post is answered 202 at once (plain status reads
+    /// still work). Default: 256 KiB of a quarter of the memory the process may use each,
+    /// never fewer than 8,192.
+    #[arg(long, env = "PIRQ_MAX_WAITERS",
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_waiters: u32,
+    pub max_waiters: Option<u32>,
 
     /// Threads that serve requests (0: one per core the process may run on). Each thread
     /// more lets the gateway use another core, at a price per query: work handed between

@@ -18,6 +18,7 @@
 
 pub mod backpressure;
 pub mod body;
+pub mod caps;
 pub mod config;
 pub mod cors;
 pub mod dbinfo;

@@ -39,9 +39,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
-    tracing::info!(addr = %listener.local_addr()?, prefix = %config.redis.prefix, redis = %config.redis.redis_url_redacted(), "pirq-gateway listening");
-    let grace = config.shutdown_grace();
     let limits = pirq_gateway::server::ServerLimits::of(&config);
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        prefix = %config.redis.prefix,
+        redis = %config.redis.redis_url_redacted(),
+        max_connections = limits.max_connections,
+        max_waiters = state.waiters.max(),
+        "pirq-gateway listening"
+    );
+    let grace = config.shutdown_grace();
     let server = pirq_gateway::server::serve(listener, router(state), limits, async move {
         pirq_party::shutdown_signal().await;
         // Waiters answer now and SSE streams end; new connections are refused.

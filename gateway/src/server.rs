@@ -49,8 +49,6 @@ pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 /// hyper's read buffer per connection: the most a request head can occupy before hyper itself
 /// refuses it.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
-/// Descriptors kept for Redis connections, the listener and logs beyond the client cap.
-const SPARE_DESCRIPTORS: u64 = 128;
 /// Refusals being written at once; past it a surplus connection is just closed.
 const MAX_REFUSALS: usize = 64;
 
@@ -63,9 +61,12 @@ pub struct ServerLimits {
 }
 
 impl ServerLimits {
+    /// The limits `config` asks for; the connection cap sized to the host where not given (this
+    /// raises the process's soft open-files limit to its hard limit, see [`crate::caps`]).
     pub fn of(config: &crate::Config) -> ServerLimits {
+        let descriptors = crate::caps::raise_descriptor_limit();
         ServerLimits {
-            max_connections: config.max_connections,
+            max_connections: crate::caps::connections(config.max_connections, descriptors),
             header_timeout: config.header_timeout(),
             idle_timeout: config.idle_timeout(),
         }
@@ -80,7 +81,7 @@ pub async fn serve(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let max = fit_descriptor_limit(limits.max_connections);
+    let max = limits.max_connections;
     let slots = Arc::new(Semaphore::new(max as usize));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let open = Arc::new(Registry::default());
@@ -112,7 +113,7 @@ pub async fn serve(
             Err(_) => None,
         };
         let Some(slot) = slot else {
-            tracing::debug!("connection refused: every connection is busy");
+            crate::caps::refused(crate::caps::Cap::Connections);
             if let Ok(permit) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
                     refuse(tcp).await;
@@ -212,45 +213,6 @@ async fn refuse(mut tcp: TcpStream) {
         tcp.shutdown().await
     })
     .await;
-}
-
-/// Raises the soft descriptor limit to what `max` connections need when the hard limit allows,
-/// and lowers the cap to fit otherwise: a cap above the limit would turn into failed accepts.
-// `rlim_t` is `u64` on Linux but not everywhere.
-#[allow(clippy::unnecessary_cast)]
-fn fit_descriptor_limit(max: u32) -> u32 {
-    let want = max as u64 + SPARE_DESCRIPTORS;
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return max;
-    }
-    if lim.rlim_cur >= want as libc::rlim_t {
-        return max;
-    }
-    let raised = libc::rlimit {
-        rlim_cur: (want as libc::rlim_t).min(lim.rlim_max),
-        rlim_max: lim.rlim_max,
-    };
-    // SAFETY: as above.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-        lim.rlim_cur = raised.rlim_cur;
-    }
-    let fits = (lim.rlim_cur as u64)
-        .saturating_sub(SPARE_DESCRIPTORS)
-        .max(1);
-    if fits < max as u64 {
-        tracing::warn!(
-            max_connections = max,
-            descriptors = lim.rlim_cur as u64,
-            "the descriptor limit (ulimit -n) is too low for --max-connections; capping at {fits}"
-        );
-        return fits as u32;
-    }
-    max
 }
 
 /// JSON 414 and 431 for request targets and heads past [`MAX_URI_BYTES`] and [`MAX_HEAD_BYTES`].

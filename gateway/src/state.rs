@@ -58,7 +58,10 @@ impl AppState {
         if config.max_backlog > 0 || config.max_backlog_secs > 0 || config.max_redis_memory > 0 {
             drain.spawn(client, layout, config.redis_timeout());
         }
-        let waiters = Waiters::new(config.max_waiters);
+        let waiters = Waiters::new(crate::caps::waiters(
+            config.max_waiters,
+            crate::caps::memory_bytes(),
+        ));
         Ok(AppState {
             config: Arc::new(config),
             store,

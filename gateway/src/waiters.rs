@@ -31,6 +31,7 @@ impl Waiters {
     /// A slot, or 503 `too_many_waiters` when all are taken.
     pub fn enter(&self) -> Result<Slot, ApiError> {
         self.slots.clone().try_acquire_owned().map_err(|_| {
+            crate::caps::refused(crate::caps::Cap::Waiters);
             ApiError::new(
                 ErrorCode::TooManyWaiters,
                 format!(
@@ -41,6 +42,11 @@ impl Waiters {
             )
             .retry_after(1)
         })
+    }
+
+    /// The cap.
+    pub fn max(&self) -> u32 {
+        self.max
     }
 
     /// Slots in use.

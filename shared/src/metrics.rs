@@ -88,6 +88,8 @@ pub const GATEWAY_KEYS_ACCEPTED: &str = "pirq_gateway_keys_accepted_total";
 pub const GATEWAY_IDEMPOTENT_REPLAYS: &str = "pirq_gateway_idempotent_replays_total";
 /// Queries refused with 429 because the backlog is over --max-backlog.
 pub const GATEWAY_QUERIES_THROTTLED: &str = "pirq_gateway_queries_throttled_total";
+/// Clients refused by a gateway cap (`--max-connections`, `--max-waiters`).
+pub const GATEWAY_REFUSALS: &str = "pirq_gateway_refusals_total";
 /// Clients waiting for a result (long-poll or SSE).
 pub const GATEWAY_WAITERS: &str = "pirq_gateway_waiters";
 /// Whether the gateway's one pub/sub connection is up.
@@ -230,6 +232,8 @@ pub const CATALOG: &[Metric] = &[
       "POSTs whose Idempotency-Key was known with the same body: answered with the first request's id, nothing queued."),
     m(GATEWAY_QUERIES_THROTTLED, Counter, Unit::Count, &[], Gateway, Always,
       "Queries refused with 429 backlog_full because the job backlog was over --max-backlog."),
+    m(GATEWAY_REFUSALS, Counter, Unit::Count, &["cap"], Gateway, AfterTraffic,
+      "Clients refused with 503 and Retry-After by a cap of this gateway: cap=\"connections\" (--max-connections, every connection busy) or cap=\"waiters\" (--max-waiters)."),
     m(GATEWAY_WAITERS, Gauge, Unit::Count, &[], Gateway, Always,
       "Clients waiting on this gateway for a result (long-poll or SSE)."),
     m(GATEWAY_PUBSUB_CONNECTED, Gauge, Unit::Count, &[], Gateway, Always,
