@@ -73,11 +73,20 @@ pub struct Config {
     #[arg(long, env = "PIRQ_MAX_REDIS_MEMORY", default_value_t = 2 << 30)]
     pub max_redis_memory: u64,
 
-    /// Seconds a final result is kept once a client has read it (never longer than the worker's
-    /// `--result-ttl`): clients that fetch their results free Redis early.
+    /// Most seconds a final result (and its `Idempotency-Key` record) is kept once a client has
+    /// read it, for a re-read or the replay of an answer lost on the way (never longer than the
+    /// worker's `--result-ttl`). Under load the time is shorter: see `--fetched-result-bytes`.
     #[arg(long, env = "PIRQ_FETCHED_RESULT_TTL", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub fetched_result_ttl: u64,
+
+    /// Bytes of Redis the party's read results may hold together (pages plus ~2 KiB a record):
+    /// a read result is kept this many bytes over the party's read rate (all gateways, measured
+    /// every second), at most `--fetched-result-ttl` and at least half a second. So memory for
+    /// re-reads stays about this size whatever the throughput.
+    #[arg(long, env = "PIRQ_FETCHED_RESULT_BYTES", default_value_t = 256 << 20,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub fetched_result_bytes: u64,
 
     /// Seconds an `Idempotency-Key` is remembered after its first request: a replay within
     /// this time gets the first request's id (or its result); a reuse with another body gets

@@ -28,6 +28,7 @@ pub mod events;
 pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
+pub mod retention;
 pub mod routes;
 pub mod server;
 pub mod shards;

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::dbinfo::DbCache;
 use crate::durability::Durable;
 use crate::events::Events;
+use crate::retention::Retention;
 use crate::waiters::Waiters;
 use pirq_queue::producer::Producer;
 use pirq_queue::QueueError;
@@ -33,6 +34,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Slots for long-polls and event streams (`--max-waiters`).
     pub waiters: Waiters,
+    /// How long a read result is kept (`--fetched-result-bytes`).
+    pub retention: Retention,
 }
 
 /// Why the state could not be built (bad prefix or Redis URL).
@@ -62,6 +65,11 @@ impl AppState {
             config.max_waiters,
             crate::caps::memory_bytes(),
         ));
+        let retention = Retention::new(
+            config.fetched_result_bytes,
+            Duration::from_secs(config.fetched_result_ttl),
+        );
+        retention.spawn(store.clone());
         Ok(AppState {
             config: Arc::new(config),
             store,
@@ -72,6 +80,7 @@ impl AppState {
             durable: Durable::ack(),
             shutdown: watch::channel(false).1,
             waiters,
+            retention,
         })
     }
 

@@ -15,6 +15,7 @@
 -- ARGV[6]  backlog bound: refuse when the stream holds this many entries (0 = no bound)
 -- ARGV[7]  request fingerprint ('' = no Idempotency-Key)
 -- ARGV[8]  seconds the idempotency record lives
+-- ARGV[9]  the Idempotency-Key ('' = none), kept in the record's `idem` field
 -- returns  {'queued', id} | {'full', backlog} | {'known', '<fingerprint> <id>'}
 if ARGV[7] ~= '' then
   local known = redis.call('GET', KEYS[3])
@@ -26,6 +27,10 @@ if max > 0 then
   if len >= max then return {'full', tostring(len)} end
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'keys', ARGV[2], 'accepted_ms', ARGV[3])
+if ARGV[9] ~= '' then
+  -- The gateway that hands the result over shortens the idempotency record with it.
+  redis.call('HSET', KEYS[1], 'idem', ARGV[9])
+end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'job', ARGV[5])
 if ARGV[7] ~= '' then

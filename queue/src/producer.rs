@@ -163,7 +163,8 @@ impl Producer {
             .arg(job.to_bincode())
             .arg(checks.max_backlog)
             .arg(fingerprint)
-            .arg(idem_ttl);
+            .arg(idem_ttl)
+            .arg(checks.idempotency.map_or("", |(key, _, _)| key));
         let (verdict, detail): (String, String) = self.run(Query::Script(&script)).await?;
         match verdict.as_str() {
             "queued" => Ok(Submitted::Queued),
@@ -203,13 +204,50 @@ impl Producer {
         QueryRecord::parse(id, &fields).map(Some)
     }
 
-    /// Lowers the time left to the query's record to `secs` (never raises it: `EXPIRE … LT`),
-    /// once a client has read its final result.
-    pub async fn expire_within(&self, id: &RequestId, secs: u64) -> Result<(), QueueError> {
-        let mut cmd = redis::cmd("EXPIRE");
-        cmd.arg(self.layout.query(id.as_str())).arg(secs).arg("LT");
-        self.run::<i64>(Query::Cmd(&cmd)).await?;
+    /// Lowers the time left to the query's record, and to its `Idempotency-Key` record when it
+    /// has one, to `ttl` (never raises it: `PEXPIRE … LT`), once a client has read its final
+    /// result: from then on they are kept only for a re-read or a replay of a lost answer.
+    pub async fn release(
+        &self,
+        id: &RequestId,
+        idempotency_key: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), QueueError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        self.release_cmds(&mut pipe, id, idempotency_key, ttl);
+        let _: redis::Value = self.run(Query::Pipe(&pipe)).await?;
         Ok(())
+    }
+
+    /// The `PEXPIRE … LT` commands of [`Producer::release`], added to `pipe` (replies ignored).
+    fn release_cmds(
+        &self,
+        pipe: &mut redis::Pipeline,
+        id: &RequestId,
+        idempotency_key: Option<&str>,
+        ttl: Duration,
+    ) {
+        let ms = ttl.as_millis().max(1) as u64;
+        pipe.cmd("PEXPIRE")
+            .arg(self.layout.query(id.as_str()))
+            .arg(ms)
+            .arg("LT")
+            .ignore();
+        if let Some(key) = idempotency_key {
+            pipe.cmd("PEXPIRE")
+                .arg(self.layout.idempotency(key))
+                .arg(ms)
+                .arg("LT")
+                .ignore();
+        }
+    }
+
+    /// Adds `bytes` handed over to clients by this gateway to the party's counter, and returns
+    /// the counter: its growth over time is the party's read rate, all gateways together.
+    pub async fn count_fetched(&self, bytes: u64) -> Result<u64, QueueError> {
+        let cmd = redis::Cmd::incr(self.layout.fetched_bytes(), bytes);
+        self.run(Query::Cmd(&cmd)).await
     }
 
     /// The registered database, `None` if no worker has registered one.
@@ -342,37 +380,30 @@ enum Query<'a> {
 
 /// Reading a result that a client is about to be given.
 impl Producer {
-    /// [`Producer::load`] and [`Producer::expire_within`] in one round trip, for a query whose
+    /// [`Producer::load`] and [`Producer::release`] in one round trip, for a query whose
     /// status event announced it final: the read and the shorter lifetime of a fetched result
-    /// cost one write to Redis and one reply instead of two of each.
+    /// cost one write to Redis and one reply instead of two of each. `idempotency_key` is the
+    /// query's key when the caller knows it (the gateway that took the `POST`); otherwise the
+    /// caller releases the key's record once the read shows it (`QueryRecord::idempotency_key`).
     ///
-    /// Only for a query known to be final: `EXPIRE … LT` goes out with the read, before its
+    /// Only for a query known to be final: `PEXPIRE … LT` goes out with the read, before its
     /// answer is seen, and a pending record must never be shortened. A final status is one a
     /// worker published after writing it, and it is never undone (`fail.lua` and
     /// `shard_combine.lua` leave final records alone; `mark_running.lua` moves `queued` records
-    /// only). The `EXPIRE` failing does not fail the read (the result then lives its full TTL,
-    /// as when [`Producer::expire_within`] fails).
+    /// only). The `PEXPIRE` failing does not fail the read (the result then lives its full TTL,
+    /// as when [`Producer::release`] fails).
     pub async fn load_fetched(
         &self,
         id: &RequestId,
-        secs: u64,
+        idempotency_key: Option<&str>,
+        ttl: Duration,
     ) -> Result<Option<QueryRecord>, QueueError> {
         let key = self.layout.query(id.as_str());
         let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .hgetall(&key)
-            .cmd("EXPIRE")
-            .arg(&key)
-            .arg(secs)
-            .arg("LT");
-        type Replies = (
-            redis::RedisResult<HashMap<String, Vec<u8>>>,
-            redis::RedisResult<i64>,
-        );
-        let (fields, expired): Replies = self.run(Query::Pipe(&pipe)).await?;
-        if let Err(e) = expired {
-            tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
-        }
+        pipe.ignore_errors().hgetall(&key);
+        self.release_cmds(&mut pipe, id, idempotency_key, ttl);
+        let (fields,): (redis::RedisResult<HashMap<String, Vec<u8>>>,) =
+            self.run(Query::Pipe(&pipe)).await?;
         let fields = fields.map_err(QueueError::Redis)?;
         if fields.is_empty() {
             return Ok(None);

@@ -21,6 +21,8 @@ pub struct QueryRecord {
     pub result: QueryResult,
     pub scan_us: Option<u64>,
     pub worker_us: Option<u64>,
+    /// The `Idempotency-Key` the query came with, if any.
+    pub idempotency_key: Option<String>,
 }
 
 impl QueryRecord {
@@ -73,6 +75,7 @@ impl QueryRecord {
             result,
             scan_us: number(qf::SCAN_US),
             worker_us: number(qf::WORKER_US),
+            idempotency_key: text(qf::IDEMPOTENCY_KEY).map(str::to_owned),
         })
     }
 }

@@ -76,6 +76,9 @@ pub mod query_field {
     pub const PART_PREFIX: &str = "part:";
     /// Database digest (SPEC §2.1) at `epoch`, 64 hex digits (done only).
     pub const DIGEST: &str = "digest";
+    /// The query's `Idempotency-Key`, when it came with one: the gateway that hands the final
+    /// result over shortens that key's record together with the query's.
+    pub const IDEMPOTENCY_KEY: &str = "idem";
 }
 
 /// Field of an updates stream entry holding the bincode update.
@@ -203,6 +206,13 @@ impl Layout {
     /// Idempotency-Key record (reliability work).
     pub fn idempotency(&self, key: &str) -> String {
         format!("{}:idem:{key}", self.tag)
+    }
+
+    /// Counter of the result bytes the party's gateways have handed over to clients, ever: its
+    /// growth is the party's read rate, from which every gateway sizes how long a read result
+    /// is kept (`--fetched-result-bytes`).
+    pub fn fetched_bytes(&self) -> String {
+        format!("{}:fetched_bytes", self.tag)
     }
 }
 

@@ -152,7 +152,8 @@ pub async fn submit(
     metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
     metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
     if let Some((wait, sub)) = inline {
-        if let Some(answer) = answer_inline(&st, &id, wait, sub, format).await {
+        let idem = idem_key.as_deref();
+        if let Some(answer) = answer_inline(&st, &id, idem, wait, sub, format).await {
             return Ok(answer);
         }
     }
@@ -192,6 +193,7 @@ fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
 async fn answer_inline(
     st: &AppState,
     id: &RequestId,
+    idempotency_key: Option<&str>,
     wait: Duration,
     sub: Subscription,
     format: Format,
@@ -201,6 +203,7 @@ async fn answer_inline(
         result: QueryResult::pending(id.as_str(), QueryStatus::Queued),
         scan_us: None,
         worker_us: None,
+        idempotency_key: idempotency_key.map(str::to_owned),
     };
     let waited = wait_final_from(st, id, wait, sub, Some(queued))
         .await
@@ -376,7 +379,7 @@ pub async fn status(
             .ok_or_else(|| ApiError::not_found(id.as_str()))?;
         Waited {
             record,
-            fetched: false,
+            released: false,
         }
     } else {
         let _waiter = st.waiters.enter()?;
@@ -403,18 +406,29 @@ pub async fn status(
     Ok(resp)
 }
 
-/// A client has read the final result of `id`: keep it only `--fetched-result-ttl` more
-/// seconds (in the background: the answer does not wait for it; a failure only means the
-/// result lives its full `--result-ttl`).
-fn fetched(st: &AppState, id: &RequestId) {
+/// A client has been handed the final result `record` of `id`: its bytes count towards the
+/// party's read rate, and unless the read that found it did so already (`released`), it and its
+/// idempotency record are kept only as long as [`crate::retention`] says from now on (in the
+/// background: the answer does not wait for it; a failure only means they live their full TTLs).
+fn fetched(st: &AppState, id: &RequestId, record: &QueryRecord, released: bool) {
+    st.retention.handed_over(page_bytes(record));
+    if released {
+        return;
+    }
     let store = st.store.clone();
     let id = *id;
-    let ttl = st.config.fetched_result_ttl;
+    let idem = record.idempotency_key.clone();
+    let ttl = st.retention.ttl();
     tokio::spawn(async move {
-        if let Err(e) = store.expire_within(&id, ttl).await {
+        if let Err(e) = store.release(&id, idem.as_deref(), ttl).await {
             tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
         }
     });
+}
+
+/// The bytes of a record's pages.
+fn page_bytes(record: &QueryRecord) -> u64 {
+    record.result.pages.iter().map(|p| p.len() as u64).sum()
 }
 
 /// `Server-Timing` with the worker's scan and total times, for latency accounting.
@@ -432,16 +446,16 @@ fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
 /// A query's record as a wait left it.
 struct Waited {
     record: QueryRecord,
-    /// The record was read already marked fetched (its lifetime shortened, as [`fetched`]
+    /// The record was read already released (its lifetime shortened, as [`fetched`] does)
     /// does), in the same round trip: the read followed an event that announced it final.
-    fetched: bool,
+    released: bool,
 }
 
 impl Waited {
-    /// The record is being answered: a final one is marked [`fetched`], unless it was read so.
+    /// The record is being answered: a final one is [`fetched`].
     fn hand_over(&self, st: &AppState, id: &RequestId) {
-        if self.record.result.status.is_final() && !self.fetched {
-            fetched(st, id);
+        if self.record.result.status.is_final() {
+            fetched(st, id, &self.record, self.released);
         }
     }
 }
@@ -472,12 +486,15 @@ async fn wait_final_from(
         Some(q) => q,
         None => load().await?,
     };
-    let mut fetched = false;
+    let mut released = false;
     loop {
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
-            return Ok(Waited { record: q, fetched });
+            return Ok(Waited {
+                record: q,
+                released,
+            });
         }
         let wake = tokio::select! {
             r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),
@@ -486,9 +503,10 @@ async fn wait_final_from(
         match wake {
             Wake::Progress(status) => q.result.status = status,
             Wake::Final => {
-                let ttl = st.config.fetched_result_ttl;
-                q = found(st.store.load_fetched(id, ttl).await?)?;
-                fetched = true;
+                let idem = q.idempotency_key.take();
+                let ttl = st.retention.ttl();
+                q = found(st.store.load_fetched(id, idem.as_deref(), ttl).await?)?;
+                released = true;
             }
             Wake::Read => q = load().await?,
         }
@@ -538,7 +556,7 @@ async fn follow(
                 .await
                 .is_ok()
             {
-                fetched(&st, &id);
+                fetched(&st, &id, &current, false);
             }
             return;
         }

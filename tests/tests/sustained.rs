@@ -1,0 +1,111 @@
+//! A party held at full speed for a minute: Redis memory must plateau, not grow with time.
+//!
+//! Two CPU parties, `pirq bench load` in closed loop for 60 s (every answer verified), and a
+//! `--max-redis-memory` small enough that the old retention (every read result kept 60 s, every
+//! idempotency record 600 s) fills it within seconds: then queries got 429 `storage_full`, which
+//! the bench reports as errors. With read results kept by bytes (`--fetched-result-bytes`),
+//! memory levels off near that budget and no query is refused.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pirq_e2e::{bin_dir, Cluster, PartyOptions};
+
+const LOAD_SECS: u64 = 60;
+/// The gateways' admission cap: far above the plateau, far below what the old retention held.
+const MAX_REDIS_MEMORY: u64 = 64 << 20;
+/// What read results may hold.
+const FETCHED_BUDGET: u64 = 8 << 20;
+
+async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .expect("INFO memory");
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory in INFO")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
+    let options = PartyOptions {
+        gateway_args: vec![
+            "--max-redis-memory".into(),
+            MAX_REDIS_MEMORY.to_string(),
+            "--fetched-result-bytes".into(),
+            FETCHED_BUDGET.to_string(),
+        ],
+        ..Default::default()
+    };
+    let cluster = Cluster::start(4096, 1024, options).await.expect("cluster");
+    let report = cluster.db.dir().join("load.json");
+    let mut load = Command::new(bin_dir().join("pirq"));
+    load.args(["bench", "load", "--quiet", "--bincode", "--keys", "1"])
+        .args(["--concurrency", "64", "--warmup", "0"])
+        .args(["--duration", &LOAD_SECS.to_string()])
+        .args(["--party-a", &cluster.a.url, "--party-b", &cluster.b.url])
+        .arg("--verify")
+        .arg(&cluster.db.path)
+        .arg("--json")
+        .arg(&report);
+    let load = tokio::task::spawn_blocking(move || load.output().expect("running pirq bench load"));
+
+    // Redis memory of both parties, every 2 s while the load runs.
+    let mut conns = [
+        cluster.a.redis().await.expect("redis a"),
+        cluster.b.redis().await.expect("redis b"),
+    ];
+    let start = Instant::now();
+    let mut samples: Vec<(f64, u64)> = Vec::new();
+    while start.elapsed() < Duration::from_secs(LOAD_SECS) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut most = 0;
+        for conn in &mut conns {
+            most = most.max(used_memory(conn).await);
+        }
+        samples.push((start.elapsed().as_secs_f64(), most));
+    }
+    let out = load.await.expect("load task");
+    assert!(
+        out.status.success(),
+        "pirq bench load failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("report JSON");
+    let ok = report["ok"].as_u64().expect("ok count");
+    let errors = &report["errors"];
+    let peak = samples.iter().map(|s| s.1).max().unwrap_or(0);
+    let trace: Vec<String> = samples
+        .iter()
+        .map(|(t, m)| format!("{t:.0}s:{}MiB", m >> 20))
+        .collect();
+    eprintln!(
+        "{ok} lookups in {LOAD_SECS} s; Redis used_memory: {}",
+        trace.join(" ")
+    );
+    assert!(ok > 0, "no lookup answered: {report}");
+    assert!(
+        errors.as_object().is_none_or(|e| e.is_empty()),
+        "lookups failed (storage_full means read results were kept past the budget): {errors}; \
+         memory {trace:?}"
+    );
+    assert!(
+        peak < MAX_REDIS_MEMORY,
+        "Redis memory reached {peak} bytes, the admission cap is {MAX_REDIS_MEMORY}: {trace:?}"
+    );
+    // The plateau: the second half of the run holds no more than the first half's peak and the
+    // budget's worth again (a retention by time alone grows all minute long).
+    let half = LOAD_SECS as f64 / 2.0;
+    let first = samples.iter().filter(|s| s.0 <= half).map(|s| s.1).max();
+    let second = samples.iter().filter(|s| s.0 > half).map(|s| s.1).max();
+    if let (Some(first), Some(second)) = (first, second) {
+        assert!(
+            second <= first + FETCHED_BUDGET,
+            "Redis memory still grew in the second half: {trace:?}"
+        );
+    }
+}
