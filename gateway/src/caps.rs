@@ -76,7 +76,10 @@ pub fn raise_descriptor_limit() -> Option<Descriptors> {
 /// they allow. `RLIM_INFINITY` counts as "no limit" and leaves the cap at `u32::MAX`.
 pub fn connections(explicit: Option<u32>, descriptors: Option<Descriptors>) -> u32 {
     let fits = match descriptors {
-        Some(d) => d.soft.saturating_sub(SPARE_DESCRIPTORS).clamp(1, u32::MAX as u64) as u32,
+        Some(d) => d
+            .soft
+            .saturating_sub(SPARE_DESCRIPTORS)
+            .clamp(1, u32::MAX as u64) as u32,
         None => explicit.unwrap_or(1024),
     };
     match explicit {
@@ -216,7 +219,10 @@ mod tests {
             soft: 1_024,
             hard: 1_024,
         });
-        assert_eq!(connections(Some(4_096), low), 1_024 - SPARE_DESCRIPTORS as u32);
+        assert_eq!(
+            connections(Some(4_096), low),
+            1_024 - SPARE_DESCRIPTORS as u32
+        );
         assert_eq!(connections(None, None), 1024);
         let unlimited = Some(Descriptors {
             soft: u64::MAX,

@@ -141,7 +141,10 @@ mod tests {
         // 1 MiB/s: 256 s of budget, capped at 60 s.
         assert_eq!(ttl_for((1 << 20) as f64, budget, max), max);
         // 64 MiB/s: 4 s.
-        assert_eq!(ttl_for((64 << 20) as f64, budget, max), Duration::from_secs(4));
+        assert_eq!(
+            ttl_for((64 << 20) as f64, budget, max),
+            Duration::from_secs(4)
+        );
         // Far past the budget: never below the floor.
         assert_eq!(ttl_for(1e15, budget, max), MIN_TTL);
         // A maximum under the floor wins.
