@@ -22,7 +22,7 @@ pub enum BenchCommand {
     /// Time the epoch delta merge per window and the compaction (fold of the base) on the CPU.
     Epochs(EpochsArgs),
     /// Drive two running parties with verified private queries (open or closed loop).
-    Load(crate::load::LoadArgs),
+    Load(Box<crate::load::LoadArgs>),
 }
 
 #[derive(Args)]
@@ -87,7 +87,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Scan(args) => scan(args),
         BenchCommand::Dpf(args) => dpf(args),
         BenchCommand::Epochs(args) => epochs(args),
-        BenchCommand::Load(args) => crate::load::run(args),
+        BenchCommand::Load(args) => crate::load::run(*args),
     }
 }
 

@@ -151,9 +151,12 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
 
 #[derive(Args)]
 pub struct PushArgs {
-    /// The party's gateway (`http://host:port`). Push the same updates to both parties.
+    /// The party's gateway, or its admin listener (`https://host:port`; http:// only for
+    /// this machine unless --insecure-http). Push the same updates to both parties.
     #[arg(long)]
     party: String,
+    #[command(flatten)]
+    transport: crate::parties::TransportArgs,
     /// The party's admin token (its gateway's `--admin-token`).
     #[arg(long, env = "PIRQ_ADMIN_TOKEN", hide_env_values = true)]
     token: String,
@@ -163,12 +166,13 @@ pub struct PushArgs {
 }
 
 pub fn push(args: PushArgs) -> anyhow::Result<()> {
-    pirq_client::check_url(&args.party)?;
+    pirq_client::check_party_url(&args.party, args.transport.insecure_http)?;
     let update = read_update(&args.from)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let party = pirq_client::Party::new(reqwest::Client::new(), &args.party);
+    let http = pirq_client::http_client(args.transport.roots()?)?;
+    let party = pirq_client::Party::new(http, &args.party);
     let epoch = runtime.block_on(party.push_epoch(&args.token, &update))?;
     eprintln!(
         "{}: epoch {epoch} appended ({} pages)",

@@ -11,9 +11,12 @@
 //! - **closed loop** (`--concurrency C`): C clients each send their next query when the
 //!   previous one is answered; the offered rate is whatever the system sustains.
 //!
-//! Every query fetches `--keys` random pages the way `pirq query` does (one DPF key pair per
-//! page, both halves submitted concurrently, answers XORed) and, with `--verify FILE`, every
-//! page is compared with the database file: a wrong page is an error, never a latency sample.
+//! Every query fetches `--keys` random pages through the library's two-party fetch, the code of
+//! `pirq query` and `pirq get` (`Client::fetch`: one DPF key pair per page, both halves
+//! submitted concurrently, epochs and database digests checked, answers XORed; the parties'
+//! info read once and kept), and, with `--verify FILE`, every page is compared with the
+//! database file: a wrong page is an error, never a latency sample. Refusals (429, 503) are
+//! retried after their `Retry-After` and reported as such beside the latencies.
 //! `--kv-records FILE` turns each query into `--keys` key-value lookups (`docs/spec/kv.md` §6: `d`
 //! DPF keys per lookup, all in one query per party): keys drawn from the records file (whose
 //! values every answer must reproduce) or, with probability `--kv-absent`, random keys that must
@@ -37,8 +40,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use pirq_client::{Client, ClientError, Options};
-use pirq_shared::bits::xor_into;
+use pirq_client::{Client, Options};
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
@@ -115,9 +117,14 @@ pub struct LoadArgs {
     /// Send requests and read answers as bincode instead of JSON.
     #[arg(long)]
     bincode: bool,
-    /// Seconds one query may take before it counts as a timeout error.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds one query may take, every request and body read included, before it counts as
+    /// a timeout error.
+    #[arg(long, default_value_t = 60, value_parser = crate::parties::seconds)]
     timeout: u64,
+    #[command(flatten)]
+    transport: crate::parties::TransportArgs,
+    #[command(flatten)]
+    tokens: crate::parties::TokenArgs,
     /// Open loop only: most queries in flight; further due queries are skipped and counted.
     #[arg(long, default_value_t = 4096)]
     max_in_flight: u64,
@@ -161,6 +168,16 @@ pub struct Report {
     pub errors: BTreeMap<String, u64>,
     /// Open loop: queries that were due while `max_in_flight` were outstanding, never sent.
     pub skipped: u64,
+    /// Submits the parties refused with 429 (backlog or storage full, rate limits) and with
+    /// 503 (caps, Redis down), warm-up included; each was retried after its `Retry-After`
+    /// (jittered) while the query's deadline allowed.
+    pub refused_429: u64,
+    pub refused_503: u64,
+    /// Requests sent again (after a refusal, a failed connection, a broken event stream).
+    pub retries: u64,
+    /// `GET /v1/info` requests, both parties, warm-up included: about one per party while the
+    /// epoch stays the same (the client keeps the parties' info between queries).
+    pub info_requests: u64,
     pub achieved_qps: f64,
     pub achieved_keys_per_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -201,8 +218,6 @@ struct Shared {
     options: Options,
     db: Option<PirDb>,
     num_pages: u64,
-    domain_bits: u8,
-    epoch: u64,
     keys: usize,
     /// Kv mode: the layout and the records to look up.
     kv: Option<KvLookups>,
@@ -277,10 +292,11 @@ impl Shared {
         a.submit(&requests[i], self.options.encoding)
             .await
             .map(|_| ())
-            .map_err(|e| error_kind(&e))
+            .map_err(|e| e.kind())
     }
 
-    /// Fetches `keys` random pages from both parties and checks them; `Err` names the failure.
+    /// Fetches `keys` random pages from both parties (the library's two-party fetch, as
+    /// `pirq query` does it) and checks them; `Err` names the failure.
     async fn fetch_random(&self) -> Result<(), String> {
         let indices: Vec<u64> = {
             let mut rng = rand::rng();
@@ -288,61 +304,18 @@ impl Shared {
                 .map(|_| rng.random_range(0..self.num_pages))
                 .collect()
         };
-        let (mut keys_a, mut keys_b) = (Vec::new(), Vec::new());
-        {
-            let mut rng = rand::rng();
-            for &i in &indices {
-                let (k0, k1) =
-                    generate(self.domain_bits, i, &mut rng).map_err(|e| format!("keygen: {e}"))?;
-                keys_a.push(k0.to_bytes());
-                keys_b.push(k1.to_bytes());
-            }
-        }
-        let pages = self.ask_both(keys_a, keys_b).await?;
+        let fetched = self.client.fetch(&indices).await.map_err(|e| e.kind())?;
         if let Some(db) = &self.db {
-            for (page, &index) in pages.iter().zip(&indices) {
+            if fetched.epoch != db.header().epoch {
+                return Err("wrong_epoch".into());
+            }
+            for (page, &index) in fetched.pages.iter().zip(&indices) {
                 if db.page(index) != Some(page.as_slice()) {
                     return Err("wrong_page".into());
                 }
             }
         }
         Ok(())
-    }
-
-    /// Sends `keys_a` to party A and `keys_b` to party B at once and XORs the two answers: the
-    /// pages in the order of the keys, or `Err` naming the failure.
-    async fn ask_both(
-        &self,
-        keys_a: Vec<Vec<u8>>,
-        keys_b: Vec<Vec<u8>>,
-    ) -> Result<Vec<Vec<u8>>, String> {
-        let count = keys_a.len();
-        let (a, b) = self.client.parties();
-        let o = &self.options;
-        let req = |keys| QueryRequest {
-            keys,
-            epoch: Some(self.epoch),
-        };
-        let (req_a, req_b) = (req(keys_a), req(keys_b));
-        let (ra, rb) = futures::try_join!(
-            a.query(&req_a, o.encoding, o.wait, o.timeout),
-            b.query(&req_b, o.encoding, o.wait, o.timeout),
-        )
-        .map_err(|e| error_kind(&e))?;
-        if ra.pages.len() != count || rb.pages.len() != count {
-            return Err("wrong_answer_count".into());
-        }
-        ra.pages
-            .into_iter()
-            .zip(rb.pages)
-            .map(|(mut page, other)| {
-                if page.len() != other.len() {
-                    return Err("wrong_page".into());
-                }
-                xor_into(&mut page, &other);
-                Ok(page)
-            })
-            .collect()
     }
 }
 
@@ -352,63 +325,32 @@ impl Shared {
     async fn lookup_random(&self) -> Result<(), String> {
         let kv = self.kv.as_ref().expect("kv mode");
         let p = &kv.params;
-        let d = p.choices();
-        let (mut keys_a, mut keys_b) = (Vec::new(), Vec::new());
+        let mut keys = Vec::with_capacity(self.keys);
         let mut wanted = Vec::with_capacity(self.keys);
         {
             let mut rng = rand::rng();
             for _ in 0..self.keys {
-                let (key, value) = if rng.random_bool(kv.absent) {
+                if rng.random_bool(kv.absent) {
                     let len = match p.layout.key_size {
                         0 => crate::kv::DEFAULT_KEY_SIZE,
                         n => n as usize,
                     };
-                    ((0..len).map(|_| rng.random()).collect::<Vec<u8>>(), None)
+                    keys.push((0..len).map(|_| rng.random()).collect::<Vec<u8>>());
+                    wanted.push(None);
                 } else {
                     let (k, v) = &kv.records[rng.random_range(0..kv.records.len())];
-                    (k.clone(), Some(v))
-                };
-                let tag = p.tag(&key);
-                for &page in p.candidates(&tag).iter() {
-                    let (k0, k1) = generate(self.domain_bits, page, &mut rng)
-                        .map_err(|e| format!("keygen: {e}"))?;
-                    keys_a.push(k0.to_bytes());
-                    keys_b.push(k1.to_bytes());
+                    keys.push(k.clone());
+                    wanted.push(Some(v));
                 }
-                wanted.push((tag, value));
             }
         }
-        let pages = self.ask_both(keys_a, keys_b).await?;
-        for ((tag, want), candidates) in wanted.iter().zip(pages.chunks(d)) {
-            let found = candidates
-                .iter()
-                .find_map(|page| p.find(page, tag).transpose())
-                .transpose()
-                .map_err(|e| format!("malformed_page: {e}"))?;
-            if found != want.map(Vec::as_slice) {
+        let got = self.client.get_many(&keys).await.map_err(|e| e.kind())?;
+        for (found, want) in got.values.iter().zip(&wanted) {
+            if found.as_deref() != want.map(Vec::as_slice) {
                 return Err("wrong_value".into());
             }
         }
         Ok(())
-    }
-}
-
-/// A short, countable name for a failure.
-fn error_kind(e: &ClientError) -> String {
-    match e {
-        ClientError::Http { .. } => "http".into(),
-        ClientError::Api { error, .. } => format!("api_{}", error.code.as_str()),
-        ClientError::Failed { error, .. } => format!("failed_{}", error.code.as_str()),
-        ClientError::Timeout { .. } => "timeout".into(),
-        ClientError::Mismatch(_) => "mismatch".into(),
-        ClientError::IndexOutOfRange { .. } => "index_out_of_range".into(),
-        ClientError::Protocol { .. } => "protocol".into(),
-        ClientError::StreamEnded { .. } => "stream_ended".into(),
-        ClientError::NotKv(_) => "not_kv".into(),
-        ClientError::BadKey { .. } => "bad_key".into(),
-        ClientError::BadUrl { .. } => "bad_url".into(),
-        ClientError::SameParty { .. } => "same_party".into(),
-        ClientError::NoWorkers { .. } => "no_workers".into(),
     }
 }
 
@@ -441,8 +383,15 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
     }
     // --submit-only talks to party A alone.
     options.allow_same_party = args.allow_same_party || args.submit_only;
+    options.insecure_http = args.transport.insecure_http;
     let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
-    let client = Client::with_options(&args.party_a, party_b, options.clone())?;
+    let builder = args
+        .transport
+        .builder()?
+        .party_a(&args.party_a)
+        .party_b(party_b)
+        .options(options.clone());
+    let client: Client = args.tokens.apply(builder).build()?;
     let (info, epoch, max_keys) = if args.submit_only {
         let info = client
             .parties()
@@ -524,8 +473,6 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         options,
         db,
         num_pages: info.num_pages,
-        domain_bits: info.domain_bits,
-        epoch,
         keys: args.keys,
         kv,
         measure_from: start + warmup,
@@ -552,6 +499,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
 
     let t = shared.tally.lock().unwrap_or_else(|e| e.into_inner());
+    let stats = shared.client.stats();
     let secs = measured.as_secs_f64();
     let lookups = shared.kv.is_some().then_some(args.keys);
     let report = Report {
@@ -575,6 +523,10 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         ok: t.ok,
         errors: t.errors.clone(),
         skipped: t.skipped,
+        refused_429: stats.refused_429,
+        refused_503: stats.refused_503,
+        retries: stats.retries,
+        info_requests: stats.info_requests,
         achieved_qps: t.ok as f64 / secs,
         achieved_keys_per_s: (t.ok * dpf_keys as u64) as f64 / secs,
         achieved_lookups_per_s: lookups.map(|l| (t.ok * l as u64) as f64 / secs),
@@ -706,6 +658,9 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
         "ok",
         "errors",
         "skipped",
+        "429s",
+        "503s",
+        "retries",
         "q/s",
         "keys/s",
         "p50 ms",
@@ -720,6 +675,9 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
         r.ok.to_string(),
         r.errors.values().sum::<u64>().to_string(),
         r.skipped.to_string(),
+        r.refused_429.to_string(),
+        r.refused_503.to_string(),
+        r.retries.to_string(),
         format!("{:.1}", r.achieved_qps),
         format!("{:.1}", r.achieved_keys_per_s),
         format!("{:.2}", r.latency_ms.p50),

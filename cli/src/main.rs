@@ -12,6 +12,7 @@ mod interrupt;
 mod keys;
 mod kv;
 mod load;
+mod output;
 mod parties;
 mod query;
 mod record;
@@ -56,6 +57,11 @@ enum Command {
     /// Benchmarks (results as a table, optionally recorded under docs/bench/).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Print a shell completion script (e.g. `pirq completions bash > /etc/bash_completion.d/pirq`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
@@ -66,8 +72,8 @@ enum EpochCommand {
     Push(epoch::PushArgs),
 }
 
-/// Errors end the process with one line (`error: <what>: <why>`), never a backtrace, whatever
-/// `RUST_BACKTRACE` says: release builds have no symbols to show anyway.
+/// Errors end the process with one line (`error: <what>: <why>`, each cause once), never a
+/// backtrace, whatever `RUST_BACKTRACE` says: release builds have no symbols to show anyway.
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -94,6 +100,11 @@ fn run() -> anyhow::Result<()> {
         Command::Kv(cmd) => kv::run(cmd),
         Command::Get(args) => get::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "pirq", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! `pirq query`: fetch pages privately from two running parties.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+use crate::output::{BytesAs, JsonLine};
 use crate::parties::{self, PartiesArgs};
 
 #[derive(clap::Args, Debug)]
@@ -14,9 +16,16 @@ pub struct QueryArgs {
     /// Page index to fetch; repeat for several (they go out as one query per party).
     #[arg(long = "index", required = true)]
     pub indices: Vec<u64>,
-    /// Write each page to DIR/page-<index>.bin.
-    #[arg(long, value_name = "DIR")]
+    /// Write each page to DIR/page-<index>.bin; `-` writes the page bytes, in the order of
+    /// --index, to standard output (the report then goes to standard error).
+    #[arg(long, value_name = "DIR|-")]
     pub out: Option<PathBuf>,
+    /// One JSON object per page on standard output: {"index", "page", "epoch", "digest"}.
+    #[arg(long, conflicts_with = "out")]
+    pub json: bool,
+    /// How --json writes page bytes.
+    #[arg(long, value_enum, default_value_t = BytesAs::Hex, requires = "json")]
+    pub bytes: BytesAs,
     /// Accept party URLs that reach the same party. Never for real use: that party sees both
     /// keys and learns which pages are fetched; only for capacity benchmarks.
     #[arg(long)]
@@ -35,10 +44,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
     let mut options = args.parties.options();
     options.allow_same_party = args.allow_same_party;
     let client = args.parties.client(options)?;
-    let start = Instant::now();
-    let fetched = client.fetch(&args.indices).await?;
-    let elapsed = start.elapsed();
-
+    // Opened before the lookup: a wrong path fails before the parties are asked.
     let db = match &args.verify {
         Some(path) => Some(
             pirq_shared::db::PirDb::open(path)
@@ -46,9 +52,10 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    let start = Instant::now();
+    let fetched = client.fetch(&args.indices).await?;
+    let elapsed = start.elapsed();
+
     if let Some(db) = &db {
         if db.header().epoch != fetched.epoch {
             bail!(
@@ -60,25 +67,58 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let to_stdout = args.out.as_deref() == Some(std::path::Path::new("-"));
+    let dir = args.out.as_ref().filter(|_| !to_stdout);
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    // Reports go to stderr whenever stdout carries data (page bytes or JSON).
+    let mut report: Box<dyn Write> = if to_stdout || args.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
     let mut mismatches = 0;
     for (index, page) in args.indices.iter().zip(&fetched.pages) {
         let mut line = format!("page {index}: {} bytes", page.len());
-        if let Some(dir) = &args.out {
+        let matches = db
+            .as_ref()
+            .map(|db| db.page(*index) == Some(page.as_slice()));
+        if to_stdout {
+            stdout
+                .write_all(page)
+                .context("writing pages to standard output")?;
+        } else if args.json {
+            let mut json = JsonLine::new();
+            json.num("index", *index)
+                .bytes("page", page, args.bytes)
+                .num("epoch", fetched.epoch)
+                .digest(fetched.digest);
+            if let Some(m) = matches {
+                json.bool("matches_file", m);
+            }
+            writeln!(stdout, "{}", json.finish()).context("writing standard output")?;
+        } else if let Some(dir) = dir {
             let path = dir.join(format!("page-{index}.bin"));
             std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
             line.push_str(&format!(", written to {}", path.display()));
         }
-        if let Some(db) = &db {
-            if db.page(*index) == Some(page.as_slice()) {
-                line.push_str(", matches the database file");
-            } else {
+        match matches {
+            Some(true) => line.push_str(", matches the database file"),
+            Some(false) => {
                 line.push_str(", DIFFERS from the database file");
                 mismatches += 1;
             }
+            None => {}
         }
-        println!("{line}");
+        if !args.json {
+            writeln!(report, "{line}")?;
+        }
     }
-    println!(
+    stdout.flush()?;
+    writeln!(
+        report,
         "{} page(s) at epoch {} in {:.1} ms (both parties, {})",
         fetched.pages.len(),
         fetched.epoch,
@@ -88,7 +128,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
         } else {
             "answers held by the parties (Prefer: wait), else server-sent events"
         }
-    );
+    )?;
     if mismatches > 0 {
         bail!(
             "{mismatches} page(s) differ from {}",

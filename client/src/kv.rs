@@ -1,4 +1,4 @@
-//! [`Client::get`]: private key-value lookups (`docs/spec/kv.md` §6).
+//! [`Client::get`] and [`Client::get_many`]: private key-value lookups (`docs/spec/kv.md` §6).
 //!
 //! Each key becomes its `d` candidate pages; all `d·K` page fetches go out as one query per
 //! party (split only where a party's key limit forces it, and then by whole lookups), so a party
@@ -12,6 +12,8 @@ use crate::{Client, ClientError};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Values {
     pub epoch: u64,
+    /// The database digest (SPEC §2.1) both parties answered from.
+    pub digest: Option<crate::Digest>,
     /// What the table stores: a set's present keys have the empty value.
     pub kind: ValueKind,
     /// `values[i]` is the value of `keys[i]`, `None` when the key is absent (for a set,
@@ -26,36 +28,48 @@ impl Client {
         &self,
         epoch: Option<u64>,
     ) -> Result<(KvParams, u64, usize), ClientError> {
-        let (info, epoch, max_keys) = self.agree_at(epoch).await?;
+        let agreement = self.agreement(&self.deadline()).await?;
+        let params = self.params_of(&agreement.info)?;
+        Ok((params, epoch.unwrap_or(agreement.epoch), agreement.max_keys))
+    }
+
+    fn params_of(&self, info: &pirq_shared::wire::Info) -> Result<KvParams, ClientError> {
         let kv = info.kv.as_ref().ok_or_else(|| {
             ClientError::NotKv(format!(
                 "{} serves a page database (no \"kv\" in /v1/info)",
                 self.a.base()
             ))
         })?;
-        let params = kv
-            .params(info.page_size, info.num_pages)
-            .map_err(|detail| self.a.protocol(detail))?;
-        Ok((params, epoch, max_keys))
+        kv.params(info.page_size, info.num_pages)
+            .map_err(|detail| self.a.protocol(detail))
     }
 
-    /// Looks up `keys` without telling either party which (KV §6), at the newest epoch both
-    /// parties serve.
-    pub async fn get(&self, keys: &[Vec<u8>]) -> Result<Values, ClientError> {
-        self.get_at(keys, None).await
+    /// Looks `key` up without telling either party which: its value, or `None` when absent.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
+        let values = self.get_many(&[key]).await?;
+        Ok(values.values.into_iter().next().flatten())
     }
 
-    /// [`Client::get`] pinned to `epoch` (any epoch in both parties' windows) when given.
-    pub async fn get_at(
+    /// Looks `keys` up without telling either party which (KV §6), in one query per party
+    /// (more only where the parties' key limit says so), at the newest epoch both serve.
+    pub async fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Values, ClientError> {
+        self.get_many_at(keys, None).await
+    }
+
+    /// [`Client::get_many`] pinned to `epoch` (any epoch in both parties' windows) when given.
+    pub async fn get_many_at<K: AsRef<[u8]>>(
         &self,
-        keys: &[Vec<u8>],
+        keys: &[K],
         epoch: Option<u64>,
     ) -> Result<Values, ClientError> {
-        let (params, epoch, max_keys) = self.kv_layout(epoch).await?;
-        let d = params.choices();
+        let d = self.deadline();
+        let agreement = self.agreement(&d).await?;
+        let params = self.params_of(&agreement.info)?;
+        let d_choices = params.choices();
         let mut tags = Vec::with_capacity(keys.len());
-        let mut pages = Vec::with_capacity(keys.len() * d);
+        let mut pages = Vec::with_capacity(keys.len() * d_choices);
         for (index, key) in keys.iter().enumerate() {
+            let key = key.as_ref();
             params
                 .check_key(key)
                 .map_err(|e| ClientError::BadKey { index, reason: e })?;
@@ -63,27 +77,14 @@ impl Client {
             pages.extend_from_slice(&params.candidates(&tag));
             tags.push(tag);
         }
-        let lookups_per_query = max_keys / d;
-        if lookups_per_query == 0 {
-            return Err(ClientError::Mismatch(format!(
-                "the parties take {max_keys} keys per query, one lookup needs {d}"
-            )));
-        }
-        let chunks = pages
-            .chunks(lookups_per_query * d)
-            .map(|chunk| self.fetch_chunk(chunk, domain_bits(&params), epoch));
-        let fetched: Vec<Vec<u8>> = futures::future::try_join_all(chunks)
-            .await?
-            .into_iter()
-            .flatten()
-            .collect();
+        let fetched = self.fetch_grouped(&pages, d_choices, epoch, &d).await?;
         let mut values = Vec::with_capacity(tags.len());
-        for (tag, candidates) in tags.iter().zip(fetched.chunks(d)) {
+        for (tag, candidates) in tags.iter().zip(fetched.pages.chunks(d_choices)) {
             let mut value = None;
             for page in candidates {
                 // A malformed slot (KV §4) is refused, never read as a value or as absent.
                 let found = params.find(page, tag).map_err(|e| ClientError::Protocol {
-                    party: format!("{} and {}", self.a.base(), self.b.base()),
+                    party: format!("{} and {}", self.a.name(), self.b.name()),
                     detail: format!("their answers combine into a malformed kv page: {e}"),
                 })?;
                 if let Some(v) = found {
@@ -94,13 +95,10 @@ impl Client {
             values.push(value);
         }
         Ok(Values {
-            epoch,
+            epoch: fetched.epoch,
+            digest: fetched.digest,
             kind: params.kind(),
             values,
         })
     }
-}
-
-fn domain_bits(params: &KvParams) -> u8 {
-    pirq_shared::db::domain_bits(params.num_pages)
 }

@@ -1,104 +1,94 @@
-//! `pirq-client`: fetch pages privately from two pirq parties.
+//! `pirq-client`: fetch pages and look up keys privately from two pirq parties.
 //!
-//! [`Client::fetch`] is the whole protocol in one async call: read both parties' `/v1/info`
-//! and refuse databases that differ, one party reached twice, or a party without live workers;
-//! generate a DPF key pair per wanted index, submit one half to each party concurrently, wait
-//! for both answers (Server-Sent Events by default, or polling), check that both were computed
-//! from the same contents (the database digest each result carries, SPEC §2.1), and XOR them
-//! into the pages. Neither party alone learns which pages were fetched.
+//! A [`Client`] talks to two parties that serve the same database. [`Client::fetch`] asks for
+//! pages by index, [`Client::get`] and [`Client::get_many`] look keys up in a key-value
+//! database (`docs/spec/kv.md`); neither party alone learns which pages or keys were wanted.
+//! Each lookup generates a DPF key pair per page, sends one half to each party concurrently
+//! (one `Prefer: wait` request a party: one round trip), checks that both answers were computed
+//! from the same contents (the database digest, SPEC §2.1) and at the same epoch, and XORs them.
 //!
-//! [`Client::get`] looks keys up in a key-value database (`docs/spec/kv.md`) the same way: each
-//! key's candidate pages are fetched privately and searched for the key's tag.
+//! ```no_run
+//! # async fn demo() -> Result<(), pirq_client::ClientError> {
+//! use std::time::Duration;
+//!
+//! let client = pirq_client::Client::builder()
+//!     .party_a("https://pir-a.example.invalid")
+//!     .party_b("https://pir-b.example.invalid")
+//!     .deadline(Duration::from_secs(10)) // the whole lookup, every request included
+//!     .ca_cert_file("ca.pem") // a private CA, besides the system's roots
+//!     .build()?;
+//! let pages = client.fetch(&[42]).await?; // page 42, at the newest epoch both parties serve
+//! println!("{} bytes at epoch {}", pages.pages[0].len(), pages.epoch);
+//! // a key-value database: the value, or None when the key is absent
+//! let value = client.get(b"some key").await?;
+//! # let _ = value; Ok(()) }
+//! ```
+//!
+//! The client defends itself against a broken or hostile party: one deadline bounds the whole
+//! lookup; what a party sends is bounded in bytes (`/v1/info` 64 KiB, an answer by what its
+//! keys and the page size imply); request ids are checked before they become URLs; a party's
+//! error text is stripped of control characters and cut short; plain `http://` is refused for
+//! hosts other than this machine; two URLs of one party (same `party` id, or same TLS
+//! certificate key) are refused. Both parties' `/v1/info` are read once and kept until an
+//! answer shows that the parties moved on. `client/examples/` has runnable programs.
 //!
 //! [`Party`] is one party's HTTP API, for callers (and tests) that want the steps one by one.
 
+mod builder;
+mod deadline;
+mod error;
 mod kv;
 mod party;
+mod sse;
+mod stats;
+mod text;
+mod url;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
-use pirq_shared::wire::{ErrorBody, Info, QueryRequest};
+use pirq_shared::wire::QueryRequest;
 
+pub use builder::{http_client, ClientBuilder};
+pub use deadline::Deadline;
+pub use error::{ClientError, Phase};
 pub use kv::Values;
-pub use party::{check_url, Encoding, Party, Submitted, Wait};
+pub use party::{
+    Encoding, Party, Submitted, Wait, ENVELOPE_BYTES, INLINE_WAIT, MAX_INFO_BYTES, SUBMIT_ATTEMPTS,
+};
+pub use stats::Stats;
+pub use text::{is_request_id, sanitize, MAX_PARTY_TEXT_CHARS};
+pub use url::{check_party_url, check_url};
 
-/// Why a fetch failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("{party}: {source}")]
-    Http {
-        party: String,
-        source: reqwest::Error,
-    },
-    /// The party answered with an error body.
-    #[error("{party}: HTTP {status}: {} ({})", .error.message, .error.code)]
-    Api {
-        party: String,
-        status: u16,
-        error: Box<ErrorBody>,
-    },
-    /// The query was accepted but failed on the party.
-    #[error("{party}: query {id} failed: {} ({})", .error.message, .error.code)]
-    Failed {
-        party: String,
-        id: String,
-        error: Box<ErrorBody>,
-    },
-    /// The two parties do not serve the same database.
-    #[error("the parties serve different databases: {0}")]
-    Mismatch(String),
-    /// Both URLs reach the same party, which would then see both keys of every pair.
-    #[error(
-        "{a} and {b} are the same party (id {party}): it would see both keys and learn which \
-         pages are fetched; give the URLs of two different parties (--allow-same-party is for \
-         capacity benchmarks only)"
-    )]
-    SameParty { a: String, b: String, party: String },
-    /// A party has no live worker: a query would wait out its whole timeout.
-    #[error("party {label} ({party}) has no live workers: start a pirq-worker for it")]
-    NoWorkers { label: &'static str, party: String },
-    #[error("index {index} is outside the database of {num_pages} pages")]
-    IndexOutOfRange { index: u64, num_pages: u64 },
-    /// A key-value lookup asked of parties that serve a page database.
-    #[error("not a key-value database: {0}")]
-    NotKv(String),
-    /// A key the database's layout cannot hold (wrong length).
-    #[error("key {index}: {reason}")]
-    BadKey {
-        index: usize,
-        reason: pirq_shared::kv::KvError,
-    },
-    /// The party answered something that does not follow the API.
-    #[error("{party}: {detail}")]
-    Protocol { party: String, detail: String },
-    /// The party's event stream ended before the result (its gateway stopped); [`Party::wait`]
-    /// waits again.
-    #[error("{party}: event stream ended without a result")]
-    StreamEnded { party: String },
-    #[error("{party}: no result within {after:?}")]
-    Timeout { party: String, after: Duration },
-    /// A party's base URL is not an `http://` or `https://` URL.
-    #[error("party URL {url:?} is not an http(s) URL: {hint}")]
-    BadUrl { url: String, hint: String },
-}
+/// The types of this crate's signatures that come from pirq's shared crate.
+pub use pirq_shared::digest::Digest;
+pub use pirq_shared::kv::{KvError, KvInfo, KvParams};
+pub use pirq_shared::update::EpochUpdate;
+pub use pirq_shared::wire::{EpochRange, ErrorBody, Info, QueryResult, QueryStatus};
+/// The HTTP client crate of [`ClientBuilder::http_client`], at the version this crate uses.
+pub use reqwest;
 
-/// Default longest wait for one query's answers (`Options::timeout`, `pirq query --timeout`,
-/// `pirq get --timeout`): a party's gateway admits at most `--max-backlog-secs` (30 s by default)
-/// of work ahead of a query, so two minutes is a stuck party, not a busy one.
+/// Default deadline of one lookup (`Options::timeout`, `pirq query --timeout`): a party's
+/// gateway admits at most `--max-backlog-secs` (30 s by default) of work ahead of a query, so
+/// two minutes is a stuck party, not a busy one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// How [`Client::fetch`] talks to the parties.
+/// How [`Client`] talks to the parties.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub wait: Wait,
     pub encoding: Encoding,
-    /// Longest wait for one query's answers.
+    /// The deadline of one whole lookup.
     pub timeout: Duration,
     /// Accept two URLs of the same party. Only for capacity benchmarks: that party sees both
     /// keys of every pair.
     pub allow_same_party: bool,
+    /// Accept plain `http://` to hosts other than this machine (see
+    /// [`ClientBuilder::insecure_http`]).
+    pub insecure_http: bool,
 }
 
 impl Options {
@@ -116,7 +106,7 @@ impl Options {
                 Encoding::Json
             },
             timeout,
-            allow_same_party: false,
+            ..Options::default()
         }
     }
 }
@@ -128,74 +118,184 @@ impl Default for Options {
             encoding: Encoding::Json,
             timeout: DEFAULT_TIMEOUT,
             allow_same_party: false,
+            insecure_http: false,
         }
     }
 }
 
-/// Pages fetched together, with the epoch they are from.
+/// Pages fetched together, with the epoch and the database digest they are from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pages {
     pub epoch: u64,
+    /// The digest (SPEC §2.1) both parties answered from.
+    pub digest: Option<Digest>,
     /// `pages[i]` is the page at `indices[i]`.
     pub pages: Vec<Vec<u8>>,
 }
 
-/// A client of two parties that serve the same database.
+/// What both parties' `/v1/info` agree on, kept between lookups.
+#[derive(Clone, Debug)]
+pub(crate) struct Agreement {
+    /// Party A's info (the geometry and layout both share).
+    pub(crate) info: pirq_shared::wire::Info,
+    /// The newest epoch both serve.
+    pub(crate) epoch: u64,
+    /// Whether both parties' newest epoch is `epoch` (else lookups pin it).
+    pub(crate) same_newest: bool,
+    /// The smaller of the two key limits.
+    pub(crate) max_keys: usize,
+}
+
+/// A client of two parties that serve the same database. Cheap to clone; clones share the
+/// parties' info and the counters.
 #[derive(Clone, Debug)]
 pub struct Client {
     a: Party,
     b: Party,
     options: Options,
+    /// Both parties' agreed info; refreshed when an answer says the parties moved on.
+    agreement: Arc<tokio::sync::Mutex<Option<Agreement>>>,
+    /// Set when an answer shows the kept info is out of date, or a lookup failed.
+    stale: Arc<AtomicBool>,
+    counters: Arc<stats::Counters>,
+}
+
+/// One chunk's combined answer, or the sign that the parties answered different epochs (an
+/// unpinned lookup during an epoch change).
+enum Chunk {
+    Pages {
+        epoch: u64,
+        digest: Option<Digest>,
+        pages: Vec<Vec<u8>>,
+    },
+    EpochsDiffer,
 }
 
 impl Client {
-    /// A client of the parties at these base URLs (`http://host:port`).
-    pub fn new(party_a: &str, party_b: &str) -> Result<Client, ClientError> {
-        Client::with_options(party_a, party_b, Options::default())
+    /// A builder: party URLs, deadline, CA roots, tokens, an own HTTP client.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
     }
 
+    /// A client of the parties at these base URLs with default options.
+    pub fn new(party_a: &str, party_b: &str) -> Result<Client, ClientError> {
+        Client::builder().party_a(party_a).party_b(party_b).build()
+    }
+
+    /// A client of the parties at these base URLs with `options`.
     pub fn with_options(
         party_a: &str,
         party_b: &str,
         options: Options,
     ) -> Result<Client, ClientError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
+        Client::builder()
+            .party_a(party_a)
+            .party_b(party_b)
+            .options(options)
             .build()
-            .map_err(|source| ClientError::Http {
-                party: "client".into(),
-                source,
-            })?;
-        party::check_url(party_a)?;
-        party::check_url(party_b)?;
-        Ok(Client {
-            a: Party::new(http.clone(), party_a),
-            b: Party::new(http, party_b),
+    }
+
+    pub(crate) fn from_parts(
+        a: Party,
+        b: Party,
+        options: Options,
+        counters: Arc<stats::Counters>,
+    ) -> Client {
+        Client {
+            a,
+            b,
             options,
-        })
+            agreement: Arc::new(tokio::sync::Mutex::new(None)),
+            stale: Arc::new(AtomicBool::new(false)),
+            counters,
+        }
     }
 
     pub fn parties(&self) -> (&Party, &Party) {
         (&self.a, &self.b)
     }
 
-    /// Both parties' info, checked to describe the same database; returns the epoch to pin
-    /// (the newest one both serve) and the smaller per-query key limit. Refuses one party
-    /// reached twice (unless [`Options::allow_same_party`]) and a party without live workers.
-    pub async fn agree(&self) -> Result<(Info, u64, usize), ClientError> {
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// What the client has counted so far (info requests, refusals, retries).
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    /// A new deadline of the configured length, for a lookup starting now.
+    fn deadline(&self) -> Deadline {
+        Deadline::after(self.options.timeout)
+    }
+
+    /// Both parties' info, read now and checked to describe the same database; returns party
+    /// A's info, the epoch to pin (the newest one both serve) and the smaller per-query key
+    /// limit. Refuses one party reached twice (unless [`Options::allow_same_party`]) and a
+    /// party without live workers. The result is kept for later lookups.
+    pub async fn agree(&self) -> Result<(pirq_shared::wire::Info, u64, usize), ClientError> {
         self.agree_at(None).await
     }
 
     /// [`Client::agree`], pinning `epoch` instead of the newest common one when given (it must
     /// be in both parties' windows).
-    pub async fn agree_at(&self, epoch: Option<u64>) -> Result<(Info, u64, usize), ClientError> {
-        let (ia, ib) = futures::try_join!(self.a.info(), self.b.info())?;
-        if let (Some(pa), Some(pb)) = (&ia.party, &ib.party) {
-            if pa == pb && !self.options.allow_same_party {
-                return Err(ClientError::SameParty {
+    pub async fn agree_at(
+        &self,
+        epoch: Option<u64>,
+    ) -> Result<(pirq_shared::wire::Info, u64, usize), ClientError> {
+        let d = self.deadline();
+        let mut kept = self.lock_agreement(&d).await?;
+        let agreement = self.refresh(&d, &mut kept).await?;
+        let epoch = epoch.unwrap_or(agreement.epoch);
+        self.check_epoch(&agreement, epoch)?;
+        Ok((agreement.info, epoch, agreement.max_keys))
+    }
+
+    async fn lock_agreement<'a>(
+        &'a self,
+        d: &Deadline,
+    ) -> Result<tokio::sync::MutexGuard<'a, Option<Agreement>>, ClientError> {
+        d.run(self.agreement.lock())
+            .await
+            .ok_or_else(|| ClientError::Timeout {
+                party: format!("{} and {}", self.a.name(), self.b.name()),
+                phase: Phase::Info,
+                after: d.total(),
+            })
+    }
+
+    /// The kept agreement, or a fresh one when there is none or it is out of date. Lookups
+    /// that start together wait for one refresh instead of each reading `/v1/info`.
+    pub(crate) async fn agreement(&self, d: &Deadline) -> Result<Agreement, ClientError> {
+        let mut kept = self.lock_agreement(d).await?;
+        match &*kept {
+            Some(a) if !self.stale.load(Ordering::Acquire) => Ok(a.clone()),
+            _ => self.refresh(d, &mut kept).await,
+        }
+    }
+
+    /// Reads both parties' info and checks that they describe the same database.
+    async fn refresh(
+        &self,
+        d: &Deadline,
+        kept: &mut Option<Agreement>,
+    ) -> Result<Agreement, ClientError> {
+        self.stale.store(false, Ordering::Release);
+        let ((ia, key_a), (ib, key_b)) = futures::try_join!(self.a.info_by(d), self.b.info_by(d))?;
+        if !self.options.allow_same_party {
+            if let (Some(pa), Some(pb)) = (&ia.party, &ib.party) {
+                if pa == pb {
+                    return Err(ClientError::SameParty {
+                        a: self.a.base().to_string(),
+                        b: self.b.base().to_string(),
+                        party: text::sanitize(pa),
+                    });
+                }
+            }
+            if key_a.is_some() && key_a == key_b {
+                return Err(ClientError::SameTlsIdentity {
                     a: self.a.base().to_string(),
                     b: self.b.base().to_string(),
-                    party: pa.clone(),
                 });
             }
         }
@@ -220,17 +320,17 @@ impl Client {
             return Err(differ("domain_bits", &ia.domain_bits, &ib.domain_bits));
         }
         if ia.kv != ib.kv {
-            let show = |kv: &Option<pirq_shared::kv::KvInfo>| match kv {
-                Some(kv) => serde_json::to_string(kv).unwrap_or_default(),
+            let show = |kv: &Option<KvInfo>| match kv {
+                Some(kv) => text::sanitize(&serde_json::to_string(kv).unwrap_or_default()),
                 None => "no kv layout".into(),
             };
             return Err(differ("kv layout", &show(&ia.kv), &show(&ib.kv)));
         }
         // Pin the newest epoch both answer: a party ahead still has it in its window.
-        let epoch = epoch.unwrap_or(ia.epoch.newest.min(ib.epoch.newest));
+        let epoch = ia.epoch.newest.min(ib.epoch.newest);
         if !ia.epoch.contains(epoch) || !ib.epoch.contains(epoch) {
             return Err(ClientError::Mismatch(format!(
-                "no common epoch {epoch}: party A serves {}..={}, party B {}..={}",
+                "no common epoch: party A serves {}..={}, party B {}..={}",
                 ia.epoch.oldest, ia.epoch.newest, ib.epoch.oldest, ib.epoch.newest
             )));
         }
@@ -244,27 +344,150 @@ impl Client {
                 )));
             }
         }
-        let max_keys = ia.max_keys_per_query.min(ib.max_keys_per_query).max(1) as usize;
-        Ok((ia, epoch, max_keys))
+        let agreement = Agreement {
+            epoch,
+            same_newest: ia.epoch.newest == ib.epoch.newest,
+            max_keys: ia.max_keys_per_query.min(ib.max_keys_per_query).max(1) as usize,
+            info: ia,
+        };
+        *kept = Some(agreement.clone());
+        Ok(agreement)
     }
 
-    /// Fetches the pages at `indices` without telling either party which ones.
-    pub async fn fetch(&self, indices: &[u64]) -> Result<Pages, ClientError> {
-        let (info, epoch, max_keys) = self.agree().await?;
-        if let Some(&index) = indices.iter().find(|&&i| i >= info.num_pages) {
-            return Err(ClientError::IndexOutOfRange {
-                index,
-                num_pages: info.num_pages,
-            });
+    /// Whether both parties serve `epoch`, per the kept info.
+    fn check_epoch(&self, a: &Agreement, epoch: u64) -> Result<(), ClientError> {
+        if epoch > a.epoch || !a.info.epoch.contains(epoch) {
+            return Err(ClientError::Mismatch(format!(
+                "epoch {epoch} is not served by both parties (the newest both serve is {})",
+                a.epoch
+            )));
         }
-        let chunks = indices
-            .chunks(max_keys)
-            .map(|chunk| self.fetch_chunk(chunk, info.domain_bits, epoch));
-        let parts = futures::future::try_join_all(chunks).await?;
-        Ok(Pages {
-            epoch,
-            pages: parts.into_iter().flatten().collect(),
-        })
+        Ok(())
+    }
+
+    /// Fetches the pages at `indices` without telling either party which ones, at the newest
+    /// epoch both parties serve; the whole lookup within the configured deadline.
+    pub async fn fetch(&self, indices: &[u64]) -> Result<Pages, ClientError> {
+        let d = self.deadline();
+        self.fetch_grouped(indices, 1, None, &d).await
+    }
+
+    /// [`Client::fetch`] at `epoch` (any epoch in both parties' windows).
+    pub async fn fetch_at(&self, indices: &[u64], epoch: u64) -> Result<Pages, ClientError> {
+        let d = self.deadline();
+        self.fetch_grouped(indices, 1, Some(epoch), &d).await
+    }
+
+    /// Fetches `indices` in as few queries per party as the parties' key limit allows, never
+    /// splitting a group of `group` consecutive indices (a kv lookup's candidates) across two
+    /// queries. A failed lookup drops the kept info, so the next one starts afresh.
+    pub(crate) async fn fetch_grouped(
+        &self,
+        indices: &[u64],
+        group: usize,
+        epoch: Option<u64>,
+        d: &Deadline,
+    ) -> Result<Pages, ClientError> {
+        let result = self.fetch_grouped_once(indices, group, epoch, d).await;
+        if let Err(e) = &result {
+            if !matches!(
+                e,
+                ClientError::IndexOutOfRange { .. } | ClientError::BadKey { .. }
+            ) {
+                self.stale.store(true, Ordering::Release);
+            }
+        }
+        result
+    }
+
+    async fn fetch_grouped_once(
+        &self,
+        indices: &[u64],
+        group: usize,
+        epoch: Option<u64>,
+        d: &Deadline,
+    ) -> Result<Pages, ClientError> {
+        let mut agreement = self.agreement(d).await?;
+        if let Some(e) = epoch {
+            if self.check_epoch(&agreement, e).is_err() {
+                // Perhaps the parties moved on since their info was read.
+                let mut kept = self.lock_agreement(d).await?;
+                agreement = self.refresh(d, &mut kept).await?;
+            }
+        }
+        for attempt in 0..2 {
+            let info = &agreement.info;
+            if let Some(&index) = indices.iter().find(|&&i| i >= info.num_pages) {
+                return Err(ClientError::IndexOutOfRange {
+                    index,
+                    num_pages: info.num_pages,
+                });
+            }
+            if let Some(e) = epoch {
+                self.check_epoch(&agreement, e)?;
+            }
+            let per_query = agreement.max_keys / group * group;
+            if per_query == 0 {
+                return Err(ClientError::Mismatch(format!(
+                    "the parties take {} keys per query, one lookup needs {group}",
+                    agreement.max_keys
+                )));
+            }
+            let chunks: Vec<&[u64]> = indices.chunks(per_query).collect();
+            // One query a party at the parties' common newest epoch can go unpinned (each
+            // answers its newest; they agree unless an epoch change is under way). Several
+            // queries must answer one epoch, and parties at different newest epochs must be
+            // told which: those pin it.
+            let pin = epoch.or((attempt > 0 || chunks.len() > 1 || !agreement.same_newest)
+                .then_some(agreement.epoch));
+            let parts =
+                futures::future::try_join_all(chunks.iter().map(|chunk| {
+                    self.fetch_chunk(chunk, info.domain_bits, info.page_size, pin, d)
+                }))
+                .await?;
+            let mut pages = Vec::with_capacity(indices.len());
+            let mut answered = None;
+            for part in parts {
+                match part {
+                    Chunk::Pages {
+                        epoch,
+                        digest,
+                        pages: p,
+                    } => {
+                        answered = Some((epoch, digest));
+                        pages.extend(p);
+                    }
+                    // An epoch change under way: read the new info, ask again pinned.
+                    Chunk::EpochsDiffer => break,
+                }
+            }
+            match answered {
+                Some((answered_epoch, digest)) if pages.len() == indices.len() => {
+                    let digest_changed = answered_epoch == info.epoch.newest
+                        && info.digest.is_some()
+                        && digest != info.digest;
+                    if answered_epoch != agreement.epoch || digest_changed {
+                        // The parties moved on: read their info before the next lookup.
+                        self.stale.store(true, Ordering::Release);
+                    }
+                    return Ok(Pages {
+                        epoch: answered_epoch,
+                        digest,
+                        pages,
+                    });
+                }
+                _ if attempt == 0 => {
+                    let mut kept = self.lock_agreement(d).await?;
+                    agreement = self.refresh(d, &mut kept).await?;
+                }
+                _ => break,
+            }
+        }
+        Err(ClientError::Mismatch(
+            "the parties answered different epochs twice: an epoch change is under way; \
+             try again"
+                .into(),
+        ))
     }
 
     /// One query per party for up to `max_keys` indices.
@@ -272,8 +495,10 @@ impl Client {
         &self,
         indices: &[u64],
         domain_bits: u8,
-        epoch: u64,
-    ) -> Result<Vec<Vec<u8>>, ClientError> {
+        page_size: u32,
+        epoch: Option<u64>,
+        d: &Deadline,
+    ) -> Result<Chunk, ClientError> {
         let mut keys_a = Vec::with_capacity(indices.len());
         let mut keys_b = Vec::with_capacity(indices.len());
         {
@@ -290,22 +515,25 @@ impl Client {
         }
         let req_a = QueryRequest {
             keys: keys_a,
-            epoch: Some(epoch),
+            epoch,
         };
         let req_b = QueryRequest {
             keys: keys_b,
-            epoch: Some(epoch),
+            epoch,
         };
         let o = &self.options;
         let (ra, rb) = futures::try_join!(
-            self.a.query(&req_a, o.encoding, o.wait, o.timeout),
-            self.b.query(&req_b, o.encoding, o.wait, o.timeout),
+            self.a.query_by(&req_a, o.encoding, o.wait, d),
+            self.b.query_by(&req_b, o.encoding, o.wait, d),
         )?;
         for (party, r) in [(&self.a, &ra), (&self.b, &rb)] {
-            if r.epoch != Some(epoch) {
+            let Some(answered) = r.epoch else {
+                return Err(party.protocol("answered without an epoch".into()));
+            };
+            if epoch.is_some_and(|e| e != answered) {
                 return Err(party.protocol(format!(
-                    "answered epoch {:?}, {epoch} was asked for",
-                    r.epoch
+                    "answered epoch {answered}, {} was asked for",
+                    epoch.unwrap_or_default()
                 )));
             }
             if r.pages.len() != indices.len() {
@@ -313,6 +541,12 @@ impl Client {
                     "{} answers for {} keys",
                     r.pages.len(),
                     indices.len()
+                )));
+            }
+            if let Some(p) = r.pages.iter().find(|p| p.len() != page_size as usize) {
+                return Err(party.protocol(format!(
+                    "answered a page of {} bytes; its pages are {page_size} bytes",
+                    p.len()
                 )));
             }
             if r.digest.is_none() {
@@ -323,11 +557,14 @@ impl Client {
                 ));
             }
         }
+        if ra.epoch != rb.epoch {
+            return Ok(Chunk::EpochsDiffer);
+        }
+        let epoch = ra.epoch.unwrap_or_default();
         // Answers computed from different contents XOR into a wrong page that looks like any
         // other: never combine them.
         if ra.digest != rb.digest {
-            let hex =
-                |d: Option<pirq_shared::digest::Digest>| d.map(|d| d.to_hex()).unwrap_or_default();
+            let hex = |d: Option<Digest>| d.map(|d| d.to_hex()).unwrap_or_default();
             return Err(ClientError::Mismatch(format!(
                 "at epoch {epoch} party A answered from database digest {}, party B from {}: \
                  they serve different contents, so their answers were not combined",
@@ -335,20 +572,19 @@ impl Client {
                 hex(rb.digest)
             )));
         }
-        ra.pages
+        let pages = ra
+            .pages
             .into_iter()
             .zip(rb.pages)
             .map(|(mut pa, pb)| {
-                if pa.len() != pb.len() {
-                    return Err(ClientError::Mismatch(format!(
-                        "answer sizes {} and {}",
-                        pa.len(),
-                        pb.len()
-                    )));
-                }
                 xor_into(&mut pa, &pb);
-                Ok(pa)
+                pa
             })
-            .collect()
+            .collect();
+        Ok(Chunk::Pages {
+            epoch,
+            digest: ra.digest,
+            pages,
+        })
     }
 }

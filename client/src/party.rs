@@ -1,51 +1,39 @@
-//! One party's HTTP API: info, submit, and the three ways to wait for a result.
+//! One party's HTTP API: info, submit, and the three ways to wait for a result, each step
+//! bounded in time (the lookup's [`Deadline`]) and in bytes (what the step can need).
 
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-use futures::StreamExt;
 use pirq_shared::wire::{
-    ErrorEnvelope, Info, QueryRequest, QueryResult, QueryStatus, BINCODE, JSON,
+    ErrorBody, ErrorEnvelope, Info, QueryRequest, QueryResult, QueryStatus, BINCODE, JSON,
 };
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use reqwest::StatusCode;
+use reqwest::{RequestBuilder, Response, StatusCode};
 
-use crate::ClientError;
+use crate::deadline::{jitter, retry_after, Backoff, Deadline};
+use crate::error::Phase;
+use crate::sse;
+use crate::stats::Counters;
+use crate::text::{is_request_id, sanitize, sanitize_bytes, sanitize_error};
+use crate::{ClientError, DEFAULT_TIMEOUT};
 
-/// Tries of one submit when the party asks to come back later (429, 503) or the connection broke.
+/// Tries of one submit whose connection failed (a gateway restarting: 0.1 to 1.6 s between,
+/// about 3 s in all). Refusals with `Retry-After` (429, 503) are retried for as long as the
+/// deadline allows instead: the party said when to come back.
 pub const SUBMIT_ATTEMPTS: u32 = 5;
 
-/// The answer's `Retry-After` in seconds (default 1), capped at 5 s.
-fn retry_after(resp: &reqwest::Response) -> Duration {
-    let secs = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1);
-    Duration::from_secs(secs.min(5))
-}
+/// The most bytes of `/v1/info` a client reads.
+pub const MAX_INFO_BYTES: usize = 64 << 10;
 
-/// Checks a party's base URL before anything is sent: `host:port` without a scheme would
-/// otherwise fail later as "relative URL without a base" (or, for `localhost:8080`, parse as a
-/// URL of scheme `localhost`).
-pub fn check_url(url: &str) -> Result<(), ClientError> {
-    let bad = |hint: String| ClientError::BadUrl {
-        url: url.to_string(),
-        hint,
-    };
-    match reqwest::Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(()),
-        _ if !url.contains("://") => Err(bad(format!(
-            "it has no scheme; write http://{url} (or https://)"
-        ))),
-        Ok(u) if !matches!(u.scheme(), "http" | "https") => Err(bad(format!(
-            "scheme {:?}; write http://HOST:PORT or https://HOST:PORT",
-            u.scheme()
-        ))),
-        Ok(_) => Err(bad("it names no host; write http://HOST:PORT".into())),
-        Err(e) => Err(bad(format!("{e}; write http://HOST:PORT"))),
-    }
-}
+/// The most bytes of an error body, and the room an answer may take beyond its pages (id,
+/// status, epoch, digest, field names).
+pub const ENVELOPE_BYTES: usize = 64 << 10;
+
+/// The largest page the spec allows (SPEC §2): the bound of an answer when the party's page
+/// size is not known yet.
+const MAX_PAGE_SIZE: u32 = 65536;
 
 /// Body encoding used for requests and answers (SSE events are always JSON).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,8 +69,9 @@ pub enum Wait {
 /// A query accepted by a party.
 #[derive(Clone, Debug)]
 pub struct Submitted {
+    /// The request id, checked to be 32 lowercase hex digits.
     pub id: String,
-    /// The `Location` header.
+    /// The `Location` header (not followed: the client builds result URLs from `id`).
     pub location: String,
     /// The answer to the submit: pending, or final when the party answered at once (a replay
     /// of a finished query, or a `Prefer: wait` it could honour).
@@ -94,97 +83,285 @@ pub struct Submitted {
 /// is waited for as usual.
 pub const INLINE_WAIT: Duration = Duration::from_secs(25);
 
-/// One party's base URL and the HTTP client to reach it.
-#[derive(Clone, Debug)]
+/// One party's base URL, the HTTP client to reach it, and what the client learned of it.
+#[derive(Clone)]
 pub struct Party {
     http: reqwest::Client,
     base: String,
+    /// How errors name it: `party A (URL)`, or the URL alone.
+    name: String,
+    /// Sent as `Authorization: Bearer` with every request (never logged, never in `Debug`).
+    token: Option<String>,
+    /// The page size and key limit of its last `/v1/info` (0: none read yet): bound its
+    /// answers.
+    page_size: Arc<AtomicU32>,
+    max_keys: Arc<AtomicU32>,
+    counters: Arc<Counters>,
+}
+
+impl fmt::Debug for Party {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Party")
+            .field("name", &self.name)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Party {
+    /// A party at `base` (`https://host:port`), reached with `http`. The URL is not checked
+    /// here: [`crate::Client`]'s constructors check it ([`crate::check_party_url`]).
     pub fn new(http: reqwest::Client, base: &str) -> Party {
+        let base = base.trim_end_matches('/').to_string();
         Party {
             http,
-            base: base.trim_end_matches('/').to_string(),
+            name: base.clone(),
+            base,
+            token: None,
+            page_size: Arc::new(AtomicU32::new(0)),
+            max_keys: Arc::new(AtomicU32::new(0)),
+            counters: Arc::new(Counters::default()),
         }
+    }
+
+    /// Named `party {label} (URL)` in errors, sending `token` with every request, counting into
+    /// `counters`.
+    pub(crate) fn labelled(
+        http: reqwest::Client,
+        base: &str,
+        label: &str,
+        token: Option<String>,
+        counters: Arc<Counters>,
+    ) -> Party {
+        let mut p = Party::new(http, base);
+        p.name = format!("party {label} ({})", p.base);
+        p.token = token;
+        p.counters = counters;
+        p
     }
 
     pub fn base(&self) -> &str {
         &self.base
     }
 
+    /// How errors name this party.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub(crate) fn protocol(&self, detail: String) -> ClientError {
         ClientError::Protocol {
-            party: self.base.clone(),
+            party: self.name.clone(),
             detail,
         }
     }
 
-    fn http_err(&self, source: reqwest::Error) -> ClientError {
+    fn http_err(&self, phase: Phase, source: reqwest::Error) -> ClientError {
         ClientError::Http {
-            party: self.base.clone(),
-            source,
+            party: self.name.clone(),
+            phase,
+            source: source.without_url(),
         }
     }
 
-    /// Turns a non-success answer into [`ClientError::Api`].
-    async fn api_error(&self, resp: reqwest::Response) -> ClientError {
+    fn timeout(&self, phase: Phase, d: &Deadline) -> ClientError {
+        ClientError::Timeout {
+            party: self.name.clone(),
+            phase,
+            after: d.total(),
+        }
+    }
+
+    fn too_large(&self, what: &'static str, limit: usize) -> ClientError {
+        ClientError::TooLarge {
+            party: self.name.clone(),
+            what,
+            limit: limit as u64,
+        }
+    }
+
+    /// `step` within the deadline; past it, a timeout naming `phase`.
+    async fn within<T>(
+        &self,
+        d: &Deadline,
+        phase: Phase,
+        step: impl std::future::Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
+        d.run(step)
+            .await
+            .unwrap_or_else(|| Err(self.timeout(phase, d)))
+    }
+
+    /// Sends a request (with the party's token) and waits for the answer's head.
+    async fn send(
+        &self,
+        request: RequestBuilder,
+        phase: Phase,
+        d: &Deadline,
+    ) -> Result<Response, ClientError> {
+        let request = match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        self.within(d, phase, async {
+            request.send().await.map_err(|e| self.http_err(phase, e))
+        })
+        .await
+    }
+
+    /// The answer's body, read chunk by chunk and refused as soon as it passes `limit` (and
+    /// before reading when its `Content-Length` says it would): a party cannot make the
+    /// client hold more than the step needs.
+    async fn body(
+        &self,
+        mut resp: Response,
+        limit: usize,
+        what: &'static str,
+        phase: Phase,
+        d: &Deadline,
+    ) -> Result<Vec<u8>, ClientError> {
+        if resp.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(self.too_large(what, limit));
+        }
+        let expected = resp.content_length().unwrap_or(0) as usize;
+        self.within(d, phase, async {
+            let mut buf = Vec::with_capacity(expected.min(limit));
+            while let Some(chunk) = resp.chunk().await.map_err(|e| self.http_err(phase, e))? {
+                if buf.len() + chunk.len() > limit {
+                    return Err(self.too_large(what, limit));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(buf)
+        })
+        .await
+    }
+
+    /// Turns a non-success answer into [`ClientError::Api`] (its text sanitized).
+    async fn api_error(&self, resp: Response, phase: Phase, d: &Deadline) -> ClientError {
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.unwrap_or_default();
+        let body = match self
+            .body(resp, ENVELOPE_BYTES, "an error body", phase, d)
+            .await
+        {
+            Ok(body) => body,
+            Err(e) => return e,
+        };
         match serde_json::from_slice::<ErrorEnvelope>(&body) {
             Ok(env) => ClientError::Api {
-                party: self.base.clone(),
+                party: self.name.clone(),
                 status,
-                error: Box::new(env.error),
+                error: Box::new(sanitize_error(env.error)),
             },
             Err(_) => self.protocol(format!("HTTP {status} without an error body")),
         }
     }
 
+    /// The most bytes an answer to `keys` keys may take in `encoding`: the pages (base64 in
+    /// JSON) and [`ENVELOPE_BYTES`].
+    pub fn answer_limit(&self, keys: usize, encoding: Encoding) -> usize {
+        let page = match self.page_size.load(Ordering::Relaxed) {
+            0 => MAX_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        } as usize;
+        let per_key = match encoding {
+            Encoding::Json => page.div_ceil(3) * 4 + 4,
+            Encoding::Bincode => page + 10,
+        };
+        keys.max(1).saturating_mul(per_key) + ENVELOPE_BYTES
+    }
+
     /// Pushes the next epoch's page replacements (`POST /v1/admin/epochs`, bincode body) with
-    /// the party's admin token; returns the epoch the party appended.
+    /// the party's admin token; returns the epoch the party appended. Bounded by
+    /// [`DEFAULT_TIMEOUT`].
     pub async fn push_epoch(
         &self,
         token: &str,
         update: &pirq_shared::update::EpochUpdate,
     ) -> Result<u64, ClientError> {
-        let resp = self
+        let d = Deadline::after(DEFAULT_TIMEOUT);
+        let request = self
             .http
             .post(format!("{}/v1/admin/epochs", self.base))
             .bearer_auth(token)
             .header(CONTENT_TYPE, pirq_shared::wire::BINCODE)
-            .body(update.to_bincode())
-            .send()
-            .await
-            .map_err(|e| self.http_err(e))?;
+            .body(update.to_bincode());
+        let resp = self
+            .within(&d, Phase::Push, async {
+                request
+                    .send()
+                    .await
+                    .map_err(|e| self.http_err(Phase::Push, e))
+            })
+            .await?;
         if !resp.status().is_success() {
-            return Err(self.api_error(resp).await);
+            return Err(self.api_error(resp, Phase::Push, &d).await);
         }
-        let body: serde_json::Value = resp.json().await.map_err(|e| self.http_err(e))?;
+        let body = self
+            .body(resp, ENVELOPE_BYTES, "the push answer", Phase::Push, &d)
+            .await?;
+        let body: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|_| self.protocol("push answer is not JSON".into()))?;
         body["epoch"]
             .as_u64()
             .ok_or_else(|| self.protocol("push answer without an epoch".into()))
     }
 
+    /// `GET /v1/info`, bounded by [`DEFAULT_TIMEOUT`].
     pub async fn info(&self) -> Result<Info, ClientError> {
-        let resp = self
-            .http
-            .get(format!("{}/v1/info", self.base))
-            .send()
-            .await
-            .map_err(|e| self.http_err(e))?;
-        if !resp.status().is_success() {
-            return Err(self.api_error(resp).await);
-        }
-        resp.json().await.map_err(|e| self.http_err(e))
+        Ok(self.info_by(&Deadline::after(DEFAULT_TIMEOUT)).await?.0)
     }
 
-    /// `POST /v1/queries`; the body and the answer in `encoding`.
+    /// `GET /v1/info` within `d`, at most [`MAX_INFO_BYTES`]; with the public key (DER
+    /// SubjectPublicKeyInfo) of the party's TLS certificate when the HTTP client reports it
+    /// (`tls_info`).
+    pub(crate) async fn info_by(
+        &self,
+        d: &Deadline,
+    ) -> Result<(Info, Option<Vec<u8>>), ClientError> {
+        self.counters.info();
+        let resp = self
+            .send(
+                self.http.get(format!("{}/v1/info", self.base)),
+                Phase::Info,
+                d,
+            )
+            .await?;
+        if !resp.status().is_success() {
+            return Err(self.api_error(resp, Phase::Info, d).await);
+        }
+        let identity = resp
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(|tls| tls.peer_certificate())
+            .and_then(public_key_of);
+        let body = self
+            .body(resp, MAX_INFO_BYTES, "/v1/info", Phase::Info, d)
+            .await?;
+        let info: Info = serde_json::from_slice(&body).map_err(|e| {
+            self.protocol(format!(
+                "/v1/info is not the documented shape: {}",
+                sanitize(&e.to_string())
+            ))
+        })?;
+        if let Some(id) = &info.party {
+            if id.len() > 64 {
+                return Err(self.protocol("/v1/info: party id longer than 64 characters".into()));
+            }
+        }
+        self.page_size.store(info.page_size, Ordering::Relaxed);
+        self.max_keys
+            .store(info.max_keys_per_query, Ordering::Relaxed);
+        Ok((info, identity))
+    }
+
+    /// `POST /v1/queries`; the body and the answer in `encoding`, bounded by
+    /// [`DEFAULT_TIMEOUT`].
     ///
     /// Every submit carries a fresh `Idempotency-Key`, so it can be sent again safely: a 429
-    /// (backlog full) or 503 (Redis down, not durable yet) is retried after the party's
-    /// `Retry-After` (at most [`SUBMIT_ATTEMPTS`] times, each wait capped at 5 s), and so is a
-    /// connection that broke before an answer; the party maps the retries to one request id.
+    /// (backlog full) or 503 (a cap, or Redis down) is retried after the party's
+    /// `Retry-After`, jittered, while the deadline leaves room; a connection that failed is
+    /// retried up to [`SUBMIT_ATTEMPTS`] times. The party maps the retries to one request id.
     pub async fn submit(
         &self,
         request: &QueryRequest,
@@ -201,13 +378,25 @@ impl Party {
         encoding: Encoding,
         wait: Option<Duration>,
     ) -> Result<Submitted, ClientError> {
+        let d = Deadline::after(DEFAULT_TIMEOUT);
+        self.submit_by(request, encoding, wait, &d).await
+    }
+
+    pub(crate) async fn submit_by(
+        &self,
+        request: &QueryRequest,
+        encoding: Encoding,
+        wait: Option<Duration>,
+        d: &Deadline,
+    ) -> Result<Submitted, ClientError> {
         let prefer = wait.map(|w| format!("wait={}", w.as_secs_f64().ceil().max(1.0) as u64));
         let body = match encoding {
             Encoding::Json => request.to_json(),
             Encoding::Bincode => request.to_bincode(),
         };
         let idempotency_key = format!("{:032x}", rand::random::<u128>());
-        let mut attempt = 1;
+        let mut backoff = Backoff::new();
+        let mut failed_connects = 0;
         let resp = loop {
             let mut post = self
                 .http
@@ -218,35 +407,41 @@ impl Party {
             if let Some(prefer) = &prefer {
                 post = post.header("Prefer", prefer);
             }
-            let sent = post.body(body.clone()).send().await;
-            let retry_in = match &sent {
-                Ok(r) if matches!(r.status().as_u16(), 429 | 503) => Some(retry_after(r)),
-                Ok(_) => None,
-                // A gateway restarting: 0.2, 0.4, 0.8, 1.6 s (3 s in all) before giving up.
-                Err(e) if e.is_connect() || e.is_request() => {
-                    Some(Duration::from_millis(200 << (attempt - 1)))
+            let wait = match self.send(post.body(body.clone()), Phase::Submit, d).await {
+                Ok(r) if matches!(r.status().as_u16(), 429 | 503) => {
+                    self.counters.refused(r.status().as_u16());
+                    let wait = jitter(retry_after(&r).unwrap_or_else(|| backoff.next()));
+                    if !d.leaves(wait) {
+                        return Err(self.api_error(r, Phase::Submit, d).await);
+                    }
+                    wait
                 }
-                Err(_) => None,
+                Ok(r) => break r,
+                // A gateway restarting, or a connection that broke before an answer.
+                Err(ClientError::Http { source, .. })
+                    if (source.is_connect() || source.is_request())
+                        && failed_connects + 1 < SUBMIT_ATTEMPTS =>
+                {
+                    failed_connects += 1;
+                    jitter(backoff.next())
+                }
+                Err(e) => return Err(e),
             };
-            match retry_in {
-                Some(wait) if attempt < SUBMIT_ATTEMPTS => {
-                    attempt += 1;
-                    tokio::time::sleep(wait).await;
-                }
-                _ => break sent.map_err(|e| self.http_err(e))?,
-            }
+            self.counters.retry();
+            self.sleep(wait, d).await?;
         };
-        // 202: queued now; 200: this key's request was answered already (a replay).
+        // 202: queued now; 200: final (held by `Prefer: wait`, or a replay).
         if !matches!(resp.status(), StatusCode::ACCEPTED | StatusCode::OK) {
-            return Err(self.api_error(resp).await);
+            return Err(self.api_error(resp, Phase::Submit, d).await);
         }
         let location = resp
             .headers()
             .get(reqwest::header::LOCATION)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        let result = self.decode(resp, encoding).await?;
+            .map(sanitize)
+            .unwrap_or_default();
+        let limit = self.answer_limit(request.keys.len(), encoding);
+        let result = self.decode(resp, encoding, limit, Phase::Answer, d).await?;
         Ok(Submitted {
             id: result.id.clone(),
             location,
@@ -254,44 +449,108 @@ impl Party {
         })
     }
 
+    /// Sleeps `wait`, or fails with a timeout (phase retry wait) if the deadline comes first.
+    async fn sleep(&self, wait: Duration, d: &Deadline) -> Result<(), ClientError> {
+        self.within(d, Phase::RetryWait, async {
+            tokio::time::sleep(wait).await;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A result body, at most `limit` bytes, with a request id checked before anyone uses it.
     async fn decode(
         &self,
-        resp: reqwest::Response,
+        resp: Response,
         encoding: Encoding,
+        limit: usize,
+        phase: Phase,
+        d: &Deadline,
     ) -> Result<QueryResult, ClientError> {
-        let bytes = resp.bytes().await.map_err(|e| self.http_err(e))?;
+        let bytes = self.body(resp, limit, "the answer", phase, d).await?;
         let decoded = match encoding {
             Encoding::Json => QueryResult::from_json(&bytes),
             Encoding::Bincode => QueryResult::from_bincode(&bytes),
         };
-        decoded.map_err(|e| self.protocol(format!("undecodable result: {e}")))
+        let result = decoded.map_err(|e| {
+            self.protocol(format!("undecodable result: {}", sanitize(&e.to_string())))
+        })?;
+        self.checked(result)
     }
 
-    /// `GET /v1/queries/{id}` once, optionally long-polling `wait_secs`.
+    /// Refuses a result whose id is not a request id (SPEC §4.1): it would become part of the
+    /// next URL.
+    fn checked(&self, mut result: QueryResult) -> Result<QueryResult, ClientError> {
+        if !is_request_id(&result.id) {
+            return Err(self.protocol(format!(
+                "answered request id {:?}, not 32 lowercase hex digits: refused before it is \
+                 used in a URL",
+                sanitize(&result.id)
+            )));
+        }
+        result.error = result.error.map(sanitize_error);
+        Ok(result)
+    }
+
+    /// Refuses an id a caller passed that is not a request id, before it becomes a URL.
+    fn check_id(&self, id: &str) -> Result<(), ClientError> {
+        if is_request_id(id) {
+            Ok(())
+        } else {
+            Err(self.protocol(format!(
+                "request id {:?} is not 32 lowercase hex digits",
+                sanitize(id)
+            )))
+        }
+    }
+
+    /// `GET /v1/queries/{id}` once, optionally long-polling `wait_secs`; bounded by
+    /// [`DEFAULT_TIMEOUT`].
     pub async fn status(
         &self,
         id: &str,
         encoding: Encoding,
         wait_secs: Option<u32>,
     ) -> Result<QueryResult, ClientError> {
+        let d = Deadline::after(DEFAULT_TIMEOUT);
+        let keys = self.default_keys();
+        self.status_by(id, encoding, wait_secs, keys, &d).await
+    }
+
+    /// The answer bound of a result read for a query of unknown size: the party's key limit,
+    /// or 1,024 keys before its info was read.
+    fn default_keys(&self) -> usize {
+        match self.max_keys.load(Ordering::Relaxed) {
+            0 => 1024,
+            n => n as usize,
+        }
+    }
+
+    async fn status_by(
+        &self,
+        id: &str,
+        encoding: Encoding,
+        wait_secs: Option<u32>,
+        keys: usize,
+        d: &Deadline,
+    ) -> Result<QueryResult, ClientError> {
+        self.check_id(id)?;
         let mut url = format!("{}/v1/queries/{id}", self.base);
         if let Some(w) = wait_secs {
             url.push_str(&format!("?wait={w}"));
         }
-        let resp = self
-            .http
-            .get(url)
-            .header(ACCEPT, encoding.media_type())
-            .send()
-            .await
-            .map_err(|e| self.http_err(e))?;
+        let request = self.http.get(url).header(ACCEPT, encoding.media_type());
+        let resp = self.send(request, Phase::Poll, d).await?;
         match resp.status() {
-            StatusCode::OK | StatusCode::ACCEPTED => self.decode(resp, encoding).await,
-            _ => Err(self.api_error(resp).await),
+            StatusCode::OK | StatusCode::ACCEPTED => {
+                let limit = self.answer_limit(keys, encoding);
+                self.decode(resp, encoding, limit, Phase::Answer, d).await
+            }
+            _ => Err(self.api_error(resp, Phase::Poll, d).await),
         }
     }
 
-    /// Waits for the final result of `id`; a `failed` result is an error.
+    /// Waits for the final result of `id`, at most `timeout`; a `failed` result is an error.
     pub async fn wait(
         &self,
         id: &str,
@@ -299,46 +558,53 @@ impl Party {
         how: Wait,
         timeout: Duration,
     ) -> Result<QueryResult, ClientError> {
+        let keys = self.default_keys();
+        self.wait_by(id, encoding, how, keys, &Deadline::after(timeout))
+            .await
+    }
+
+    pub(crate) async fn wait_by(
+        &self,
+        id: &str,
+        encoding: Encoding,
+        how: Wait,
+        keys: usize,
+        d: &Deadline,
+    ) -> Result<QueryResult, ClientError> {
+        self.check_id(id)?;
         // The query lives in the party's Redis, not in the gateway: a gateway restart (refused
         // connections, an event stream ended early, 502/503 from a proxy or a gateway coming up)
-        // is waited out with back-off, within `timeout`.
-        let fut = async {
-            let mut backoff = Backoff::new();
-            loop {
-                let attempt = async {
-                    match how {
-                        Wait::Inline | Wait::Events => self.wait_events(id).await,
-                        Wait::Poll { interval } => loop {
-                            let r = self.status(id, encoding, None).await?;
-                            if r.status.is_final() {
-                                break Ok(r);
-                            }
+        // is waited out with back-off, within the deadline.
+        let mut backoff = Backoff::new();
+        let result = loop {
+            let attempt = match how {
+                Wait::Inline | Wait::Events => self.wait_events(id, keys, d).await,
+                Wait::Poll { interval } => loop {
+                    match self.status_by(id, encoding, None, keys, d).await {
+                        Ok(r) if r.status.is_final() => break Ok(r),
+                        Ok(_) => {
                             backoff.reset();
-                            tokio::time::sleep(interval).await;
-                        },
-                        Wait::LongPoll => loop {
-                            let r = self.status(id, encoding, Some(30)).await?;
-                            if r.status.is_final() {
-                                break Ok(r);
-                            }
-                            backoff.reset();
-                        },
+                            self.sleep(interval, d).await?;
+                        }
+                        Err(e) => break Err(e),
                     }
+                },
+                Wait::LongPoll => loop {
+                    match self.status_by(id, encoding, Some(30), keys, d).await {
+                        Ok(r) if r.status.is_final() => break Ok(r),
+                        Ok(_) => backoff.reset(),
+                        Err(e) => break Err(e),
+                    }
+                },
+            };
+            match attempt {
+                Err(e) if is_transient(&e) => {
+                    self.counters.retry();
+                    self.sleep(jitter(backoff.next()), d).await?;
                 }
-                .await;
-                match attempt {
-                    Err(e) if is_transient(&e) => tokio::time::sleep(backoff.next()).await,
-                    other => break other,
-                }
+                other => break other?,
             }
         };
-        let result =
-            tokio::time::timeout(timeout, fut)
-                .await
-                .map_err(|_| ClientError::Timeout {
-                    party: self.base.clone(),
-                    after: timeout,
-                })??;
         self.settle(id, result)
     }
 
@@ -346,13 +612,13 @@ impl Party {
     fn settle(&self, id: &str, result: QueryResult) -> Result<QueryResult, ClientError> {
         if result.status == QueryStatus::Failed {
             let error = result.error.unwrap_or_else(|| {
-                pirq_shared::wire::ErrorBody::new(
+                ErrorBody::new(
                     pirq_shared::error::ErrorCode::Internal,
                     "failed without an error",
                 )
             });
             return Err(ClientError::Failed {
-                party: self.base.clone(),
+                party: self.name.clone(),
                 id: id.to_string(),
                 error: Box::new(error),
             });
@@ -360,50 +626,74 @@ impl Party {
         Ok(result)
     }
 
-    /// Follows the SSE stream until its `result` event.
-    async fn wait_events(&self, id: &str) -> Result<QueryResult, ClientError> {
-        let resp = self
+    /// Follows the SSE stream until its `result` event; an event (or an unfinished line) over
+    /// the answer bound of `keys` keys is refused.
+    async fn wait_events(
+        &self,
+        id: &str,
+        keys: usize,
+        d: &Deadline,
+    ) -> Result<QueryResult, ClientError> {
+        let request = self
             .http
             .get(format!("{}/v1/queries/{id}/events", self.base))
-            .header(ACCEPT, "text/event-stream")
-            .send()
-            .await
-            .map_err(|e| self.http_err(e))?;
+            .header(ACCEPT, "text/event-stream");
+        let mut resp = self.send(request, Phase::Events, d).await?;
         if !resp.status().is_success() {
-            return Err(self.api_error(resp).await);
+            return Err(self.api_error(resp, Phase::Events, d).await);
         }
-        let mut stream = resp.bytes_stream();
+        let limit = self.answer_limit(keys, Encoding::Json);
         let mut buf: Vec<u8> = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            buf.extend_from_slice(&chunk.map_err(|e| self.http_err(e))?);
-            while let Some(end) = find_event_end(&buf) {
-                let raw: Vec<u8> = buf.drain(..end.1).collect();
-                let (event, data) = parse_event(&raw[..end.0]);
+        loop {
+            let chunk = self
+                .within(d, Phase::Events, async {
+                    resp.chunk()
+                        .await
+                        .map_err(|e| self.http_err(Phase::Events, e))
+                })
+                .await?;
+            let Some(chunk) = chunk else {
+                return Err(ClientError::StreamEnded {
+                    party: self.name.clone(),
+                });
+            };
+            buf.extend_from_slice(&chunk);
+            while let Some((text_end, event_end)) = sse::find_event_end(&buf) {
+                let raw: Vec<u8> = buf.drain(..event_end).collect();
+                let (event, data) = sse::parse_event(&raw[..text_end]);
                 match event.as_str() {
                     "result" => {
-                        return QueryResult::from_json(data.as_bytes())
-                            .map_err(|e| self.protocol(format!("undecodable result event: {e}")))
+                        let result = QueryResult::from_json(data.as_bytes()).map_err(|e| {
+                            self.protocol(format!(
+                                "undecodable result event: {}",
+                                sanitize(&e.to_string())
+                            ))
+                        })?;
+                        return self.checked(result);
                     }
                     "error" => {
                         return Err(match serde_json::from_str::<ErrorEnvelope>(&data) {
                             Ok(env) => ClientError::Api {
-                                party: self.base.clone(),
+                                party: self.name.clone(),
                                 status: 200,
-                                error: Box::new(env.error),
+                                error: Box::new(sanitize_error(env.error)),
                             },
-                            Err(_) => self.protocol(format!("undecodable error event: {data}")),
+                            Err(_) => self.protocol(format!(
+                                "undecodable error event: {}",
+                                sanitize_bytes(data.as_bytes())
+                            )),
                         })
                     }
                     _ => {}
                 }
             }
+            if buf.len() > limit {
+                return Err(self.too_large("an event-stream event", limit));
+            }
         }
-        Err(ClientError::StreamEnded {
-            party: self.base.clone(),
-        })
     }
 
-    /// Submits and waits: one party's half of a fetch.
+    /// Submits and waits, at most `timeout` in all: one party's half of a fetch.
     pub async fn query(
         &self,
         request: &QueryRequest,
@@ -411,122 +701,49 @@ impl Party {
         how: Wait,
         timeout: Duration,
     ) -> Result<QueryResult, ClientError> {
-        let start = Instant::now();
+        self.query_by(request, encoding, how, &Deadline::after(timeout))
+            .await
+    }
+
+    pub(crate) async fn query_by(
+        &self,
+        request: &QueryRequest,
+        encoding: Encoding,
+        how: Wait,
+        d: &Deadline,
+    ) -> Result<QueryResult, ClientError> {
         // Most queries are answered within one pass: holding the answer saves the second
         // request and the events between.
-        let inline = (how == Wait::Inline).then(|| timeout.min(INLINE_WAIT));
-        let submitted = self.submit_waiting(request, encoding, inline).await?;
+        let inline = (how == Wait::Inline).then(|| d.remaining().min(INLINE_WAIT));
+        let submitted = self.submit_by(request, encoding, inline, d).await?;
         if submitted.result.status.is_final() {
             return self.settle(&submitted.id, submitted.result);
         }
-        self.wait(
-            &submitted.id,
-            encoding,
-            how,
-            timeout.saturating_sub(start.elapsed()),
-        )
-        .await
+        self.wait_by(&submitted.id, encoding, how, request.keys.len(), d)
+            .await
     }
+}
+
+/// The DER SubjectPublicKeyInfo of a DER certificate: what "the same TLS identity" compares
+/// (a renewed certificate for the same key is the same identity).
+fn public_key_of(der: &[u8]) -> Option<Vec<u8>> {
+    let der = rustls_pki_types::CertificateDer::from(der);
+    let cert = webpki::EndEntityCert::try_from(&der).ok()?;
+    Some(cert.subject_public_key_info().as_ref().to_vec())
 }
 
 /// Whether waiting again may succeed: the connection failed or broke, the event stream ended
 /// before its result (the gateway stopped), or the party asked to come back (429, 502, 503,
-/// 504). Anything else (404, a failed query, a malformed answer) is final.
+/// 504). Anything else (404, a failed query, a malformed or oversized answer, the deadline)
+/// is final.
 fn is_transient(e: &ClientError) -> bool {
     match e {
         ClientError::Http { source, .. } => {
-            source.is_connect() || source.is_request() || source.is_body() || source.is_timeout()
+            source.is_connect() || source.is_request() || source.is_body()
         }
         ClientError::StreamEnded { .. } => true,
         ClientError::Api { status, .. } => matches!(status, 429 | 502 | 503 | 504),
         ClientError::Protocol { detail, .. } => detail.starts_with("HTTP 50"),
         _ => false,
-    }
-}
-
-/// Waits between attempts: 100 ms, doubling to 2 s.
-struct Backoff(Duration);
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff(Duration::from_millis(100))
-    }
-
-    fn next(&mut self) -> Duration {
-        let now = self.0;
-        self.0 = (self.0 * 2).min(Duration::from_secs(2));
-        now
-    }
-
-    fn reset(&mut self) {
-        *self = Backoff::new();
-    }
-}
-
-/// `(end of the event's text, end including the blank line)` of the first complete event.
-fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|i| (i, i + 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, i + 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The `event` name and the joined `data` lines of one SSE event.
-fn parse_event(raw: &[u8]) -> (String, String) {
-    let text = String::from_utf8_lossy(raw);
-    let mut event = String::from("message");
-    let mut data: Vec<&str> = Vec::new();
-    for line in text.lines() {
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "event" => event = value.to_string(),
-            "data" => data.push(value),
-            _ => {}
-        }
-    }
-    (event, data.join("\n"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn party_urls_need_a_scheme() {
-        assert!(check_url("http://127.0.0.1:8080").is_ok());
-        assert!(check_url("https://pir.example.org/").is_ok());
-        for (bad, says) in [
-            ("127.0.0.1:8080", "write http://127.0.0.1:8080"),
-            ("localhost:8080", "write http://localhost:8080"),
-            ("ftp://host:1", "scheme \"ftp\""),
-            ("http://", "write http://HOST:PORT"),
-        ] {
-            let e = check_url(bad).unwrap_err().to_string();
-            assert!(e.contains(says), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn sse_events_parse() {
-        let buf = b"event: status\ndata: {\"a\":1}\n\n: keep-alive\n\nevent:result\r\ndata:x\r\ndata:y\r\n\r\n";
-        let (end, next) = find_event_end(buf).unwrap();
-        assert_eq!(
-            parse_event(&buf[..end]),
-            ("status".into(), "{\"a\":1}".into())
-        );
-        let rest = &buf[next..];
-        let (_, next2) = find_event_end(rest).unwrap();
-        let rest = &rest[next2..];
-        let (end, _) = find_event_end(rest).unwrap();
-        assert_eq!(parse_event(&rest[..end]), ("result".into(), "x\ny".into()));
     }
 }

@@ -52,10 +52,14 @@ pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
     }
 }
 
-/// Logs to stderr, at `RUST_LOG` (default `info`).
+/// Logs to standard output (tracing-subscriber's default writer), at `RUST_LOG` (default
+/// `info`); colours only when it is a terminal, so
+/// redirected logs (files, journald, `docker logs`) carry no ANSI escape codes.
 pub fn init_tracing() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stdout().is_terminal())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )

@@ -9,9 +9,12 @@
 //! - [`TestDb`]: a `.pirdb` file of deterministic synthetic pages in a temporary directory;
 //! - [`jobs`]: entries written straight into a party's job stream, as a gateway would leave them
 //!   or as no gateway ever would (poison);
+//! - [`fake_party`]: a party that answers the HTTP API itself, honestly or with one chosen
+//!   misbehaviour (silent, dribbling, huge, hostile), for client tests (`FAKE_PARTY.md`);
 //! - [`gpu_tests_enabled`]: the `PIRQ_GPU_TESTS=1` switch of the GPU suites.
 
 mod db;
+pub mod fake_party;
 pub mod jobs;
 mod process;
 mod redis_server;

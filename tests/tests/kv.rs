@@ -293,7 +293,10 @@ async fn lookups_and_updates_by_key_at_every_pinned_epoch() {
             assert_eq!(local_get(&snapshot, key).as_ref(), model.get(key));
         }
         // ... and so do the parties, pinned to that epoch.
-        let got = client.get_at(&all_keys, Some(epoch as u64)).await.unwrap();
+        let got = client
+            .get_many_at(&all_keys, Some(epoch as u64))
+            .await
+            .unwrap();
         assert_eq!(got.epoch, epoch as u64);
         assert_eq!(got.values.len(), all_keys.len());
         let mut present = 0;
@@ -304,7 +307,7 @@ async fn lookups_and_updates_by_key_at_every_pinned_epoch() {
         assert_eq!(present, model.len());
     }
     // Unpinned: the newest epoch.
-    assert_eq!(client.get(&all_keys[..10]).await.unwrap().epoch, 3);
+    assert_eq!(client.get_many(&all_keys[..10]).await.unwrap().epoch, 3);
 
     // `pirq get`: values in order, `absent`, and grep's exit statuses.
     let latest = models.last().unwrap();

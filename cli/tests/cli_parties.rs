@@ -1,0 +1,299 @@
+//! `pirq query` and `pirq get` as a user runs them, against fake parties
+//! (`pirq_testkit::fake_party`): `--timeout` holds within +1 s, a huge body costs no memory,
+//! errors are printed once and without escape codes, `--out -` and `--json` give data.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use pirq_testkit::fake_party::{kv_key, kv_value, Behaviour, FakeConfig, FakeParty};
+
+async fn fake(behaviour: Behaviour) -> FakeParty {
+    FakeParty::start(FakeConfig {
+        behaviour,
+        ..FakeConfig::default()
+    })
+    .await
+    .expect("fake party")
+}
+
+/// Runs `pirq ARGS` to completion; its output, wall time and peak resident memory (KiB).
+async fn pirq(args: Vec<String>) -> (Output, Duration, i64) {
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        let child = Command::new(env!("CARGO_BIN_EXE_pirq"))
+            .args(&args)
+            .env_remove("PIRQ_PARTY_A")
+            .env_remove("PIRQ_PARTY_B")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running pirq");
+        let pid = child.id() as libc::pid_t;
+        // Read both pipes, then reap the child with wait4 for its own peak RSS (std's wait
+        // would discard it).
+        let mut child = child;
+        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                pipe.read_to_end(&mut v).unwrap();
+                v
+            })
+        };
+        let out = read(Box::new(child.stdout.take().unwrap()));
+        let err = read(Box::new(child.stderr.take().unwrap()));
+        let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+        drop(child); // not reaped: wait4 below does it
+        let mut status = 0;
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: pid is our child, not yet reaped; status and usage are valid out-pointers.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(reaped, pid, "wait4");
+        let status = std::os::unix::process::ExitStatusExt::from_raw(status);
+        (
+            Output {
+                status,
+                stdout,
+                stderr,
+            },
+            start.elapsed(),
+            usage.ru_maxrss,
+        )
+    })
+    .await
+    .unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn parties(a: &FakeParty, b: &FakeParty) -> Vec<String> {
+    args(&["--party-a", &a.url, "--party-b", &b.url])
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timeout_holds_and_the_error_is_printed_once() {
+    for (behaviour, phase) in [
+        (Behaviour::SilentConnect, "info"),
+        (Behaviour::SilentSubmit, "submit"),
+        (Behaviour::DribbleAnswer, "answer"),
+        (Behaviour::PendingSilent, "events"),
+    ] {
+        let (a, b) = (fake(Behaviour::Honest).await, fake(behaviour).await);
+        let mut cmd = args(&["query", "--index", "3", "--timeout", "2"]);
+        cmd.extend(parties(&a, &b));
+        let (out, took, _) = pirq(cmd).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{behaviour:?}: {err}");
+        assert!(took < Duration::from_secs(3), "{behaviour:?}: {took:?}");
+        let want = format!(
+            "error: party B ({}): {phase}: no answer within 2 s (the lookup's deadline)\n",
+            b.url
+        );
+        assert_eq!(err, want, "{behaviour:?}");
+        assert!(out.stdout.is_empty());
+    }
+    // A transport error: the cause chain once, each cause once.
+    let a = fake(Behaviour::Honest).await;
+    let mut cmd = args(&["query", "--index", "3", "--party-a", &a.url]);
+    cmd.extend(args(&["--party-b", "http://127.0.0.1:1"]));
+    let (out, _, _) = pirq(cmd).await;
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: party B (http://127.0.0.1:1): info: cannot connect: "),
+        "{err}"
+    );
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_gigabyte_answer_costs_the_client_no_memory() {
+    for behaviour in [Behaviour::HugeAnswer, Behaviour::HugeInfo] {
+        let (a, b) = (fake(Behaviour::Honest).await, fake(behaviour).await);
+        let mut cmd = args(&["query", "--index", "3", "--timeout", "60"]);
+        cmd.extend(parties(&a, &b));
+        let (out, _, max_rss_kib) = pirq(cmd).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("is larger than") && err.contains("party B"),
+            "{err}"
+        );
+        assert!(
+            max_rss_kib < 100 * 1024,
+            "{behaviour:?}: peak RSS {max_rss_kib} KiB"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_error_text_reaches_the_terminal_clean() {
+    let (a, b) = (
+        fake(Behaviour::Honest).await,
+        fake(Behaviour::HostileError).await,
+    );
+    let mut cmd = args(&["query", "--index", "3"]);
+    cmd.extend(parties(&a, &b));
+    let (out, _, _) = pirq(cmd).await;
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let line = err.trim_end_matches('\n');
+    assert!(!line.chars().any(char::is_control), "{line:?}");
+    assert!(
+        line.chars().count() < 450,
+        "{} characters",
+        line.chars().count()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_to_stdout_and_as_json() {
+    let (a, b) = (fake(Behaviour::Honest).await, fake(Behaviour::Honest).await);
+    let page = |i| {
+        let mut p = vec![0u8; 256];
+        pirq_shared::db::synthetic::fill_page(FakeConfig::default().seed, i, &mut p);
+        p
+    };
+    let mut cmd = args(&["query", "--index", "5", "--index", "9", "--out", "-"]);
+    cmd.extend(parties(&a, &b));
+    let (out, _, _) = pirq(cmd).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, [page(5), page(9)].concat());
+    assert!(stderr(&out).contains("2 page(s) at epoch 0"));
+    assert!(!std::path::Path::new("-").exists(), "no directory named -");
+
+    for (how, encode) in [
+        ("hex", hex::encode as fn(&[u8]) -> String),
+        ("base64", |b: &[u8]| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(b)
+        }),
+    ] {
+        let mut cmd = args(&[
+            "query", "--index", "5", "--index", "9", "--json", "--bytes", how,
+        ]);
+        cmd.extend(parties(&a, &b));
+        let (out, _, _) = pirq(cmd).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        for (line, i) in lines.iter().zip([5u64, 9]) {
+            assert_eq!(line["index"], i);
+            assert_eq!(line["page"], encode(&page(i)));
+            assert_eq!(line["epoch"], 0);
+            assert_eq!(line["digest"].as_str().map(str::len), Some(64));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_reads_a_keys_file_and_prints_json() {
+    let kv = || FakeConfig {
+        kv_records: 40,
+        ..FakeConfig::default()
+    };
+    let (a, b) = (
+        FakeParty::start(kv()).await.unwrap(),
+        FakeParty::start(kv()).await.unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.txt");
+    std::fs::write(&file, "key-1\nkey-39\r\n\nno such key\n").unwrap();
+    let mut cmd = args(&["get", "--key-encoding", "utf8", "--json", "--keys-file"]);
+    cmd.push(file.display().to_string());
+    cmd.extend(parties(&a, &b));
+    let (out, _, _) = pirq(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "one key is absent: {}",
+        stderr(&out)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["key"], hex::encode(kv_key(1)));
+    assert_eq!(lines[0]["value"], hex::encode(kv_value(1)));
+    assert_eq!(lines[1]["value"], hex::encode(kv_value(39)));
+    assert_eq!(lines[2]["key"], hex::encode(b"no such key"));
+    assert!(lines[2]["value"].is_null());
+    // All three lookups went out as one query per party.
+    use std::sync::atomic::Ordering;
+    assert_eq!(b.stats.submits.load(Ordering::Relaxed), 1);
+
+    // Hex keys (the default) on the command line: plain output, grep's exit status.
+    let mut cmd = args(&["get", "--key", &hex::encode(kv_key(2))]);
+    cmd.extend(parties(&a, &b));
+    let (out, _, _) = pirq(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}\n", hex::encode(kv_value(2)))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flags_that_cannot_work_are_refused() {
+    let (out, _, _) = pirq(args(&[
+        "query",
+        "--index",
+        "1",
+        "--timeout",
+        "0",
+        "--party-a",
+        "http://127.0.0.1:1",
+        "--party-b",
+        "http://127.0.0.1:2",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("must be at least 1 second"),
+        "{}",
+        stderr(&out)
+    );
+
+    let (out, took, _) = pirq(args(&[
+        "query",
+        "--index",
+        "1",
+        "--party-a",
+        "http://pir-a.example.invalid:8080",
+        "--party-b",
+        "http://127.0.0.1:2",
+    ]))
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refusing plain http://") && err.contains("--insecure-http"),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "refused before any connection: {took:?}"
+    );
+
+    for shell in ["bash", "zsh", "fish"] {
+        let (out, _, _) = pirq(args(&["completions", shell])).await;
+        assert!(out.status.success());
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            script.contains("pirq") && script.contains("query"),
+            "{shell}"
+        );
+    }
+}

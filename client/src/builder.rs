@@ -1,0 +1,193 @@
+//! [`ClientBuilder`]: a client of two parties, configured for a real program.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::stats::Counters;
+use crate::url::check_party_url;
+use crate::{Client, ClientError, Encoding, Options, Party, Wait};
+
+/// How long a connection may take to open (inside the lookup's deadline in any case).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds a [`Client`]: [`Client::builder`].
+///
+/// ```
+/// # fn main() -> Result<(), pirq_client::ClientError> {
+/// let client = pirq_client::Client::builder()
+///     .party_a("https://pir-a.example.invalid")
+///     .party_b("https://pir-b.example.invalid")
+///     .deadline(std::time::Duration::from_secs(10))
+///     .token_a("token-issued-by-a")
+///     .build()?;
+/// # let _ = client;
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct ClientBuilder {
+    party_a: Option<String>,
+    party_b: Option<String>,
+    options: Options,
+    roots: Vec<reqwest::Certificate>,
+    token_a: Option<String>,
+    token_b: Option<String>,
+    http: Option<reqwest::Client>,
+    /// The first error of a setter that can fail (a certificate file), reported by `build`.
+    error: Option<ClientError>,
+}
+
+impl ClientBuilder {
+    /// Party A's base URL (`https://host:port`; `http://` only for loopback hosts unless
+    /// [`ClientBuilder::insecure_http`]).
+    pub fn party_a(mut self, url: impl Into<String>) -> Self {
+        self.party_a = Some(url.into());
+        self
+    }
+
+    /// Party B's base URL: a different party, run by a different operator.
+    pub fn party_b(mut self, url: impl Into<String>) -> Self {
+        self.party_b = Some(url.into());
+        self
+    }
+
+    /// The longest a whole lookup may take, every request and body read included
+    /// (default [`crate::DEFAULT_TIMEOUT`]).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.options.timeout = deadline;
+        self
+    }
+
+    /// How to wait for answers (default [`Wait::Inline`]: one round trip a lookup).
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.options.wait = wait;
+        self
+    }
+
+    /// Request and answer bodies as JSON (default) or bincode.
+    pub fn encoding(mut self, encoding: Encoding) -> Self {
+        self.options.encoding = encoding;
+        self
+    }
+
+    /// Trusts the PEM certificate(s) in `pem` as roots, besides the system's (a private CA).
+    pub fn ca_cert_pem(mut self, pem: &[u8]) -> Self {
+        match reqwest::Certificate::from_pem_bundle(pem) {
+            Ok(certs) if !certs.is_empty() => self.roots.extend(certs),
+            Ok(_) => self.fail("no PEM certificate in the CA data".into()),
+            Err(e) => self.fail(format!("CA certificate: {e}")),
+        }
+        self
+    }
+
+    /// [`ClientBuilder::ca_cert_pem`] of a file.
+    pub fn ca_cert_file(self, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref();
+        match std::fs::read(path) {
+            Ok(pem) => self.ca_cert_pem(&pem),
+            Err(e) => {
+                let mut s = self;
+                s.fail(format!("reading CA certificate {}: {e}", path.display()));
+                s
+            }
+        }
+    }
+
+    /// Sent to party A as `Authorization: Bearer` (its `--query-tokens`); never logged.
+    pub fn token_a(mut self, token: impl Into<String>) -> Self {
+        self.token_a = Some(token.into());
+        self
+    }
+
+    /// Party B's token (the parties are different operators, with different tokens).
+    pub fn token_b(mut self, token: impl Into<String>) -> Self {
+        self.token_b = Some(token.into());
+        self
+    }
+
+    /// Uses this HTTP client (proxies, TLS settings, connection pools of the caller's own)
+    /// instead of one built here; CA roots must then be given to it, not to the builder.
+    /// Build it with `redirect(Policy::none())` (a party must not send the client elsewhere)
+    /// and `tls_info(true)` (else the same-TLS-identity check has nothing to compare).
+    pub fn http_client(mut self, http: reqwest::Client) -> Self {
+        self.http = Some(http);
+        self
+    }
+
+    /// Accepts plain `http://` to hosts other than this machine. Whoever observes both
+    /// connections then learns the index: only for networks where nobody can.
+    pub fn insecure_http(mut self, insecure: bool) -> Self {
+        self.options.insecure_http = insecure;
+        self
+    }
+
+    /// Accepts two URLs of the same party. Only for capacity benchmarks: that party sees both
+    /// keys of every pair.
+    pub fn allow_same_party(mut self, allow: bool) -> Self {
+        self.options.allow_same_party = allow;
+        self
+    }
+
+    /// All of [`Options`] at once.
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    fn fail(&mut self, why: String) {
+        self.error.get_or_insert(ClientError::Config(why));
+    }
+
+    /// The client; checks both URLs (before any connection) and the settings.
+    pub fn build(self) -> Result<Client, ClientError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let (Some(a), Some(b)) = (self.party_a, self.party_b) else {
+            return Err(ClientError::Config(
+                "both party URLs are needed (party_a, party_b)".into(),
+            ));
+        };
+        if self.options.timeout.is_zero() {
+            return Err(ClientError::Config(
+                "the deadline must be above zero".into(),
+            ));
+        }
+        let insecure = self.options.insecure_http;
+        check_party_url(&a, insecure)?;
+        check_party_url(&b, insecure)?;
+        let http = match self.http {
+            Some(_) if !self.roots.is_empty() => {
+                return Err(ClientError::Config(
+                    "CA certificates go to the caller's own HTTP client (http_client), not \
+                     to the builder"
+                        .into(),
+                ))
+            }
+            Some(http) => http,
+            None => http_client(self.roots)?,
+        };
+        let counters = Arc::new(Counters::default());
+        let party_a = Party::labelled(http.clone(), &a, "A", self.token_a, counters.clone());
+        let party_b = Party::labelled(http, &b, "B", self.token_b, counters.clone());
+        Ok(Client::from_parts(party_a, party_b, self.options, counters))
+    }
+}
+
+/// The HTTP client of a [`Client`] built without one (and of the CLI's `epoch push`): no
+/// redirects (a party may not send the client to another host, nor from https to http), the
+/// peer certificate kept for the same-identity check, the system's and `roots` as trust
+/// anchors, connections opened within 10 s.
+pub fn http_client(roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client, ClientError> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .tls_info(true)
+        .user_agent(concat!("pirq-client/", env!("CARGO_PKG_VERSION")));
+    for root in roots {
+        builder = builder.add_root_certificate(root);
+    }
+    builder
+        .build()
+        .map_err(|e| ClientError::Config(format!("building the HTTP client: {e}")))
+}

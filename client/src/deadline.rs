@@ -1,0 +1,121 @@
+//! One deadline for a whole lookup, and the waits between tries that must fit inside it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+/// When a lookup must be over: every step of it (connecting, each request, each body read,
+/// each wait between tries) is bounded by this one instant, so a party that accepts and says
+/// nothing, or sends a byte a second, costs the caller at most the deadline.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    at: Instant,
+    total: Duration,
+}
+
+impl Deadline {
+    /// `total` from now.
+    pub fn after(total: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + total,
+            total,
+        }
+    }
+
+    /// The whole allowance (what a timeout error reports).
+    pub fn total(&self) -> Duration {
+        self.total
+    }
+
+    /// Time left (zero once passed).
+    pub fn remaining(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether waiting `wait` still leaves time for a try after it.
+    pub fn leaves(&self, wait: Duration) -> bool {
+        wait < self.remaining()
+    }
+
+    /// Runs `step`; `None` when the deadline passes first (the step is dropped, which closes
+    /// its connection).
+    pub async fn run<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        tokio::time::timeout_at(self.at, step).await.ok()
+    }
+}
+
+/// Waits between tries: 100 ms doubling to 2 s when the party gave no `Retry-After`.
+#[derive(Debug)]
+pub(crate) struct Backoff(Duration);
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff(Duration::from_millis(100))
+    }
+
+    pub(crate) fn next(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        now
+    }
+
+    pub(crate) fn reset(&mut self) {
+        *self = Backoff::new();
+    }
+}
+
+/// `wait` stretched by a random 0–50 %: clients refused together come back spread out instead
+/// of as the same burst, and never earlier than the party asked.
+pub(crate) fn jitter(wait: Duration) -> Duration {
+    wait.mul_f64(1.0 + rand::rng().random_range(0.0..0.5))
+}
+
+/// A `Retry-After` of delta-seconds (the form pirq's gateways send); `None` when absent or in
+/// another form.
+pub(crate) fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    resp.headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_never_shortens_and_adds_at_most_half() {
+        for _ in 0..1000 {
+            let j = jitter(Duration::from_secs(1));
+            assert!(
+                j >= Duration::from_secs(1) && j < Duration::from_millis(1500),
+                "{j:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_to_two_seconds() {
+        let mut b = Backoff::new();
+        let waits: Vec<u64> = (0..7).map(|_| b.next().as_millis() as u64).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000]);
+        b.reset();
+        assert_eq!(b.next(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_ends_at_the_deadline() {
+        let d = Deadline::after(Duration::from_secs(3));
+        assert!(d.leaves(Duration::from_secs(2)) && !d.leaves(Duration::from_secs(3)));
+        let never = std::future::pending::<()>();
+        assert_eq!(d.run(never).await, None);
+        assert_eq!(d.remaining(), Duration::ZERO);
+        assert_eq!(d.total(), Duration::from_secs(3));
+    }
+}
