@@ -169,7 +169,7 @@ async fn pages_to_stdout_and_as_json() {
     assert!(!std::path::Path::new("-").exists(), "no directory named -");
 
     for (how, encode) in [
-        ("hex", hex::encode as fn(&[u8]) -> String),
+        ("hex", (|b: &[u8]| hex::encode(b)) as fn(&[u8]) -> String),
         ("base64", |b: &[u8]| {
             use base64::Engine as _;
             base64::engine::general_purpose::STANDARD.encode(b)

@@ -1,18 +1,51 @@
-//! The examples of `client/examples/` run against fake parties (`cargo test` builds them).
+//! The examples of `client/examples/` run against fake parties (built here when a filtered
+//! `cargo test --test examples` did not build them).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use pirq_testkit::fake_party::{kv_value, FakeConfig, FakeParty};
 
-/// `target/<profile>/examples/<name>`, beside this test's own binary in `deps/`.
+/// The example's binary under `target/<profile>/examples/` (beside this test's own `deps/`):
+/// `<name>`, or the newest `<name>-<hash>` that cargo built; built with the test's profile
+/// first when a filtered `cargo test --test examples` did not build it.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
         .parent()
         .and_then(|d| d.parent())
         .expect("target/<profile>");
-    dir.join("examples").join(name)
+    let examples = dir.join("examples");
+    let find = || -> Option<PathBuf> {
+        let plain = examples.join(name);
+        if plain.is_file() {
+            return Some(plain);
+        }
+        std::fs::read_dir(&examples)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                let file = p.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+                file.strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|hash| !hash.contains('.'))
+            })
+            .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+    };
+    if let Some(path) = find() {
+        return path;
+    }
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-p", "pirq-client", "--examples"]);
+    if dir.ends_with("release") {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().expect("running cargo").success(),
+        "building the examples"
+    );
+    find().unwrap_or_else(|| panic!("no {name} example under {}", examples.display()))
 }
 
 /// Runs an example with the parties' URLs in its environment; its standard output.
