@@ -64,7 +64,8 @@ async function onConnect(): Promise<void> {
   try {
     client = await pirqClient.connect(partyA.value.trim(), partyB.value.trim());
     const i = client.info;
-    const kv = i.kv ? `, key-value: ${i.kv.choices} choices, ${i.kv.valueSize}-byte values, ${i.kv.slotsPerPage} slots per page` : ", page database";
+    const values = !i.kv ? "" : i.kv.valueKind === "set" ? "a set (keys only)" : i.kv.valueKind === "variable" ? `values of up to ${i.kv.valueSize} B` : `${i.kv.valueSize}-byte values`;
+    const kv = i.kv ? `, key-value: ${i.kv.choices} choices, ${values}, ${i.kv.slotsPerPage} slots per page` : ", page database";
     $("info").textContent = `${i.numPages} pages of ${i.pageSize} B (domain ${i.domainBits} bits), epochs ${i.epoch.oldest}..${i.epoch.newest}${kv}`;
     getPageButton.disabled = false;
     getKeyButton.disabled = !i.kv;
@@ -105,9 +106,10 @@ async function onGetKey(): Promise<void> {
   try {
     const result = await client.getMany([keyBytes(kvKey.value)]);
     const value = result.values[0];
-    $("value").textContent = value ? hexDump(value, 256) : "(absent)";
-    $("value").dataset.hex = value ? pirqClient.toHex(value) : "absent";
-    const what = value ? `value of ${value.length} B` : "key absent";
+    const member = result.valueKind === "set" && value !== null; // a set's keys have no value
+    $("value").textContent = value === null ? "(absent)" : member ? "(present)" : hexDump(value, 256);
+    $("value").dataset.hex = value === null ? "absent" : member ? "present" : pirqClient.toHex(value);
+    const what = value === null ? "key absent" : member ? "key present" : `value of ${value.length} B`;
     status(`${what} at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms`, "ok");
     showTrace(result);
   } catch (e) {

@@ -6,8 +6,8 @@
 import { xorBytes } from "./bytes.js";
 import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
-import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout } from "./kv.js";
-import { CallContext, checkTimeout, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions } from "./party.js";
+import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout, ValueKind } from "./kv.js";
+import { CallContext, checkTimeout, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions, Signing } from "./party.js";
 
 /** Everything {@link connect} takes besides the two URLs. */
 export interface ConnectOptions extends Omit<PartyOptions, "token"> {
@@ -34,6 +34,8 @@ export interface DatabaseInfo {
   maxKeysPerQuery: number;
   /** The key-value layout both advertise (KV §5); absent for a plain page database. */
   kv?: KvLayout;
+  /** The signing both advertise (SPEC §2.4); absent for unsigned pages. */
+  signing?: Signing;
   /** Each party's own `/v1/info`. */
   parties: [PartyInfo, PartyInfo];
 }
@@ -54,7 +56,9 @@ export interface LookupTrace {
 
 /** Values found by one key-value lookup. */
 export interface GetResult extends LookupTrace {
-  /** `values[i]` is the value of `keys[i]`, or null when the database has no such key. */
+  /** What the table stores: fixed-size values, variable-size values, or nothing (a set). */
+  valueKind: ValueKind;
+  /** `values[i]` is the value of `keys[i]` (empty for a set's present key), or null when the database has no such key. */
   values: (Uint8Array | null)[];
 }
 
@@ -130,11 +134,20 @@ export class Pirq {
   }
 
   /**
-   * The value of `key` in a key-value database (KV §6), or `null` when it holds no such key.
-   * Either way each party is sent `choices` DPF keys at one epoch: the same shape of query.
+   * The value of `key` in a key-value database (KV §6), or `null` when it holds no such key (a
+   * set's present key has the empty value). Either way each party is sent `choices` DPF keys at
+   * one epoch: the same shape of query.
    */
   async get(key: Uint8Array, options: LookupOptions = {}): Promise<Uint8Array | null> {
     return (await this.getMany([key], options)).values[0];
+  }
+
+  /**
+   * Whether the key-value database holds `key` (any kind; for a set, the only question there
+   * is). The same query as {@link get}: neither party learns the key or the answer.
+   */
+  async has(key: Uint8Array, options: LookupOptions = {}): Promise<boolean> {
+    return (await this.getMany([key], options)).values[0] !== null;
   }
 
   /**
@@ -162,7 +175,7 @@ export class Pirq {
       return null;
     });
     const { pages: _pages, ...trace } = result;
-    return { ...trace, values };
+    return { ...trace, valueKind: layout!.valueKind, values };
   }
 
   /**
@@ -312,6 +325,15 @@ async function withDeadline<T>(
   }
 }
 
+function sameSigning(a: Signing | undefined, b: Signing | undefined): boolean {
+  if (!a || !b) return a === b;
+  return a.scheme === b.scheme && a.tailLen === b.tailLen && a.publisherKey === b.publisherKey && a.dbId === b.dbId;
+}
+
+function signingText(s: Signing | undefined): string {
+  return s ? `${s.scheme}, key ${s.publisherKey.slice(0, 12)}…, database ${s.dbId.slice(0, 12)}…` : "unsigned";
+}
+
 /** Both parties' info, checked to describe the same database, with their common epoch window. */
 export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: CallContext = {}): Promise<DatabaseInfo> {
   const [ia, ib] = await Promise.all([a.info(ctxA), b.info(ctxB)]);
@@ -336,13 +358,19 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
       `the parties serve different databases at epoch ${ia.epoch.newest} (digest ${ia.digest.slice(0, 12)} vs ${ib.digest.slice(0, 12)})`,
     );
   }
+  const signing = ia.signing ?? ib.signing;
+  if (!sameSigning(ia.signing, ib.signing)) {
+    throw new PirqError("parties_disagree", `the parties advertise different signing (SPEC §2.4): ${signingText(ia.signing)} vs ${signingText(ib.signing)}`);
+  }
   let kv: KvLayout | undefined;
   if (ia.raw.kv !== undefined || ib.raw.kv !== undefined) {
     if (ia.raw.kv === undefined || ib.raw.kv === undefined) {
       throw new PirqError("parties_disagree", `only party ${ia.raw.kv === undefined ? "B" : "A"} serves a key-value database`);
     }
-    const la = parseKvLayout(ia.raw.kv, ia.pageSize, ia.numPages);
-    const lb = parseKvLayout(ib.raw.kv, ib.pageSize, ib.numPages);
+    // A signed database's pages end in a signature tail: the slots use the bytes before it.
+    const tailLen = signing?.tailLen ?? 0;
+    const la = parseKvLayout(ia.raw.kv, ia.pageSize, ia.numPages, tailLen);
+    const lb = parseKvLayout(ib.raw.kv, ib.pageSize, ib.numPages, tailLen);
     if (!sameLayout(la, lb)) throw new PirqError("parties_disagree", "the parties advertise different key-value layouts");
     kv = la;
   }
@@ -361,6 +389,7 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
     epoch: { oldest, newest },
     maxKeysPerQuery: Math.max(1, Math.min(ia.maxKeysPerQuery, ib.maxKeysPerQuery)),
     kv,
+    signing,
     parties: [ia, ib],
   };
 }

@@ -12,10 +12,10 @@
  */
 export { connect, agree, Pirq } from "./client.js";
 export type { ConnectOptions, DatabaseInfo, GetResult, LookupOptions, LookupTrace, PagesResult } from "./client.js";
-export type { KvLayout } from "./kv.js";
+export type { KvLayout, ValueKind } from "./kv.js";
 export { kvTag, kvCandidates } from "./kv.js";
 export { Party } from "./party.js";
-export type { CallContext, Exchange, PartyAnswer, PartyInfo, PartyOptions, WaitMode } from "./party.js";
+export type { CallContext, Exchange, PartyAnswer, PartyInfo, PartyOptions, Signing, WaitMode } from "./party.js";
 export { PirqError, isPirqError, PARTY_TEXT_LIMIT } from "./errors.js";
 export type { ClientErrorCode, PartyErrorCode, PirqErrorCode, Phase } from "./errors.js";
 export { INFO_LIMIT, ENVELOPE_LIMIT, answerLimit } from "./body.js";

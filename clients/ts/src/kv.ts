@@ -1,23 +1,32 @@
 /**
- * Key-value layout v1 (docs/spec/kv.md, "KV"): the client's half. Records sit in cuckoo-hashed
+ * Key-value layouts (docs/spec/kv.md, "KV"): the client's half. Records sit in cuckoo-hashed
  * slots of ordinary pages; a lookup fetches all `choices` candidate pages of a key privately and
- * searches them for the key's tag. Hashes are SHA-256 through WebCrypto, present in browsers
+ * searches them for the key's tag. Layout version 1 is the fixed-size-value table; version 2 a
+ * set (tags only: a key is present or not) or a table of variable-size values (each slot has room
+ * for the largest, and a length). Hashes are SHA-256 through WebCrypto, present in browsers
  * (secure contexts: https or localhost) and Node alike.
  */
 
 import { equalBytes, fromHex } from "./bytes.js";
 import { PirqError } from "./errors.js";
 
+/** What a table stores per key (KV §2): a value of one size, nothing (a set), or a value of up to `valueSize` bytes. */
+export type ValueKind = "fixed" | "set" | "variable";
+
 /** The `kv` object of `/v1/info`, checked (KV §2, §5). */
 export interface KvLayout {
-  version: 1;
+  version: 1 | 2;
+  valueKind: ValueKind;
   choices: number;
   tagSize: 16;
+  /** fixed: bytes of every value; set: 0; variable: the most bytes a value has. */
   valueSize: number;
   /** Bytes of every key; 0 = any length in 1..=1024. */
   keySize: number;
   slotSize: number;
   slotsPerPage: number;
+  /** Bytes of a page the slots may use (SPEC §2.5): the page size less a signed database's signature tail. */
+  usableBytes: number;
   seed: Uint8Array;
 }
 
@@ -32,39 +41,56 @@ function isU32(v: unknown): v is number {
 
 /**
  * Reads and checks a party's `kv` object against the page geometry: the derived sizes must be
- * this client's own arithmetic, and only version 1 is known (KV §5).
+ * this client's own arithmetic over the usable bytes `pageSize - tailLen` (SPEC §2.5), and only
+ * versions 1 (fixed) and 2 (set, variable) are known (KV §5).
  */
-export function parseKvLayout(kv: unknown, pageSize: number, numPages: number): KvLayout {
+export function parseKvLayout(kv: unknown, pageSize: number, numPages: number, tailLen = 0): KvLayout {
   const bad = (why: string) => new PirqError("not_kv", `the kv layout in /v1/info is not usable: ${why}`);
   if (typeof kv !== "object" || kv === null) throw bad("not an object");
   const o = kv as Record<string, unknown>;
-  if (o.version !== 1) throw bad(`unknown version ${String(o.version)}`);
+  let valueKind: ValueKind;
+  if (o.version === 1) {
+    if (o.value_kind !== undefined) throw bad("a version 1 layout has no value_kind");
+    valueKind = "fixed";
+  } else if (o.version === 2) {
+    if (o.value_kind !== "set" && o.value_kind !== "variable") throw bad(`unknown value_kind ${JSON.stringify(o.value_kind)} of version 2`);
+    valueKind = o.value_kind;
+  } else {
+    throw bad(`unknown version ${String(o.version)}`);
+  }
   if (!isU32(o.choices) || o.choices < 2 || o.choices > 4) throw bad(`choices ${String(o.choices)}`);
-  if (!isU32(o.value_size) || o.value_size < 1) throw bad(`value_size ${String(o.value_size)}`);
+  if (!isU32(o.value_size) || (valueKind === "set" ? o.value_size !== 0 : o.value_size < 1)) {
+    throw bad(`value_size ${String(o.value_size)} for ${valueKind} values`);
+  }
+  if (valueKind === "variable" && o.value_size > 0xffff) throw bad(`value_size ${o.value_size} does not fit the u16 length`);
   if (!isU32(o.key_size) || o.key_size > MAX_KEY) throw bad(`key_size ${String(o.key_size)}`);
   if (typeof o.seed !== "string" || !/^[0-9a-f]{64}$/.test(o.seed)) throw bad("seed is not 64 lowercase hex digits");
-  const slotSize = TAG_SIZE + o.value_size;
-  const slotsPerPage = Math.floor(pageSize / slotSize);
-  if (slotsPerPage < 1) throw bad(`value_size ${o.value_size} does not fit a page of ${pageSize}`);
+  const usableBytes = pageSize - tailLen;
+  const slotSize = valueKind === "fixed" ? TAG_SIZE + o.value_size : valueKind === "set" ? TAG_SIZE : TAG_SIZE + 2 + o.value_size;
+  const slotsPerPage = Math.floor(usableBytes / slotSize);
+  if (slotsPerPage < 1) throw bad(`a slot of ${slotSize} bytes does not fit the ${usableBytes} usable bytes of a page`);
   if (numPages < o.choices) throw bad(`${numPages} pages for ${o.choices} choices`);
   if (o.tag_size !== TAG_SIZE || o.slot_size !== slotSize || o.slots_per_page !== slotsPerPage) {
     throw bad(`derived sizes (tag ${String(o.tag_size)}, slot ${String(o.slot_size)}, ${String(o.slots_per_page)} per page) differ from 16, ${slotSize}, ${slotsPerPage}`);
   }
   return {
-    version: 1,
+    version: o.version,
+    valueKind,
     choices: o.choices,
     tagSize: TAG_SIZE,
     valueSize: o.value_size,
     keySize: o.key_size,
     slotSize,
     slotsPerPage,
+    usableBytes,
     seed: fromHex(o.seed),
   };
 }
 
 /** Two layouts describe the same table. */
 export function sameLayout(a: KvLayout, b: KvLayout): boolean {
-  return a.choices === b.choices && a.valueSize === b.valueSize && a.keySize === b.keySize && equalBytes(a.seed, b.seed);
+  return a.version === b.version && a.valueKind === b.valueKind && a.choices === b.choices && a.valueSize === b.valueSize &&
+    a.keySize === b.keySize && a.usableBytes === b.usableBytes && equalBytes(a.seed, b.seed);
 }
 
 function concat(...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
@@ -113,12 +139,27 @@ export async function kvCandidates(seed: Uint8Array, tag: Uint8Array, choices: n
   return pages;
 }
 
-/** KV §4: the value in the first slot of `page` whose tag is `tag`, or null. */
+/**
+ * KV §4: the value in the first slot of `page` whose tag is `tag` (a set's present key: an empty
+ * value), or null. A variable-size slot whose length exceeds the layout's largest value is
+ * malformed: `bad_response`, never a truncated or guessed value.
+ */
 export function findInPage(layout: KvLayout, page: Uint8Array, tag: Uint8Array): Uint8Array | null {
   for (let j = 0; j < layout.slotsPerPage; j++) {
     const slot = j * layout.slotSize;
-    if (equalBytes(page.subarray(slot, slot + TAG_SIZE), tag)) {
-      return page.slice(slot + TAG_SIZE, slot + layout.slotSize);
+    if (!equalBytes(page.subarray(slot, slot + TAG_SIZE), tag)) continue;
+    switch (layout.valueKind) {
+      case "fixed":
+        return page.slice(slot + TAG_SIZE, slot + layout.slotSize);
+      case "set":
+        return new Uint8Array(0);
+      case "variable": {
+        const len = page[slot + TAG_SIZE] | (page[slot + TAG_SIZE + 1] << 8);
+        if (len > layout.valueSize) {
+          throw new PirqError("bad_response", `the combined answer holds a malformed kv slot: a value of ${len} bytes where ${layout.valueSize} is the most (KV §4)`);
+        }
+        return page.slice(slot + TAG_SIZE + 2, slot + TAG_SIZE + 2 + len);
+      }
     }
   }
   return null;

@@ -19,6 +19,20 @@ import { partyCode, partyText, Phase, PirqError } from "./errors.js";
 import { parseRetryAfter, retryDelayMs, sleep } from "./retry.js";
 import { partyBaseUrl } from "./url.js";
 
+/**
+ * A signed database's `signing` object of `/v1/info` (SPEC §2.4): who signed its pages, and
+ * how many bytes at the end of every page the signature tail takes.
+ */
+export interface Signing {
+  scheme: "ed25519";
+  /** Bytes of the signature tail at the end of every page (72 for Ed25519). */
+  tailLen: number;
+  /** The publisher's Ed25519 public key, 64 hex digits. */
+  publisherKey: string;
+  /** The database's identity, 64 hex digits. */
+  dbId: string;
+}
+
 /** `GET /v1/info` (fields other helpers add are kept in `raw`). */
 export interface PartyInfo {
   numPages: number;
@@ -32,6 +46,8 @@ export interface PartyInfo {
   party?: string;
   /** SPEC §2.1 digest of the database at `epoch.newest` (64 hex digits), if reported. */
   digest?: string;
+  /** How the pages are signed, if they are (SPEC §2.4). */
+  signing?: Signing;
   raw: Record<string, unknown>;
 }
 
@@ -391,6 +407,15 @@ export class Party {
       if (body.max_keys_per_query !== undefined && !(isU64(body.max_keys_per_query) && body.max_keys_per_query >= 1)) {
         throw this.err("bad_response", "GET /v1/info: max_keys_per_query is not a whole number ≥ 1", { phase: "info" });
       }
+      let signing: Signing | undefined;
+      if (body.signing !== undefined) {
+        const g = body.signing;
+        // SPEC §2.4: scheme 1, Ed25519, the only one defined, with its 72-byte tail.
+        if (!isObject(g) || g.scheme !== "ed25519" || g.tail_len !== 72 || !isDigest(g.publisher_key) || !isDigest(g.db_id) || body.page_size < 72 + 16) {
+          throw this.err("bad_response", "GET /v1/info: a signing object this client does not know (SPEC §2.4: ed25519, tail_len 72)", { phase: "info" });
+        }
+        signing = { scheme: "ed25519", tailLen: 72, publisherKey: g.publisher_key, dbId: g.db_id };
+      }
       const info: PartyInfo = {
         numPages: body.num_pages,
         pageSize: body.page_size,
@@ -400,6 +425,7 @@ export class Party {
         workers: isU64(body.workers) ? body.workers : undefined,
         party: typeof body.party === "string" ? body.party : undefined,
         digest: isDigest(body.digest) ? body.digest : undefined,
+        signing,
         raw: body,
       };
       this.lastInfo = info;

@@ -42,7 +42,7 @@ test("the layout block's fields as /v1/info carries them", () => {
     () => parseKvLayout({ version: 1, choices: b.choices, tag_size: 16, value_size: b.value_size, key_size: b.key_size, slot_size: 40, slots_per_page: 85, seed: b.seed }, 4096, 1000),
     (e: unknown) => e instanceof PirqError && e.code === "not_kv",
   );
-  assert.throws(() => parseKvLayout({ version: 2 }, 4096, 1000), (e: unknown) => e instanceof PirqError && e.code === "not_kv");
+  assert.throws(() => parseKvLayout({ version: 3 }, 4096, 1000), (e: unknown) => e instanceof PirqError && e.code === "not_kv");
 });
 
 test("lookups in the tiny database: present keys give their value, absent ones null", async () => {
@@ -72,4 +72,82 @@ test("lookups in the tiny database: present keys give their value, absent ones n
     }
   }
   assert.ok(present > 0 && absent > 0);
+});
+
+// Layout version 2 (KV §2, §4): sets and variable-size values, also in a signed database's
+// usable bytes; shared/tests/vectors/kv_v2.json, from another independent Python implementation.
+const V2 = JSON.parse(readFileSync(fileURLToPath(new URL("../../../../shared/tests/vectors/kv_v2.json", import.meta.url)), "utf8"));
+
+/** The `/v1/info` kv object of a vector's table or block (KV §5). */
+function infoObject(t: { kind: string; choices: number; value_size: number; key_size: number; slot_size: number; seed: string }, slotsPerPage: number) {
+  return { version: 2, value_kind: t.kind, choices: t.choices, tag_size: 16, value_size: t.value_size, key_size: t.key_size, slot_size: t.slot_size, slots_per_page: slotsPerPage, seed: t.seed };
+}
+
+test("v2 layout blocks: the block bytes and the info object describe the same layout", () => {
+  assert.ok(V2.blocks.length >= 4);
+  for (const b of V2.blocks) {
+    const bytes = fromHex(b.bytes_64_512);
+    assert.equal(new TextDecoder().decode(bytes.subarray(0, 8)), "PIRQKV\0\u0002");
+    assert.equal(bytes[9], b.kind === "set" ? 1 : 2, "value_kind byte");
+    const pageSize = 4096;
+    const layout = parseKvLayout(infoObject(b, Math.floor(pageSize / b.slot_size)), pageSize, 100);
+    assert.equal(layout.valueKind, b.kind);
+    assert.equal(layout.slotSize, b.slot_size);
+  }
+});
+
+test("v2 layouts: refused when the kind, sizes or version do not fit", () => {
+  const t = V2.tables.variable;
+  const good = infoObject(t, t.slots_per_page);
+  const notKv = (e: unknown) => e instanceof PirqError && e.code === "not_kv";
+  assert.equal(parseKvLayout(good, t.page_size, t.num_pages).slotsPerPage, t.slots_per_page);
+  for (const bad of [
+    { ...good, value_kind: "fixed" }, // fixed tables are version 1
+    { ...good, value_kind: undefined },
+    { ...good, version: 1 }, // version 1 has no value_kind
+    { ...good, version: 3 },
+    { ...good, value_kind: "set" }, // a set has value_size 0
+    { ...good, slot_size: 46 },
+    { ...good, slots_per_page: t.slots_per_page + 1 },
+  ]) {
+    assert.throws(() => parseKvLayout(bad, t.page_size, t.num_pages), notKv, JSON.stringify(bad).slice(0, 80));
+  }
+  const set = V2.tables.set;
+  assert.throws(() => parseKvLayout({ ...infoObject(set, set.slots_per_page), value_size: 1 }, set.page_size, set.num_pages), notKv);
+});
+
+test("v2 lookups: sets (present: empty value), variable-size values, both in signed pages' usable bytes", async () => {
+  for (const [name, t] of Object.entries(V2.tables) as [string, any][]) {
+    const layout = parseKvLayout(infoObject(t, t.slots_per_page), t.page_size, t.num_pages, t.tail_len);
+    assert.equal(layout.usableBytes, t.page_size - t.tail_len, name);
+    const pages: Uint8Array[] = t.pages.map(fromHex);
+    let present = 0;
+    let absent = 0;
+    for (const l of t.lookups) {
+      const tag = await kvTag(layout.seed, fromHex(l.key));
+      let value: Uint8Array | null = null;
+      for (const p of await kvCandidates(layout.seed, tag, layout.choices, t.num_pages)) {
+        value = findInPage(layout, pages[p], tag);
+        if (value) break;
+      }
+      if (l.present) {
+        assert.ok(value, `${name}: ${l.key} present`);
+        assert.equal(toHex(value), l.value, `${name}: value of ${l.key}`);
+        present++;
+      } else {
+        assert.equal(value, null, `${name}: ${l.key} absent`);
+        absent++;
+      }
+    }
+    assert.ok(present > 0 && absent > 0, name);
+  }
+});
+
+test("v2: a variable-size slot whose length exceeds the largest value is refused, never truncated", async () => {
+  const m = V2.malformed;
+  const t = V2.tables[m.table];
+  const layout = parseKvLayout(infoObject(t, t.slots_per_page), t.page_size, t.num_pages, t.tail_len);
+  const tag = await kvTag(layout.seed, fromHex(m.key));
+  assert.ok((await kvCandidates(layout.seed, tag, layout.choices, t.num_pages)).includes(m.page_index));
+  assert.throws(() => findInPage(layout, fromHex(m.page), tag), (e: unknown) => e instanceof PirqError && e.code === "bad_response" && /malformed kv slot/.test(e.message));
 });

@@ -105,18 +105,24 @@ export function kvRecords(count: number, valueSize: number): [Uint8Array, Uint8A
   });
 }
 
-/** `pirq kv build` (the Rust tool) of `records` into `dir`: a key-value database. */
+/**
+ * `pirq kv build` (the Rust tool) of `records` into `dir`: a key-value database of fixed-size
+ * values (`valueSize`), a set (`valueSize: 0`; the records' values are ignored) or variable-size
+ * values up to `maxValueSize` bytes (KV §2).
+ */
 export function makeKvDb(
   dir: string,
-  records: [Uint8Array, Uint8Array][],
-  options: { valueSize: number; pageSize: number; pages: number; choices: number },
+  records: [Uint8Array, Uint8Array | null][],
+  options: { valueSize?: number; maxValueSize?: number; pageSize: number; pages: number; choices: number },
 ): string {
   const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
   const input = join(dir, "records.jsonl");
-  writeFileSync(input, records.map(([k, v]) => JSON.stringify({ key: hex(k), value: hex(v) })).join("\n") + "\n");
-  const out = join(dir, `kv-${options.pages}x${options.pageSize}.pirdb`);
+  const set = options.valueSize === 0;
+  writeFileSync(input, records.map(([k, v]) => JSON.stringify(set || v === null ? { key: hex(k) } : { key: hex(k), value: hex(v) })).join("\n") + "\n");
+  const out = join(dir, `kv-${options.pages}x${options.pageSize}-${Math.random().toString(36).slice(2)}.pirdb`);
+  const values = options.maxValueSize !== undefined ? ["--max-value-size", String(options.maxValueSize)] : ["--value-size", String(options.valueSize)];
   execFileSync(join(binDir, "pirq"), [
-    "kv", "build", "--records", input, "--value-size", String(options.valueSize), "--page-size", String(options.pageSize),
+    "kv", "build", "--records", input, ...values, "--page-size", String(options.pageSize),
     "--pages", String(options.pages), "--choices", String(options.choices), "--seed", "5", "--out", out,
   ], { stdio: "pipe" });
   return out;
