@@ -97,3 +97,18 @@ test("info: same party, no workers, different digests at one epoch, disjoint win
   await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { epoch: { oldest: 5, newest: 6 } } }, {}) }), rejectsWith("epoch_mismatch"));
   await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { page_size: 512 } }, {}) }), rejectsWith("parties_disagree", /page_size = 512, party B 256/));
 });
+
+test("signed pages (SPEC §2.4): both parties must advertise the same signing; an unknown scheme is refused", async () => {
+  const key = "ab".repeat(32);
+  const signing = { scheme: "ed25519", tail_len: 72, publisher_key: key, db_id: "cd".repeat(32) };
+  const pirq = await connect(A, B, { fetch: fakeParties({ info: { signing } }, { info: { signing } }) });
+  assert.deepEqual(pirq.info.signing, { scheme: "ed25519", tailLen: 72, publisherKey: key, dbId: "cd".repeat(32) });
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { signing } }, {}) }), rejectsWith("parties_disagree", /signing/));
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { signing } }, { info: { signing: { ...signing, publisher_key: "ef".repeat(32) } } }) }), rejectsWith("parties_disagree", /signing/));
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { signing: { ...signing, scheme: "rsa" } } }, {}) }), rejectsWith("bad_response", /signing/));
+  // a kv table of a signed database: its slots in the bytes before the 72-byte tail
+  const kv = { version: 2, value_kind: "set", choices: 2, tag_size: 16, value_size: 0, key_size: 0, slot_size: 16, slots_per_page: Math.floor((256 - 72) / 16), seed: "00".repeat(32) };
+  const signedKv = await connect(A, B, { fetch: fakeParties({ info: { signing, kv } }, { info: { signing, kv } }) });
+  assert.equal(signedKv.info.kv?.usableBytes, 256 - 72);
+  await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { kv } }, { info: { kv } }) }), rejectsWith("not_kv", /differ/), "unsigned: 16 slots, not 11");
+});
