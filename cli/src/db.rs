@@ -218,15 +218,24 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         bail!("{name} records no digest (written before digests existed); its content digest is {}; rewrite it with `pirq db apply` or the tool that made it", db.content_digest());
     };
     let Some(base_path) = args.base else {
-        let content = db.content_digest();
-        if content != recorded {
+        if db.recorded_pages_digest().is_none() && db.content_digest() != recorded {
             bail!(
-                "{name}: the header records digest {recorded} but the pages hash to {content}: \
-                 the file is damaged, or it is a snapshot (pirq db apply) whose digest chains \
-                 its updates: then verify it with --base FILE --update U1 --update U2 ..."
+                "{name}: the header records digest {recorded} but the pages hash to {}: \
+                 the file is damaged, or it is a snapshot (pirq db apply) written before files \
+                 recorded pages_digest, whose digest chains its updates: then verify it with \
+                 --base FILE --update U1 --update U2 ...",
+                db.content_digest()
             );
         }
-        println!("{name}: pages match digest {recorded}");
+        let pages = db.verify_pages()?;
+        if pages == recorded {
+            println!("{name}: pages match digest {recorded}");
+        } else {
+            println!(
+                "{name}: pages match pages_digest {pages} (the database's digest {recorded} is \
+                 inherited: check its history with --base and --update)"
+            );
+        }
         return Ok(());
     };
     let base = PirDb::open(&base_path)?;

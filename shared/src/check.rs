@@ -42,10 +42,15 @@ pub fn check_epoch(epoch: u64, window: EpochRange) -> Result<(), ErrorBody> {
     if window.contains(epoch) {
         return Ok(());
     }
+    let limit = if epoch > crate::db::MAX_EPOCH {
+        " (and above the highest epoch, 2^53-1)"
+    } else {
+        ""
+    };
     Err(ErrorBody::new(
         ErrorCode::EpochUnavailable,
         format!(
-            "epoch {epoch} is outside the window {}..={} this party answers",
+            "epoch {epoch} is outside the window {}..={} this party answers{limit}",
             window.oldest, window.newest
         ),
     )

@@ -33,6 +33,9 @@ pub const MAX_PAGES: u64 = 1 << 40;
 pub const MAX_EPOCH: u64 = (1 << 53) - 1;
 /// Where header bytes 544..552 record the byte length of imported data (SPEC §2.3).
 pub const DATA_LEN_AT: usize = 544;
+/// Where the header records the content digest of the file's own pages (SPEC §2.1
+/// `pages_digest`): bytes 688..720.
+pub const PAGES_DIGEST_RANGE: std::ops::Range<usize> = 688..720;
 
 /// Refuses an epoch above [`MAX_EPOCH`].
 pub fn check_epoch(epoch: u64) -> Result<(), DbError> {
@@ -94,6 +97,18 @@ pub enum DbError {
         output.display(), input.display()
     )]
     OutputIsInput { output: PathBuf, input: PathBuf },
+    /// A file's pages do not hash to the digest its header records.
+    #[error(
+        "{}: the pages hash to {found}, the header's {field} is {expected}: {hint}",
+        path.display()
+    )]
+    Damaged {
+        path: PathBuf,
+        field: &'static str,
+        expected: Digest,
+        found: Digest,
+        hint: &'static str,
+    },
     /// An input a tool reads cannot be used (empty, too large, changed while read).
     #[error("{0}")]
     Input(String),
@@ -152,7 +167,8 @@ impl Header {
             DIGEST_RANGE.end..kv.start,
             kv.end..SHARD_BLOCK.start,
             SHARD_BLOCK.end..DATA_LEN_AT,
-            DATA_LEN_AT + 8..HEADER_LEN,
+            DATA_LEN_AT + 8..PAGES_DIGEST_RANGE.start,
+            PAGES_DIGEST_RANGE.end..HEADER_LEN,
         ] {
             if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
                 return Err(DbError::Reserved {
@@ -195,6 +211,13 @@ impl Header {
     /// before digests existed).
     pub fn parse_digest(bytes: &[u8]) -> Option<Digest> {
         let raw: [u8; 32] = bytes.get(DIGEST_RANGE)?.try_into().ok()?;
+        (raw != [0; 32]).then_some(Digest(raw))
+    }
+
+    /// The `pages_digest` recorded in header bytes 688..720 (SPEC §2.1); `None` when they are
+    /// zero (a file written before the field).
+    pub fn parse_pages_digest(bytes: &[u8]) -> Option<Digest> {
+        let raw: [u8; 32] = bytes.get(PAGES_DIGEST_RANGE)?.try_into().ok()?;
         (raw != [0; 32]).then_some(Digest(raw))
     }
 
@@ -247,6 +270,7 @@ pub fn domain_bits(num_pages: u64) -> u8 {
 pub struct PirDb {
     header: Header,
     digest: Option<Digest>,
+    pages_digest: Option<Digest>,
     kv: Option<KvParams>,
     data_len: u64,
     shard: Option<ShardOrigin>,
@@ -274,6 +298,7 @@ impl PirDb {
         let header = Header::parse(&map[..HEADER_LEN])?;
         let kv = header.kv_params(&map[..HEADER_LEN])?;
         let digest = Header::parse_digest(&map[..HEADER_LEN]);
+        let pages_digest = Header::parse_pages_digest(&map[..HEADER_LEN]);
         let shard = ShardOrigin::from_header(&map[..HEADER_LEN], &header)?;
         let data_len = Header::data_len(&map[..HEADER_LEN]);
         if len != header.file_len() {
@@ -289,6 +314,7 @@ impl PirDb {
         Ok(PirDb {
             header,
             digest,
+            pages_digest,
             kv,
             data_len,
             shard,
@@ -317,6 +343,45 @@ impl PirDb {
     pub fn content_digest(&self) -> Digest {
         let h = &self.header;
         Digest::content(h.page_size, h.num_pages, h.epoch, self.pages())
+    }
+
+    /// The `pages_digest` the header records (SPEC §2.1); `None` for a file written before it.
+    pub fn recorded_pages_digest(&self) -> Option<Digest> {
+        self.pages_digest
+    }
+
+    /// Checks every page against the header (SPEC §2.1, one pass on all cores): against
+    /// `pages_digest`, or for a file written before that field against its digest, which must
+    /// then be a content digest. Returns the content digest of the pages. A file that records no
+    /// digest at all has nothing to check against and passes.
+    pub fn verify_pages(&self) -> Result<Digest, DbError> {
+        let found = self.content_digest();
+        let (expected, field) = match (self.pages_digest, self.digest) {
+            (Some(d), _) => (d, "pages_digest"),
+            (None, Some(d)) => (d, "digest"),
+            (None, None) => return Ok(found),
+        };
+        if found == expected {
+            return Ok(found);
+        }
+        let hint = match (self.pages_digest, self.shard) {
+            (Some(_), _) => "the file is damaged (its pages changed after it was written)",
+            (None, Some(_)) => {
+                "it is a shard file written before pages_digest existed, whose digest names the \
+                 whole database: write it again with pirq db split"
+            }
+            (None, None) => {
+                "the file is damaged, or it is a snapshot written before pages_digest existed \
+                 (pirq db apply records a chained digest): write it again with pirq db apply"
+            }
+        };
+        Err(DbError::Damaged {
+            path: self.path.clone(),
+            field,
+            expected,
+            found,
+            hint,
+        })
     }
 
     /// The key-value layout, if this is a kv database (`docs/spec/kv.md`).
@@ -635,9 +700,9 @@ fn write_pages(
         header_bytes[SHARD_BLOCK].copy_from_slice(&origin.to_block());
     }
     write_atomically(path, |file| {
-        let mut hasher = recorded
-            .is_none()
-            .then(|| Digest::content_hasher(header.page_size, header.num_pages, header.epoch));
+        // The content digest of these pages: `pages_digest` always, and the digest unless one
+        // is inherited.
+        let mut hasher = Digest::content_hasher(header.page_size, header.num_pages, header.epoch);
         let mut out = BufWriter::with_capacity(1 << 20, &mut *file);
         out.write_all(&header_bytes)?;
         let ps = header.page_size as usize;
@@ -650,22 +715,19 @@ fn write_pages(
             buf.par_chunks_mut(ps)
                 .enumerate()
                 .for_each(|(i, page)| fill(first + i as u64, page));
-            if let Some(h) = hasher.as_mut() {
-                h.update(buf);
-            }
+            hasher.update(buf);
             out.write_all(buf)?;
             first += count;
             progress(first * ps as u64);
         }
         out.flush()?;
         drop(out);
-        let digest = match (recorded, hasher) {
-            (Some(d), _) => d,
-            (None, Some(h)) => h.finish(),
-            (None, None) => unreachable!("a hasher runs when no digest is given"),
-        };
+        let pages_digest = hasher.finish();
+        let digest = recorded.unwrap_or(pages_digest);
         file.seek(SeekFrom::Start(DIGEST_RANGE.start as u64))?;
         file.write_all(&digest.0)?;
+        file.seek(SeekFrom::Start(PAGES_DIGEST_RANGE.start as u64))?;
+        file.write_all(&pages_digest.0)?;
         Ok(digest)
     })
 }
@@ -885,6 +947,7 @@ impl MappedWriter {
         let h = self.header;
         let digest = Digest::content(h.page_size, h.num_pages, h.epoch, &self.map[HEADER_LEN..]);
         self.map[DIGEST_RANGE].copy_from_slice(&digest.0);
+        self.map[PAGES_DIGEST_RANGE].copy_from_slice(&digest.0);
         self.map.flush().map_err(io(&self.tmp))?;
         self.file.sync_all().map_err(io(&self.tmp))?;
         std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;

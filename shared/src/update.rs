@@ -32,6 +32,8 @@ pub struct EpochUpdate {
 pub enum UpdateError {
     #[error("malformed update: {0}")]
     Malformed(String),
+    #[error("epoch {0} is above the highest epoch, 2^53-1 = {max} (SPEC §3)", max = crate::db::MAX_EPOCH)]
+    Epoch(u64),
     #[error("page {position} has index {index}, the database has {num_pages} pages")]
     PageIndex {
         position: usize,
@@ -113,7 +115,7 @@ impl EpochUpdate {
             let extra = bytes.len() - used;
             return Err(UpdateError::Malformed(format!("{extra} trailing bytes")));
         }
-        Ok(value)
+        in_range(value)
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -148,7 +150,7 @@ impl EpochUpdate {
                 })
             })
             .collect::<Result<_, UpdateError>>()?;
-        Ok(EpochUpdate {
+        in_range(EpochUpdate {
             epoch: json.epoch,
             pages,
         })
@@ -163,9 +165,40 @@ impl EpochUpdate {
     }
 }
 
+/// An update whose epoch no database can reach (SPEC §3) is refused as it is parsed, whatever
+/// reads it: the gateway, a worker, `pirq db apply`.
+fn in_range(update: EpochUpdate) -> Result<EpochUpdate, UpdateError> {
+    if update.epoch > crate::db::MAX_EPOCH {
+        return Err(UpdateError::Epoch(update.epoch));
+    }
+    Ok(update)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn epochs_past_the_highest_are_refused() {
+        let highest = EpochUpdate {
+            epoch: crate::db::MAX_EPOCH,
+            pages: vec![],
+        };
+        assert_eq!(
+            EpochUpdate::from_json(&highest.to_json()),
+            Ok(highest.clone())
+        );
+        let over = EpochUpdate {
+            epoch: crate::db::MAX_EPOCH + 1,
+            ..highest
+        };
+        for parsed in [
+            EpochUpdate::from_json(&over.to_json()),
+            EpochUpdate::from_bincode(&over.to_bincode()),
+        ] {
+            assert_eq!(parsed, Err(UpdateError::Epoch(crate::db::MAX_EPOCH + 1)));
+        }
+    }
 
     fn update() -> EpochUpdate {
         EpochUpdate {

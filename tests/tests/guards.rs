@@ -300,3 +300,62 @@ async fn a_snapshot_and_the_updates_stream_agree_on_the_digest() {
     assert_eq!(fetched.epoch, 2);
     assert_eq!(fetched.pages, vec![page(10), page(20), page(30)]);
 }
+
+/// Issue 26: a worker checks the pages it loads against the file's header and refuses a damaged
+/// file (its log says which file and why; the party never becomes ready), unless the operator
+/// says the file was checked offline (`--skip-verify`, which the log then says). An intact file
+/// is served, and its load and check times are logged.
+#[tokio::test]
+async fn a_damaged_file_is_refused_at_load_unless_the_check_is_skipped() {
+    let intact = TestDb::create(PAGES, PAGE_SIZE, 7).unwrap();
+    let damaged = intact.dir().join("damaged.pirdb");
+    let mut bytes = std::fs::read(&intact.path).unwrap();
+    bytes[db::HEADER_LEN + 123 * PAGE_SIZE as usize + 5] ^= 0x10;
+    std::fs::write(&damaged, &bytes).unwrap();
+
+    let options = PartyOptions {
+        no_worker: true,
+        ..PartyOptions::default()
+    };
+    let mut party = Party::start(&damaged, "damaged", options).await.unwrap();
+    let err = party.start_worker().await.unwrap_err().to_string();
+    assert!(err.contains("refusing to serve"), "{err}");
+    assert!(err.contains("damaged.pirdb"), "{err}");
+    assert!(err.contains("the file is damaged"), "{err}");
+    assert_eq!(party.readyz().await.0, 503);
+
+    party.start_worker_with(&["--skip-verify"]).await.unwrap();
+    let log = plain(&party.workers.last().unwrap().log_text());
+    assert!(
+        log.contains("--skip-verify: serving the file without checking its pages"),
+        "{log}"
+    );
+    assert!(log.contains("verified=false"), "{log}");
+    party.stop_workers();
+
+    party.start_worker_on(&intact.path, &[]).await.unwrap();
+    let log = plain(&party.workers.last().unwrap().log_text());
+    assert!(log.contains("database loaded"), "{log}");
+    assert!(
+        log.contains("verified=true") && log.contains("verify_ms="),
+        "{log}"
+    );
+    assert_eq!(
+        self_client(&party).fetch(&[123]).await.unwrap().pages[0],
+        intact.page(123)
+    );
+}
+
+/// A log without its terminal colour codes (`ESC [ ... m`), so `key=value` reads as written.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -76,6 +76,12 @@ pub struct Config {
     #[arg(long, env = "PIRQ_SYNTHETIC", conflicts_with = "db")]
     pub synthetic: Option<SyntheticDb>,
 
+    /// Serve the file without checking its pages against the digest its header records (for
+    /// an operator who ran `pirq db verify` offline). Without it the worker hashes every page of
+    /// the file while it loads them and refuses to serve a file that does not match.
+    #[arg(long, env = "PIRQ_SKIP_VERIFY")]
+    pub skip_verify: bool,
+
     /// Serve shard I of S (`I/S`, I = 0..S-1): only pages of that range are loaded and scanned,
     /// and answers are partials that Redis XORs together. Every shard needs at least one live
     /// worker; any number of workers may serve the same shard (replicas). Default: the whole

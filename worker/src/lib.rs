@@ -13,3 +13,4 @@ pub mod metrics_export;
 pub mod policy;
 pub mod reclaim;
 pub mod serve;
+pub mod verify;

@@ -69,16 +69,24 @@ async fn run() -> anyhow::Result<()> {
             if let (None, Some(origin)) = (config.shard, db.shard()) {
                 options.shard = origin.spec;
             }
-            // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool
-            // that wrote it; a file from before digests is hashed once here.
-            let digest = db.recorded_digest().unwrap_or_else(|| {
-                tracing::info!(db = %path.display(), "the file records no digest; hashing its pages once");
-                db.content_digest()
-            });
+            // The pages are checked against the header's digest while the scanner loads them
+            // (one more reader of the same pages, on other cores), and the worker serves
+            // nothing until the check passed.
+            let check = pirq_worker::verify::start(db.clone(), config.skip_verify);
+            let loading = std::time::Instant::now();
             let epoch = db.header().epoch;
             let kv = db.kv().map(|kv| kv.info());
-            let scanner = pirq_worker::backend::open(config.backend, db, options)
+            let scanner = pirq_worker::backend::open(config.backend, db.clone(), options)
                 .context("starting the scanner")?;
+            let load = loading.elapsed();
+            let content = check.finish(load)?;
+            // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool
+            // that wrote it; a file from before digests has its content digest, just computed
+            // (or computed now, under --skip-verify).
+            let digest = db.recorded_digest().unwrap_or_else(|| {
+                tracing::info!(db = %path.display(), "the file records no digest; using its content digest");
+                content.unwrap_or_else(|| db.content_digest())
+            });
             (scanner, epoch, digest, kv)
         }
         (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),

@@ -12,7 +12,8 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::{
-    header_bytes, write_atomically_with, DbError, Header, Meta, DIGEST_RANGE, HEADER_LEN, MAX_PAGES,
+    header_bytes, write_atomically_with, DbError, Header, Meta, DIGEST_RANGE, HEADER_LEN,
+    MAX_PAGES, PAGES_DIGEST_RANGE,
 };
 use crate::digest::Digest;
 
@@ -117,6 +118,7 @@ pub fn import(
             None => hash_written(file, &header).map_err(out_io)?,
         };
         head[DIGEST_RANGE].copy_from_slice(&digest.0);
+        head[PAGES_DIGEST_RANGE].copy_from_slice(&digest.0);
         file.seek(SeekFrom::Start(0)).map_err(out_io)?;
         file.write_all(&head).map_err(out_io)?;
         Ok(Imported {
