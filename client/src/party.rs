@@ -349,6 +349,7 @@ impl Party {
                 return Err(self.protocol("/v1/info: party id longer than 64 characters".into()));
             }
         }
+        check_geometry(&info).map_err(|why| self.protocol(format!("/v1/info: {why}")))?;
         self.page_size.store(info.page_size, Ordering::Relaxed);
         self.max_keys
             .store(info.max_keys_per_query, Ordering::Relaxed);
@@ -590,8 +591,14 @@ impl Party {
                     }
                 },
                 Wait::LongPoll => loop {
+                    let asked = tokio::time::Instant::now();
                     match self.status_by(id, encoding, Some(30), keys, d).await {
                         Ok(r) if r.status.is_final() => break Ok(r),
+                        // A long-poll answered pending at once (a gateway that does not hold,
+                        // or a hostile one): pace the next, never a busy loop.
+                        Ok(_) if asked.elapsed() < Duration::from_millis(100) => {
+                            self.sleep(jitter(Duration::from_millis(100)), d).await?;
+                        }
                         Ok(_) => backoff.reset(),
                         Err(e) => break Err(e),
                     }
@@ -605,6 +612,12 @@ impl Party {
                 other => break other?,
             }
         };
+        if result.id != id {
+            return Err(self.protocol(format!(
+                "asked for query {id}, answered query {:?}",
+                sanitize(&result.id)
+            )));
+        }
         self.settle(id, result)
     }
 
@@ -724,6 +737,33 @@ impl Party {
     }
 }
 
+/// What `/v1/info` may say of the database (SPEC §2): a party claiming an impossible geometry
+/// is refused before its numbers size anything.
+fn check_geometry(info: &Info) -> Result<(), String> {
+    let ps = info.page_size;
+    if !(256..=MAX_PAGE_SIZE).contains(&ps) || !ps.is_power_of_two() {
+        return Err(format!(
+            "page_size {ps} is not a power of two in 256..=65536"
+        ));
+    }
+    if info.num_pages == 0 || info.domain_bits == 0 || info.domain_bits > 40 {
+        return Err(format!(
+            "{} pages in a domain of {} bits",
+            info.num_pages, info.domain_bits
+        ));
+    }
+    if info.domain_bits != pirq_shared::db::domain_bits(info.num_pages) {
+        return Err(format!(
+            "domain_bits {} does not fit {} pages",
+            info.domain_bits, info.num_pages
+        ));
+    }
+    if info.max_keys_per_query == 0 || info.epoch.oldest > info.epoch.newest {
+        return Err("no keys per query, or an empty epoch window".into());
+    }
+    Ok(())
+}
+
 /// The DER SubjectPublicKeyInfo of a DER certificate: what "the same TLS identity" compares
 /// (a renewed certificate for the same key is the same identity).
 fn public_key_of(der: &[u8]) -> Option<Vec<u8>> {
@@ -745,5 +785,50 @@ fn is_transient(e: &ClientError) -> bool {
         ClientError::Api { status, .. } => matches!(status, 429 | 502 | 503 | 504),
         ClientError::Protocol { detail, .. } => detail.starts_with("HTTP 50"),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(num_pages: u64, page_size: u32, domain_bits: u8) -> Info {
+        serde_json::from_value(serde_json::json!({
+            "num_pages": num_pages, "page_size": page_size, "domain_bits": domain_bits,
+            "epoch": {"oldest": 0, "newest": 0}, "max_keys_per_query": 64, "workers": 1,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn impossible_geometry_is_refused() {
+        assert!(check_geometry(&info(1000, 4096, 10)).is_ok());
+        assert!(check_geometry(&info(1, 256, 1)).is_ok());
+        for bad in [
+            info(1000, 4095, 10),
+            info(1000, 128, 10),
+            info(1000, 131072, 10),
+            info(0, 4096, 1),
+            info(1000, 4096, 9),
+            info(1000, 4096, 41),
+        ] {
+            assert!(check_geometry(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn answers_are_bounded_by_their_keys_and_page_size() {
+        let p = Party::new(reqwest::Client::new(), "http://127.0.0.1:1");
+        // Before any info: the largest page the spec allows.
+        assert_eq!(
+            p.answer_limit(1, Encoding::Bincode),
+            65536 + 10 + ENVELOPE_BYTES
+        );
+        p.page_size.store(4096, Ordering::Relaxed);
+        assert_eq!(
+            p.answer_limit(8, Encoding::Json),
+            8 * (4096usize.div_ceil(3) * 4 + 4) + ENVELOPE_BYTES
+        );
+        assert_eq!(p.default_keys(), 1024);
     }
 }

@@ -117,5 +117,11 @@ async fn a_party_logs_no_warnings_idle_or_under_load() {
             loud.len(),
             loud.join("\n")
         );
+        // Written to a file, not a terminal: no colour escape codes (pirq_party::init_tracing).
+        assert!(
+            !log.contains('\u{1b}'),
+            "{} wrote ANSI escape codes into its log file",
+            proc.name
+        );
     }
 }
