@@ -18,10 +18,16 @@ async fn fake(behaviour: Behaviour) -> FakeParty {
 
 /// Runs `pirq ARGS` to completion; its output, wall time and peak resident memory (KiB).
 async fn pirq(args: Vec<String>) -> (Output, Duration, i64) {
+    pirq_with_env(args, Vec::new()).await
+}
+
+/// [`pirq`] with these environment variables set.
+async fn pirq_with_env(args: Vec<String>, env: Vec<(String, String)>) -> (Output, Duration, i64) {
     tokio::task::spawn_blocking(move || {
         let start = Instant::now();
         let child = Command::new(env!("CARGO_BIN_EXE_pirq"))
             .args(&args)
+            .envs(env)
             .env_remove("PIRQ_PARTY_A")
             .env_remove("PIRQ_PARTY_B")
             .stdout(std::process::Stdio::piped())
@@ -296,4 +302,71 @@ async fn flags_that_cannot_work_are_refused() {
             "{shell}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_roots_and_tokens_from_flags_or_the_environment() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let party = |token: &'static str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        FakeConfig {
+            tls: Some((cert.pem().into_bytes(), key.serialize_pem().into_bytes())),
+            token: Some(token.into()),
+            ..FakeConfig::default()
+        }
+    };
+    let a = FakeParty::start(party("secret-token-a")).await.unwrap();
+    let b = FakeParty::start(party("secret-token-b")).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let ca = ca_file.display().to_string();
+
+    let mut cmd = args(&["query", "--index", "4", "--ca-cert", &ca]);
+    cmd.extend(args(&[
+        "--token-a",
+        "secret-token-a",
+        "--token-b",
+        "secret-token-b",
+    ]));
+    cmd.extend(parties(&a, &b));
+    let (out, _, _) = pirq(cmd).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let env = |ta: &str| {
+        vec![
+            ("PIRQ_CA_CERT".to_string(), ca.clone()),
+            ("PIRQ_TOKEN_A".to_string(), ta.to_string()),
+            ("PIRQ_TOKEN_B".to_string(), "secret-token-b".to_string()),
+        ]
+    };
+    let mut cmd = args(&["query", "--index", "4"]);
+    cmd.extend(parties(&a, &b));
+    let (out, _, _) = pirq_with_env(cmd.clone(), env("secret-token-a")).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A wrong token: refused by party A, and no token appears in what is printed.
+    let (out, _, _) = pirq_with_env(cmd.clone(), env("secret-token-wrong")).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("party A") && err.contains("unauthorized"),
+        "{err}"
+    );
+    assert!(!err.contains("secret-token"), "{err}");
+    // --help shows no token from the environment either.
+    let (out, _, _) = pirq_with_env(args(&["query", "--help"]), env("secret-token-a")).await;
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("secret-token"));
+    // Without the CA: the handshake fails, naming party A's info phase.
+    let (out, _, _) = pirq(cmd).await;
+    assert!(stderr(&out).contains("info: "), "{}", stderr(&out));
 }

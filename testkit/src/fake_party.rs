@@ -214,11 +214,7 @@ impl FakeParty {
             None => None,
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let host = if tls.is_some() {
-            format!("localhost:{}", addr.port())
-        } else {
-            addr.to_string()
-        };
+        let host = addr.to_string();
         let fake = Arc::new(Fake::new(config));
         let stats = fake.stats.clone();
         let task = tokio::spawn(serve(listener, tls, fake));
