@@ -41,8 +41,8 @@ passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s +
 failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
 
 echo "== TypeScript client: spec vectors, Node and headless Chromium against real parties"
-cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli \
-    --bin pirq-gateway --bin pirq-worker --bin pirq
+cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli -p pirq-testkit \
+    --bin pirq-gateway --bin pirq-worker --bin pirq --bin pirq-fake-party
 (cd clients/ts && npm ci --no-audit --no-fund --loglevel=error && npm test) 2>&1 | tee "$ts_log"
 passed=$((passed + $(grep -o '^# pass [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
 failed=$((failed + $(grep -o '^# fail [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))

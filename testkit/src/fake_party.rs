@@ -390,7 +390,30 @@ fn router(fake: Arc<Fake>) -> Router {
         .route("/v1/queries/{id}/events", get(events))
         .route("/fake/stats", get(stats))
         .route("/fake/advance", post(advance))
+        .layer(cors())
         .with_state(fake)
+}
+
+/// CORS for any origin, as a gateway with `--cors-origin '*'` (http-api.md): the TypeScript
+/// client's Chromium tests call fake parties from a page on another origin, and read
+/// `Retry-After` to honour it. `Authorization` is allowed by name (a wildcard never covers it).
+fn cors() -> tower_http::cors::CorsLayer {
+    use axum::http::{HeaderName, Method};
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::Any)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::AUTHORIZATION,
+            HeaderName::from_static("idempotency-key"),
+            HeaderName::from_static("prefer"),
+        ])
+        .expose_headers([
+            header::LOCATION,
+            header::RETRY_AFTER,
+            HeaderName::from_static("preference-applied"),
+        ])
 }
 
 fn error(status: StatusCode, body: ErrorBody) -> Response {

@@ -136,7 +136,7 @@ export class SseParser {
         start = i + 1;
         continue;
       }
-      this.take(chunk.subarray(start, i));
+      if (i > start) this.take(chunk.subarray(start, i));
       this.endLine(events);
       this.afterCr = b === 0x0d;
       start = i + 1;
@@ -148,6 +148,14 @@ export class SseParser {
     return events;
   }
 
+  /** A blank line ends an event: emit it if it has data, and start the next. */
+  private dispatch(events: SseEvent[]): void {
+    if (this.data.length > 0) events.push({ event: this.event || "message", data: this.data.join("\n") });
+    this.event = "";
+    this.data = [];
+    this.dataBytes = 0;
+  }
+
   private take(bytes: Uint8Array): void {
     if (bytes.length === 0) return;
     this.lineBytes += bytes.length;
@@ -156,6 +164,12 @@ export class SseParser {
   }
 
   private endLine(events: SseEvent[]): void {
+    if (this.lineBytes === 0) {
+      // A blank line (the common case, and all of a flood of newlines): dispatch, no decoding.
+      this.first = false;
+      this.dispatch(events);
+      return;
+    }
     let bytes: Uint8Array;
     if (this.pieces.length === 1) bytes = this.pieces[0];
     else {
@@ -173,13 +187,7 @@ export class SseParser {
       this.first = false;
       if (line.startsWith("\ufeff")) line = line.slice(1);
     }
-    if (line === "") {
-      if (this.data.length > 0) events.push({ event: this.event || "message", data: this.data.join("\n") });
-      this.event = "";
-      this.data = [];
-      this.dataBytes = 0;
-      return;
-    }
+    if (line === "") return this.dispatch(events); // (a lone BOM)
     if (line.startsWith(":")) return; // a comment: keep-alive
     const colon = line.indexOf(":");
     const field = colon < 0 ? line : line.slice(0, colon);

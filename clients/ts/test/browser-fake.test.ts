@@ -9,15 +9,14 @@ import type { Server } from "node:http";
 import type { BrowserContext, Page } from "playwright-core";
 import { toHex } from "../src/bytes.js";
 import { launchChromium, serveWeb } from "./browser.js";
-import { fakePage, FakeParty, startFakeParty } from "./fake-party.js";
-import { checkOutcome, lookupOnce, scenarioName, SCENARIOS, TIMEOUT_MS } from "./fake-scenarios.js";
+import { fakePage, Fake, startFakeParty } from "./fake-party.js";
+import { checkOutcome, INDEX, lookupOnce, scenarioName, scenarioOptions, SCENARIOS, startScenario } from "./fake-scenarios.js";
 
-const INDEX = 77;
 const expectedPage = toHex(fakePage(7, INDEX, 256));
 let web: { server: Server; origin: string };
 let browser: { context: BrowserContext; close: () => Promise<void> };
 let page: Page;
-const open: FakeParty[] = [];
+const open: Fake[] = [];
 
 before(async () => {
   web = await serveWeb();
@@ -32,18 +31,18 @@ after(async () => {
   for (const p of open) await p.close();
 });
 
-async function fake(...args: Parameters<typeof startFakeParty>): Promise<FakeParty> {
+async function fake(...args: Parameters<typeof startFakeParty>): Promise<Fake> {
   const p = await startFakeParty(...args);
   open.push(p);
   return p;
 }
 
 for (const s of SCENARIOS) {
-  test(`Chromium, fake party B ${scenarioName(s)}: ${s.expect === "ok" ? "ok" : s.expect.code}`, async () => {
-    const a = await fake({ behaviour: "honest" });
-    const b = await fake({ behaviour: s.behaviour, redirectTo: a.url });
-    const outcome = await page.evaluate(lookupOnce, { a: a.url, b: b.url, index: INDEX, options: { timeoutMs: s.timeoutMs ?? TIMEOUT_MS, wait: s.wait ?? "inline" } });
-    checkOutcome(s, outcome, a, b, expectedPage);
+  test(`Chromium, ${scenarioName(s)}: ${s.expect === "ok" ? "ok" : s.expect.code}`, async () => {
+    const { a, b, expectedPageHex } = await startScenario(s);
+    open.push(a, b);
+    const outcome = await page.evaluate(lookupOnce, { a: a.url, b: b.url, index: INDEX, options: scenarioOptions(s) });
+    await checkOutcome(s, outcome, a, b, expectedPageHex);
   });
 }
 
@@ -64,7 +63,7 @@ test("Chromium: plain http:// to a remote host is refused before the browser sen
   assert.equal(err?.code, "insecure_http");
   assert.match(err!.message, /party B: refusing plain HTTP to party-b.invalid:8080/);
   assert.deepEqual(requests, []);
-  assert.equal(a.stats.info, 0);
+  assert.equal((await a.stats()).info, 0);
 });
 
 test("Chromium: each party gets its own bearer token on its query routes (CORS allows Authorization)", async () => {
@@ -77,7 +76,7 @@ test("Chromium: each party gets its own bearer token on its query routes (CORS a
   }, { a: a.url, b: b.url, index: INDEX });
   assert.equal(got, expectedPage);
   for (const [p, token] of [[a, "token-of-a"], [b, "token-of-b"]] as const) {
-    const requests = p.seen.filter((r) => r.method !== "OPTIONS").map((r) => `${r.method} ${r.path} ${r.authorization ?? "-"}`);
+    const requests = p.seen!.filter((r) => r.method !== "OPTIONS").map((r) => `${r.method} ${r.path} ${r.authorization ?? "-"}`);
     assert.deepEqual(requests, ["GET /v1/info -", `POST /v1/queries Bearer ${token}`]);
   }
 });

@@ -12,30 +12,33 @@ import * as pirq from "../src/index.js";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fakePage, makeTestCa, startFakeParty, FakeParty } from "./fake-party.js";
-import { checkOutcome, lookupOnce, scenarioName, SCENARIOS, TIMEOUT_MS } from "./fake-scenarios.js";
+import { fakePage, Fake, makeTestCa, startFakeParty } from "./fake-party.js";
+import { checkOutcome, INDEX, lookupOnce, scenarioName, scenarioOptions, SCENARIOS, startScenario } from "./fake-scenarios.js";
+import { startSharedFake } from "./shared-fake.js";
 
 (globalThis as unknown as { pirq: typeof pirq }).pirq = pirq;
-const INDEX = 77;
-const expectedPage = pirq.toHex(fakePage(7, INDEX, 256));
-const open: FakeParty[] = [];
+const open: Fake[] = [];
 after(async () => {
   for (const p of open) await p.close();
 });
 
-async function fake(...args: Parameters<typeof startFakeParty>): Promise<FakeParty> {
-  const p = await startFakeParty(...args);
+/** Closed with the suite. */
+function kept<T extends Fake>(p: T): T {
   open.push(p);
   return p;
 }
 
+async function fake(...args: Parameters<typeof startFakeParty>): Promise<Fake> {
+  return kept(await startFakeParty(...args));
+}
+
 for (const s of SCENARIOS) {
-  test(`fake party B ${scenarioName(s)}: ${s.expect === "ok" ? "ok" : s.expect.code}`, async () => {
-    const a = await fake({ behaviour: "honest" });
-    // (a `redirect` party sends its submits to A: a client that followed would hand A both halves)
-    const b = await fake({ behaviour: s.behaviour, redirectTo: a.url });
-    const outcome = await lookupOnce({ a: a.url, b: b.url, index: INDEX, options: { timeoutMs: s.timeoutMs ?? TIMEOUT_MS, wait: s.wait ?? "inline" } });
-    checkOutcome(s, outcome, a, b, expectedPage);
+  test(`${scenarioName(s)}: ${s.expect === "ok" ? "ok" : s.expect.code}`, async () => {
+    const { a, b, expectedPageHex } = await startScenario(s);
+    kept(a);
+    kept(b);
+    const outcome = await lookupOnce({ a: a.url, b: b.url, index: INDEX, options: scenarioOptions(s) });
+    await checkOutcome(s, outcome, a, b, expectedPageHex);
   });
 }
 
@@ -43,8 +46,8 @@ const childClient = fileURLToPath(new URL("./child-client.js", import.meta.url))
 
 for (const behaviour of ["huge-answer", "huge-info", "sse-huge-line"] as const) {
   test(`memory stays bounded against ${behaviour} (1 GiB): the client process's peak RSS < 100 MB`, async () => {
-    const a = await fake({ behaviour: "honest" });
-    const b = await fake({ behaviour });
+    const a = kept(await startSharedFake("honest"));
+    const b = kept(await startSharedFake(behaviour));
     // A separate process, so that its peak RSS is the client's alone (the fake parties live here).
     const { stdout } = await promisify(execFile)(process.execPath, [childClient, a.url, b.url], { timeout: 60_000 });
     const result = JSON.parse(stdout) as { code: string; maxRssBytes: number; baselineRssBytes: number };
@@ -56,10 +59,10 @@ for (const behaviour of ["huge-answer", "huge-info", "sse-huge-line"] as const) 
 test("https parties with a private CA: trusted through NODE_EXTRA_CA_CERTS (Node's own trust roots otherwise)", async () => {
   const dir = mkdtempSync(join(tmpdir(), "pirq-ts-ca-"));
   try {
-    const { caFile, key, cert } = makeTestCa(dir);
-    const a = await fake({ behaviour: "honest", tls: { key, cert } });
-    const b = await fake({ behaviour: "honest", tls: { key, cert } });
-    assert.match(a.url, /^https:\/\/127\.0\.0\.1:/);
+    const { caFile, certFile, keyFile } = makeTestCa(dir);
+    const a = kept(await startSharedFake("honest", { tls: { certFile, keyFile } }));
+    const b = kept(await startSharedFake("honest", { tls: { certFile, keyFile } }));
+    assert.match(a.url, /^https:\/\/(127\.0\.0\.1|localhost):/);
     const lookup = async (env: NodeJS.ProcessEnv) => {
       const { stdout } = await promisify(execFile)(process.execPath, [childClient, a.url, b.url], { timeout: 60_000, env });
       return JSON.parse(stdout) as { code: string; message: string };
@@ -109,9 +112,9 @@ test("tokens: each party gets its own on query routes, none on /v1/info; never i
   const a = await fake({ behaviour: "honest", token: "token-of-a" });
   const b = await fake({ behaviour: "honest", token: "token-of-b" });
   const client = await pirq.connect(a.url, b.url, { tokenA: "token-of-a", tokenB: "token-of-b", timeoutMs: 5000 });
-  assert.equal(pirq.toHex(await client.getPage(INDEX)), expectedPage);
+  assert.equal(pirq.toHex(await client.getPage(INDEX)), pirq.toHex(fakePage(7, INDEX, 256)));
   for (const [p, token] of [[a, "token-of-a"], [b, "token-of-b"]] as const) {
-    assert.deepEqual(p.seen.map((r) => `${r.method} ${r.path.replace(/\?.*/, "")} ${r.authorization ?? "-"}`), ["GET /v1/info -", `POST /v1/queries Bearer ${token}`]);
+    assert.deepEqual(p.seen!.map((r) => `${r.method} ${r.path.replace(/\?.*/, "")} ${r.authorization ?? "-"}`), ["GET /v1/info -", `POST /v1/queries Bearer ${token}`]);
   }
   for (const shown of [inspect(client, { depth: 5, showHidden: true }), JSON.stringify(client), String(Object.entries(client.a))]) {
     assert.doesNotMatch(shown, /token-of/);
@@ -137,5 +140,5 @@ test("options are checked: a zero or negative deadline, retries, wait mode", asy
     await assert.rejects(pirq.connect(a.url, b.url, options as pirq.ConnectOptions), (e: unknown) => pirq.isPirqError(e, "invalid_argument"), JSON.stringify(options));
   }
   await assert.rejects(pirq.connect(a.url, a.url + "/"), (e: unknown) => pirq.isPirqError(e, "same_party"));
-  assert.deepEqual([a, b].map((p) => p.stats.info), [0, 0], "refused before any request");
+  assert.deepEqual([(await a.stats()).info, (await b.stats()).info], [0, 0], "refused before any request");
 });

@@ -1,14 +1,15 @@
-// A fake party on loopback: a real HTTP server (node:http) that answers the documented API
-// (docs/http-api.md) itself — honestly, DPF answers over its own pages — except for the one
-// behaviour it is told to have. The behaviour names and what a client must do about each are
-// FAKE_PARTY.md's, the plan both clients (Rust, TypeScript) are tested against; the last group
-// below are checks of this client's own (redirects, floods, hostile info, tokens).
+// A fake party of this client's own on loopback: a real HTTP server (node:http) that answers
+// the documented API (docs/http-api.md) itself — honestly, DPF answers over its own pages —
+// except for the one behaviour it is told to have. The behaviours of FAKE_PARTY.md, the ones
+// both clients (Rust, TypeScript) are tested against, come from the shared binary
+// (`pirq-fake-party`, shared-fake.ts); the ones here are checks of this client's own on top:
+// redirects, floods, hostile info, error bodies, results for another query.
 //
 // Used by fake-party.test.ts (Node) and browser-fake.test.ts (Chromium): the browser reaches it
 // across origins, so every answer carries CORS headers like a gateway with --cors-origin '*'.
 import { createServer, IncomingMessage, Server, ServerResponse } from "node:http";
 import { createServer as createTlsServer } from "node:https";
-import { createServer as createTcpServer, Socket } from "node:net";
+import { Socket } from "node:net";
 import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -16,19 +17,31 @@ import { join } from "node:path";
 import { parseKey, evalFullDomain } from "../src/dpf.js";
 import { fromBase64, toBase64 } from "../src/bytes.js";
 
-export const BEHAVIOURS = [
-  // FAKE_PARTY.md
-  "honest", "silent-connect", "silent-info", "dribble-info", "huge-info", "silent-submit", "dribble-answer",
-  "huge-answer", "huge-answer-declared", "pending-silent", "sse-keepalive", "sse-huge-line", "bad-id",
-  "hostile-error", "retry-503", "retry-429", "wrong-digest",
-  // this client's own
-  "redirect", "poll-flood", "retry-after-long", "always-503", "sse-status-flood", "huge-error", "impossible-info",
-  "nested-info", "wrong-id-result", "bad-code", "wrong-page-count",
+export const NODE_BEHAVIOURS = [
+  "honest", "redirect", "poll-flood", "retry-after-long", "always-503", "sse-status-flood", "huge-error",
+  "impossible-info", "nested-info", "wrong-id-result", "hostile-message", "bad-code", "wrong-page-count",
 ] as const;
-export type Behaviour = (typeof BEHAVIOURS)[number];
+export type NodeBehaviour = (typeof NODE_BEHAVIOURS)[number];
+
+/** What a fake party was asked: FAKE_PARTY.md's `GET /fake/stats`. */
+export interface FakeStats {
+  info: number;
+  submits: number;
+  results: number;
+  events: number;
+}
+
+/** A running fake party, of either kind (this file's, or the shared binary of shared-fake.ts). */
+export interface Fake {
+  url: string;
+  stats(): Promise<FakeStats>;
+  /** Every request with its headers (this file's fakes only). */
+  seen?: SeenRequest[];
+  close(): Promise<void>;
+}
 
 export interface FakePartyOptions {
-  behaviour: Behaviour;
+  behaviour: NodeBehaviour;
   pages?: number;
   pageSize?: number;
   seed?: number;
@@ -47,13 +60,6 @@ export interface SeenRequest {
   path: string;
   authorization?: string;
   idempotencyKey?: string;
-}
-
-export interface FakeParty {
-  url: string;
-  seen: SeenRequest[];
-  stats: { info: number; submits: number; results: number; events: number };
-  close(): Promise<void>;
 }
 
 const GiB = 1024 ** 3;
@@ -98,34 +104,13 @@ function stream(res: ServerResponse, bytes: number, fill: number): void {
   more();
 }
 
-/** Writes `text` one byte every `ms`, until it ends or the client goes. */
-function dribble(res: ServerResponse, text: string, ms: number): void {
-  const bytes = Buffer.from(text);
-  let i = 0;
-  const timer = setInterval(() => {
-    if (res.destroyed || i >= bytes.length) {
-      clearInterval(timer);
-      if (!res.destroyed) res.end();
-      return;
-    }
-    res.write(bytes.subarray(i, ++i));
-  }, ms);
-  res.on("close", () => clearInterval(timer));
-}
-
-/** Repeats `write` every `ms` until the client goes. */
-function every(res: ServerResponse, ms: number, write: () => void): void {
-  const timer = setInterval(() => (res.destroyed ? clearInterval(timer) : write()), ms);
-  res.on("close", () => clearInterval(timer));
-}
-
 async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
   return Buffer.concat(chunks).toString("utf8");
 }
 
-export async function startFakeParty(options: FakePartyOptions): Promise<FakeParty> {
+export async function startFakeParty(options: FakePartyOptions): Promise<Fake> {
   const { behaviour } = options;
   const pages = options.pages ?? 256;
   const pageSize = options.pageSize ?? 256;
@@ -133,28 +118,13 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
   const epoch = options.epoch ?? 0;
   const domainBits = Math.max(1, Math.ceil(Math.log2(pages)));
   const db = Array.from({ length: pages }, (_, p) => fakePage(seed, p, pageSize));
-  const digest = behaviour === "wrong-digest" ? fakeDigest(seed + 1, pages, pageSize, epoch) : fakeDigest(seed, pages, pageSize, epoch);
+  const digest = fakeDigest(seed, pages, pageSize, epoch);
   const partyId = createHash("md5").update(String(Math.random())).digest("hex");
   const seen: SeenRequest[] = [];
   const stats = { info: 0, submits: 0, results: 0, events: 0 };
   const results = new Map<string, unknown>();
   const sockets = new Set<Socket>();
   let submits = 0;
-
-  if (behaviour === "silent-connect") {
-    // Accepts connections and never reads or writes a byte.
-    const server = createTcpServer({ pauseOnConnect: true }, (socket) => {
-      sockets.add(socket);
-      socket.on("close", () => sockets.delete(socket));
-    });
-    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-    return {
-      url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
-      seen,
-      stats,
-      close: () => closeAll(server, sockets),
-    };
-  }
 
   const info = () => ({
     num_pages: pages, page_size: pageSize, domain_bits: domainBits, epoch: { oldest: epoch, newest: epoch },
@@ -200,14 +170,6 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
     if (path === "/v1/info") {
       stats.info++;
       switch (behaviour) {
-        case "silent-info":
-          return; // never answered
-        case "dribble-info":
-          res.writeHead(200, { ...cors, "content-type": "application/json" });
-          return dribble(res, JSON.stringify(info()), 500);
-        case "huge-info":
-          res.writeHead(200, { ...cors, "content-type": "application/json" });
-          return stream(res, GiB, 0x20);
         case "impossible-info":
           return json(res, 200, { ...info(), num_pages: 2 ** domainBits + 1 });
         case "nested-info":
@@ -228,33 +190,14 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
       const id = newId();
       const held = /wait=/.test(String(req.headers.prefer ?? ""));
       switch (behaviour) {
-        case "silent-submit":
-          return;
-        case "dribble-answer":
-          res.writeHead(200, { ...cors, "content-type": "application/json" });
-          return dribble(res, JSON.stringify(answer(body, id)), 500);
-        case "huge-answer":
-          res.writeHead(200, { ...cors, "content-type": "application/json" });
-          return stream(res, GiB, 0x20);
-        case "huge-answer-declared":
-          res.writeHead(200, { ...cors, "content-type": "application/json", "content-length": String(GiB) });
-          return res.flushHeaders(); // the body never comes: a client must refuse it on the header alone
-        case "bad-id":
-          return json(res, 202, { id: "../../v1/info?x=", status: "queued" });
-        case "hostile-error":
+        case "hostile-message":
+          // a documented code with a hostile message (the shared `hostile-error` has a hostile code too)
           return error(res, 400, "invalid_json", "\u001b[31mred\u0007\r\u009b2J\u0000" + "x".repeat(5000));
         case "bad-code":
           return error(res, 400, "\u001b[31minvalid", "a code that is not of the documented form");
         case "huge-error":
           res.writeHead(400, { ...cors, "content-type": "application/json" });
           return stream(res, GiB, 0x20);
-        case "retry-503":
-        case "retry-429":
-          if (submits <= 2) {
-            const status = behaviour === "retry-503" ? 503 : 429;
-            return error(res, status, status === 503 ? "too_many_waiters" : "backlog_full", "come back later", { "retry-after": "1" });
-          }
-          break;
         case "always-503":
           return error(res, 503, "too_many_waiters", "come back later", { "retry-after": "0" });
         case "retry-after-long":
@@ -262,9 +205,6 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
         case "redirect":
           res.writeHead(307, { ...cors, location: `${options.redirectTo ?? "http://127.0.0.1:9"}/v1/queries` });
           return void res.end();
-        case "pending-silent":
-        case "sse-keepalive":
-        case "sse-huge-line":
         case "sse-status-flood":
         case "poll-flood":
         case "wrong-id-result":
@@ -285,13 +225,6 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
       res.writeHead(200, { ...cors, "content-type": "text/event-stream", "cache-control": "no-cache" });
       res.flushHeaders();
       switch (behaviour) {
-        case "pending-silent":
-          return;
-        case "sse-keepalive":
-          return every(res, 100, () => res.write(": keep-alive\n\n"));
-        case "sse-huge-line":
-          res.write("data: ");
-          return stream(res, GiB, 0x61);
         case "sse-status-flood":
           return stream(res, GiB, 0x0a); // empty lines: valid framing, no event, never ending
         case "wrong-id-result":
@@ -300,12 +233,7 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
       return void res.end(`event: status\ndata: {"id":"${m[1]}","status":"queued"}\n\nevent: result\ndata: ${JSON.stringify(result)}\n\n`);
     }
     stats.results++;
-    switch (behaviour) {
-      case "pending-silent":
-        return;
-      case "poll-flood":
-        return json(res, 202, { id: m[1], status: "queued" });
-    }
+    if (behaviour === "poll-flood") return json(res, 202, { id: m[1], status: "queued" });
     return json(res, 200, result);
   }
 
@@ -323,27 +251,27 @@ export async function startFakeParty(options: FakePartyOptions): Promise<FakePar
   return {
     url: `${options.tls ? "https" : "http"}://127.0.0.1:${(server.address() as { port: number }).port}`,
     seen,
-    stats,
+    stats: async () => ({ ...stats }),
     close: () => closeAll(server, sockets),
   };
 }
 
 /**
- * A throwaway CA and a certificate for 127.0.0.1 signed by it, made by `openssl` in `dir`:
- * `{ ca, key, cert }` as PEM text, and the CA's file path (for NODE_EXTRA_CA_CERTS).
+ * A throwaway CA and a certificate for 127.0.0.1 and localhost signed by it, made by `openssl` in `dir`: the
+ * files (the CA's for NODE_EXTRA_CA_CERTS) and the party's key and certificate as PEM text.
  */
-export function makeTestCa(dir: string): { caFile: string; ca: string; key: string; cert: string } {
+export function makeTestCa(dir: string): { caFile: string; certFile: string; keyFile: string; key: string; cert: string } {
   const run = (args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
   const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
   run(["req", "-x509", ...ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=pirq test CA"]);
   run(["req", ...ec, "-keyout", "party.key", "-out", "party.csr", "-subj", "/CN=127.0.0.1"]);
-  writeFileSync(join(dir, "party.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n");
+  writeFileSync(join(dir, "party.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n");
   run(["x509", "-req", "-in", "party.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "party.pem", "-days", "1", "-extfile", "party.ext"]);
   const read = (f: string) => readFileSync(join(dir, f), "utf8");
-  return { caFile: join(dir, "ca.pem"), ca: read("ca.pem"), key: read("party.key"), cert: read("party.pem") };
+  return { caFile: join(dir, "ca.pem"), certFile: join(dir, "party.pem"), keyFile: join(dir, "party.key"), key: read("party.key"), cert: read("party.pem") };
 }
 
-async function closeAll(server: Server | ReturnType<typeof createTcpServer> | ReturnType<typeof createTlsServer>, sockets: Set<Socket>): Promise<void> {
+async function closeAll(server: Server | ReturnType<typeof createTlsServer>, sockets: Set<Socket>): Promise<void> {
   for (const s of sockets) s.destroy();
   await new Promise<void>((r) => server.close(() => r()));
 }

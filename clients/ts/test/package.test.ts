@@ -64,7 +64,7 @@ test("the Node example looks up a page, and reports errors by their code", async
     assert.equal(kv.error, "not_kv");
     const refused = JSON.parse(await run([a.url, "http://party-b.invalid", "page", "1"]));
     assert.equal(refused.error, "insecure_http");
-    assert.equal(a.stats.info, 2, "the refused run sent nothing");
+    assert.equal((await a.stats()).info, 2, "the refused run sent nothing");
   } finally {
     for (const p of [a, b]) await p.close();
   }
