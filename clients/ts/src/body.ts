@@ -16,11 +16,12 @@ export const INFO_LIMIT = 64 * 1024;
 export const ENVELOPE_LIMIT = 64 * 1024;
 
 /**
- * The most a final answer to `keys` DPF keys over pages of `pageSize` bytes may take in JSON:
- * each page as padded base64 in quotes with a comma, plus the {@link ENVELOPE_LIMIT}.
+ * The most a final answer to `keys` DPF keys over pages of `pageSize` bytes may take in JSON
+ * (SPEC §4.1): each page as padded base64 plus 4 bytes (quotes, comma, room), plus the
+ * {@link ENVELOPE_LIMIT}.
  */
 export function answerLimit(keys: number, pageSize: number): number {
-  return keys * (4 * Math.ceil(pageSize / 3) + 3) + ENVELOPE_LIMIT;
+  return keys * (4 * Math.ceil(pageSize / 3) + 4) + ENVELOPE_LIMIT;
 }
 
 /**

@@ -71,8 +71,8 @@ test("readBounded: a body that never ends is left when the signal aborts", async
 });
 
 test("answer bound: keys × base64 pages + the envelope", () => {
-  assert.equal(answerLimit(1, 3), 4 + 3 + ENVELOPE_LIMIT);
-  assert.equal(answerLimit(64, 4096), 64 * (5464 + 3) + ENVELOPE_LIMIT);
+  assert.equal(answerLimit(1, 3), 4 + 4 + ENVELOPE_LIMIT);
+  assert.equal(answerLimit(64, 4096), 64 * (5464 + 4) + ENVELOPE_LIMIT);
   // a real answer fits: 64 pages of 4096 B, base64 in quotes, the envelope's fields
   const page = "A".repeat(5464);
   const json = JSON.stringify({ id: "0".repeat(32), status: "done", epoch: 2 ** 53 - 1, pages: Array(64).fill(page), digest: "f".repeat(64) });
