@@ -4,8 +4,10 @@
 // key's value against --expect (hex, or "absent"; one per --key, in order).
 //
 //   node dist/demo/headless.js --a URL --b URL --port P [--index I --db FILE]
-//        [--key TEXT|0xHEX --expect HEX|absent]... [--screenshot PNG]
-// The gateways must allow the origin http://127.0.0.1:P (--cors-origin).
+//        [--key TEXT|0xHEX --expect HEX|absent]... [--screenshot PNG] [--trust-cert PEM]...
+// The gateways must allow the origin http://127.0.0.1:P (--cors-origin). Parties over https
+// with certificates of a private CA: --trust-cert names the PEM files (the party certificates,
+// the CA's) whose keys this Chromium accepts (test/browser.ts, spkiList).
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { launchChromium, serveWeb } from "../test/browser.js";
@@ -20,12 +22,13 @@ const { values: args } = parseArgs({
     expect: { type: "string", multiple: true, default: [] },
     db: { type: "string" },
     screenshot: { type: "string" },
+    "trust-cert": { type: "string", multiple: true, default: [] },
   },
 });
 if (!args.a || !args.b) throw new Error("--a and --b (the parties' URLs) are required");
 
 const web = await serveWeb(Number(args.port));
-const browser = await launchChromium();
+const browser = await launchChromium({ trustCerts: args["trust-cert"] });
 let failed = false;
 try {
   const page = await browser.context.newPage();

@@ -9,7 +9,11 @@ import type { Server } from "node:http";
 import type { BrowserContext, Page } from "playwright-core";
 import { toHex } from "../src/bytes.js";
 import { launchChromium, serveWeb } from "./browser.js";
-import { fakePage, Fake, startFakeParty } from "./fake-party.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fakePage, Fake, makeTestCa, startFakeParty } from "./fake-party.js";
+import { sharedPage, startSharedFake } from "./shared-fake.js";
 import { checkOutcome, INDEX, lookupOnce, scenarioName, scenarioOptions, SCENARIOS, startScenario } from "./fake-scenarios.js";
 
 const expectedPage = toHex(fakePage(7, INDEX, 256));
@@ -78,5 +82,29 @@ test("Chromium: each party gets its own bearer token on its query routes (CORS a
   for (const [p, token] of [[a, "token-of-a"], [b, "token-of-b"]] as const) {
     const requests = p.seen!.filter((r) => r.method !== "OPTIONS").map((r) => `${r.method} ${r.path} ${r.authorization ?? "-"}`);
     assert.deepEqual(requests, ["GET /v1/info -", `POST /v1/queries Bearer ${token}`]);
+  }
+});
+
+test("Chromium: https parties with a private CA, accepted only when the browser is told (its own trust, not the client's)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "pirq-ts-ca-"));
+  const { certFile, keyFile, caFile } = makeTestCa(dir);
+  const a = await startSharedFake("honest", { tls: { certFile, keyFile } });
+  const b = await startSharedFake("honest", { tls: { certFile, keyFile } });
+  open.push(a, b);
+  const lookup = (p: Page) => p.evaluate(lookupOnce, { a: a.url, b: b.url, index: INDEX, options: { timeoutMs: 5000 } });
+  // the page is served over http from 127.0.0.1: reaching https parties from it is allowed
+  const untrusted = await lookup(page);
+  assert.equal(untrusted.code, "party_unreachable", untrusted.message);
+  const trusting = await launchChromium({ trustCerts: [certFile, caFile] });
+  try {
+    const p = await trusting.context.newPage();
+    await p.goto(`${web.origin}/`);
+    await p.waitForFunction(() => "pirq" in window);
+    const trusted = await lookup(p);
+    assert.ok(trusted.ok, trusted.message);
+    assert.equal(trusted.pageHex, toHex(sharedPage(INDEX)));
+  } finally {
+    await trusting.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

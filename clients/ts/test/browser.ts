@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { extname, join, normalize } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium, BrowserContext } from "playwright-core";
+import { createHash, X509Certificate } from "node:crypto";
 
 export const webRoot = fileURLToPath(new URL("../web/", import.meta.url)); // dist/test → dist/web
 export const chromiumPath = process.env.PIRQ_CHROMIUM ?? "/usr/bin/chromium";
@@ -31,9 +32,30 @@ export async function serveWeb(port = 0): Promise<{ server: Server; origin: stri
   return { server, origin: `http://127.0.0.1:${(server.address() as { port: number }).port}` };
 }
 
-/** Headless Chromium with a fresh profile directory, removed by `close`. */
-export async function launchChromium(): Promise<{ context: BrowserContext; close: () => Promise<void> }> {
+/**
+ * The `--ignore-certificate-errors-spki-list` value that makes Chromium accept the TLS
+ * certificates in `pemFiles` (base64 SHA-256 of each one's SubjectPublicKeyInfo): a test's or
+ * the demo's throwaway CA and party certificates, without touching a system trust store.
+ */
+export function spkiList(pemFiles: string[]): string {
+  const hashes: string[] = [];
+  for (const file of pemFiles) {
+    for (const pem of readFileSync(file, "utf8").match(/-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g) ?? []) {
+      const spki = new X509Certificate(pem).publicKey.export({ type: "spki", format: "der" });
+      hashes.push(createHash("sha256").update(spki).digest("base64"));
+    }
+  }
+  if (hashes.length === 0) throw new Error(`no certificate in ${pemFiles.join(", ")}`);
+  return hashes.join(",");
+}
+
+/**
+ * Headless Chromium with a fresh profile directory, removed by `close`. `trustCerts`: PEM files
+ * whose certificates it accepts for TLS (see {@link spkiList}); none by default.
+ */
+export async function launchChromium(options: { trustCerts?: string[] } = {}): Promise<{ context: BrowserContext; close: () => Promise<void> }> {
   const profile = mkdtempSync(join(tmpdir(), "pirq-chromium-"));
+  const trust = options.trustCerts?.length ? [`--ignore-certificate-errors-spki-list=${spkiList(options.trustCerts)}`] : [];
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath,
     headless: true,
@@ -46,6 +68,7 @@ export async function launchChromium(): Promise<{ context: BrowserContext; close
       "--disable-background-networking",
       "--disable-component-update",
       "--disable-sync",
+      ...trust,
     ],
     viewport: { width: 1000, height: 700 },
   });
