@@ -10,7 +10,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-/// Installs the process-wide Prometheus recorder. Call once, from `main`.
+/// Installs the process-wide Prometheus recorder and its upkeep. Call once, from `main`,
+/// inside the runtime.
 pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
     use pirq_shared::metrics::Emitter;
     // The catalog's buckets, the same the workers use, so histograms aggregate across processes;
@@ -18,6 +19,7 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     let handle = pirq_party::metrics::builder(Emitter::Gateway)?.install_recorder()?;
     // Help text from the catalog, and the counters at zero before the first request.
     pirq_party::metrics::described(Emitter::Gateway);
+    pirq_party::metrics::spawn_upkeep(handle.clone());
     Ok(handle)
 }
 

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -17,9 +16,6 @@ use serde_json::json;
 
 use crate::health::Health;
 
-/// How often recorded histogram samples are folded into their buckets when nobody scrapes:
-/// without it they would pile up in memory between scrapes (the exporter's own default).
-const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 struct Listener {
@@ -41,14 +37,7 @@ pub async fn install(
     }
     let metrics = builder.install_recorder()?;
     pirq_party::metrics::described(Emitter::Worker);
-    let upkeep = metrics.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
+    pirq_party::metrics::spawn_upkeep(metrics.clone());
 
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let app = router(Listener { metrics, health });
