@@ -16,7 +16,6 @@ use serde_json::json;
 
 use crate::health::Health;
 
-
 #[derive(Clone)]
 struct Listener {
     metrics: PrometheusHandle,
