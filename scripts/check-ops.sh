@@ -7,7 +7,12 @@
 #      linted by dclint (npm), which also validates it against the compose-spec JSON schema.
 #   3. ops/tests (pytest): the schema check again on our side, images' binaries, paths and flags
 #      against the Cargo build, Prometheus targets against the services, Grafana provisioning,
-#      and every dashboard query against the metrics catalog.
+#      and every dashboard query against the metrics catalog; the alert rules through
+#      `promtool check rules` and their unit tests (ops/prometheus/alerts.test.yml), where promtool
+#      is installed (Debian's prometheus package; skipped with a message otherwise); the
+#      host-network override; the licence of every manifest.
+#
+# Bringing the stack up for real is ops/compose/smoke.sh (scripts/test.sh with PIRQ_COMPOSE_SMOKE=1).
 #
 # Installs its own tools, pinned, under target/ops-tools (npm and a Python venv); needs node/npm
 # and python3, and installs them with apt-get when missing. Run from anywhere.
@@ -57,13 +62,19 @@ rm -rf "$rendered" && mkdir -p "$rendered"
 (cd ops/tests && "$PY" - "$rendered" <<'PY'
 import sys
 from pathlib import Path
-from opslib import ROOT, interpolate, read_env_file
+import yaml
+from opslib import ROOT, deep_merge, interpolate, read_env_file
 
 out = Path(sys.argv[1])
-text = (ROOT / "docker-compose.yml").read_text()
-(out / "docker-compose.defaults.yml").write_text(interpolate(text))
+# What `docker compose` runs with no -f: docker-compose.yml and docker-compose.override.yml.
+def render(env=None):
+    base = yaml.safe_load(interpolate((ROOT / "docker-compose.yml").read_text(), env))
+    over = yaml.safe_load(interpolate((ROOT / "docker-compose.override.yml").read_text(), env))
+    # Every scalar double-quoted, as the source files quote their ports.
+    return yaml.safe_dump(deep_merge(base, over), sort_keys=False, default_style='"')
+(out / "docker-compose.defaults.yml").write_text(render())
 for env in sorted((ROOT / "ops").glob("party-*.env")):
-    (out / f"docker-compose.{env.stem}.yml").write_text(interpolate(text, read_env_file(env)))
+    (out / f"docker-compose.{env.stem}.yml").write_text(render(read_env_file(env)))
 PY
 )
 "$BIN/dclint" --config ops/dclint.yml --color false "$rendered"/*.yml

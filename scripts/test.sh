@@ -7,7 +7,12 @@
 #   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
 #   3. the TypeScript client (clients/ts): the spec's vectors, then Node and headless Chromium
 #      against real parties (needs Node >= 20, npm and chromium: install-deps.sh gets them)
-#   4. a bounded fuzz run of the key and .pirdb header parsers
+#   4. a 2-minute soak: two parties under load through worker kills, a Redis restart and epoch
+#      pushes, every answer verified (ops/soak.sh; the 30-minute run is docs/bench/soak.md)
+#   5. a bounded fuzz run of the key and .pirdb header parsers
+#   6. with PIRQ_COMPOSE_SMOKE=1 only: the compose stack built and brought up for real, two
+#      parties, verified queries (ops/compose/smoke.sh: needs a Docker engine; image builds take
+#      minutes). Without it the suite says that it skipped it.
 #
 # GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
 set -euo pipefail
@@ -47,8 +52,20 @@ cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cl
 passed=$((passed + $(grep -o '^# pass [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
 failed=$((failed + $(grep -o '^# fail [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
 
+echo "== soak, 2 minutes: worker kills, a Redis restart, epoch pushes, every answer verified"
+if ops/soak.sh 2; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
 echo "== fuzz"
 scripts/fuzz.sh "${PIRQ_FUZZ_SECONDS:-20}"
 
+echo "== compose smoke"
+if [ "${PIRQ_COMPOSE_SMOKE:-0}" = 1 ]; then
+    if ops/compose/smoke.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+else
+    echo "compose smoke: SKIPPED (it builds images and starts two stacks for minutes);" \
+        "run it with PIRQ_COMPOSE_SMOKE=1 scripts/test.sh, or ops/compose/smoke.sh"
+fi
+
 # One closing line for the whole suite (the last `cargo test` block is the empty doc-tests).
 echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -132,6 +132,7 @@ impl Drain {
             loop {
                 tick.tick().await;
                 if let Ok(used) = used_memory(&mut conn).await {
+                    metrics::gauge!(pirq_shared::metrics::QUEUE_REDIS_MEMORY).set(used as f64);
                     drain.used_memory.store(used, Ordering::Relaxed);
                     drain.admitted_since_sample.store(0, Ordering::Relaxed);
                 }

@@ -58,6 +58,8 @@ impl AppState {
         let events = Events::start(client.clone(), layout.events());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
         let drain = Drain::default();
+        metrics::gauge!(pirq_shared::metrics::GATEWAY_REDIS_MEMORY_CAP)
+            .set(config.max_redis_memory as f64);
         if config.max_backlog > 0 || config.max_backlog_secs > 0 || config.max_redis_memory > 0 {
             drain.spawn(client, layout, config.redis_timeout());
         }

@@ -71,6 +71,21 @@ def read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
+def deep_merge(base: dict, override: dict) -> dict:
+    """Compose's merge of an override file, as far as the repository's files need it: mappings
+    merge key by key; `ports` and `volumes` lists are joined; anything else (commands,
+    health-check tests) is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        elif key in ("ports", "volumes") and isinstance(out.get(key), list):
+            out[key] = out[key] + [v for v in value if v not in out[key]]
+        else:
+            out[key] = value
+    return out
+
+
 # ---- Dockerfiles -----------------------------------------------------------------------------
 
 

@@ -107,6 +107,10 @@ pub const QUEUE_LIVE_WORKERS: &str = "pirq_queue_live_workers";
 pub const QUEUE_GROUP_PENDING: &str = "pirq_queue_group_pending_jobs";
 /// Jobs not yet delivered to a consumer group (per shard).
 pub const QUEUE_GROUP_LAG: &str = "pirq_queue_group_lag_jobs";
+/// Redis's `used_memory`, as the gateway samples it.
+pub const QUEUE_REDIS_MEMORY: &str = "pirq_queue_redis_memory_bytes";
+/// The gateway's `--max-redis-memory`.
+pub const GATEWAY_REDIS_MEMORY_CAP: &str = "pirq_gateway_redis_memory_cap_bytes";
 
 /// Jobs answered.
 pub const WORKER_JOBS_COMPLETED: &str = "pirq_worker_jobs_completed_total";
@@ -140,6 +144,8 @@ pub const WORKER_PHASE_DURATION: &str = "pirq_worker_phase_duration_seconds";
 pub const WORKER_HEARTBEAT_TIMESTAMP: &str = "pirq_worker_heartbeat_timestamp_seconds";
 /// Newest database epoch the worker serves.
 pub const WORKER_EPOCH: &str = "pirq_worker_epoch";
+/// Whether the worker is ready (its `/readyz`).
+pub const WORKER_READY: &str = "pirq_worker_ready";
 /// GPU memory in use on the worker's device.
 pub const WORKER_VRAM_USED: &str = "pirq_worker_vram_used_bytes";
 /// GPU memory on the worker's device.
@@ -250,6 +256,10 @@ pub const CATALOG: &[Metric] = &[
       "Jobs delivered and not yet acknowledged, per consumer group (`workers`, or `shard-I-of-S`: one per shard of a sharded party)."),
     m(QUEUE_GROUP_LAG, Gauge, Unit::Count, &["group"], Gateway, AfterTraffic,
       "Jobs in the stream not yet delivered to the consumer group (XINFO GROUPS lag): a shard whose lag grows is the one holding the party back."),
+    m(QUEUE_REDIS_MEMORY, Gauge, Unit::Bytes, &[], Gateway, Always,
+      "Redis used_memory (INFO memory), sampled every second by the gateway's admission sampler; compare with pirq_gateway_redis_memory_cap_bytes."),
+    m(GATEWAY_REDIS_MEMORY_CAP, Gauge, Unit::Bytes, &[], Gateway, Always,
+      "The gateway's --max-redis-memory: while Redis holds more, new queries get 429 storage_full (0: no cap)."),
     m(WORKER_JOBS_COMPLETED, Counter, Unit::Count, &[], Worker, Always,
       "Jobs answered: result written, completion published, stream entry acknowledged."),
     m(WORKER_JOBS_FAILED, Counter, Unit::Count, &[], Worker, Always,
@@ -282,6 +292,8 @@ pub const CATALOG: &[Metric] = &[
       "Unix time of the worker's last heartbeat written to Redis; time() minus it is the staleness."),
     m(WORKER_EPOCH, Gauge, Unit::Count, &[], Worker, Always,
       "Newest database epoch the worker serves."),
+    m(WORKER_READY, Gauge, Unit::Count, &[], Worker, Always,
+      "1 while the worker's /readyz answers 200 (database loaded, updates applied, registered, job-stream reads succeeding, Redis answering), else 0; evaluated at each scrape."),
     m(WORKER_VRAM_USED, Gauge, Unit::Bytes, &[], Worker, Cuda,
       "GPU memory in use on the worker's device (database, workspaces, everything else)."),
     m(WORKER_VRAM_TOTAL, Gauge, Unit::Bytes, &[], Worker, Cuda,

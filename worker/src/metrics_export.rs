@@ -57,6 +57,9 @@ fn router(state: Listener) -> Router {
 }
 
 async fn metrics(State(st): State<Listener>) -> impl IntoResponse {
+    // Readiness as a series too, for alerts (no ready worker) and the dashboard.
+    let ready = st.health.ready().await.is_ok();
+    metrics::gauge!(pirq_shared::metrics::WORKER_READY).set(if ready { 1.0 } else { 0.0 });
     st.metrics.run_upkeep();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
