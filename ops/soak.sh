@@ -43,8 +43,11 @@ log() { echo "soak: $*" >&2; }
 command -v redis-server >/dev/null || scripts/install-deps.sh
 cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli -p pirq-e2e \
     --bin pirq-gateway --bin pirq-worker --bin pirq --bin e2e-soak
-BIN=$ROOT/target/release
 W=$(mktemp -d /tmp/pirq-soak.XXXXXX)
+# A copy of the binaries: a build during the run must not change what a restarted worker runs.
+BIN=$W/bin
+mkdir -p "$BIN"
+cp "$ROOT"/target/release/{pirq-gateway,pirq-worker,pirq,e2e-soak} "$BIN/"
 log "work directory $W; $MINUTES min, worker kill every $KILL_EVERY s, redis restart at $REDIS_AT s"
 "$BIN/pirq" db gen --pages "$PAGES" --page-size 1024 --seed 3 --out "$W/db.pirdb" >/dev/null
 
