@@ -134,7 +134,7 @@ done
 port() { grep "^$2=" "ops/party-$1.env" | cut -d= -f2; }
 wait_ready() { # url seconds
     local deadline=$(($(date +%s) + $2))
-    until curl -fsS -o /dev/null "$1"; do
+    until curl -fs -o /dev/null "$1"; do
         [ "$(date +%s)" -lt "$deadline" ] || return 1
         sleep 2
     done
@@ -191,8 +191,8 @@ for url in "$A" "$B"; do
     "$PIRQ" epoch push --party "$url" --from "$work/e1.json" >/dev/null || fail "epoch push to $url"
 done
 deadline=$(($(date +%s) + 60))
-until [ "$(curl -fsS "$A/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')" = 1 ] &&
-      [ "$(curl -fsS "$B/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')" = 1 ]; do
+until [ "$(curl -fsS "$A/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"]["newest"])')" = 1 ] &&
+      [ "$(curl -fsS "$B/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"]["newest"])')" = 1 ]; do
     [ "$(date +%s)" -lt "$deadline" ] || fail "the parties did not reach epoch 1"
     sleep 1
 done
@@ -223,9 +223,16 @@ for p in a b; do
     rules=$(curl -fsS "$prom/api/v1/rules" | python3 -c 'import json,sys; print(sum(len(g["rules"]) for g in json.load(sys.stdin)["data"]["groups"]))')
     [ "$rules" -gt 0 ] || fail "party $p: Prometheus has no alert rules loaded"
     log "party $p: Prometheus scrapes the gateway and 2 workers (up, ready, $answered jobs completed), $rules alert rules loaded"
+    # Docker's own health check of each worker (its /readyz; every 10 s, the first one 10 s
+    # after the start).
     for c in $(party "$p" ps -q worker-cpu) $(party "$p" ps -q worker-cpu2 2>/dev/null); do
-        state=$(docker inspect -f '{{.State.Health.Status}}' "$c")
-        [ "$state" = healthy ] || fail "party $p: worker container ${c:0:12} is $state"
+        deadline=$(($(date +%s) + 60))
+        until [ "$(docker inspect -f '{{.State.Health.Status}}' "$c")" = healthy ]; do
+            [ "$(date +%s)" -lt "$deadline" ] ||
+                fail "party $p: worker container ${c:0:12} is $(docker inspect -f '{{.State.Health.Status}}' "$c")"
+            sleep 2
+        done
     done
+    log "party $p: Docker reports every worker healthy"
 done
 log "passed in $(($(date +%s) - start)) s ($COMPOSE, network $network, images $images, binaries $PIRQ_BINARIES)"
