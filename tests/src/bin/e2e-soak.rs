@@ -81,7 +81,10 @@ impl Truth {
                 return page.to_vec();
             }
         }
-        self.db.page(index).expect("index within the database").to_vec()
+        self.db
+            .page(index)
+            .expect("index within the database")
+            .to_vec()
     }
 
     fn record(&self, update: &EpochUpdate) {
@@ -228,7 +231,10 @@ async fn push_epochs(
                         }
                         counts.push_retries.fetch_add(1, Ordering::Relaxed);
                         if counts.push_retries.load(Ordering::Relaxed) % 10 == 1 {
-                            eprintln!("soak: pushing epoch {epoch} to {}: {e}; retrying", party.base());
+                            eprintln!(
+                                "soak: pushing epoch {epoch} to {}: {e}; retrying",
+                                party.base()
+                            );
                         }
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
@@ -258,7 +264,10 @@ async fn ask(party: &Party, request: &QueryRequest, deadline: Instant) -> Outcom
         Ok(s) => s,
         Err(_) => return Outcome::Refused,
     };
-    if matches!(submitted.result.status, QueryStatus::Done | QueryStatus::Failed) {
+    if matches!(
+        submitted.result.status,
+        QueryStatus::Done | QueryStatus::Failed
+    ) {
         return Outcome::Final(submitted.result);
     }
     while Instant::now() < deadline {
