@@ -66,11 +66,13 @@ struct Args {
     report: PathBuf,
 }
 
+/// A page's replacements: (epoch, contents) in increasing epoch order.
+type History = Vec<(u64, Arc<Vec<u8>>)>;
+
 /// What every page holds at every epoch: the file, overlaid by the pages each epoch replaced.
 struct Truth {
     db: PirDb,
-    /// page -> [(epoch, contents)] in increasing epoch order.
-    writes: RwLock<HashMap<u64, Vec<(u64, Arc<Vec<u8>>)>>>,
+    writes: RwLock<HashMap<u64, History>>,
 }
 
 impl Truth {
