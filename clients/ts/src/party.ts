@@ -227,8 +227,9 @@ export class Party {
     if (!ctx.signal?.aborted) return e;
     const reason = ctx.signal.reason;
     if (reason instanceof PirqError && reason.code === "timeout" && reason.party === undefined) {
-      const limit = ctx.timeoutMs !== undefined ? `the deadline of ${ctx.timeoutMs} ms` : "the deadline";
-      return this.err("timeout", `${step.what}: not done when ${limit} passed`, { phase: step.phase, cause: reason });
+      // The Rust client's words (FAKE_PARTY.md): "submit: no answer within 2 s (the lookup's deadline)".
+      const within = ctx.timeoutMs !== undefined ? ` within ${ctx.timeoutMs} ms` : "";
+      return this.err("timeout", `${step.phase}: no answer${within} (the lookup's deadline; ${step.what})`, { phase: step.phase, cause: reason });
     }
     return reason;
   }

@@ -172,6 +172,10 @@ export async function checkOutcome(s: Scenario, o: Outcome, a: Fake, b: Fake, ex
       assert.ok(o.message!.startsWith(`party B (${b.url}): `), o.message);
     }
   }
+  if (s.deadline && typeof s.expect === "object" && s.expect.phase) {
+    // the words of the Rust client's error (FAKE_PARTY.md), with this client's units
+    assert.ok(o.message!.startsWith(`party B (${b.url}): ${s.expect.phase}: no answer within ${timeoutMs} ms (the lookup's deadline`), o.message);
+  }
   if (s.deadline) {
     // the deadline holds: not before it, and at most 1 s after (issue 24)
     assert.ok(o.elapsedMs >= timeoutMs - 50 && o.elapsedMs < timeoutMs + 1000, `ended after ${o.elapsedMs} ms (deadline ${timeoutMs})`);
