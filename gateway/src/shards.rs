@@ -50,6 +50,43 @@ pub fn view(db: &RegisteredDb, records: &[(String, serde_json::Value)]) -> Vec<S
         .collect()
 }
 
+/// Why the party cannot answer with its live workers, when they serve more than one shard
+/// layout (shard counts; unsharded is one): their shards overlap, and a query started by one
+/// layout's workers could never be completed by the other's. Workers refuse to register into
+/// such a mix; this covers two started at the same moment, and workers of older versions.
+pub fn layout_conflict(records: &[(String, serde_json::Value)]) -> Option<String> {
+    let mut counts: Vec<(u32, Vec<String>)> = Vec::new();
+    for (id, record) in records {
+        let spec: ShardSpec =
+            serde_json::from_value(record["shard"].clone()).unwrap_or(ShardSpec::WHOLE);
+        match counts.iter_mut().find(|(c, _)| *c == spec.count) {
+            Some((_, ids)) => ids.push(format!("{id} ({spec})")),
+            None => counts.push((spec.count, vec![format!("{id} ({spec})")])),
+        }
+    }
+    if counts.len() < 2 {
+        return None;
+    }
+    counts.sort_by_key(|(c, _)| *c);
+    let layouts: Vec<String> = counts
+        .iter()
+        .map(|(c, ids)| {
+            let name = if *c == 1 {
+                "unsharded".to_string()
+            } else {
+                format!("{c} shards")
+            };
+            format!("{name}: {}", ids.join(", "))
+        })
+        .collect();
+    Some(format!(
+        "the live workers serve {} shard layouts at once ({}); the party answers only with one \
+         complete layout: stop the workers of all but one",
+        counts.len(),
+        layouts.join("; ")
+    ))
+}
+
 /// Why the party is not ready, `None` when every shard is.
 pub fn not_ready(db: &RegisteredDb, shards: &[ShardInfo]) -> Option<String> {
     let missing: Vec<String> = shards
@@ -124,6 +161,24 @@ mod tests {
             &[worker("a", 0, 2), worker("b", 1, 2), worker("d", 2, 5)],
         );
         assert_eq!(not_ready(&db(2), &all), None);
+    }
+
+    #[test]
+    fn two_layouts_at_once_are_named() {
+        let whole = ("w".to_string(), json!({"worker_id": "w"}));
+        assert_eq!(
+            layout_conflict(&[worker("a", 0, 2), worker("b", 1, 2)]),
+            None
+        );
+        assert_eq!(layout_conflict(std::slice::from_ref(&whole)), None);
+        let mixed = vec![worker("a", 0, 2), whole, worker("b", 1, 2)];
+        let why = layout_conflict(&mixed).unwrap();
+        assert_eq!(
+            why,
+            "the live workers serve 2 shard layouts at once (unsharded: w (0/1); 3 shards: \
+             a (0/3), b (1/3)); the party answers only with one complete layout: stop the \
+             workers of all but one"
+        );
     }
 
     #[test]

@@ -112,8 +112,101 @@ pub enum RegistryError {
         registered: String,
         ours: String,
     },
+    /// The worker's `--shard` does not fit the shard layout the party's live workers serve.
+    #[error(
+        "--shard {ours} does not fit the party's live workers, which serve {theirs} ({workers}): \
+         one party serves one shard layout at a time, and workers of two layouts would answer \
+         overlapping pages. Start this worker with {fits}, or stop those workers first"
+    )]
+    ShardLayout {
+        ours: ShardSpec,
+        theirs: String,
+        workers: String,
+        fits: String,
+    },
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+}
+
+/// A live worker's shard as its heartbeat record says (`None` record field: unsharded).
+fn record_shard(record: &serde_json::Value) -> ShardSpec {
+    serde_json::from_value(record["shard"].clone()).unwrap_or(ShardSpec::WHOLE)
+}
+
+/// The layout a shard count stands for, as messages name it.
+pub fn layout_name(count: u32) -> String {
+    if count == 1 {
+        "the database unsharded".into()
+    } else {
+        format!("it in {count} shards")
+    }
+}
+
+/// The live workers whose shard count differs from `count`, as `(id, shard)`.
+pub fn other_layouts(
+    records: &[(String, serde_json::Value)],
+    count: u32,
+    me: &str,
+) -> Vec<(String, ShardSpec)> {
+    records
+        .iter()
+        .filter(|(id, _)| id != me)
+        .map(|(id, r)| (id.clone(), record_shard(r)))
+        .filter(|(_, spec)| spec.count != count)
+        .collect()
+}
+
+/// The live workers' heartbeat records (id, JSON) under the prefix.
+pub async fn live_records(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+) -> redis::RedisResult<Vec<(String, serde_json::Value)>> {
+    let ids: Vec<String> = conn.smembers(layout.workers()).await?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<String> = ids.iter().map(|id| layout.worker(id)).collect();
+    let records: Vec<Option<String>> = conn.mget(keys).await?;
+    Ok(ids
+        .into_iter()
+        .zip(records)
+        .filter_map(|(id, r)| Some((id, serde_json::from_str(&r?).ok()?)))
+        .collect())
+}
+
+/// Refuses a worker whose shard `ours` belongs to another layout than the live workers' (a
+/// different shard count; unsharded is one shard): shards of two layouts overlap, so their
+/// partial answers could never combine into one answer. Replicas of a shard and the other
+/// shards of the same layout are welcome. Checked before the worker joins any consumer group,
+/// and again once its own heartbeat is written (two workers starting at once see each other).
+pub async fn check_shard_layout(
+    conn: &mut ConnectionManager,
+    layout: &Layout,
+    ours: ShardSpec,
+    me: &str,
+) -> Result<(), RegistryError> {
+    let records = live_records(conn, layout).await?;
+    let others = other_layouts(&records, ours.count, me);
+    let Some((_, first)) = others.first() else {
+        return Ok(());
+    };
+    let theirs = first.count;
+    let workers = others
+        .iter()
+        .map(|(id, spec)| format!("{id}: {spec}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let fits = if theirs == 1 {
+        "no --shard".to_string()
+    } else {
+        format!("--shard I/{theirs}")
+    };
+    Err(RegistryError::ShardLayout {
+        ours,
+        theirs: layout_name(theirs),
+        workers,
+        fits,
+    })
 }
 
 /// The shape and digest of a database at one epoch, as messages name it.
@@ -447,4 +540,35 @@ pub async fn deregister(
         .ignore()
         .query_async(conn)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(index: Option<(u32, u32)>) -> serde_json::Value {
+        match index {
+            Some((index, count)) => json!({"shard": {"index": index, "count": count}}),
+            None => json!({}),
+        }
+    }
+
+    #[test]
+    fn other_layouts_are_the_other_shard_counts() {
+        let records = vec![
+            ("a".to_string(), record(Some((0, 2)))),
+            ("b".to_string(), record(Some((1, 2)))),
+            ("c".to_string(), record(None)),
+        ];
+        // Another shard or a replica of the same layout is fine; 3 shards and unsharded are not.
+        let others = other_layouts(&records, 2, "me");
+        assert_eq!(others, vec![("c".to_string(), ShardSpec::WHOLE)]);
+        let others = other_layouts(&records, 3, "me");
+        assert_eq!(others.len(), 3);
+        // A worker's own (older) record does not count against it.
+        assert!(other_layouts(&records[..1], 3, "a").is_empty());
+        assert_eq!(layout_name(1), "the database unsharded");
+        assert_eq!(layout_name(3), "it in 3 shards");
+    }
 }

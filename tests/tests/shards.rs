@@ -282,3 +282,88 @@ async fn epochs_change_pages_in_every_shard() {
     }
     assert_nothing_left(&a).await;
 }
+
+/// Issue 26: one party serves one shard layout. A worker of another layout (another shard
+/// count, or unsharded beside shards) is refused before it joins any consumer group, with a
+/// message that names the live layout; the party keeps answering and nothing is dead-lettered.
+/// A mix of layouts that got live anyway (two workers started at the same moment) makes the
+/// party unready, and `/readyz` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_of_another_shard_layout_is_refused() {
+    let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
+    let mut a = sharded_party(&db, "layout", &[1, 1, 1], &[]).await;
+    for extra in [&["--shard", "0/2"][..], &[][..]] {
+        let err = a.start_worker_with(extra).await.unwrap_err().to_string();
+        assert!(
+            err.contains("does not fit the party's live workers, which serve it in 3 shards"),
+            "{err}"
+        );
+        assert!(err.contains("Start this worker with --shard I/3"), "{err}");
+    }
+    let mut conn = a.redis().await.unwrap();
+    let layout = a.layout();
+    let groups: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(layout.jobs())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(groups.len(), 3, "a refused worker created a consumer group");
+    assert_eq!(a.readyz().await.0, 200);
+    // One party reached twice (allowed for this check): the XOR still yields the pages.
+    let options = Options {
+        allow_same_party: true,
+        timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let same = pirq_client::Client::with_options(&a.url, &a.url, options).unwrap();
+    let want = indices(5);
+    let got = same.fetch(&want).await.unwrap();
+    for (i, index) in want.iter().enumerate() {
+        assert_eq!(got.pages[i], db.page(*index), "page {index}");
+    }
+    let dead: u64 = redis::cmd("XLEN")
+        .arg(layout.dead_letters())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0);
+
+    // A live worker of two shards among the three-shard workers (as if it had started at the
+    // same moment as one of them): not ready, and the reason names both layouts.
+    let record = serde_json::json!({
+        "worker_id": "other", "shard": {"index": 0, "count": 2},
+        "window": {"oldest": 0, "newest": 0},
+    });
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(layout.worker("other"))
+        .arg(record.to_string())
+        .arg("PX")
+        .arg(60_000)
+        .ignore()
+        .cmd("SADD")
+        .arg(layout.workers())
+        .arg("other")
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (status, body) = a.readyz().await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (503, Some("shard_unavailable"))
+    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("serve 2 shard layouts at once"),
+        "{message}"
+    );
+    assert!(message.contains("2 shards: other (0/2)"), "{message}");
+    let _: () = redis::cmd("DEL")
+        .arg(layout.worker("other"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(a.readyz().await.0, 200);
+}

@@ -111,6 +111,11 @@ async fn run() -> anyhow::Result<()> {
         .with_policy(config.policy())
         .with_shard(shard),
     );
+    // One shard layout per party, checked before this worker joins a consumer group: a worker
+    // of another layout would answer pages that overlap the live workers' shards.
+    wait_for_layout(&queue, &layout, shard, &consumer)
+        .await
+        .with_context(|| format!("serving {}", source_name(&config)))?;
     wait_for_redis(&queue).await;
     match queue.probe().await {
         Ok(version) => tracing::info!(
@@ -175,6 +180,12 @@ async fn run() -> anyhow::Result<()> {
     registry::register(&mut conn, &layout, &mut reg, config.heartbeat())
         .await
         .with_context(|| format!("serving {}", source_name(&config)))?;
+    // Again with this worker's heartbeat written: of two workers of different layouts that
+    // started at once, each now sees the other.
+    if let Err(e) = registry::check_shard_layout(&mut conn, &layout, shard, &consumer).await {
+        let _ = registry::deregister(&mut conn, &layout, &consumer).await;
+        return Err(e).with_context(|| format!("serving {}", source_name(&config)));
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     health.set_stage(Stage::Serving);
     {
@@ -281,6 +292,27 @@ fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPol
             policy
         }
         None => fixed(),
+    }
+}
+
+/// Waits until Redis answers the shard layout check ([`registry::check_shard_layout`]),
+/// retrying with backoff; a worker of another layout than the live workers' is an error.
+async fn wait_for_layout(
+    queue: &Consumer,
+    layout: &pirq_shared::layout::Layout,
+    shard: ShardSpec,
+    consumer: &str,
+) -> Result<(), registry::RegistryError> {
+    let mut backoff = pirq_party::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut conn = queue.connection();
+    loop {
+        match registry::check_shard_layout(&mut conn, layout, shard, consumer).await {
+            Err(registry::RegistryError::Redis(e)) => {
+                tracing::warn!(error = %e, "redis not ready; retrying");
+                backoff.wait().await;
+            }
+            other => return other,
+        }
     }
 }
 

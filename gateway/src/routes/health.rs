@@ -14,9 +14,9 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready when Redis answers, a database is registered, a live worker answers its newest epoch
-/// (a query accepted now would otherwise wait for one; for a sharded party, every shard needs
-/// one) and the pub/sub listener is subscribed.
+/// Ready when Redis answers, a database is registered, the live workers serve one shard layout,
+/// a live worker answers its newest epoch (a query accepted now would otherwise wait for one;
+/// for a sharded party, every shard needs one) and the pub/sub listener is subscribed.
 pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     st.store.ping().await?;
     let db = st
@@ -24,8 +24,12 @@ pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, Api
         .database()
         .await?
         .ok_or_else(super::queries_no_database)?;
+    let records = st.store.worker_records().await?;
+    if let Some(why) = crate::shards::layout_conflict(&records) {
+        return Err(ApiError::new(ErrorCode::ShardUnavailable, why).retry_after(1));
+    }
     if db.shards > 1 {
-        let shards = crate::shards::view(&db, &st.store.worker_records().await?);
+        let shards = crate::shards::view(&db, &records);
         if let Some(why) = crate::shards::not_ready(&db, &shards) {
             return Err(ApiError::new(ErrorCode::ShardUnavailable, why).retry_after(1));
         }
