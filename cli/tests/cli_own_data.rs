@@ -1,0 +1,679 @@
+//! Issue 26 as a user meets it with the tools alone (no parties): `pirq db import` of a file or
+//! of standard input, key-value tables of every kind built from records in every encoding and
+//! read back exactly, and tools that never destroy a file: an output that is an input is refused
+//! however it is named, a write that fails (a full disk, simulated with a file-size limit) is an
+//! error that names the file, and SIGINT or SIGTERM leaves no temporary file behind.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pirq_shared::db::PirDb;
+
+fn pirq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pirq"))
+        .args(args)
+        .output()
+        .expect("running pirq")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(!out.status.success(), "pirq {args:?} succeeded");
+    stderr(&out)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The names in `dir`, sorted: what a tool left behind.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `pirq` with `stdin` as its standard input.
+fn pirq_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pirq"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The value a key has in a kv database file (KV §4): `Some(vec![])` for a set's member.
+fn local_get(db: &PirDb, key: &[u8]) -> Option<Vec<u8>> {
+    let kv = db.kv().expect("a kv database");
+    let tag = kv.tag(key);
+    kv.candidates(&tag).iter().find_map(|&p| {
+        kv.find(db.page(p).unwrap(), &tag)
+            .unwrap()
+            .map(<[u8]>::to_vec)
+    })
+}
+
+#[test]
+fn import_cuts_a_file_into_pages_and_records_its_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..2500u32).map(|i| (i * 7 % 251) as u8).collect();
+    let input = dir.path().join("data.bin");
+    std::fs::write(&input, &data).unwrap();
+    let db = dir.path().join("data.pirdb");
+    ok(&[
+        "db",
+        "import",
+        "--input",
+        s(&input),
+        "--page-size",
+        "256",
+        "--out",
+        s(&db),
+    ]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["db", "info", s(&db)])).unwrap();
+    assert_eq!(
+        (info["num_pages"].as_u64(), info["data_len"].as_u64()),
+        (Some(10), Some(2500))
+    );
+    let opened = PirDb::open(&db).unwrap();
+    assert_eq!(&opened.pages()[..2500], &data[..]);
+    assert!(opened.pages()[2500..].iter().all(|b| *b == 0));
+    assert!(ok(&["db", "verify", s(&db)]).contains("pages match"));
+
+    // From standard input: the same pages and digest.
+    let piped = dir.path().join("piped.pirdb");
+    let out = pirq_with_stdin(
+        &[
+            "db",
+            "import",
+            "--input",
+            "-",
+            "--page-size",
+            "256",
+            "--out",
+            s(&piped),
+        ],
+        &data,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let piped_db = PirDb::open(&piped).unwrap();
+    assert_eq!(piped_db.pages(), opened.pages());
+    assert_eq!(piped_db.recorded_digest(), opened.recorded_digest());
+
+    // Nothing to import, and a page size that is not one.
+    let empty = dir.path().join("empty.bin");
+    std::fs::write(&empty, b"").unwrap();
+    let err = fails(&["db", "import", "--input", s(&empty), "--out", s(&db)]);
+    assert!(
+        err.contains("empty.bin is empty: there is nothing to import"),
+        "{err}"
+    );
+    let err = fails(&[
+        "db",
+        "import",
+        "--input",
+        s(&input),
+        "--page-size",
+        "300",
+        "--out",
+        s(&dir.path().join("x.pirdb")),
+    ]);
+    assert!(err.contains("page size 300"), "{err}");
+    assert_eq!(PirDb::open(&db).unwrap().pages(), opened.pages(), "intact");
+    assert_eq!(
+        names(dir.path()),
+        ["data.bin", "data.pirdb", "empty.bin", "piped.pirdb"]
+    );
+}
+
+#[test]
+fn sets_and_variable_values_in_every_encoding() {
+    let dir = tempfile::tempdir().unwrap();
+    // A set from CSV keys in UTF-8: taken exactly as written (the space, both spellings of é).
+    let members = ["alice@example.com", " bob", "café", "cafe\u{301}", "名前"];
+    let csv = dir.path().join("set.csv");
+    let mut text = String::from("key\n");
+    for m in members {
+        text.push_str(&format!("\"{m}\"\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let set = dir.path().join("set.pirdb");
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&csv),
+        "--value-size",
+        "0",
+        "--key-encoding",
+        "utf8",
+        "--page-size",
+        "256",
+        "--seed",
+        "1",
+        "--out",
+        s(&set),
+    ]);
+    let db = PirDb::open(&set).unwrap();
+    let info: serde_json::Value = serde_json::from_str(&ok(&["db", "info", s(&set)])).unwrap();
+    assert_eq!(info["kv"]["value_kind"], "set");
+    assert_eq!(info["kv"]["version"], 2);
+    for m in members {
+        assert_eq!(local_get(&db, m.as_bytes()), Some(vec![]), "{m:?}");
+    }
+    for absent in ["bob", "Alice@example.com", "cafe"] {
+        assert_eq!(local_get(&db, absent.as_bytes()), None, "{absent:?}");
+    }
+
+    // Variable-size values from JSON lines, keys in base64 and values in UTF-8.
+    let values = ["", "x", "a longer value, with a comma", "ünïcødé"];
+    let jsonl = dir.path().join("var.jsonl");
+    let lines: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let key = base64_of(format!("key-{i}").as_bytes());
+            serde_json::json!({"key": key, "value": v}).to_string()
+        })
+        .collect();
+    std::fs::write(&jsonl, lines.join("\n") + "\n").unwrap();
+    let var = dir.path().join("var.pirdb");
+    let build = |max: &str| {
+        pirq(&[
+            "kv",
+            "build",
+            "--records",
+            s(&jsonl),
+            "--max-value-size",
+            max,
+            "--key-encoding",
+            "base64",
+            "--value-encoding",
+            "utf8",
+            "--page-size",
+            "256",
+            "--out",
+            s(&var),
+        ])
+    };
+    let out = build("30");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let db = PirDb::open(&var).unwrap();
+    for (i, v) in values.iter().enumerate() {
+        let key = format!("key-{i}");
+        assert_eq!(local_get(&db, key.as_bytes()), Some(v.as_bytes().to_vec()));
+    }
+    // A value longer than the largest is refused with its line; the old table stays.
+    let out = build("10");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "line 3: value is 28 bytes, more than this table's largest, 10 (--max-value-size)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        local_get(&PirDb::open(&var).unwrap(), b"key-1"),
+        Some(b"x".to_vec())
+    );
+
+    // An update of the variable table: a value grows, one shrinks to empty, one is deleted.
+    let changes = dir.path().join("changes.jsonl");
+    let change = |key: &str, value: Option<&str>| match value {
+        Some(v) => serde_json::json!({"key": base64_of(key.as_bytes()), "value": v}),
+        None => serde_json::json!({"key": base64_of(key.as_bytes()), "delete": true}),
+    };
+    let lines = [
+        change("key-1", Some("now twenty-nine bytes long!!")),
+        change("key-2", Some("")),
+        change("key-3", None),
+        change("key-9", Some("new")),
+    ];
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&changes, text.join("\n") + "\n").unwrap();
+    let update = dir.path().join("u1.json");
+    ok(&[
+        "kv",
+        "update",
+        "--db",
+        s(&var),
+        "--changes",
+        s(&changes),
+        "--key-encoding",
+        "base64",
+        "--value-encoding",
+        "utf8",
+        "--epoch",
+        "1",
+        "--out",
+        s(&update),
+    ]);
+    let next = dir.path().join("var1.pirdb");
+    ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&var),
+        "--update",
+        s(&update),
+        "--out",
+        s(&next),
+    ]);
+    let db = PirDb::open(&next).unwrap();
+    let want = [
+        ("key-0", Some("")),
+        ("key-1", Some("now twenty-nine bytes long!!")),
+        ("key-2", Some("")),
+        ("key-3", None),
+        ("key-9", Some("new")),
+    ];
+    for (key, value) in want {
+        assert_eq!(
+            local_get(&db, key.as_bytes()),
+            value.map(|v| v.as_bytes().to_vec()),
+            "{key}"
+        );
+    }
+
+    // CSV in UTF-8 needs its header line: without it the first record could be one.
+    let headless = dir.path().join("headless.csv");
+    std::fs::write(&headless, "alice,1\n").unwrap();
+    let err = fails(&[
+        "kv",
+        "build",
+        "--records",
+        s(&headless),
+        "--max-value-size",
+        "4",
+        "--key-encoding",
+        "utf8",
+        "--value-encoding",
+        "utf8",
+        "--out",
+        s(&dir.path().join("h.pirdb")),
+    ]);
+    assert!(
+        err.contains("line 1: the first line must be the header `key,value`"),
+        "{err}"
+    );
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Every tool that writes a file refuses to write over one of its inputs, whatever the path
+/// (the same name, a hard link, a symbolic link, standard input redirected from it), and the
+/// input is intact afterwards.
+#[test]
+fn no_tool_writes_over_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("x.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "64",
+        "--page-size",
+        "256",
+        "--out",
+        s(&db),
+    ]);
+    let records = d.join("r.jsonl");
+    std::fs::write(&records, "{\"key\":\"0a\",\"value\":\"01\"}\n").unwrap();
+    let kv = d.join("kv.pirdb");
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "1",
+        "--page-size",
+        "256",
+        "--out",
+        s(&kv),
+    ]);
+    let changes = d.join("c.jsonl");
+    std::fs::write(&changes, "{\"key\":\"0b\",\"value\":\"02\"}\n").unwrap();
+    let hard = d.join("hard.pirdb");
+    std::fs::hard_link(&db, &hard).unwrap();
+    let soft = d.join("soft.pirdb");
+    std::os::unix::fs::symlink(&db, &soft).unwrap();
+    let before: Vec<(std::path::PathBuf, Vec<u8>)> = [&db, &records, &kv, &changes]
+        .iter()
+        .map(|p| (p.to_path_buf(), std::fs::read(p).unwrap()))
+        .collect();
+
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["db", "import", "--input", s(&db), "--out", s(&hard)],
+        vec!["db", "import", "--input", s(&soft), "--out", s(&db)],
+        vec![
+            "kv",
+            "build",
+            "--records",
+            s(&records),
+            "--value-size",
+            "1",
+            "--out",
+            s(&records),
+        ],
+        vec![
+            "kv",
+            "update",
+            "--db",
+            s(&kv),
+            "--changes",
+            s(&changes),
+            "--epoch",
+            "1",
+            "--out",
+            s(&kv),
+        ],
+        vec![
+            "kv",
+            "update",
+            "--db",
+            s(&kv),
+            "--changes",
+            s(&changes),
+            "--epoch",
+            "1",
+            "--out",
+            s(&changes),
+        ],
+        vec![
+            "epoch",
+            "make",
+            "--db",
+            s(&db),
+            "--epoch",
+            "1",
+            "--pages",
+            "1",
+            "--out",
+            s(&soft),
+        ],
+    ];
+    for args in &cases {
+        let err = fails(args);
+        assert!(err.contains("same file"), "{args:?}: {err}");
+    }
+    // Standard input redirected from the output file.
+    let out = Command::new(env!("CARGO_BIN_EXE_pirq"))
+        .args(["db", "import", "--input", "-", "--out", s(&db)])
+        .stdin(std::fs::File::open(&db).unwrap())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("standard input is that same file"),
+        "{}",
+        stderr(&out)
+    );
+    for (path, bytes) in before {
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "{} changed",
+            path.display()
+        );
+    }
+    assert_eq!(
+        names(d),
+        [
+            "c.jsonl",
+            "hard.pirdb",
+            "kv.pirdb",
+            "r.jsonl",
+            "soft.pirdb",
+            "x.pirdb"
+        ]
+    );
+}
+
+/// A write that fails is an error naming the file, never a crash, and leaves no temporary file:
+/// the child runs under a file-size limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so a write past
+/// it fails with EFBIG as a write to a full disk fails with ENOSPC). `kv build` allocates its
+/// mapped file before mapping it, so it fails there too instead of dying of SIGBUS.
+#[test]
+fn a_failed_write_is_an_error_and_leaves_nothing() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let records = d.join("r.jsonl");
+    let lines: Vec<String> = (0..2000)
+        .map(|i| format!("{{\"key\":\"{:08x}\",\"value\":\"{:08x}\"}}", i, i))
+        .collect();
+    std::fs::write(&records, lines.join("\n") + "\n").unwrap();
+    let limited = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pirq"));
+        cmd.args(args);
+        // SAFETY: between fork and exec only async-signal-safe calls (signal, setrlimit).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let limit = libc::rlimit {
+                    rlim_cur: 32 * 1024,
+                    rlim_max: 32 * 1024,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.output().unwrap()
+    };
+    let out_db = d.join("out.pirdb");
+    for args in [
+        vec![
+            "db",
+            "gen",
+            "--pages",
+            "1000",
+            "--page-size",
+            "256",
+            "--out",
+            s(&out_db),
+        ],
+        vec![
+            "db",
+            "import",
+            "--input",
+            s(&records),
+            "--page-size",
+            "256",
+            "--out",
+            s(&out_db),
+        ],
+        vec![
+            "kv",
+            "build",
+            "--records",
+            s(&records),
+            "--value-size",
+            "4",
+            "--page-size",
+            "256",
+            "--out",
+            s(&out_db),
+        ],
+    ] {
+        let out = limited(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("out.pirdb") && err.contains("File too large"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(names(d), ["r.jsonl"], "{args:?} left a file behind");
+    }
+}
+
+/// SIGINT and SIGTERM remove the temporary file of a tool that is writing one, and say so. The
+/// tools wait on standard input (a pipe kept open) with their temporary file created.
+#[test]
+fn a_signal_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out_db = d.join("out.pirdb");
+    let cases: [(&[&str], i32, &str); 2] = [
+        (
+            &[
+                "db",
+                "import",
+                "--input",
+                "-",
+                "--page-size",
+                "256",
+                "--out",
+                s(&out_db),
+            ],
+            libc::SIGINT,
+            "SIGINT",
+        ),
+        (
+            &[
+                "kv",
+                "build",
+                "--records",
+                "-",
+                "--count",
+                "10",
+                "--value-size",
+                "4",
+                "--page-size",
+                "256",
+                "--out",
+                s(&out_db),
+            ],
+            libc::SIGTERM,
+            "SIGTERM",
+        ),
+    ];
+    for (args, signal, name) in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pirq"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // Import: a first page's worth, so its temporary file exists and it waits for more.
+        stdin.write_all(&[7u8; 300]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while names(d).iter().all(|n| !n.contains(".tmp")) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: no temporary file appeared"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: signals a child this test started.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        drop(stdin);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(128 + signal), "{err}");
+        assert!(
+            err.contains(&format!("interrupted by {name}: removed the unfinished")),
+            "{err}"
+        );
+        assert!(err.contains("the output was not written"), "{err}");
+        assert!(names(d).is_empty(), "{name} left {:?}", names(d));
+    }
+}
+
+#[test]
+fn numbers_out_of_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("x.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "300",
+        "--page-size",
+        "256",
+        "--out",
+        s(&db),
+    ]);
+    let records = d.join("r.jsonl");
+    std::fs::write(&records, "{\"key\":\"0a\",\"value\":\"01\"}\n").unwrap();
+    let over = "9007199254740992"; // 2^53
+    let limit = "above the highest epoch, 2^53-1 = 9007199254740991";
+    let err = fails(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "1",
+        "--epoch",
+        over,
+        "--out",
+        s(&d.join("k.pirdb")),
+    ]);
+    assert!(err.contains(limit), "{err}");
+    let err = fails(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&db),
+        "--epoch",
+        over,
+        "--pages",
+        "1",
+        "--out",
+        s(&d.join("u.bin")),
+    ]);
+    assert!(err.contains(limit), "{err}");
+    // The highest epoch itself is fine.
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "1",
+        "--epoch",
+        "9007199254740991",
+        "--out",
+        s(&d.join("k.pirdb")),
+    ]);
+    let err = fails(&[
+        "db",
+        "split",
+        s(&db),
+        "--shards",
+        "0",
+        "--out-dir",
+        s(&d.join("s")),
+    ]);
+    assert!(err.contains("shard count 0 outside 1..=1024"), "{err}");
+    assert!(!d.join("s").exists());
+}
