@@ -293,6 +293,22 @@ async fn flags_that_cannot_work_are_refused() {
         "refused before any connection: {took:?}"
     );
 
+    // epoch push: the same rule, before the update file is even read.
+    let (out, _, _) = pirq(args(&[
+        "epoch",
+        "push",
+        "--party",
+        "http://pir-a.example.invalid:8080",
+        "--token",
+        "t",
+        "--from",
+        "/nonexistent/update.bin",
+    ]))
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("refusing plain http://"), "{err}");
+
     for shell in ["bash", "zsh", "fish"] {
         let (out, _, _) = pirq(args(&["completions", shell])).await;
         assert!(out.status.success());

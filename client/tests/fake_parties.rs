@@ -363,3 +363,29 @@ async fn key_value_lookups_go_out_as_one_query_per_party() {
     assert!(got.values.iter().all(Option::is_some));
     assert_eq!(b.stats.submits.load(Ordering::Relaxed), 5);
 }
+
+#[tokio::test]
+async fn a_callers_own_http_client_is_used() {
+    let (a, b) = pair(Behaviour::Honest).await;
+    let own = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent("the caller's client")
+        .build()
+        .unwrap();
+    let c = Client::builder()
+        .party_a(&a.url)
+        .party_b(&b.url)
+        .http_client(own.clone())
+        .build()
+        .unwrap();
+    assert_eq!(c.fetch(&[8]).await.unwrap().pages[0], expected_page(8));
+    // CA roots belong to the caller's client then, not to the builder.
+    let e = Client::builder()
+        .party_a(&a.url)
+        .party_b(&b.url)
+        .http_client(own)
+        .ca_cert_pem(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Config(_)), "{e}");
+}
