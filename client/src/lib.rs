@@ -50,7 +50,6 @@ use std::time::Duration;
 
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
-use pirq_shared::wire::QueryRequest;
 
 pub use builder::{http_client, ClientBuilder};
 pub use deadline::Deadline;
@@ -65,9 +64,9 @@ pub use url::{check_party_url, check_url};
 
 /// The types of this crate's signatures that come from pirq's shared crate.
 pub use pirq_shared::digest::Digest;
-pub use pirq_shared::kv::{KvError, KvInfo, KvParams};
+pub use pirq_shared::kv::{KvError, KvInfo, KvParams, ValueKind};
 pub use pirq_shared::update::EpochUpdate;
-pub use pirq_shared::wire::{EpochRange, ErrorBody, Info, QueryResult, QueryStatus};
+pub use pirq_shared::wire::{EpochRange, ErrorBody, Info, QueryRequest, QueryResult, QueryStatus};
 /// The HTTP client crate of [`ClientBuilder::http_client`], at the version this crate uses.
 pub use reqwest;
 
