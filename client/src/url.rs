@@ -22,9 +22,12 @@ pub fn check_party_url(url: &str, insecure_http: bool) -> Result<Url, ClientErro
     let parsed = match Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => u,
         _ if !url.contains("://") => {
-            return Err(bad(format!(
-                "it has no scheme; write https://{url} (or http:// for this machine)"
-            )))
+            // Plain HTTP is what works (and is allowed) for this machine; https elsewhere.
+            let scheme = match Url::parse(&format!("http://{url}")) {
+                Ok(u) if is_loopback(&u) => "http",
+                _ => "https",
+            };
+            return Err(bad(format!("it has no scheme; write {scheme}://{url}")));
         }
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
             return Err(bad(format!(
@@ -78,8 +81,12 @@ mod tests {
         assert!(check_url("http://127.0.0.1:8080").is_ok());
         assert!(check_url("https://pir.example.invalid/").is_ok());
         for (bad, says) in [
-            ("127.0.0.1:8080", "write https://127.0.0.1:8080"),
-            ("localhost:8080", "write https://localhost:8080"),
+            ("127.0.0.1:8080", "write http://127.0.0.1:8080"),
+            ("localhost:8080", "write http://localhost:8080"),
+            (
+                "pir.example.invalid:443",
+                "write https://pir.example.invalid:443",
+            ),
             ("ftp://host:1", "scheme \"ftp\""),
             ("http://", "write https://HOST:PORT"),
         ] {
