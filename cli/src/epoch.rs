@@ -19,9 +19,9 @@ pub struct MakeArgs {
     /// is a database's first contents, so updates start at 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     epoch: u64,
-    /// How many pages to replace (indices drawn at random, repeats allowed).
-    #[arg(long)]
-    pages: usize,
+    /// How many pages to replace (indices drawn at random, repeats allowed), at least 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pages: u64,
     /// Seed for indices and contents.
     #[arg(long, default_value_t = 0)]
     seed: u64,

@@ -608,7 +608,7 @@ fn a_signal_leaves_no_temporary_file() {
 }
 
 #[test]
-fn numbers_out_of_range_are_refused() {
+fn numbers_out_of_range_and_empty_requests_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let db = d.join("x.pirdb");
@@ -676,4 +676,81 @@ fn numbers_out_of_range_are_refused() {
     ]);
     assert!(err.contains("shard count 0 outside 1..=1024"), "{err}");
     assert!(!d.join("s").exists());
+
+    // Empty requests: nothing to build, change, replace or generate.
+    let empty = d.join("empty.jsonl");
+    std::fs::write(&empty, "\n").unwrap();
+    let err = fails(&[
+        "kv",
+        "build",
+        "--records",
+        s(&empty),
+        "--value-size",
+        "1",
+        "--out",
+        s(&d.join("e.pirdb")),
+    ]);
+    assert!(
+        err.contains("empty.jsonl has no records: there is nothing to build"),
+        "{err}"
+    );
+    let err = fails(&[
+        "kv",
+        "update",
+        "--db",
+        s(&d.join("k.pirdb")),
+        "--changes",
+        s(&empty),
+        "--epoch",
+        "9007199254740992",
+        "--out",
+        s(&d.join("u.bin")),
+    ]);
+    assert!(err.contains(limit), "{err}");
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "1",
+        "--out",
+        s(&d.join("k0.pirdb")),
+    ]);
+    let err = fails(&[
+        "kv",
+        "update",
+        "--db",
+        s(&d.join("k0.pirdb")),
+        "--changes",
+        s(&empty),
+        "--epoch",
+        "1",
+        "--out",
+        s(&d.join("u.bin")),
+    ]);
+    assert!(err.contains("has no change lines"), "{err}");
+    let err = fails(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&db),
+        "--epoch",
+        "1",
+        "--pages",
+        "0",
+        "--out",
+        s(&d.join("u.bin")),
+    ]);
+    assert!(err.contains("--pages"), "{err}");
+    let err = fails(&[
+        "kv",
+        "gen",
+        "--records",
+        "0",
+        "--out",
+        s(&d.join("g.jsonl")),
+    ]);
+    assert!(err.contains("--records"), "{err}");
+    assert!(!d.join("u.bin").exists() && !d.join("e.pirdb").exists());
 }

@@ -245,6 +245,16 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         bail!("the record reader panicked");
     }
     let records = table.records();
+    if records == 0 {
+        bail!(
+            "{} has no records: there is nothing to build",
+            if is_stdin(&args.records) {
+                "standard input".to_string()
+            } else {
+                args.records.display().to_string()
+            }
+        );
+    }
     let kicks = table.kicks();
     let achieved = table.load();
     drop(table);

@@ -18,8 +18,8 @@ use super::records::{Encoding, Format};
 
 #[derive(Args)]
 pub struct GenArgs {
-    /// Number of records.
-    #[arg(long)]
+    /// Number of records, at least 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     records: u64,
     /// Bytes of every key (8 or more: keys are then unique by construction).
     #[arg(long, default_value_t = super::DEFAULT_KEY_SIZE)]

@@ -117,6 +117,12 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if inserted + changed + deleted == 0 {
+        bail!(
+            "{} has no change lines: there is no update to write",
+            args.changes.display()
+        );
+    }
     let kicks = table.kicks();
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
