@@ -192,6 +192,7 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
         "domain_bits": h.domain_bits(),
         "pages_bytes": h.pages_len(),
         "digest": db.recorded_digest(),
+        "pages_digest": db.recorded_pages_digest(),
     });
     if db.data_len() != 0 {
         info["data_len"] = db.data_len().into();

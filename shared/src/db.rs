@@ -250,8 +250,10 @@ impl Header {
 /// Checks `data_len` against the database it describes (SPEC §2.3): 0, or a length whose last
 /// byte falls in the last of `total_pages` pages of `usable` bytes.
 pub fn check_data_len(data_len: u64, total_pages: u64, usable: u32) -> Result<(), DbError> {
-    let u = usable as u64;
-    if data_len == 0 || ((total_pages - 1) * u < data_len && data_len <= total_pages * u) {
+    // In u128: a shard block's total_pages is checked only against the file's own range, so
+    // it may be far above 2^40 in a malformed header.
+    let (len, pages, u) = (data_len as u128, total_pages as u128, usable as u128);
+    if data_len == 0 || (pages.saturating_sub(1) * u < len && len <= pages * u) {
         return Ok(());
     }
     Err(DbError::DataLen {
