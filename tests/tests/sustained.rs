@@ -109,3 +109,151 @@ async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
         );
     }
 }
+
+/// Raises this process's soft open-files limit to its hard one (the gateway does the same for
+/// itself at start) and returns the new soft limit.
+fn raise_own_descriptor_limit() -> u64 {
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -Hn"])
+        .output()
+        .expect("ulimit -Hn");
+    let hard: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX);
+    let _ = rlimit_nofile(hard);
+    hard
+}
+
+#[cfg(target_os = "linux")]
+fn rlimit_nofile(hard: u64) -> std::io::Result<()> {
+    // `prlimit` on our own pid: no libc binding needed in the test crate.
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--nofile={hard}:{hard}"))
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("prlimit failed"))
+    }
+}
+
+/// 2,048 clients waiting at once (`Prefer: wait`) on a gateway started with no cap flag: none
+/// is refused by a cap and every one gets its answer in the response to its POST. (The old
+/// fixed `--max-waiters 512` turned the rest into 202s and 503s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
+    const CLIENTS: usize = 2048;
+    let hard = raise_own_descriptor_limit();
+    if hard < (CLIENTS as u64) * 2 + 512 {
+        eprintln!(
+            "SKIPPED: this host's hard open-files limit ({hard}) cannot hold {CLIENTS} client and \
+             {CLIENTS} gateway connections; the caps are sized from it by design"
+        );
+        return;
+    }
+    let db = pirq_e2e::TestDb::create(4096, 256, 7).expect("db");
+    let mut party = pirq_e2e::Party::start(
+        &db.path,
+        "waiters",
+        PartyOptions::default(),
+    )
+    .await
+    .expect("party");
+    // Hold the worker so that every query is still waiting when the last one arrives.
+    party.workers[0].pause();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("http client");
+    let mut rng = rand::rng();
+    let bodies: Vec<Vec<u8>> = (0..CLIENTS)
+        .map(|i| {
+            let (k0, _) = pirq_shared::dpf::generate(12, (i % 4096) as u64, &mut rng).unwrap();
+            pirq_shared::wire::QueryRequest {
+                keys: vec![k0.to_bytes()],
+                epoch: None,
+            }
+            .to_json()
+        })
+        .collect();
+    let url = format!("{}/v1/queries", party.url);
+    let posts = bodies.into_iter().map(|body| {
+        let http = http.clone();
+        let url = url.clone();
+        tokio::spawn(async move {
+            let resp = http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("prefer", "wait=30")
+                .body(body)
+                .send()
+                .await;
+            match resp {
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    let applied = r.headers().contains_key("preference-applied");
+                    (Some(status), applied)
+                }
+                Err(_) => (None, false),
+            }
+        })
+    });
+    let posts: Vec<_> = posts.collect();
+    // All sent and held: then let the worker answer them.
+    let waiters_held = async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let metrics = reqwest::get(format!("{}/metrics", party.url))
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("metrics text");
+            let held = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("pirq_gateway_waiters "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if held as usize >= CLIENTS {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        false
+    }
+    .await;
+    party.workers[0].resume();
+    assert!(waiters_held, "the gateway never held {CLIENTS} waiters at once");
+    let mut answered = 0;
+    let mut other: Vec<(Option<u16>, bool)> = Vec::new();
+    for post in posts {
+        match post.await.expect("post task") {
+            (Some(200), true) => answered += 1,
+            outcome => other.push(outcome),
+        }
+    }
+    let metrics = reqwest::get(format!("{}/metrics", party.url))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        !metrics.contains("pirq_gateway_refusals_total{"),
+        "a cap refused clients: {}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("pirq_gateway_refusals_total"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    assert_eq!(
+        answered,
+        CLIENTS,
+        "{} of {CLIENTS} waiting clients were not answered in their POST: {:?}",
+        other.len(),
+        &other[..other.len().min(10)]
+    );
+}
