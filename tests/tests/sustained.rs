@@ -154,13 +154,9 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
         return;
     }
     let db = pirq_e2e::TestDb::create(4096, 256, 7).expect("db");
-    let mut party = pirq_e2e::Party::start(
-        &db.path,
-        "waiters",
-        PartyOptions::default(),
-    )
-    .await
-    .expect("party");
+    let mut party = pirq_e2e::Party::start(&db.path, "waiters", PartyOptions::default())
+        .await
+        .expect("party");
     // Hold the worker so that every query is still waiting when the last one arrives.
     party.workers[0].pause();
     let http = reqwest::Client::builder()
@@ -225,7 +221,10 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
     }
     .await;
     party.workers[0].resume();
-    assert!(waiters_held, "the gateway never held {CLIENTS} waiters at once");
+    assert!(
+        waiters_held,
+        "the gateway never held {CLIENTS} waiters at once"
+    );
     let mut answered = 0;
     let mut other: Vec<(Option<u16>, bool)> = Vec::new();
     for post in posts {
