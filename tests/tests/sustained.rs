@@ -154,7 +154,7 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
         return;
     }
     let db = pirq_e2e::TestDb::create(4096, 256, 7).expect("db");
-    let mut party = pirq_e2e::Party::start(&db.path, "waiters", PartyOptions::default())
+    let party = pirq_e2e::Party::start(&db.path, "waiters", PartyOptions::default())
         .await
         .expect("party");
     // Hold the worker so that every query is still waiting when the last one arrives.
