@@ -38,6 +38,8 @@ else
 fi
 REDIS_AT=$((SECONDS_TOTAL / 3))
 RECORD=${PIRQ_SOAK_RECORD:-}
+# The commit the binaries are built from (the report names it; the tree may move during a run).
+COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (+ uncommitted changes)')"
 log() { echo "soak: $*" >&2; }
 
 command -v redis-server >/dev/null || scripts/install-deps.sh
@@ -159,7 +161,8 @@ while kill -0 "$DRIVER" 2>/dev/null; do
 done
 status=0
 wait "$DRIVER" || status=$?
-for n in "${NAMES[@]}"; do echo "$(($(date +%s) - t0)),$n,$(rss "${PID[$n]}")" >>"$W/rss.csv"; done
+t=$(($(date +%s) - t0))
+for n in "${NAMES[@]}"; do echo "$t,$n,$(rss "${PID[$n]}")" >>"$W/rss.csv"; done
 cat "$W/e2e-soak.out"
 
 # Every process's log: no ERROR line; WARN lines are counted (they come with the faults).
@@ -172,26 +175,26 @@ if [ "$errors" -gt 0 ]; then
     grep ' ERROR ' "$W/all-logs.txt" | head -n 20 >&2
 fi
 
-python3 - "$W" "$MINUTES" "$RECORD" "$errors" "$warns" "$KILL_EVERY" "$REDIS_AT" "$PAGES" "$CLIENTS" "$EPOCH_EVERY" <<'PY'
-import csv, json, os, platform, subprocess, sys, datetime
-w, minutes, record, errors, warns, kill_every, redis_at, pages, clients, epoch_every = sys.argv[1:]
+python3 - "$W" "$MINUTES" "$RECORD" "$errors" "$warns" "$KILL_EVERY" "$REDIS_AT" "$PAGES" "$CLIENTS" "$EPOCH_EVERY" "$COMMIT" <<'PY'
+import csv, json, os, sys, datetime
+w, minutes, record, errors, warns, kill_every, redis_at, pages, clients, epoch_every, commit = sys.argv[1:]
 rep = json.load(open(f"{w}/report.json"))
 rows = list(csv.DictReader(open(f"{w}/rss.csv")))
 procs = sorted({r["process"] for r in rows})
 times = sorted({int(r["t_s"]) for r in rows})
 rss = {(int(r["t_s"]), r["process"]): int(r["rss_kib"]) for r in rows}
-# Resident memory at the start, then every 5 minutes, and at the end (MiB).
-marks = [t for t in times if t == times[0] or t % 300 < 30 or t == times[-1]]
-marks = sorted(set(marks))
+# Resident memory at the start, then the first sample of every 5th minute, and at the end (MiB).
+marks = {times[0], times[-1]}
+for k in range(1, times[-1] // 300 + 1):
+    marks.add(min(t for t in times if t >= k * 300))
+marks = sorted(marks)
 cpu = ""
 try:
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
 except StopIteration:
     pass
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"]).returncode != 0
 out = []
-out.append(f"## {datetime.date.today().isoformat()}: {minutes} minutes, commit {commit}{' (+ uncommitted changes)' if dirty else ''}")
+out.append(f"## {datetime.date.today().isoformat()}: {minutes} minutes, commit {commit}")
 out.append("")
 out.append(f"Machine: {os.cpu_count()} cores ({cpu}), shared with other work while it ran. Command: "
            f"`ops/soak.sh {minutes}` ({pages} pages of 1 KiB, {clients} client loops of 2-page queries, "
@@ -212,7 +215,7 @@ for m in rep["minutes"]:
 out.append("")
 out.append("Resident memory (MiB; a restarted worker is a new process):")
 out.append("")
-out.append("| process | " + " | ".join(f"{t // 60} min" if t else "start" for t in marks) + " |")
+out.append("| process | " + " | ".join("start" if t == times[0] else f"{t / 60:.0f} min" for t in marks) + " |")
 out.append("|---|" + "---|" * len(marks))
 for p in procs:
     out.append(f"| {p} | " + " | ".join(f"{rss.get((t, p), 0) / 1024:.1f}" for t in marks) + " |")
