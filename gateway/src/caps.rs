@@ -162,6 +162,14 @@ impl Cap {
     }
 }
 
+/// Every cap's refusal counter at zero, so that a party that never refused shows it (and
+/// rates over it are defined). Call once, after the recorder is installed.
+pub fn register_refusals() {
+    for cap in [Cap::Connections, Cap::Waiters] {
+        metrics::counter!(pirq_shared::metrics::GATEWAY_REFUSALS, "cap" => cap.label()).absolute(0);
+    }
+}
+
 /// A cap refused a client: counted, and logged at most once a minute.
 pub fn refused(cap: Cap) {
     metrics::counter!(pirq_shared::metrics::GATEWAY_REFUSALS, "cap" => cap.label()).increment(1);

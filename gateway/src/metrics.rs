@@ -19,6 +19,7 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     let handle = pirq_party::metrics::builder(Emitter::Gateway)?.install_recorder()?;
     // Help text from the catalog, and the counters at zero before the first request.
     pirq_party::metrics::described(Emitter::Gateway);
+    crate::caps::register_refusals();
     pirq_party::metrics::spawn_upkeep(handle.clone());
     Ok(handle)
 }

@@ -238,7 +238,7 @@ pub const CATALOG: &[Metric] = &[
       "POSTs whose Idempotency-Key was known with the same body: answered with the first request's id, nothing queued."),
     m(GATEWAY_QUERIES_THROTTLED, Counter, Unit::Count, &[], Gateway, Always,
       "Queries refused with 429 backlog_full because the job backlog was over --max-backlog."),
-    m(GATEWAY_REFUSALS, Counter, Unit::Count, &["cap"], Gateway, AfterTraffic,
+    m(GATEWAY_REFUSALS, Counter, Unit::Count, &["cap"], Gateway, Always,
       "Clients refused with 503 and Retry-After by a cap of this gateway: cap=\"connections\" (--max-connections, every connection busy) or cap=\"waiters\" (--max-waiters)."),
     m(GATEWAY_WAITERS, Gauge, Unit::Count, &[], Gateway, Always,
       "Clients waiting on this gateway for a result (long-poll or SSE)."),
