@@ -172,6 +172,20 @@ async fn admin_route_authorizes_validates_and_orders() {
         code(post(skip.to_json(), Some(TOKEN), json).await.unwrap()).await,
         (409, "epoch_not_next".into())
     );
+    // Epochs stay at or below 2^53 - 1 (SPEC §3): past it, an update is refused as it is read.
+    let mut beyond = update.clone();
+    beyond.epoch = pirq_shared::db::MAX_EPOCH + 1;
+    let resp = post(beyond.to_bincode(), Some(TOKEN), "application/x-bincode")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_update");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("above the highest epoch, 2^53-1"),
+        "{message}"
+    );
     // Nothing refused was applied; the right one is, once.
     assert_eq!(info_epochs(&cluster.a).await, (0, 0));
     let resp = post(update.to_json(), Some(TOKEN), json).await.unwrap();
