@@ -1,6 +1,7 @@
 //! Gateway configuration: every flag is also a `PIRQ_*` environment variable.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -28,6 +29,28 @@ pub struct Config {
     /// Address to listen on for HTTP.
     #[arg(long, env = "PIRQ_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+
+    /// PEM certificate chain to serve HTTPS with (leaf first); with `--tls-key`. Re-read, with
+    /// the key, on SIGHUP: new connections get the new certificate, open ones keep theirs.
+    /// Without it the gateway speaks plain HTTP, which is only private on loopback or behind a
+    /// TLS-terminating proxy on the same host (docs/security.md).
+    #[arg(long, env = "PIRQ_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of `--tls-cert` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "PIRQ_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// A second address that serves the admin routes (`POST /v1/admin/epochs`) and `/metrics`,
+    /// which then answer 404 on `--listen`; `/healthz` and `/readyz` answer on both. Bind it to
+    /// a private interface (loopback, the operators' network). Without it, everything is on
+    /// `--listen` (the admin route still needs `--admin-token`).
+    #[arg(long, env = "PIRQ_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// Serve `--admin-listen` over TLS too, with the `--tls-cert` certificate.
+    #[arg(long, env = "PIRQ_ADMIN_TLS", requires_all = ["admin_listen", "tls_cert"])]
+    pub admin_tls: bool,
 
     /// Most keys one query may carry.
     #[arg(long, env = "PIRQ_MAX_KEYS_PER_QUERY", default_value_t = 64,
@@ -173,6 +196,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// The TLS acceptor of `--tls-cert`/`--tls-key`, `None` for plain HTTP.
+    pub fn tls(&self) -> anyhow::Result<Option<crate::tls::Tls>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Ok(Some(crate::tls::Tls::load(cert, key)?)),
+            _ => Ok(None),
+        }
+    }
+
     pub fn fsync_timeout(&self) -> Duration {
         Duration::from_millis(self.fsync_timeout_ms)
     }

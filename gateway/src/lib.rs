@@ -13,6 +13,8 @@
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
 //!   backlog, `--durability fsync`.
 //! - [`cors`]: which browser origins may call the party (`--cors-origin`).
+//! - [`server`]: the accept loop, its caps and timeouts; [`tls`]: `--tls-cert`, rotation on
+//!   SIGHUP; [`reload`]: what SIGHUP re-reads.
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
@@ -29,12 +31,14 @@ pub mod idempotency;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod retention;
+pub mod reload;
 pub mod routes;
 pub mod server;
 pub mod shards;
 pub mod state;
+pub mod tls;
 pub mod waiters;
 
 pub use config::Config;
-pub use routes::router;
+pub use routes::{router, router_for, Routes};
 pub use state::AppState;

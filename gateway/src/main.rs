@@ -5,7 +5,7 @@ use clap::Parser;
 
 use pirq_gateway::config::Durability;
 use pirq_gateway::durability::Durable;
-use pirq_gateway::{router, AppState, Config};
+use pirq_gateway::{router_for, AppState, Config, Routes};
 use tokio::sync::watch;
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
@@ -36,20 +36,71 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config.redis.layout()?,
         config.redis_timeout(),
     );
+    let tls = config.tls()?;
+    let mut reloadables = Vec::new();
+    if let Some(tls) = tls.clone() {
+        reloadables.push(pirq_gateway::reload::Reloadable {
+            what: "TLS certificate",
+            reload: Box::new(move || tls.reload()),
+        });
+    }
+    pirq_gateway::reload::spawn_on_sighup(reloadables).context("catching SIGHUP")?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let limits = pirq_gateway::server::ServerLimits::of(&config);
     tracing::info!(
         addr = %listener.local_addr()?,
+        %scheme,
         prefix = %config.redis.prefix,
         redis = %config.redis.redis_url_redacted(),
         max_connections = limits.max_connections,
         max_waiters = state.waiters.max(),
         "pirq-gateway listening"
     );
+    // The admin listener, when asked for: bound before serving, so a taken port fails the start.
+    let admin = match config.admin_listen {
+        Some(addr) => {
+            let admin = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the admin address {addr}"))?;
+            let admin_tls = if config.admin_tls { tls.clone() } else { None };
+            let scheme = if admin_tls.is_some() { "https" } else { "http" };
+            tracing::info!(addr = %admin.local_addr()?, %scheme, "admin routes and /metrics listening");
+            Some((admin, admin_tls))
+        }
+        None => {
+            // A notice, not a fault: fine on loopback or behind a proxy that hides them.
+            tracing::info!("admin routes (/v1/admin/epochs) and /metrics are on the public listener; --admin-listen moves them to a private address");
+            None
+        }
+    };
     let grace = config.shutdown_grace();
-    let server = pirq_gateway::server::serve(listener, router(state), limits, async move {
+    let public_routes = if admin.is_some() {
+        Routes::Public
+    } else {
+        Routes::All
+    };
+    let stopped = |mut stop: watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let public = pirq_gateway::server::serve(
+        listener,
+        router_for(state.clone(), public_routes),
+        limits,
+        tls,
+        stopped(stop_rx.clone()),
+    );
+    let admin_stop = stopped(stop_rx.clone());
+    let admin = async move {
+        if let Some((listener, tls)) = admin {
+            let app = router_for(state, Routes::Admin);
+            pirq_gateway::server::serve(listener, app, limits, tls, admin_stop).await;
+        }
+    };
+    let server = async move { tokio::join!(public, admin) };
+    tokio::spawn(async move {
         pirq_party::shutdown_signal().await;
         // Waiters answer now and SSE streams end; new connections are refused.
         tracing::info!("stopping: draining open requests");

@@ -18,6 +18,11 @@
 //! - **Head size**: [`head_limits`] answers 414 and 431 with JSON bodies for targets and heads
 //!   past [`MAX_URI_BYTES`] and [`MAX_HEAD_BYTES`]; hyper's own buffer ([`READ_BUFFER_BYTES`])
 //!   bounds what a connection may hold before that (past it hyper answers a bare 431).
+//! - **TLS** (`--tls-cert`): the handshake runs in the connection's task once it holds a slot,
+//!   within the header timeout; then HTTP/2 or HTTP/1.1 as the client chose by ALPN, with the
+//!   same timeouts and caps ([`crate::tls`]). HTTP/2 has no header timeout in hyper: a silent
+//!   HTTP/2 connection is closed by the idle timeout, and `MAX_HEAD_BYTES` bounds its header
+//!   lists.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,14 +38,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http_body_util::BodyExt;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use pirq_shared::error::ErrorCode;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::error::ApiError;
+use crate::tls::Tls;
 
 /// Longest request target (path and query) answered; longer gets 414 `uri_too_long`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -73,12 +79,21 @@ impl ServerLimits {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves; then stops accepting, lets every
-/// connection finish the request it is in, and returns once all are closed.
+/// HTTP/2 streams one connection may have open at once (hyper's default is 200).
+const MAX_H2_STREAMS: u32 = 100;
+
+/// The client's address, in every request's extensions (for `--ip-rate`).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown` resolves; then
+/// stops accepting, lets every connection finish the request it is in, and returns once all are
+/// closed.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ServerLimits,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let max = limits.max_connections;
@@ -87,9 +102,9 @@ pub async fn serve(
     let open = Arc::new(Registry::default());
     tokio::pin!(shutdown);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors or similar: wait for connections to close.
                     tracing::warn!(error = %e, "accepting a connection failed");
@@ -125,8 +140,9 @@ pub async fn serve(
         let conn = open.add();
         let app = app.clone();
         let open = open.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            serve_connection(tcp, app, limits, &conn).await;
+            serve_connection(tcp, peer, app, limits, tls, &conn).await;
             open.remove(conn.id);
             drop(slot);
         });
@@ -137,14 +153,22 @@ pub async fn serve(
 }
 
 /// One connection, until it closes, is closed for a newcomer, or goes idle.
-async fn serve_connection(tcp: TcpStream, app: Router, limits: ServerLimits, conn: &Arc<Conn>) {
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    app: Router,
+    limits: ServerLimits,
+    tls: Option<Tls>,
+    conn: &Arc<Conn>,
+) {
     let io = Activity::new(tcp);
     let last = io.last.clone();
     let service = {
         let conn = conn.clone();
-        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             let busy = Busy::enter(&conn);
             let mut app = app.clone();
+            req.extensions_mut().insert(PeerAddr(peer));
             async move {
                 let resp = tower::Service::call(&mut app, req.map(Body::new)).await?;
                 // Busy until the answer's body is dropped, i.e. written or abandoned: an event
@@ -158,12 +182,51 @@ async fn serve_connection(tcp: TcpStream, app: Router, limits: ServerLimits, con
             }
         })
     };
-    let served = http1::Builder::new()
+    match tls {
+        None => {
+            let http = http_builder(limits, false);
+            let served = http.serve_connection(TokioIo::new(io), service);
+            drive(served, limits, &last, conn).await;
+        }
+        Some(tls) => {
+            // A newcomer may close this connection while it is still in its handshake.
+            let stream = tokio::select! {
+                s = tls.accept(io, limits.header_timeout) => s,
+                _ = conn.close.notified() => None,
+            };
+            let Some(stream) = stream else { return };
+            let http = http_builder(limits, crate::tls::negotiated_h2(&stream));
+            let served = http.serve_connection(TokioIo::new(stream), service);
+            drive(served, limits, &last, conn).await;
+        }
+    }
+}
+
+/// The HTTP side of a connection: HTTP/2 only where the client chose it by ALPN, HTTP/1.1
+/// otherwise (never guessed from the first bytes, so the header timeout runs from the start).
+fn http_builder(limits: ServerLimits, h2: bool) -> auto::Builder<TokioExecutor> {
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .max_buf_size(READ_BUFFER_BYTES)
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(io), service);
+        .keep_alive(true);
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_H2_STREAMS)
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
+    if h2 {
+        http.http2_only()
+    } else {
+        http.http1_only()
+    }
+}
+
+/// Runs a connection until it ends, closing it gracefully when asked and at once when idle.
+async fn drive<C>(served: C, limits: ServerLimits, last: &AtomicU64, conn: &Arc<Conn>)
+where
+    C: hyper_util::server::graceful::GracefulConnection,
+{
     tokio::pin!(served);
     let mut closing = false;
     loop {
@@ -174,7 +237,7 @@ async fn serve_connection(tcp: TcpStream, app: Router, limits: ServerLimits, con
                 served.as_mut().graceful_shutdown();
                 closing = true;
             }
-            _ = idle(&last, limits.idle_timeout) => {
+            _ = idle(last, limits.idle_timeout) => {
                 tracing::debug!("closing a connection idle for {:?}", limits.idle_timeout);
                 return;
             }

@@ -47,13 +47,16 @@ pub enum StateError {
     Redis(#[from] redis::RedisError),
     #[error(transparent)]
     Producer(#[from] QueueError),
+    /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::client`].
+    #[error("{0:#}")]
+    Client(anyhow::Error),
 }
 
 impl AppState {
     /// Builds the state and starts the pub/sub listener. Does not need Redis to be up.
     pub fn new(config: Config, metrics: Option<PrometheusHandle>) -> Result<AppState, StateError> {
         let layout = Layout::new(&config.redis.prefix)?;
-        let client = redis::Client::open(config.redis.redis_url.as_str())?;
+        let client = config.redis.client().map_err(StateError::Client)?;
         let store = Producer::new(client.clone(), layout.clone(), config.redis_timeout())?;
         let events = Events::start(client.clone(), layout.events());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));

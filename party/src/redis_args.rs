@@ -1,15 +1,19 @@
-//! The two flags every server of a party takes to find its Redis, declared once so that the
-//! gateway and the worker cannot drift apart on a name, an env var or a default, and what they
-//! name: the Redis client and the key layout.
+//! The flags every server of a party takes to find its Redis, declared once so that the gateway
+//! and the worker cannot drift apart on a name, an env var or a default, and what they name: the
+//! Redis client (over TLS for `rediss://` URLs) and the key layout.
 
+use std::path::PathBuf;
+
+use anyhow::Context;
 use clap::Args;
 use pirq_shared::layout::{Layout, PrefixError};
 
-/// `--redis` and `--prefix` (env `PIRQ_REDIS_URL`, `PIRQ_PREFIX`); `#[command(flatten)]` them
-/// into a server's config.
+/// `--redis` and `--prefix` (env `PIRQ_REDIS_URL`, `PIRQ_PREFIX`), and the TLS files of a
+/// `rediss://` URL; `#[command(flatten)]` them into a server's config.
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
-    /// Redis URL of this party (each party has its own Redis).
+    /// Redis URL of this party (each party has its own Redis): `redis://` in plain TCP, or
+    /// `rediss://` over TLS (the system's trust roots unless `--redis-ca-cert` names a CA).
     #[arg(
         long = "redis",
         env = "PIRQ_REDIS_URL",
@@ -21,14 +25,61 @@ pub struct RedisArgs {
     /// one party use the same.
     #[arg(long, env = "PIRQ_PREFIX", default_value = "pirq")]
     pub prefix: String,
+
+    /// PEM certificate of the CA that signed Redis's certificate, trusted instead of the system's
+    /// roots (a private CA). Needs a `rediss://` URL.
+    #[arg(long, env = "PIRQ_REDIS_CA_CERT")]
+    pub redis_ca_cert: Option<PathBuf>,
+
+    /// PEM client certificate for a Redis that asks for one (`tls-auth-clients yes`); with
+    /// `--redis-client-key`. Needs a `rediss://` URL.
+    #[arg(long, env = "PIRQ_REDIS_CLIENT_CERT", requires = "redis_client_key")]
+    pub redis_client_cert: Option<PathBuf>,
+
+    /// PEM private key of `--redis-client-cert`.
+    #[arg(long, env = "PIRQ_REDIS_CLIENT_KEY", requires = "redis_client_cert")]
+    pub redis_client_key: Option<PathBuf>,
 }
 
 impl RedisArgs {
-    /// A client of `--redis` (nothing connects yet). A malformed URL is refused with the forms
-    /// to write instead, without echoing it (it may hold a password).
+    /// A client of `--redis` (nothing connects yet), over TLS for `rediss://` with the CA and
+    /// client certificate given. A malformed URL is refused with the forms to write instead,
+    /// without echoing it (it may hold a password); an unreadable file, with its path.
     pub fn client(&self) -> anyhow::Result<redis::Client> {
-        redis::Client::open(self.redis_url.as_str())
-            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))
+        let info = redis::IntoConnectionInfo::into_connection_info(self.redis_url.as_str())
+            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
+        let tls_files = self.redis_ca_cert.is_some() || self.redis_client_cert.is_some();
+        if !tls_files {
+            return Ok(redis::Client::open(info)?);
+        }
+        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            anyhow::bail!(
+                "--redis-ca-cert and --redis-client-cert need a rediss:// URL (--redis): \
+                 they configure TLS to Redis"
+            );
+        }
+        let read = |p: &PathBuf, what: &str| {
+            std::fs::read(p).with_context(|| format!("reading the {what} {}", p.display()))
+        };
+        let root_cert = match &self.redis_ca_cert {
+            Some(p) => Some(read(p, "Redis CA certificate (--redis-ca-cert)")?),
+            None => None,
+        };
+        let client_tls = match (&self.redis_client_cert, &self.redis_client_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert, "Redis client certificate (--redis-client-cert)")?,
+                client_key: read(key, "Redis client key (--redis-client-key)")?,
+            }),
+            _ => None,
+        };
+        redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        .context("the Redis TLS files (--redis-ca-cert, --redis-client-cert/-key)")
     }
 
     /// The key names under `--prefix`, once the prefix is checked.

@@ -90,6 +90,8 @@ pub const GATEWAY_IDEMPOTENT_REPLAYS: &str = "pirq_gateway_idempotent_replays_to
 pub const GATEWAY_QUERIES_THROTTLED: &str = "pirq_gateway_queries_throttled_total";
 /// Clients refused by a gateway cap (`--max-connections`, `--max-waiters`).
 pub const GATEWAY_REFUSALS: &str = "pirq_gateway_refusals_total";
+/// TLS handshakes that failed or timed out.
+pub const GATEWAY_TLS_HANDSHAKE_FAILURES: &str = "pirq_gateway_tls_handshake_failures_total";
 /// Clients waiting for a result (long-poll or SSE).
 pub const GATEWAY_WAITERS: &str = "pirq_gateway_waiters";
 /// Whether the gateway's one pub/sub connection is up.
@@ -240,6 +242,8 @@ pub const CATALOG: &[Metric] = &[
       "Queries refused with 429 backlog_full because the job backlog was over --max-backlog."),
     m(GATEWAY_REFUSALS, Counter, Unit::Count, &["cap"], Gateway, Always,
       "Clients refused with 503 and Retry-After by a cap of this gateway: cap=\"connections\" (--max-connections, every connection busy) or cap=\"waiters\" (--max-waiters)."),
+    m(GATEWAY_TLS_HANDSHAKE_FAILURES, Counter, Unit::Count, &[], Gateway, Always,
+      "TLS handshakes that failed or did not finish within --header-timeout-ms (scanners, plain HTTP sent to a TLS port, clients that do not trust the certificate); each is logged at debug only."),
     m(GATEWAY_WAITERS, Gauge, Unit::Count, &[], Gateway, Always,
       "Clients waiting on this gateway for a result (long-poll or SSE)."),
     m(GATEWAY_PUBSUB_CONNECTED, Gauge, Unit::Count, &[], Gateway, Always,

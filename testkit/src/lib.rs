@@ -11,6 +11,8 @@
 //!   or as no gateway ever would (poison);
 //! - [`fake_party`]: a party that answers the HTTP API itself, honestly or with one chosen
 //!   misbehaviour (silent, dribbling, huge, hostile), for client tests (`FAKE_PARTY.md`);
+//! - [`TestCa`]: a throwaway certificate authority and the certificates it signs, for tests
+//!   over TLS (gateways, `rediss://`);
 //! - [`gpu_tests_enabled`]: the `PIRQ_GPU_TESTS=1` switch of the GPU suites.
 
 mod db;
@@ -18,10 +20,12 @@ pub mod fake_party;
 pub mod jobs;
 mod process;
 mod redis_server;
+mod tls;
 
 pub use db::TestDb;
 pub use process::{free_port, Proc};
-pub use redis_server::{redis_server, Redis};
+pub use redis_server::{redis_server, Redis, RedisTls};
+pub use tls::{CertFiles, TestCa};
 
 /// Whether the GPU tests run: only with `PIRQ_GPU_TESTS=1` (scripts/gpu-test.sh sets it on a
 /// machine with a CUDA GPU). Elsewhere a GPU test returns at once and passes as skipped, and

@@ -79,6 +79,11 @@ impl Proc {
         self.signal("-STOP");
     }
 
+    /// Asks the process to re-read its files (SIGHUP).
+    pub fn hangup(&self) {
+        self.signal("-HUP");
+    }
+
     /// Lets a paused process go on (SIGCONT).
     pub fn resume(&self) {
         self.signal("-CONT");

@@ -1,6 +1,6 @@
 //! A real `redis-server` per test: on a free port, in its own directory, killed on drop.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -9,6 +9,7 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use tempfile::TempDir;
 
 use crate::process::{free_port, Proc};
+use crate::tls::{CertFiles, TestCa};
 
 /// The `redis-server` the suites run against: `$PIRQ_REDIS_SERVER` when set (scripts/test.sh runs
 /// the durability and fault suites a second time with Redis 7.4 from
@@ -21,12 +22,43 @@ pub fn redis_server() -> String {
 }
 
 /// A `redis-server` on a free port in its own directory: without persistence, or with an
-/// append-only file fsynced on every write ([`Redis::start_aof`]).
+/// append-only file fsynced on every write ([`Redis::start_aof`]), or over TLS only
+/// ([`Redis::start_tls`]).
 pub struct Redis {
     pub proc: Proc,
     pub port: u16,
     dir: TempDir,
     aof: bool,
+    tls: Option<RedisTls>,
+}
+
+/// The files of a Redis that speaks TLS only (`--port 0 --tls-port PORT`).
+#[derive(Clone, Debug)]
+pub struct RedisTls {
+    /// The CA that signed the server's certificate (and the client's).
+    pub ca_cert: PathBuf,
+    pub server: CertFiles,
+    /// The certificate clients must show (`--tls-auth-clients yes`); `None`: none asked for.
+    pub client: Option<CertFiles>,
+}
+
+impl RedisTls {
+    /// The flags a gateway or worker needs to reach this Redis.
+    pub fn client_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--redis-ca-cert".to_string(),
+            self.ca_cert.display().to_string(),
+        ];
+        if let Some(client) = &self.client {
+            args.extend([
+                "--redis-client-cert".to_string(),
+                client.cert.display().to_string(),
+                "--redis-client-key".to_string(),
+                client.key.display().to_string(),
+            ]);
+        }
+        args
+    }
 }
 
 impl Redis {
@@ -41,16 +73,36 @@ impl Redis {
         Redis::start_with(true).await
     }
 
+    /// Starts one that speaks TLS only (`--port 0 --tls-port`), with a certificate from `ca`;
+    /// with `client_auth` it also asks clients for a certificate from `ca`.
+    pub async fn start_tls(ca: &TestCa, client_auth: bool) -> anyhow::Result<Redis> {
+        let tls = RedisTls {
+            ca_cert: ca.ca_cert().to_path_buf(),
+            server: ca.issue("redis-server")?,
+            client: if client_auth {
+                Some(ca.issue("redis-client")?)
+            } else {
+                None
+            },
+        };
+        Redis::start_inner(false, Some(tls)).await
+    }
+
     async fn start_with(aof: bool) -> anyhow::Result<Redis> {
+        Redis::start_inner(aof, None).await
+    }
+
+    async fn start_inner(aof: bool, tls: Option<RedisTls>) -> anyhow::Result<Redis> {
         let mut last = None;
         for _attempt in 0..3 {
             let dir = tempfile::tempdir()?;
             let port = free_port();
             let mut redis = Redis {
-                proc: Redis::spawn(dir.path(), port, aof)?,
+                proc: Redis::spawn(dir.path(), port, aof, tls.as_ref())?,
                 port,
                 dir,
                 aof,
+                tls: tls.clone(),
             };
             match redis.wait_ready().await {
                 Ok(()) => return Ok(redis),
@@ -63,16 +115,24 @@ impl Redis {
         Err(last.expect("three attempts"))
     }
 
-    fn spawn(dir: &Path, port: u16, aof: bool) -> anyhow::Result<Proc> {
+    fn spawn(dir: &Path, port: u16, aof: bool, tls: Option<&RedisTls>) -> anyhow::Result<Proc> {
         let mut cmd = Command::new(redis_server());
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ]);
+        match tls {
+            None => cmd.args(["--port", &port.to_string()]),
+            Some(tls) => cmd
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.server.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.server.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca_cert)
+                .args([
+                    "--tls-auth-clients",
+                    if tls.client.is_some() { "yes" } else { "no" },
+                ]),
+        };
+        cmd.args(["--bind", "127.0.0.1", "--save", ""]);
         if aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
@@ -94,17 +154,52 @@ impl Redis {
     /// Starts it again on the same port (after [`Proc::kill`]).
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.proc.kill();
-        self.proc = Redis::spawn(self.dir.path(), self.port, self.aof)?;
+        self.proc = Redis::spawn(self.dir.path(), self.port, self.aof, self.tls.as_ref())?;
         self.wait_ready().await
     }
 
+    /// `redis://127.0.0.1:PORT`, or `rediss://` when it speaks TLS.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS files when it speaks TLS.
+    pub fn tls(&self) -> Option<&RedisTls> {
+        self.tls.as_ref()
+    }
+
+    /// The flags a gateway or worker needs to reach it beyond `--redis` (its TLS files).
+    pub fn client_args(&self) -> Vec<String> {
+        self.tls
+            .as_ref()
+            .map(RedisTls::client_args)
+            .unwrap_or_default()
     }
 
     /// A client of this server (for code under test that opens its own connections).
     pub fn open(&self) -> anyhow::Result<redis::Client> {
-        Ok(redis::Client::open(self.url())?)
+        let Some(tls) = &self.tls else {
+            return Ok(redis::Client::open(self.url())?);
+        };
+        let client_tls = match &tls.client {
+            Some(c) => Some(redis::ClientTlsConfig {
+                client_cert: std::fs::read(&c.cert)?,
+                client_key: std::fs::read(&c.key)?,
+            }),
+            None => None,
+        };
+        Ok(redis::Client::build_with_tls(
+            self.url(),
+            redis::TlsCertificates {
+                client_tls,
+                root_cert: Some(std::fs::read(&tls.ca_cert)?),
+            },
+        )?)
     }
 
     /// One multiplexed connection.

@@ -13,11 +13,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-pub use pirq_testkit::{free_port, Proc, Redis, TestDb};
+pub use pirq_testkit::{free_port, CertFiles, Proc, Redis, TestCa, TestDb};
 use tempfile::TempDir;
 
 /// Directory holding `pirq-gateway` and `pirq-worker`, built on first use.
@@ -63,6 +63,15 @@ pub struct PartyOptions {
     pub no_worker: bool,
     /// Redis with an append-only file fsynced on every write ([`Redis::start_aof`]).
     pub redis_aof: bool,
+    /// Serve HTTPS: each party's gateway gets its own certificate from this CA (`--tls-cert`),
+    /// its URL is `https://127.0.0.1:PORT`, and the harness's requests trust the CA.
+    pub tls: Option<Arc<TestCa>>,
+    /// Redis over TLS only (`rediss://`, `--port 0 --tls-port`) with a certificate from this CA;
+    /// the gateway and workers get `--redis-ca-cert` (and a client certificate with
+    /// `redis_client_auth`).
+    pub redis_tls: Option<Arc<TestCa>>,
+    /// With `redis_tls`: Redis asks clients for a certificate (`--tls-auth-clients yes`).
+    pub redis_client_auth: bool,
 }
 
 /// One party: its own Redis, one gateway, and its workers.
@@ -72,6 +81,10 @@ pub struct Party {
     pub workers: Vec<Proc>,
     pub url: String,
     pub prefix: String,
+    /// The gateway's certificate and key when the party serves HTTPS.
+    pub tls: Option<CertFiles>,
+    /// An HTTP client that trusts the party (its CA when it serves HTTPS).
+    pub http: reqwest::Client,
     db_path: PathBuf,
     options: PartyOptions,
     dir: TempDir,
@@ -79,20 +92,32 @@ pub struct Party {
 
 impl Party {
     pub async fn start(db: &Path, prefix: &str, options: PartyOptions) -> anyhow::Result<Party> {
-        let redis = if options.redis_aof {
+        let redis = if let Some(ca) = &options.redis_tls {
+            Redis::start_tls(ca, options.redis_client_auth).await?
+        } else if options.redis_aof {
             Redis::start_aof().await?
         } else {
             Redis::start().await?
         };
         let dir = tempfile::tempdir()?;
+        let tls = match &options.tls {
+            Some(ca) => Some(ca.issue(&format!("gateway-{prefix}"))?),
+            None => None,
+        };
+        let http = http_client(options.tls.as_deref())?;
+        let mut args = tls_args(tls.as_ref());
+        args.extend(redis.client_args());
+        args.extend_from_slice(&options.gateway_args);
         let (gateway, url) =
-            Party::spawn_gateway(dir.path(), &redis.url(), prefix, &options.gateway_args).await?;
+            Party::spawn_gateway(dir.path(), &redis.url(), prefix, &args, &http).await?;
         let mut party = Party {
             redis,
             gateway,
             workers: Vec::new(),
             url,
             prefix: prefix.to_string(),
+            tls,
+            http,
             db_path: db.to_path_buf(),
             options,
             dir,
@@ -108,7 +133,13 @@ impl Party {
         redis: &str,
         prefix: &str,
         extra: &[String],
+        http: &reqwest::Client,
     ) -> anyhow::Result<(Proc, String)> {
+        let scheme = if extra.iter().any(|a| a == "--tls-cert") {
+            "https"
+        } else {
+            "http"
+        };
         let mut last_log = String::new();
         for _attempt in 0..3 {
             let port = free_port();
@@ -125,8 +156,9 @@ impl Party {
             .env("RUST_LOG", "info");
             let mut proc =
                 Proc::spawn("pirq-gateway", cmd, dir.join(format!("gateway-{port}.log")))?;
-            let url = format!("http://127.0.0.1:{port}");
+            let url = format!("{scheme}://127.0.0.1:{port}");
             if wait_http_ok(
+                http,
                 &format!("{url}/healthz"),
                 Duration::from_secs(10),
                 &mut proc,
@@ -172,6 +204,7 @@ impl Party {
         .arg("--db")
         .arg(db)
         .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
+        .args(self.redis.client_args())
         .args(&self.options.worker_args)
         .args(extra)
         // One scan thread unless the test says otherwise: two parties share this machine.
@@ -207,14 +240,22 @@ impl Party {
 
     /// `workers` from `/v1/info`, `None` while the party has no database registered.
     pub async fn live_workers(&self) -> Option<u64> {
-        let resp = reqwest::get(format!("{}/v1/info", self.url)).await.ok()?;
+        let resp = self
+            .http
+            .get(format!("{}/v1/info", self.url))
+            .send()
+            .await
+            .ok()?;
         let info: serde_json::Value = resp.json().await.ok()?;
         info["workers"].as_u64()
     }
 
     /// `GET /readyz`: the status and the JSON body (`null` without one).
     pub async fn readyz(&self) -> (u16, serde_json::Value) {
-        let resp = reqwest::get(format!("{}/readyz", self.url))
+        let resp = self
+            .http
+            .get(format!("{}/readyz", self.url))
+            .send()
             .await
             .expect("GET /readyz");
         let status = resp.status().as_u16();
@@ -223,7 +264,9 @@ impl Party {
 
     /// `GET /v1/info`, its JSON body (an error's body too).
     pub async fn info(&self) -> serde_json::Value {
-        reqwest::get(format!("{}/v1/info", self.url))
+        self.http
+            .get(format!("{}/v1/info", self.url))
+            .send()
             .await
             .expect("GET /v1/info")
             .json()
@@ -244,10 +287,18 @@ impl Party {
     /// Starts the gateway again (after it exited), with extra flags.
     pub async fn restart_gateway(&mut self, extra: &[String]) -> anyhow::Result<()> {
         self.gateway.kill();
-        let mut args = self.options.gateway_args.clone();
+        let mut args = tls_args(self.tls.as_ref());
+        args.extend(self.redis.client_args());
+        args.extend_from_slice(&self.options.gateway_args);
         args.extend_from_slice(extra);
-        let (gateway, url) =
-            Party::spawn_gateway(self.dir.path(), &self.redis.url(), &self.prefix, &args).await?;
+        let (gateway, url) = Party::spawn_gateway(
+            self.dir.path(),
+            &self.redis.url(),
+            &self.prefix,
+            &args,
+            &self.http,
+        )
+        .await?;
         self.gateway = gateway;
         self.url = url;
         Ok(())
@@ -258,10 +309,16 @@ impl Party {
     pub async fn restart_gateway_in_place(&mut self, down: Duration) -> anyhow::Result<()> {
         self.gateway.terminate(Duration::from_secs(15));
         tokio::time::sleep(down).await;
-        let listen = self.url.trim_start_matches("http://").to_string();
+        let listen = self
+            .url
+            .split_once("://")
+            .map_or("", |(_, a)| a)
+            .to_string();
         let mut cmd = Command::new(bin_dir().join("pirq-gateway"));
         cmd.args(["--redis", &self.redis.url(), "--prefix", &self.prefix])
             .args(["--listen", &listen])
+            .args(tls_args(self.tls.as_ref()))
+            .args(self.redis.client_args())
             .args(&self.options.gateway_args)
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!(
@@ -270,6 +327,7 @@ impl Party {
         ));
         let mut proc = Proc::spawn("pirq-gateway", cmd, log)?;
         if !wait_http_ok(
+            &self.http,
             &format!("{}/healthz", self.url),
             Duration::from_secs(10),
             &mut proc,
@@ -299,13 +357,41 @@ impl Party {
     }
 }
 
-async fn wait_http_ok(url: &str, within: Duration, proc: &mut Proc) -> bool {
+/// `--tls-cert`/`--tls-key` for `tls`, nothing without.
+pub fn tls_args(tls: Option<&CertFiles>) -> Vec<String> {
+    match tls {
+        Some(files) => vec![
+            "--tls-cert".into(),
+            files.cert.display().to_string(),
+            "--tls-key".into(),
+            files.key.display().to_string(),
+        ],
+        None => Vec::new(),
+    }
+}
+
+/// A reqwest client that trusts `ca` (and only the system roots without it).
+pub fn http_client(ca: Option<&TestCa>) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca.ca_cert())?;
+        builder = builder.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+    }
+    Ok(builder.build()?)
+}
+
+async fn wait_http_ok(
+    http: &reqwest::Client,
+    url: &str,
+    within: Duration,
+    proc: &mut Proc,
+) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if !proc.is_running() {
             return false;
         }
-        if let Ok(r) = reqwest::get(url).await {
+        if let Ok(r) = http.get(url).send().await {
             if r.status().is_success() {
                 return true;
             }

@@ -18,18 +18,47 @@ use crate::state::AppState;
 
 pub(crate) use queries::no_database as queries_no_database;
 
-/// Builds the gateway's router over `state`.
+/// Which routes a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// Everything on one port (no `--admin-listen`).
+    All,
+    /// The public listener beside `--admin-listen`: `/v1/*` but the admin routes, `/healthz`,
+    /// `/readyz`. Admin routes and `/metrics` are 404 here, as if they did not exist.
+    Public,
+    /// `--admin-listen`: the admin routes and `/metrics`, plus `/healthz` and `/readyz` for
+    /// probes on the private network.
+    Admin,
+}
+
+/// Builds the gateway's router over `state`, every route on one listener.
 pub fn router(state: AppState) -> Router {
-    let cors = crate::cors::layer(&state.config.cors_origins);
-    let router = Router::new()
-        .route("/v1/queries", post(queries::submit))
-        .route("/v1/queries/{id}", get(queries::status))
-        .route("/v1/queries/{id}/events", get(queries::events))
-        .route("/v1/info", get(info::info))
-        .route("/v1/admin/epochs", post(admin::push_epoch))
+    router_for(state, Routes::All)
+}
+
+/// Builds the router of one listener.
+pub fn router_for(state: AppState, routes: Routes) -> Router {
+    let cors = match routes {
+        // The admin listener serves operators' tools, never browsers.
+        Routes::Admin => None,
+        Routes::All | Routes::Public => crate::cors::layer(&state.config.cors_origins),
+    };
+    let mut router = Router::new()
         .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+        .route("/readyz", get(health::readyz));
+    if routes != Routes::Admin {
+        router = router
+            .route("/v1/queries", post(queries::submit))
+            .route("/v1/queries/{id}", get(queries::status))
+            .route("/v1/queries/{id}/events", get(queries::events))
+            .route("/v1/info", get(info::info));
+    }
+    if routes != Routes::Public {
+        router = router
+            .route("/v1/admin/epochs", post(admin::push_epoch))
+            .route("/metrics", get(health::metrics));
+    }
+    let router = router
         .route_layer(middleware::from_fn(crate::metrics::track))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async {
