@@ -110,6 +110,16 @@ async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
     }
 }
 
+/// The gateway's `/metrics` page.
+async fn gateway_metrics(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
 /// Raises this process's soft open-files limit to its hard one (the gateway does the same for
 /// itself at start) and returns the new soft limit.
 fn raise_own_descriptor_limit() -> u64 {
@@ -201,12 +211,7 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
     let waiters_held = async {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            let metrics = reqwest::get(format!("{}/metrics", party.url))
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .expect("metrics text");
+            let metrics = gateway_metrics(&party.url).await;
             let held = metrics
                 .lines()
                 .find_map(|l| l.strip_prefix("pirq_gateway_waiters "))
@@ -233,12 +238,7 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
             outcome => other.push(outcome),
         }
     }
-    let metrics = reqwest::get(format!("{}/metrics", party.url))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = gateway_metrics(&party.url).await;
     let refusals: Vec<&str> = metrics
         .lines()
         .filter(|l| l.starts_with("pirq_gateway_refusals_total{"))
