@@ -9,8 +9,9 @@
 #      against the Cargo build, Prometheus targets against the services, Grafana provisioning,
 #      and every dashboard query against the metrics catalog; the alert rules through
 #      `promtool check rules` and their unit tests (ops/prometheus/alerts.test.yml), where promtool
-#      is installed (Debian's prometheus package; skipped with a message otherwise); the
-#      host-network override; the licence of every manifest.
+#      is installed (Debian's prometheus package, which scripts/install-deps.sh installs; skipped
+#      with a SKIPPED line otherwise, and a failure with PIRQ_REQUIRE_PROMTOOL=1, as scripts/test.sh
+#      runs it); the host-network override; the licence of every manifest.
 #
 # Bringing the stack up for real is ops/compose/smoke.sh (scripts/test.sh with PIRQ_COMPOSE_SMOKE=1).
 #
@@ -81,6 +82,13 @@ PY
 echo "dclint: ok ($(ls "$rendered" | wc -l) renderings)"
 
 echo "== ops tests"
+if command -v promtool >/dev/null; then
+    echo "promtool: $(promtool --version 2>&1 | head -n1): alert rules, their unit tests and the Prometheus configurations checked"
+else
+    echo "promtool: SKIPPED: not installed (Debian's prometheus package; scripts/install-deps.sh installs it):" \
+        "the alert rules, their unit tests and the Prometheus configurations are not checked"
+fi
 export PIRQ_COMPOSE_SCHEMA=$TOOLS/node/node_modules/dclint/schemas/compose.schema.json
 cd ops/tests
-"$PY" -m pytest -q -p no:cacheprovider
+# -rs: every skipped test's reason in the summary.
+"$PY" -m pytest -q -rs -p no:cacheprovider

@@ -25,8 +25,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p pirq-scan --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p pirq-worker -p pirq-cli --all-targets --features cuda --locked -- -D warnings
 
-echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics catalog"
-scripts/check-ops.sh
+echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics catalog, alert rules"
+# install-deps.sh installed promtool: the alert rules' tests must run, not be skipped.
+PIRQ_REQUIRE_PROMTOOL=1 scripts/check-ops.sh
 
 echo "== tests"
 log=$(mktemp)
