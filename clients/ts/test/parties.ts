@@ -5,6 +5,7 @@
 import { spawn, ChildProcess, execFileSync } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, rmSync, existsSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { get as httpsGet } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -87,6 +88,10 @@ export interface PartiesOptions {
   corsOrigins?: string[];
   /** The gateways' --admin-token (none: admin routes off), for tests that push epochs. */
   adminToken?: string;
+  /** Serve https: the gateways' --tls-cert/--tls-key (a certificate for 127.0.0.1), trusted by `caFile`. */
+  tls?: { certFile: string; keyFile: string; caFile: string };
+  /** Tokens for each gateway's --query-tokens file (one a line): queries then need one of them. */
+  queryTokens?: { a: string[]; b: string[] };
 }
 
 /** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database. */
@@ -138,10 +143,19 @@ export function tempDir(): string {
   return mkdtempSync(join(tmpdir(), "pirq-ts-"));
 }
 
-async function httpOk(url: string): Promise<boolean> {
-  const r = await fetch(url);
-  await r.body?.cancel();
-  return r.status === 200;
+/** Whether `url` answers 200 (over https trusting `ca`, the test's own CA, when given). */
+async function httpOk(url: string, ca?: string): Promise<boolean> {
+  if (!ca) {
+    const r = await fetch(url);
+    await r.body?.cancel();
+    return r.status === 200;
+  }
+  return new Promise((resolve, reject) => {
+    httpsGet(url, { ca }, (r) => {
+      r.resume();
+      resolve(r.statusCode === 200);
+    }).on("error", reject);
+  });
 }
 
 async function startParty(dir: string, name: string, options: PartiesOptions): Promise<PartyProcs> {
@@ -163,14 +177,21 @@ async function startParty(dir: string, name: string, options: PartiesOptions): P
   });
   const cors = (options.corsOrigins ?? []).flatMap((o) => ["--cors-origin", o]);
   if (options.adminToken) cors.push("--admin-token", options.adminToken);
+  if (options.tls) cors.push("--tls-cert", options.tls.certFile, "--tls-key", options.tls.keyFile);
+  if (options.queryTokens) {
+    const file = join(dir, `tokens-${name}.txt`);
+    writeFileSync(file, options.queryTokens[name as "a" | "b"].join("\n") + "\n");
+    cors.push("--query-tokens", file);
+  }
   const gateway = new Proc(`gateway-${name}`, join(dir, `gateway-${name}.log`), join(binDir, "pirq-gateway"), [
     "--redis", redisUrl, "--prefix", prefix, "--listen", `127.0.0.1:${gatewayPort}`, ...cors,
   ]);
   const worker = new Proc(`worker-${name}`, join(dir, `worker-${name}.log`), join(binDir, "pirq-worker"), [
     "--redis", redisUrl, "--prefix", prefix, "--db", name === "b" && options.dbB ? options.dbB : options.db, "--backend", "cpu", "--threads", "1",
   ]);
-  const url = `http://127.0.0.1:${gatewayPort}`;
-  await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`));
+  const url = `${options.tls ? "https" : "http"}://127.0.0.1:${gatewayPort}`;
+  const ca = options.tls ? readFileSync(options.tls.caFile, "utf8") : undefined;
+  await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`, ca));
   return { name, url, redis, gateway, worker };
 }
 
