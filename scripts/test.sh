@@ -3,7 +3,8 @@
 # and root (or sudo) to install redis-server if it is missing.
 #
 #   1. formatting and lints (also of the CUDA backend, which builds without CUDA installed),
-#      and the ops checks (docker-compose schema, Dockerfile lint, dashboard vs metrics catalog)
+#      `cargo package` of the publishable crates, and the ops checks (docker-compose schema,
+#      Dockerfile lint, dashboard vs metrics catalog)
 #   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
 #   3. the TypeScript client (clients/ts): the spec's vectors, then Node and headless Chromium
 #      against real parties (needs Node >= 20, npm and chromium: install-deps.sh gets them)
@@ -24,6 +25,14 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p pirq-scan --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p pirq-worker -p pirq-cli --all-targets --features cuda --locked -- -D warnings
+
+# The publishable crates package cleanly (versions on every path dependency, files in place).
+# `cargo package --workspace`, unlike `cargo publish --workspace`, does not skip `publish = false`
+# members, so the two test-only ones are excluded; --no-verify skips the build of each package
+# (minutes; the full check without it is in client/README.md), offline, from Cargo.lock.
+echo "== cargo package (publishable crates, no build)"
+cargo package --workspace --exclude pirq-e2e --exclude pirq-testkit \
+    --no-verify --no-metadata --allow-dirty --locked --offline --quiet
 
 echo "== ops: compose schema, Dockerfile lint, image paths, dashboard vs metrics catalog, alert rules"
 # install-deps.sh installed promtool: the alert rules' tests must run, not be skipped.
