@@ -24,6 +24,7 @@ pub mod kv;
 pub mod layout;
 pub mod metrics;
 pub mod shard;
+pub mod signing;
 pub mod tempfiles;
 pub mod update;
 pub mod wire;
