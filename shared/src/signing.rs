@@ -35,7 +35,9 @@ pub enum SignError {
     Block(String),
     /// The page's signature does not verify under the pinned key for this database and index:
     /// tampered with, from another database or publisher, or not a page of this index.
-    #[error("page {index}: the signature does not verify (publisher key {publisher}, database {db_id})")]
+    #[error(
+        "page {index}: the signature does not verify (publisher key {publisher}, database {db_id})"
+    )]
     BadSignature {
         index: u64,
         publisher: String,
@@ -43,14 +45,22 @@ pub enum SignError {
     },
     /// The page claims to have changed at an epoch after the one it was served for.
     #[error("page {index} says it changed at epoch {changed}, after the answered epoch {epoch}")]
-    FromTheFuture { index: u64, changed: u64, epoch: u64 },
+    FromTheFuture {
+        index: u64,
+        changed: u64,
+        epoch: u64,
+    },
     /// A signed manifest names a later change of this page than the version served: a rolled
     /// back (stale) page.
     #[error(
         "page {index} is the version of epoch {changed}, but the publisher's manifest of epoch \
          {later} replaced it: a stale page"
     )]
-    Stale { index: u64, changed: u64, later: u64 },
+    Stale {
+        index: u64,
+        changed: u64,
+        later: u64,
+    },
     #[error("manifest: {0}")]
     Manifest(String),
 }
@@ -85,8 +95,7 @@ impl PublisherKey {
     pub fn read_file(path: &Path) -> Result<PublisherKey, SignError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| SignError::Key(format!("{}: {e}", path.display())))?;
-        PublisherKey::parse(&text)
-            .map_err(|e| SignError::Key(format!("{}: {e}", path.display())))
+        PublisherKey::parse(&text).map_err(|e| SignError::Key(format!("{}: {e}", path.display())))
     }
 
     /// The text of a public key file: 64 lowercase hex digits and a newline.
@@ -281,10 +290,7 @@ impl SigningBlock {
             publisher: self.publisher.to_string(),
             db_id: hex::encode(self.db_id),
         };
-        let usable = page
-            .len()
-            .checked_sub(TAIL_LEN as usize)
-            .ok_or_else(bad)?;
+        let usable = page.len().checked_sub(TAIL_LEN as usize).ok_or_else(bad)?;
         let changed_epoch = changed_epoch(page);
         let signature: [u8; 64] = page[usable + 8..].try_into().expect("64 bytes");
         let message = page_message(&self.db_id, index, changed_epoch, &page[..usable]);
