@@ -9,6 +9,7 @@
 //! of keys per page (per group of 64 keys), so the inner loop is "for each set bit, XOR the page
 //! into that key's accumulator", which the compiler turns into 32-byte AVX2 loads and stores.
 
+use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -17,6 +18,9 @@ use pirq_shared::dpf::{eval_range_into, range_words, DpfKey};
 use pirq_shared::metrics::{record_phase, Phase};
 use rayon::prelude::*;
 
+mod rotation;
+
+pub use self::rotation::CpuRotation;
 use crate::epoch_window::DeltaWindow;
 use crate::{
     check_keys, Answers, Geometry, ScanError, Scanner, DEFAULT_EPOCH_WINDOW, DEFAULT_MAX_BATCH_KEYS,
@@ -181,19 +185,32 @@ impl CpuScanner {
 
     fn scan_pages(&self, pages: &[u8], bitmaps: &[Vec<u64>]) -> Answers {
         let ps = self.geometry.page_size;
+        let bits: Vec<&[u64]> = bitmaps.iter().map(Vec::as_slice).collect();
+        let acc = self.scan_segment(pages, &bits, 0..self.range.end - self.range.start);
+        let bytes = acc
+            .chunks_exact(accumulator_stride(ps))
+            .flat_map(|a| &a[..ps])
+            .copied()
+            .collect();
+        Answers::new(ps, bytes)
+    }
+
+    /// XORs pages `segment` (relative to the range) into one accumulator per key, the pages
+    /// split across the pool's threads: key `q`'s sum at `q * accumulator_stride(page_size)`.
+    fn scan_segment(&self, pages: &[u8], bitmaps: &[&[u64]], segment: Range<u64>) -> Vec<u8> {
+        let ps = self.geometry.page_size;
         let q = bitmaps.len();
-        let num_pages = self.range.end - self.range.start;
         let threads = self.threads() as u64;
-        let per_task = num_pages
+        let per_task = (segment.end - segment.start)
             .div_ceil(threads)
             .next_multiple_of(64)
             .max(MIN_PAGES_PER_TASK);
-        let ranges: Vec<(u64, u64)> = (0..num_pages)
+        let ranges: Vec<(u64, u64)> = (segment.start..segment.end)
             .step_by(per_task as usize)
-            .map(|start| (start, (start + per_task).min(num_pages)))
+            .map(|start| (start, (start + per_task).min(segment.end)))
             .collect();
         let stride = accumulator_stride(ps);
-        let acc = self.pool.install(|| {
+        self.pool.install(|| {
             ranges
                 .par_iter()
                 .map(|&(start, end)| {
@@ -206,13 +223,7 @@ impl CpuScanner {
                     a
                 })
                 .unwrap_or_else(|| vec![0u8; q * stride])
-        });
-        let bytes = acc
-            .chunks_exact(stride)
-            .flat_map(|a| &a[..ps])
-            .copied()
-            .collect();
-        Answers::new(ps, bytes)
+        })
     }
 }
 
@@ -252,6 +263,10 @@ impl Scanner for CpuScanner {
         Ok(())
     }
 
+    fn rotation(self: Arc<Self>) -> Result<Box<dyn crate::rotation::Rotation>, ScanError> {
+        Ok(Box::new(CpuRotation::measured(self)))
+    }
+
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError> {
         let (answers, times) = self.pass_at_timed(keys, epochs)?;
         record_phase(Phase::Expand, times.expand);
@@ -269,7 +284,7 @@ fn accumulator_stride(ps: usize) -> usize {
 }
 
 /// XORs pages `start..end` into `acc` (key `q`'s accumulator at `q * accumulator_stride(ps)`).
-fn scan_range(pages: &[u8], ps: usize, bitmaps: &[Vec<u64>], start: u64, end: u64, acc: &mut [u8]) {
+fn scan_range(pages: &[u8], ps: usize, bitmaps: &[&[u64]], start: u64, end: u64, acc: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
@@ -284,7 +299,7 @@ fn scan_range(pages: &[u8], ps: usize, bitmaps: &[Vec<u64>], start: u64, end: u6
 unsafe fn scan_range_avx2(
     pages: &[u8],
     ps: usize,
-    bitmaps: &[Vec<u64>],
+    bitmaps: &[&[u64]],
     start: u64,
     end: u64,
     acc: &mut [u8],
@@ -296,7 +311,7 @@ unsafe fn scan_range_avx2(
 fn scan_range_portable(
     pages: &[u8],
     ps: usize,
-    bitmaps: &[Vec<u64>],
+    bitmaps: &[&[u64]],
     start: u64,
     end: u64,
     acc: &mut [u8],

@@ -189,6 +189,27 @@ impl DeltaWindow {
         }
         Ok(())
     }
+    /// One key's correction for the pages `pages` only: `answer` (the XOR of the key's selected
+    /// pages of that range, read from this base) becomes the same XOR at `epoch`. The rotating
+    /// scan ([`crate::rotation`]) merges each segment with the window it was scanned under.
+    pub fn merge_pages(
+        &self,
+        bits: &[u64],
+        epoch: u64,
+        pages: std::ops::Range<u64>,
+        answer: &mut [u8],
+    ) -> Result<(), EpochError> {
+        self.resolve(Some(epoch))?;
+        let Some(diffs) = self.diffs_at(epoch) else {
+            return Ok(());
+        };
+        for (&p, diff) in diffs.range(pages) {
+            if bit(bits, p as usize) {
+                xor_into(answer, diff);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod epoch_window;
+pub mod rotation;
 
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::update::EpochUpdate;
@@ -172,6 +173,13 @@ pub trait Scanner: Send + Sync {
     /// measure (the worker then keeps the flags' fixed behaviour).
     fn measure_pass_cost(&self) -> Option<PassCost> {
         None
+    }
+
+    /// A rotating scan over this scanner ([`rotation`]): the worker's way of answering keys.
+    /// Segments are sized from a measured one-key pass. Passes may still run beside it (tools,
+    /// benches); updates apply between its steps. A backend without one says so.
+    fn rotation(self: std::sync::Arc<Self>) -> Result<Box<dyn rotation::Rotation>, ScanError> {
+        Err(ScanError::Unsupported("the rotating scan"))
     }
 
     /// One pass with every key at the newest epoch.
