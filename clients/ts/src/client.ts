@@ -3,11 +3,12 @@
  * each party, XOR the two answers (SPEC §0, §3).
  */
 
-import { xorBytes } from "./bytes.js";
+import { fromHex, xorBytes } from "./bytes.js";
 import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
 import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout, ValueKind } from "./kv.js";
 import { CallContext, checkTimeout, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions, Signing } from "./party.js";
+import { checkPage, ed25519Verifier, parsePublisherKey, SignatureVerifier } from "./signed.js";
 
 /** Everything {@link connect} takes besides the two URLs. */
 export interface ConnectOptions extends Omit<PartyOptions, "token"> {
@@ -21,6 +22,18 @@ export interface ConnectOptions extends Omit<PartyOptions, "token"> {
   tokenA?: string;
   /** Bearer token for party B: the parties are different operators, so each has its own. */
   tokenB?: string;
+  /**
+   * The publisher's Ed25519 public key (the text of its key file, 64 hex digits, or 32 bytes):
+   * every page a lookup retrieves is checked against it before anything is returned (SPEC §2.4),
+   * so a party that alters its answer is caught (`bad_signature`). A database not signed
+   * (`not_signed`), or signed by another key (`wrong_publisher`), is refused at `connect`.
+   */
+  publisherKey?: string | Uint8Array;
+  /**
+   * Where the client says, once, that a signed database's answers are not being verified
+   * because no `publisherKey` was given (default: `console.warn`).
+   */
+  warn?: (message: string) => void;
 }
 
 /** What both parties serve, checked to agree. */
@@ -52,6 +65,8 @@ export interface LookupTrace {
   dpfKeys: number;
   /** Milliseconds from the first request to the combined answer. */
   elapsedMs: number;
+  /** Whether every retrieved page was checked against the pinned publisher key (`publisherKey`). */
+  verified: boolean;
 }
 
 /** Values found by one key-value lookup. */
@@ -64,8 +79,16 @@ export interface GetResult extends LookupTrace {
 
 /** Pages fetched by one lookup, with what each party was sent. */
 export interface PagesResult extends LookupTrace {
-  /** `pages[i]` is page `indices[i]`. */
+  /**
+   * `pages[i]` is page `indices[i]`: its usable bytes (SPEC §2.5), which are all `page_size`
+   * bytes of an unsigned database, and all but the signature tail of a signed one.
+   */
   pages: Uint8Array[];
+  /**
+   * With a `publisherKey`: `changedEpochs[i]` is the epoch at which page `indices[i]` last
+   * changed, as its verified signature tail says.
+   */
+  changedEpochs?: number[];
 }
 
 export interface LookupOptions {
@@ -79,7 +102,10 @@ export interface LookupOptions {
 interface Combined {
   epoch: number;
   digest: string;
+  /** Whole pages, signature tails included. */
   pages: Uint8Array[];
+  /** Verified pages' `changed_epoch`s. */
+  changedEpochs?: number[];
 }
 
 export class Pirq {
@@ -91,22 +117,30 @@ export class Pirq {
    */
   info: DatabaseInfo;
   private readonly timeoutMs: number;
+  /** The pinned publisher's key, when the caller gave one: every retrieved page is checked against it. */
+  private readonly verifier?: SignatureVerifier;
   /** Set when `info` may be out of date: the next lookup reads both `/v1/info` first. */
   private stale = false;
 
   /** Use {@link connect}. */
-  constructor(a: Party, b: Party, info: DatabaseInfo, timeoutMs: number) {
+  constructor(a: Party, b: Party, info: DatabaseInfo, timeoutMs: number, verifier?: SignatureVerifier) {
     checkTimeout(timeoutMs);
     this.a = a;
     this.b = b;
     this.info = info;
     this.timeoutMs = timeoutMs;
+    this.verifier = verifier;
+  }
+
+  /** Whether every page is checked against a pinned publisher key (`publisherKey`). */
+  get verifying(): boolean {
+    return this.verifier !== undefined;
   }
 
   /** Reads both parties' `/v1/info` again (under the deadline) and checks that they serve the same database. */
   async agree(signal?: AbortSignal): Promise<DatabaseInfo> {
     return withDeadline(this.timeoutMs, signal, async (ctxA, ctxB) => {
-      this.info = await agree(this.a, this.b, ctxA, ctxB);
+      this.info = await agree(this.a, this.b, ctxA, ctxB, this.verifier?.publicKey);
       this.stale = false;
       return this.info;
     });
@@ -174,7 +208,7 @@ export class Pirq {
       }
       return null;
     });
-    const { pages: _pages, ...trace } = result;
+    const { pages: _pages, changedEpochs: _epochs, ...trace } = result;
     return { ...trace, valueKind: layout!.valueKind, values };
   }
 
@@ -195,7 +229,7 @@ export class Pirq {
     return withDeadline(this.timeoutMs, options.signal, async (ctxA, ctxB) => {
       const started = performance.now();
       if (this.stale) {
-        this.info = await agree(this.a, this.b, ctxA, ctxB);
+        this.info = await agree(this.a, this.b, ctxA, ctxB, this.verifier?.publicKey);
         this.stale = false;
       }
       const info = this.info;
@@ -212,17 +246,22 @@ export class Pirq {
         let epoch = options.epoch;
         let digest = "";
         const pages: Uint8Array[] = [];
+        const changedEpochs: number[] = [];
         for (let from = 0; from < indices.length; from += perQuery) {
           const chunk = await this.queryChunk(indices.slice(from, from + perQuery), epoch, info, ctxA, ctxB);
           epoch = chunk.epoch;
           digest = chunk.digest;
           pages.push(...chunk.pages);
+          changedEpochs.push(...(chunk.changedEpochs ?? []));
         }
         if (this.newerThanInfo(epoch!, digest)) this.stale = true;
+        const usable = info.pageSize - (info.signing?.tailLen ?? 0);
         return {
           epoch: epoch!,
           digest,
-          pages,
+          pages: usable === info.pageSize ? pages : pages.map((p) => p.subarray(0, usable)),
+          ...(this.verifier ? { changedEpochs } : {}),
+          verified: this.verifier !== undefined,
           exchanges: [ctxA.trace!, ctxB.trace!],
           elapsedMs: performance.now() - started,
           dpfKeys: indices.length,
@@ -279,7 +318,31 @@ export class Pirq {
         `the parties answered from different databases at epoch ${epoch} (digest ${answerA.digest!.slice(0, 12)} vs ${answerB.digest!.slice(0, 12)})`,
       );
     }
-    return { epoch, digest: answerA.digest!, pages: answerA.pages.map((page, i) => xorBytes(page, answerB.pages[i])) };
+    const pages = answerA.pages.map((page, i) => xorBytes(page, answerB.pages[i]));
+    if (!this.verifier) return { epoch, digest: answerA.digest!, pages };
+    return { epoch, digest: answerA.digest!, pages, changedEpochs: await this.verifyPages(indices, pages, epoch, info) };
+  }
+
+  /**
+   * Checks every combined page against the pinned publisher key (SPEC §2.4) before anything is
+   * returned: the signature over the database's identity, the page's index, the epoch it last
+   * changed at and its bytes; and that epoch is not past the one answered (a page from a later
+   * epoch XORed into an answer for an earlier one). Either party may have altered its answer and
+   * the client cannot tell which: the error names the pair.
+   */
+  private async verifyPages(indices: number[], pages: Uint8Array[], epoch: number, info: DatabaseInfo): Promise<number[]> {
+    const dbId = fromHex(info.signing!.dbId);
+    const tails = await Promise.all(pages.map((page, i) => checkPage(this.verifier!, dbId, indices[i], page, info.signing!.tailLen)));
+    const pair = `A (${this.a.url}) and B (${this.b.url})`;
+    return tails.map((tail, i) => {
+      if (!tail) {
+        throw new PirqError("bad_signature", `page ${indices[i]} at epoch ${epoch} failed the publisher's signature: a party altered its answer (served by ${pair}); nothing was returned`);
+      }
+      if (tail.changedEpoch > epoch) {
+        throw new PirqError("bad_signature", `page ${indices[i]} answered at epoch ${epoch} is signed as changed at epoch ${tail.changedEpoch}: a party altered its answer (served by ${pair}); nothing was returned`);
+      }
+      return tail.changedEpoch;
+    });
   }
 
   /** One page of `pageSize` bytes per key, and a digest (an answer without one cannot be checked: refused, never a page). */
@@ -334,8 +397,11 @@ function signingText(s: Signing | undefined): string {
   return s ? `${s.scheme}, key ${s.publisherKey.slice(0, 12)}…, database ${s.dbId.slice(0, 12)}…` : "unsigned";
 }
 
-/** Both parties' info, checked to describe the same database, with their common epoch window. */
-export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: CallContext = {}): Promise<DatabaseInfo> {
+/**
+ * Both parties' info, checked to describe the same database, with their common epoch window;
+ * with `publisherKey` (64 hex digits), checked to be signed by that key.
+ */
+export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: CallContext = {}, publisherKey?: string): Promise<DatabaseInfo> {
   const [ia, ib] = await Promise.all([a.info(ctxA), b.info(ctxB)]);
   for (const [field, name] of [["numPages", "num_pages"], ["pageSize", "page_size"], ["domainBits", "domain_bits"]] as const) {
     if (ia[field] !== ib[field]) {
@@ -361,6 +427,12 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
   const signing = ia.signing ?? ib.signing;
   if (!sameSigning(ia.signing, ib.signing)) {
     throw new PirqError("parties_disagree", `the parties advertise different signing (SPEC §2.4): ${signingText(ia.signing)} vs ${signingText(ib.signing)}`);
+  }
+  if (publisherKey !== undefined && !signing) {
+    throw new PirqError("not_signed", `the parties serve an unsigned database, and the client is pinned to publisher key ${publisherKey.slice(0, 12)}…: its pages cannot be verified`);
+  }
+  if (publisherKey !== undefined && signing!.publisherKey !== publisherKey) {
+    throw new PirqError("wrong_publisher", `the parties serve a database signed by publisher key ${signing!.publisherKey.slice(0, 12)}…, not the pinned ${publisherKey.slice(0, 12)}…`);
   }
   let kv: KvLayout | undefined;
   if (ia.raw.kv !== undefined || ib.raw.kv !== undefined) {
@@ -402,7 +474,9 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
  * different databases, `timeout` when a party does not answer in time.
  */
 export async function connect(a: string, b: string, options: ConnectOptions = {}): Promise<Pirq> {
-  const { tokenA, tokenB, ...shared } = options as ConnectOptions & { token?: unknown };
+  const { tokenA, tokenB, publisherKey, warn, ...shared } = options as ConnectOptions & { token?: unknown };
+  if (warn !== undefined && typeof warn !== "function") throw new PirqError("invalid_argument", "warn must be a function");
+  const verifier = publisherKey === undefined ? undefined : await ed25519Verifier(parsePublisherKey(publisherKey));
   if ("token" in shared) throw new PirqError("invalid_argument", "give each party its own token: tokenA and tokenB");
   const timeoutMs = options.timeoutMs ?? 60_000;
   checkTimeout(timeoutMs);
@@ -411,6 +485,9 @@ export async function connect(a: string, b: string, options: ConnectOptions = {}
   if (partyA.url === partyB.url) {
     throw new PirqError("same_party", `both parties are ${partyA.url}: one party would see both halves of every key`);
   }
-  const info = await withDeadline(timeoutMs, undefined, (ctxA, ctxB) => agree(partyA, partyB, ctxA, ctxB));
-  return new Pirq(partyA, partyB, info, timeoutMs);
+  const info = await withDeadline(timeoutMs, undefined, (ctxA, ctxB) => agree(partyA, partyB, ctxA, ctxB, verifier?.publicKey));
+  if (info.signing && !verifier) {
+    (warn ?? console.warn)(`pirq: the parties serve a signed database (publisher key ${info.signing.publisherKey}) but no publisherKey was given: answers are not being verified`);
+  }
+  return new Pirq(partyA, partyB, info, timeoutMs, verifier);
 }

@@ -30,6 +30,12 @@ export type ClientErrorCode =
   | "key_absent"
   /** The database is not a key-value database (`get` on a page database) or its layout is unknown. */
   | "not_kv"
+  /** A retrieved page failed the pinned publisher's signature (SPEC §2.4): a party altered its answer. */
+  | "bad_signature"
+  /** The client is pinned to a publisher key (`publisherKey`) and the parties serve an unsigned database. */
+  | "not_signed"
+  /** The client is pinned to a publisher key and the parties serve a database signed by another. */
+  | "wrong_publisher"
   /** The DPF key parser rejected bytes (SPEC §1.3), same codes as the server's: key_*. */
   | "key_too_short" | "key_version" | "key_party" | "key_domain_bits" | "key_length" | "key_control_byte";
 

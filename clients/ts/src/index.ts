@@ -8,7 +8,8 @@
  * const value = await pirq.get(keyBytes);         // Uint8Array, or null when absent (kv databases)
  * ```
  *
- * Implemented from docs/spec/v1.md and docs/http-api.md alone; zero runtime dependencies.
+ * Implemented from docs/spec/v1.md and docs/http-api.md alone. One runtime dependency,
+ * `@noble/curves`, loaded only where WebCrypto has no Ed25519 (signed databases, SPEC §2.4).
  */
 export { connect, agree, Pirq } from "./client.js";
 export type { ConnectOptions, DatabaseInfo, GetResult, LookupOptions, LookupTrace, PagesResult } from "./client.js";
@@ -20,5 +21,7 @@ export { PirqError, isPirqError, PARTY_TEXT_LIMIT } from "./errors.js";
 export type { ClientErrorCode, PartyErrorCode, PirqErrorCode, Phase } from "./errors.js";
 export { INFO_LIMIT, ENVELOPE_LIMIT, answerLimit } from "./body.js";
 export { isLoopbackHost } from "./url.js";
+export { parsePublisherKey, ed25519Verifier, checkPage, pageMessage, readTail, TAIL_LEN } from "./signed.js";
+export type { PageTail, SignatureVerifier, VerifierBackend } from "./signed.js";
 export { generateKeys, parseKey, evalPoint, evalFullDomain, keyLength, treeDepth } from "./dpf.js";
 export { toBase64, fromBase64, toHex, fromHex } from "./bytes.js";

@@ -34,6 +34,11 @@ test("npm pack in a fresh copy builds (prepack) and ships dist/src, the bundle a
     for (const f of ["package.json", "README.md", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/party.js", "dist/web/pirq.min.js", "examples/node.ts", "examples/browser.html"]) {
       assert.ok(shipped.includes(f), `${f} shipped (${shipped.length} files)`);
     }
+    // the bundle's Ed25519 fallback chunk (fetched only where WebCrypto lacks Ed25519) ships beside it
+    const bundle = execFileSync("tar", ["-xzOf", join(dir, tarball), "package/dist/web/pirq.min.js"], { encoding: "utf8" });
+    const chunks = [...bundle.matchAll(/import\("\.\/(pirq-[^"]+\.js)"\)/g)].map((m) => `dist/web/${m[1]}`);
+    assert.equal(chunks.length, 1, "one lazily loaded chunk: the Ed25519 fallback");
+    assert.ok(shipped.includes(chunks[0]), `${chunks[0]} shipped`);
     assert.ok(!shipped.some((f) => f.startsWith("dist/test/") || f.startsWith("src/") || f.startsWith("node_modules/")), shipped.join(" "));
 
     // installed into another project, it imports by name
