@@ -10,6 +10,12 @@
 export const INFO_LIMIT = 64 * 1024;
 
 /**
+ * The most `GET /v1/manifests` may take (SIGNED §4.2): one manifest per epoch, ~250 bytes and
+ * ~8 per replaced page; 32 MiB holds millions of replaced pages.
+ */
+export const MANIFESTS_LIMIT = 32 * 1024 * 1024;
+
+/**
  * Room for everything in an answer besides its pages: id, status, epoch, digest, an error with
  * its message, JSON punctuation. Error answers and 202 bodies get only this much.
  */

@@ -8,7 +8,7 @@ import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
 import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout, ValueKind } from "./kv.js";
 import { CallContext, checkTimeout, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions, Signing } from "./party.js";
-import { checkPage, ed25519Verifier, parsePublisherKey, SignatureVerifier } from "./signed.js";
+import { checkManifest, checkPage, ed25519Verifier, freshness, Manifest, parsePublisherKey, SignatureVerifier } from "./signed.js";
 
 /** Everything {@link connect} takes besides the two URLs. */
 export interface ConnectOptions extends Omit<PartyOptions, "token"> {
@@ -29,6 +29,12 @@ export interface ConnectOptions extends Omit<PartyOptions, "token"> {
    * (`not_signed`), or signed by another key (`wrong_publisher`), is refused at `connect`.
    */
   publisherKey?: string | Uint8Array;
+  /**
+   * With `publisherKey`: refuse answers at an epoch below this one (`stale_epoch`), as if this
+   * client had already seen it signed — the newest epoch a previous session saw
+   * ({@link Pirq.newestSignedEpoch}), or one learned from the publisher directly (SIGNED §4.4).
+   */
+  minEpoch?: number;
   /**
    * Where the client says, once, that a signed database's answers are not being verified
    * because no `publisherKey` was given (default: `console.warn`).
@@ -98,6 +104,14 @@ export interface LookupOptions {
   signal?: AbortSignal;
 }
 
+/** What a verifying client knows of one signed database's history (SIGNED §4). */
+interface SignedHistory {
+  /** Verified manifests by epoch. */
+  manifests: Map<number, Manifest>;
+  /** The newest signed epoch seen: answers at an older one are refused. */
+  newest: number;
+}
+
 /** A party's combined answer to one chunk of keys. */
 interface Combined {
   epoch: number;
@@ -119,12 +133,17 @@ export class Pirq {
   private readonly timeoutMs: number;
   /** The pinned publisher's key, when the caller gave one: every retrieved page is checked against it. */
   private readonly verifier?: SignatureVerifier;
+  /** The oldest epoch a verified answer may be at (`minEpoch`), before anything is seen. */
+  private readonly minEpoch: number;
+  /** Per database identity: its verified manifests and the newest signed epoch seen. */
+  private readonly histories = new Map<string, SignedHistory>();
   /** Set when `info` may be out of date: the next lookup reads both `/v1/info` first. */
   private stale = false;
 
   /** Use {@link connect}. */
-  constructor(a: Party, b: Party, info: DatabaseInfo, timeoutMs: number, verifier?: SignatureVerifier) {
+  constructor(a: Party, b: Party, info: DatabaseInfo, timeoutMs: number, verifier?: SignatureVerifier, minEpoch = 0) {
     checkTimeout(timeoutMs);
+    this.minEpoch = minEpoch;
     this.a = a;
     this.b = b;
     this.info = info;
@@ -320,29 +339,96 @@ export class Pirq {
     }
     const pages = answerA.pages.map((page, i) => xorBytes(page, answerB.pages[i]));
     if (!this.verifier) return { epoch, digest: answerA.digest!, pages };
-    return { epoch, digest: answerA.digest!, pages, changedEpochs: await this.verifyPages(indices, pages, epoch, info) };
+    return { epoch, digest: answerA.digest!, pages, changedEpochs: await this.verifyPages(indices, pages, epoch, answerA.digest!, info, ctxA, ctxB) };
   }
 
   /**
-   * Checks every combined page against the pinned publisher key (SPEC §2.4) before anything is
-   * returned: the signature over the database's identity, the page's index, the epoch it last
-   * changed at and its bytes; and that epoch is not past the one answered (a page from a later
-   * epoch XORed into an answer for an earlier one). Either party may have altered its answer and
-   * the client cannot tell which: the error names the pair.
+   * Checks every combined page against the pinned publisher key before anything is returned
+   * (SIGNED §3): the signature over the database's identity, the page's index, the epoch it last
+   * changed at and its bytes; then that it is current at the answered epoch (SIGNED §4.3: no
+   * publisher manifest of a later epoch up to the answered one names it; the manifests are read
+   * from both parties when this client lacks one, and each is verified). Either party may have
+   * altered its answer and the client cannot tell which: the error names the pair.
    */
-  private async verifyPages(indices: number[], pages: Uint8Array[], epoch: number, info: DatabaseInfo): Promise<number[]> {
-    const dbId = fromHex(info.signing!.dbId);
-    const tails = await Promise.all(pages.map((page, i) => checkPage(this.verifier!, dbId, indices[i], page, info.signing!.tailLen)));
+  private async verifyPages(indices: number[], pages: Uint8Array[], epoch: number, digest: string, info: DatabaseInfo, ctxA: CallContext, ctxB: CallContext): Promise<number[]> {
+    const signing = info.signing!;
+    const dbId = fromHex(signing.dbId);
+    const history = this.historyOf(signing.dbId);
     const pair = `A (${this.a.url}) and B (${this.b.url})`;
-    return tails.map((tail, i) => {
-      if (!tail) {
-        throw new PirqError("bad_signature", `page ${indices[i]} at epoch ${epoch} failed the publisher's signature: a party altered its answer (served by ${pair}); nothing was returned`);
-      }
-      if (tail.changedEpoch > epoch) {
-        throw new PirqError("bad_signature", `page ${indices[i]} answered at epoch ${epoch} is signed as changed at epoch ${tail.changedEpoch}: a party altered its answer (served by ${pair}); nothing was returned`);
-      }
+    const refuse = (code: string, what: string) => new PirqError(code, `${what} (served by ${pair}); nothing was returned`);
+    if (epoch < history.newest) {
+      // SIGNED §4.4, the freeze: parties that claim (or pin) an old epoch serve pages that are
+      // current at that epoch; this client has seen a newer one, so the pin never goes back.
+      throw refuse("stale_epoch", `the answers are at epoch ${epoch}, older than epoch ${history.newest}, the newest this client has seen signed${this.minEpoch === history.newest ? " (minEpoch)" : ""}`);
+    }
+    const tails = await Promise.all(pages.map((page, i) => checkPage(this.verifier!, dbId, indices[i], page, signing.tailLen)));
+    const changed = tails.map((tail, i) => {
+      if (!tail) throw refuse("bad_signature", `page ${indices[i]} at epoch ${epoch} failed the publisher's signature: a party altered its answer`);
       return tail.changedEpoch;
     });
+    let fetched = false;
+    for (let i = 0; i < indices.length; i++) {
+      let verdict = freshness(indices[i], changed[i], epoch, history.manifests);
+      if (!verdict.fresh && verdict.why === "missing" && !fetched) {
+        await this.readManifests(history, dbId, ctxA, ctxB);
+        fetched = true;
+        verdict = freshness(indices[i], changed[i], epoch, history.manifests);
+      }
+      if (verdict.fresh) continue;
+      switch (verdict.why) {
+        case "future":
+          throw refuse("bad_signature", `page ${indices[i]} answered at epoch ${epoch} is signed as changed at epoch ${changed[i]}: a party altered its answer`);
+        case "replaced":
+          throw refuse("stale_page", `page ${indices[i]} answered at epoch ${epoch} is its version of epoch ${changed[i]}, which the publisher's manifest of epoch ${verdict.at} replaced: a party handed back an old version`);
+        case "missing":
+          throw refuse("stale_page", `page ${indices[i]} answered at epoch ${epoch} is its version of epoch ${changed[i]}, and neither party serves the publisher's manifest of epoch ${verdict.at} that would show it current`);
+      }
+    }
+    const manifest = history.manifests.get(epoch);
+    if (manifest && manifest.digest !== digest) {
+      throw refuse("bad_signature", `the answers at epoch ${epoch} carry digest ${digest.slice(0, 12)}…, the publisher's manifest of that epoch says ${manifest.digest.slice(0, 12)}…`);
+    }
+    history.newest = Math.max(history.newest, ...changed);
+    return changed;
+  }
+
+  /**
+   * Reads both parties' manifests (the union: each is signed, so a party can withhold one but not
+   * forge it), keeps those whose signature holds and raises the newest signed epoch seen. A party
+   * that cannot serve them is not an error here: a manifest still missing refuses the page.
+   */
+  private async readManifests(history: SignedHistory, dbId: Uint8Array, ctxA: CallContext, ctxB: CallContext): Promise<void> {
+    const lists = await Promise.all([this.a.manifests(ctxA), this.b.manifests(ctxB)].map((p) => p.catch((e) => {
+      if (e instanceof PirqError && e.code === "timeout") throw e; // the deadline ends the lookup
+      return [] as Manifest[];
+    })));
+    for (const m of lists.flat()) {
+      if (history.manifests.has(m.epoch)) continue;
+      if (await checkManifest(this.verifier!, dbId, m)) {
+        history.manifests.set(m.epoch, m);
+        history.newest = Math.max(history.newest, m.epoch);
+      }
+    }
+  }
+
+  /** What this client knows of database `dbId`'s signed history (SIGNED §4.3, §4.4). */
+  private historyOf(dbId: string): SignedHistory {
+    let h = this.histories.get(dbId);
+    if (!h) {
+      h = { manifests: new Map(), newest: this.minEpoch };
+      this.histories.set(dbId, h);
+    }
+    return h;
+  }
+
+  /**
+   * The newest signed epoch this client has seen of the database it is connected to (the highest
+   * `changed_epoch` of a verified page or epoch of a verified manifest, or `minEpoch`): answers at
+   * an older epoch are refused (`stale_epoch`), so the pin never goes back (SIGNED §4.4). An
+   * application that wants this to outlive the client stores it and passes it back as `minEpoch`.
+   */
+  get newestSignedEpoch(): number {
+    return this.info.signing ? this.historyOf(this.info.signing.dbId).newest : this.minEpoch;
   }
 
   /** One page of `pageSize` bytes per key, and a digest (an answer without one cannot be checked: refused, never a page). */
@@ -474,7 +560,9 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
  * different databases, `timeout` when a party does not answer in time.
  */
 export async function connect(a: string, b: string, options: ConnectOptions = {}): Promise<Pirq> {
-  const { tokenA, tokenB, publisherKey, warn, ...shared } = options as ConnectOptions & { token?: unknown };
+  const { tokenA, tokenB, publisherKey, warn, minEpoch, ...shared } = options as ConnectOptions & { token?: unknown };
+  if (minEpoch !== undefined && !(Number.isSafeInteger(minEpoch) && minEpoch >= 0)) throw new PirqError("invalid_argument", "minEpoch must be a whole number ≥ 0");
+  if (minEpoch !== undefined && publisherKey === undefined) throw new PirqError("invalid_argument", "minEpoch needs publisherKey: only signed epochs can be held to it");
   if (warn !== undefined && typeof warn !== "function") throw new PirqError("invalid_argument", "warn must be a function");
   const verifier = publisherKey === undefined ? undefined : await ed25519Verifier(parsePublisherKey(publisherKey));
   if ("token" in shared) throw new PirqError("invalid_argument", "give each party its own token: tokenA and tokenB");
@@ -489,5 +577,5 @@ export async function connect(a: string, b: string, options: ConnectOptions = {}
   if (info.signing && !verifier) {
     (warn ?? console.warn)(`pirq: the parties serve a signed database (publisher key ${info.signing.publisherKey}) but no publisherKey was given: answers are not being verified`);
   }
-  return new Pirq(partyA, partyB, info, timeoutMs, verifier);
+  return new Pirq(partyA, partyB, info, timeoutMs, verifier, minEpoch);
 }

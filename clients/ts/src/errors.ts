@@ -32,6 +32,13 @@ export type ClientErrorCode =
   | "not_kv"
   /** A retrieved page failed the pinned publisher's signature (SPEC §2.4): a party altered its answer. */
   | "bad_signature"
+  /**
+   * A retrieved page carries a valid signature but is not current (SIGNED §4.3): a publisher's
+   * manifest of a later epoch replaced it, or the manifest needed to tell is missing.
+   */
+  | "stale_page"
+  /** An answer at an epoch older than the newest signed epoch this client has seen (or `minEpoch`), SIGNED §4.4. */
+  | "stale_epoch"
   /** The client is pinned to a publisher key (`publisherKey`) and the parties serve an unsigned database. */
   | "not_signed"
   /** The client is pinned to a publisher key and the parties serve a database signed by another. */
@@ -59,9 +66,10 @@ export type PirqErrorCode = ClientErrorCode | PartyErrorCode | `http_${number}` 
  * Where in a lookup an error happened (the same names as the Rust client's): reading a party's
  * `/v1/info`; submitting the query (`POST /v1/queries`, up to its answer's status line); reading
  * the answer the submit was answered with (`Prefer: wait`); waiting by its event stream or by
- * long-poll; or waiting to retry after a refusal.
+ * long-poll; waiting to retry after a refusal; or reading the publisher's epoch manifests (signed
+ * databases, SIGNED §4).
  */
-export type Phase = "info" | "submit" | "answer" | "events" | "poll" | "retry wait";
+export type Phase = "info" | "submit" | "answer" | "events" | "poll" | "retry wait" | "manifests";
 
 export class PirqError extends Error {
   /** Stable code: the server's (e.g. `epoch_unavailable`, `backlog_full`) or a {@link ClientErrorCode}. */

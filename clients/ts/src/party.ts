@@ -13,11 +13,12 @@
  * HTTP status of a refused stream, cannot send a bearer token, and does not exist in Node 20.
  */
 
-import { answerLimit, discard, ENVELOPE_LIMIT, INFO_LIMIT, raceAbort, readBounded, SseParser, STREAM_SLACK, TooLarge } from "./body.js";
+import { answerLimit, discard, ENVELOPE_LIMIT, INFO_LIMIT, MANIFESTS_LIMIT, raceAbort, readBounded, SseParser, STREAM_SLACK, TooLarge } from "./body.js";
 import { fromBase64, randomBytes, toBase64, toHex } from "./bytes.js";
 import { partyCode, partyText, Phase, PirqError } from "./errors.js";
 import { parseRetryAfter, retryDelayMs, sleep } from "./retry.js";
 import { partyBaseUrl } from "./url.js";
+import { Manifest, parseManifests } from "./signed.js";
 
 /**
  * A signed database's `signing` object of `/v1/info` (SPEC §2.4): who signed its pages, and
@@ -431,6 +432,28 @@ export class Party {
       };
       this.lastInfo = info;
       return info;
+    });
+  }
+
+  /**
+   * `GET /v1/manifests` (SIGNED §4.2: the publisher's signed epoch manifests, a JSON array, at
+   * most {@link MANIFESTS_LIMIT} bytes), shape-checked, not yet verified; `[]` when the party
+   * has none (404 `no_manifests`): the other party may, and a needed one missing is the caller's
+   * refusal, not this party's error.
+   */
+  async manifests(ctx: CallContext = {}): Promise<Manifest[]> {
+    return this.bounded(ctx, async (ctx) => {
+      const step: Step = { phase: "manifests", what: "GET /v1/manifests" };
+      const response = await this.send("/v1/manifests", { headers: { accept: "application/json" } }, ctx, step);
+      if (response.status === 404) {
+        const e = await this.errorFrom(response, ctx, step);
+        if (e.code === "no_manifests") return [];
+        throw e;
+      }
+      if (!response.ok) throw await this.errorFrom(response, ctx, step);
+      const manifests = parseManifests(await this.json(response, MANIFESTS_LIMIT, ctx, step));
+      if (!manifests) throw this.err("bad_response", "GET /v1/manifests: not the documented shape (SIGNED §4.1)", { phase: "manifests" });
+      return manifests;
     });
   }
 

@@ -12,7 +12,7 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { connect, fromBase64, fromHex, PirqError, toBase64 } from "../src/index.js";
 import { xorBytes } from "../src/bytes.js";
 import { evalFullDomain, parseKey } from "../src/dpf.js";
-import { pageMessage } from "../src/signed.js";
+import { manifestMessage, pageMessage } from "../src/signed.js";
 
 const V = JSON.parse(readFileSync(fileURLToPath(new URL("../../../../shared/tests/vectors/signed_v1.json", import.meta.url)), "utf8"));
 const A = "http://127.0.0.1:1";
@@ -20,7 +20,6 @@ const B = "http://127.0.0.2:1";
 const PAGES = 100;
 const PAGE_SIZE = 256;
 const USABLE = PAGE_SIZE - 72;
-const DIGEST = "11".repeat(32);
 
 /** Page `index` as the publisher signs it: usable bytes, then `changed_epoch` and the signature. */
 function signedPage(secret: Uint8Array, index: number, changedEpoch: number, fill: number): Uint8Array {
@@ -38,12 +37,21 @@ assert.equal(Buffer.from(ed25519.getPublicKey(OTHER_SECRET)).toString("hex"), V.
 const DB = Array.from({ length: PAGES }, (_, i) => signedPage(SECRET, i, 0, 0));
 
 interface Fake {
+  /** The pages at epoch 0. */
   pages: Uint8Array[];
+  /** The pages at epochs 1, 2, … (when the database has been updated). */
+  later?: Uint8Array[][];
   signing?: boolean;
   /** XORed into this party's answer to every key (the digest stamp kept). */
   tamper?: (answer: Uint8Array, keyIndex: number) => void;
+  /** The newest epoch the party claims (default: its last). */
   epoch?: number;
+  /** What GET /v1/manifests serves; absent: 404 no_manifests. */
+  manifests?: unknown[];
 }
+
+/** The digest stamped on answers at `epoch` (any 32 bytes: the fake's contents are not hashed). */
+const digestAt = (epoch: number) => (17 * (epoch + 1)).toString(16).padStart(2, "0").repeat(32);
 
 /** A fetch serving two parties that answer honestly from `pages` (a DPF full-domain scan), then tamper. */
 function parties(a: Fake, b: Fake): typeof fetch {
@@ -53,21 +61,29 @@ function parties(a: Fake, b: Fake): typeof fetch {
     if (url.pathname === "/v1/info") {
       const signing = { scheme: "ed25519", tail_len: 72, publisher_key: V.public_key, db_id: V.db_id };
       return Response.json({
-        num_pages: PAGES, page_size: PAGE_SIZE, domain_bits: 7, epoch: { oldest: 0, newest: party.epoch ?? 0 }, max_keys_per_query: 64, workers: 1,
+        num_pages: PAGES, page_size: PAGE_SIZE, domain_bits: 7, epoch: { oldest: 0, newest: newest(party) }, max_keys_per_query: 64, workers: 1,
         ...(party.signing === false ? {} : { signing }),
       });
     }
+    if (url.pathname === "/v1/manifests") {
+      if (!party.manifests) return Response.json({ error: { code: "no_manifests", message: "no manifest file" } }, { status: 404 });
+      return Response.json(party.manifests);
+    }
     const body = JSON.parse(String(init.body));
+    const epoch = body.epoch ?? newest(party);
+    const pages = epoch === 0 ? party.pages : party.later![epoch - 1];
     const answers = body.keys.map((k: string, n: number) => {
       const bits = evalFullDomain(parseKey(fromBase64(k)!));
       let answer: Uint8Array = new Uint8Array(PAGE_SIZE);
-      for (let p = 0; p < PAGES; p++) if ((bits[p >> 3] >> (p & 7)) & 1) answer = xorBytes(answer, party.pages[p]);
+      for (let p = 0; p < PAGES; p++) if ((bits[p >> 3] >> (p & 7)) & 1) answer = xorBytes(answer, pages[p]);
       party.tamper?.(answer, n);
       return toBase64(answer);
     });
-    return Response.json({ id: "ab".repeat(16), status: "done", epoch: body.epoch ?? party.epoch ?? 0, pages: answers, digest: DIGEST });
+    return Response.json({ id: "ab".repeat(16), status: "done", epoch, pages: answers, digest: digestAt(epoch) });
   }) as typeof fetch;
 }
+
+const newest = (party: Fake) => party.epoch ?? party.later?.length ?? 0;
 
 const rejectsWith = (code: string, pattern?: RegExp) => (e: unknown) => {
   assert.ok(e instanceof PirqError, String(e));
@@ -145,4 +161,81 @@ test("without a publisher key a signed database works and the client says once t
   // unsigned and unpinned: nothing to say
   const unsigned = { pages: DB, signing: false };
   await connect(A, B, { fetch: parties(unsigned, unsigned), warn: (m) => assert.fail(m) });
+});
+
+/** The publisher's manifest of `epoch` (SIGNED §4.1), signed with `secret`. */
+function manifest(secret: Uint8Array, epoch: number, pages: number[], digest = digestAt(epoch)) {
+  const m = { epoch, digest, pages, signature: "" };
+  m.signature = Buffer.from(ed25519.sign(manifestMessage(fromHex(V.db_id), m), secret)).toString("hex");
+  return m;
+}
+
+// Epoch 1 replaced pages 7 and 8 (signed with changed_epoch 1); epoch 2 replaced page 9.
+const EPOCH1 = DB.map((p, i) => (i === 7 || i === 8 ? signedPage(SECRET, i, 1, 0x55) : p));
+const EPOCH2 = EPOCH1.map((p, i) => (i === 9 ? signedPage(SECRET, i, 2, 0x99) : p));
+const MANIFESTS = [manifest(SECRET, 1, [7, 8]), manifest(SECRET, 2, [9])];
+const updated = (extra: Partial<Fake> = {}): Fake => ({ pages: DB, later: [EPOCH1, EPOCH2], manifests: MANIFESTS, ...extra });
+
+test("after updates: changed and unchanged pages verified current with the publisher's manifests, at every epoch", async () => {
+  const pirq = await connect(A, B, { fetch: parties(updated(), updated()), publisherKey: V.public_key });
+  const got = await pirq.getPages([7, 9, 5]);
+  assert.equal(got.epoch, 2);
+  assert.deepEqual(got.pages, [EPOCH2[7], EPOCH2[9], EPOCH2[5]].map((p) => p.subarray(0, USABLE)));
+  assert.deepEqual(got.changedEpochs, [1, 2, 0]);
+  assert.equal(pirq.newestSignedEpoch, 2);
+});
+
+test("a party that hands back the old signed version of a replaced page (XOR old ⊕ new) is refused", async () => {
+  for (const [index, version] of [[7, DB[7]], [9, EPOCH1[9]]] as const) {
+    const rollback = (x: Uint8Array) => x.set(xorBytes(x, xorBytes(EPOCH2[index], version)));
+    for (const liar of ["A", "B"]) {
+      const fetch = liar === "A" ? parties(updated({ tamper: rollback }), updated()) : parties(updated(), updated({ tamper: rollback }));
+      const pirq = await connect(A, B, { fetch, publisherKey: V.public_key });
+      await assert.rejects(pirq.getPage(index), rejectsWith("stale_page", new RegExp(`page ${index} answered at epoch 2 is its version of epoch \\d, which the publisher's manifest of epoch \\d replaced`)), `page ${index} by ${liar}`);
+    }
+  }
+});
+
+test("manifests: one party's suffice (the union); none, or only forged ones, refuse a page not shown current", async () => {
+  const one = await connect(A, B, { fetch: parties(updated({ manifests: undefined }), updated()), publisherKey: V.public_key });
+  assert.deepEqual((await one.getPages([5])).changedEpochs, [0]);
+  const none = await connect(A, B, { fetch: parties(updated({ manifests: undefined }), updated({ manifests: undefined })), publisherKey: V.public_key });
+  await assert.rejects(none.getPage(5), rejectsWith("stale_page", /neither party serves the publisher's manifest of epoch 1/));
+  // a page changed at the answered epoch needs no manifest
+  assert.deepEqual((await none.getPages([9])).changedEpochs, [2]);
+  const forged = [manifest(OTHER_SECRET, 1, []), manifest(OTHER_SECRET, 2, [])];
+  const liars = await connect(A, B, { fetch: parties(updated({ manifests: forged }), updated({ manifests: [MANIFESTS[0]] })), publisherKey: V.public_key });
+  await assert.rejects(liars.getPage(5), rejectsWith("stale_page", /manifest of epoch 2/));
+  // a manifest that drops the page it replaced is a forgery too: its signature fails, the real one still counts
+  const dropped = [{ ...MANIFESTS[0], pages: [8] }, MANIFESTS[1]];
+  const rollback = (x: Uint8Array) => x.set(xorBytes(x, xorBytes(EPOCH2[7], DB[7])));
+  const both = await connect(A, B, { fetch: parties(updated({ manifests: dropped, tamper: rollback }), updated({ manifests: dropped })), publisherKey: V.public_key });
+  await assert.rejects(both.getPage(7), rejectsWith("stale_page", /neither party serves the publisher's manifest of epoch 1/));
+  // a manifest body that is not the documented shape is that party's bad_response, not a crash
+  const garbage = await connect(A, B, { fetch: parties(updated({ manifests: [{ epoch: "one" }] }), updated()), publisherKey: V.public_key });
+  assert.deepEqual((await garbage.getPages([5])).changedEpochs, [0], "the other party's manifests suffice");
+});
+
+test("answers stamped with another digest than the publisher's manifest of that epoch are refused", async () => {
+  const wrong = [MANIFESTS[0], manifest(SECRET, 2, [9], "ee".repeat(32))];
+  const pirq = await connect(A, B, { fetch: parties(updated({ manifests: wrong }), updated({ manifests: wrong })), publisherKey: V.public_key });
+  await assert.rejects(pirq.getPage(5), rejectsWith("bad_signature", /digest .* the publisher's manifest of that epoch says eeeeeeeeeeee/));
+});
+
+test("the freeze: parties that fall back to an older epoch than this client has seen are refused; minEpoch holds a new client", async () => {
+  const a = updated();
+  const b = updated();
+  const pirq = await connect(A, B, { fetch: parties(a, b), publisherKey: V.public_key });
+  await pirq.getPage(9);
+  assert.equal(pirq.newestSignedEpoch, 2);
+  a.epoch = b.epoch = 1; // both now claim epoch 1 is their newest: every page there is current at 1
+  await pirq.agree();
+  await assert.rejects(pirq.getPage(5), rejectsWith("stale_epoch", /epoch 1, older than epoch 2/));
+  await assert.rejects(pirq.getPage(5, { epoch: 0 }), rejectsWith("stale_epoch"));
+  // a fresh client knows nothing newer (SIGNED §4.4) unless told
+  const fresh = await connect(A, B, { fetch: parties(a, b), publisherKey: V.public_key });
+  assert.deepEqual((await fresh.getPages([9])).changedEpochs, [0]);
+  const told = await connect(A, B, { fetch: parties(a, b), publisherKey: V.public_key, minEpoch: 2 });
+  await assert.rejects(told.getPage(9), rejectsWith("stale_epoch", /\(minEpoch\)/));
+  await assert.rejects(connect(A, B, { fetch: parties(a, b), minEpoch: 2 }), rejectsWith("invalid_argument", /minEpoch needs publisherKey/));
 });
