@@ -5,12 +5,16 @@
 #      registry can be reached (ops/compose/local-images.sh);
 #   2. two parties on this host, each its own Compose project with its own Redis, gateway, two
 #      CPU workers and Prometheus (Grafana too when its image is here: Debian does not package it),
-#      serving one key-value database from a host directory;
+#      serving one key-value database from a host directory; each gateway serves HTTPS with its
+#      own certificate from a throwaway CA (ops/compose/certs.sh), and its admin routes and
+#      /metrics on a separate loopback listener;
 #   3. `pirq query --verify` (pages against the database file) and `pirq get` (values against the
-#      records) through both parties; an epoch update built with `pirq kv update`, pushed to both
-#      with `pirq epoch push`, and both checks again at the new epoch;
-#   4. each party's Prometheus scrapes its gateway and both workers (`up == 1`), has the alert
-#      rules loaded, and Docker reports every worker healthy (its /readyz).
+#      records) through both parties over HTTPS (`--ca-cert`); an epoch update built with
+#      `pirq kv update`, pushed to both admin listeners with `pirq epoch push`, and both checks
+#      again at the new epoch; the public port refuses plain HTTP and answers 404 for /metrics and
+#      the admin route;
+#   4. each party's Prometheus scrapes its gateway (on the admin listener) and both workers
+#      (`up == 1`), has the alert rules loaded, and Docker reports every gateway and worker healthy.
 #
 # Run: ops/compose/smoke.sh   (root or the docker group; minutes: see docs/operations.md).
 # scripts/test.sh runs it with PIRQ_COMPOSE_SMOKE=1.
@@ -97,10 +101,15 @@ export PIRQ_ADMIN_TOKEN
 PIRQ_ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export PIRQ_CPU_WORKER_THREADS=1 RUST_LOG=info
 
+# ---- a throwaway CA and one certificate per party (each its own key: one TLS identity each) -------
+ops/compose/certs.sh "$work/tls" party-a party-b
+CA=$work/tls/ca.pem
+
 party() { # party a|b compose-args...
     local p=$1
     shift
-    "${compose_cmd[@]}" "${files[@]}" -p "pirq-smoke-$p" --env-file "ops/party-$p.env" --profile cpu "$@"
+    PIRQ_TLS_DIR=$work/tls/party-$p \
+        "${compose_cmd[@]}" "${files[@]}" -p "pirq-smoke-$p" --env-file "ops/party-$p.env" --profile cpu "$@"
 }
 cleanup() {
     if [ "${PIRQ_SMOKE_KEEP:-0}" = 1 ]; then
@@ -134,13 +143,13 @@ done
 port() { grep "^$2=" "ops/party-$1.env" | cut -d= -f2; }
 wait_ready() { # url seconds
     local deadline=$(($(date +%s) + $2))
-    until curl -fs -o /dev/null "$1"; do
+    until curl -fs --cacert "$CA" -o /dev/null "$1"; do
         [ "$(date +%s)" -lt "$deadline" ] || return 1
         sleep 2
     done
 }
 for p in a b; do
-    url=http://127.0.0.1:$(port "$p" PIRQ_GATEWAY_PORT)
+    url=https://127.0.0.1:$(port "$p" PIRQ_GATEWAY_PORT)
     wait_ready "$url/readyz" 300 || {
         party "$p" ps >&2
         party "$p" logs --tail 40 >&2
@@ -148,8 +157,25 @@ for p in a b; do
     }
     log "party $p ready at $url"
 done
-A=http://127.0.0.1:$(port a PIRQ_GATEWAY_PORT)
-B=http://127.0.0.1:$(port b PIRQ_GATEWAY_PORT)
+A=https://127.0.0.1:$(port a PIRQ_GATEWAY_PORT)
+B=https://127.0.0.1:$(port b PIRQ_GATEWAY_PORT)
+ADMIN_A=http://127.0.0.1:$(port a PIRQ_ADMIN_PORT)
+ADMIN_B=http://127.0.0.1:$(port b PIRQ_ADMIN_PORT)
+
+# ---- the public port: HTTPS only, no admin route, no /metrics; the admin listener has both ------------
+code() { curl -s -o /dev/null -w '%{http_code}' --cacert "$CA" -m 5 "$@"; }
+for p in a b; do
+    pub=https://127.0.0.1:$(port "$p" PIRQ_GATEWAY_PORT)
+    adm=http://127.0.0.1:$(port "$p" PIRQ_ADMIN_PORT)
+    plain=http://127.0.0.1:$(port "$p" PIRQ_GATEWAY_PORT)
+    if curl -fsS -o /dev/null -m 5 "$plain/v1/info" 2>/dev/null; then fail "party $p: plain HTTP answered on the public port"; fi
+    # Without the CA, the party's certificate is not trusted.
+    if curl -fsS -o /dev/null -m 5 "$pub/v1/info" 2>/dev/null; then fail "party $p: its certificate verified without the CA"; fi
+    [ "$(code "$pub/metrics")" = 404 ] || fail "party $p: /metrics on the public port answered $(code "$pub/metrics")"
+    [ "$(code -X POST "$pub/v1/admin/epochs")" = 404 ] || fail "party $p: the admin route is on the public port"
+    [ "$(code "$adm/metrics")" = 200 ] || fail "party $p: /metrics on the admin listener answered $(code "$adm/metrics")"
+    log "party $p: HTTPS on the public port (plain HTTP refused, /metrics and the admin route 404); /metrics on the admin listener"
+done
 
 # ---- private queries, verified -----------------------------------------------------------------------
 # `pirq get` prints one line per key: the value in hex, or `absent`.
@@ -159,16 +185,16 @@ check_get() { # records-file label
     mapfile -t want < <(python3 -c 'import json,sys; [print(json.loads(l)["value"]) for l in list(open(sys.argv[1]))[:40:8]]' "$1")
     local args=()
     for k in "${keys[@]}"; do args+=(--key "$k"); done
-    got=$("$PIRQ" get --party-a "$A" --party-b "$B" "${args[@]}")
+    got=$("$PIRQ" get --party-a "$A" --party-b "$B" --ca-cert "$CA" "${args[@]}")
     [ "$got" = "$(printf '%s\n' "${want[@]}")" ] || fail "$2: pirq get answered
 $got
 expected
 $(printf '%s\n' "${want[@]}")"
     log "$2: pirq get: ${#keys[@]} keys, every value as in the records"
 }
-"$PIRQ" query --party-a "$A" --party-b "$B" --index 0 --index $((pages / 2)) --index $((pages - 1)) \
+"$PIRQ" query --party-a "$A" --party-b "$B" --ca-cert "$CA" --index 0 --index $((pages / 2)) --index $((pages - 1)) \
     --verify "$PIRQ_DATA/kv.pirdb" >/dev/null || fail "epoch 0: pirq query --verify"
-log "epoch 0: pirq query: 3 pages equal to the database file's"
+log "epoch 0: pirq query over HTTPS: 3 pages equal to the database file's"
 check_get "$work/records.jsonl" "epoch 0"
 
 # ---- an epoch: change 5 values, push to both, check again ----------------------------------------------
@@ -187,18 +213,18 @@ with open(sys.argv[3], "w") as f:
 PY
 "$PIRQ" kv update --db "$PIRQ_DATA/kv.pirdb" --changes "$work/changes.jsonl" --epoch 1 --out "$work/e1.json" >/dev/null
 "$PIRQ" db apply --db "$PIRQ_DATA/kv.pirdb" --update "$work/e1.json" --out "$work/kv-e1.pirdb" >/dev/null
-for url in "$A" "$B"; do
+for url in "$ADMIN_A" "$ADMIN_B"; do
     "$PIRQ" epoch push --party "$url" --from "$work/e1.json" >/dev/null || fail "epoch push to $url"
 done
+newest() { curl -fsS --cacert "$CA" "$1/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"]["newest"])'; }
 deadline=$(($(date +%s) + 60))
-until [ "$(curl -fsS "$A/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"]["newest"])')" = 1 ] &&
-      [ "$(curl -fsS "$B/v1/info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"]["newest"])')" = 1 ]; do
+until [ "$(newest "$A")" = 1 ] && [ "$(newest "$B")" = 1 ]; do
     [ "$(date +%s)" -lt "$deadline" ] || fail "the parties did not reach epoch 1"
     sleep 1
 done
 wait_ready "$A/readyz" 60 && wait_ready "$B/readyz" 60 || fail "not ready at epoch 1"
-log "epoch 1 pushed to both parties"
-"$PIRQ" query --party-a "$A" --party-b "$B" --index 0 --index $((pages / 2)) --index $((pages - 1)) \
+log "epoch 1 pushed to both parties' admin listeners"
+"$PIRQ" query --party-a "$A" --party-b "$B" --ca-cert "$CA" --index 0 --index $((pages / 2)) --index $((pages - 1)) \
     --verify "$work/kv-e1.pirdb" >/dev/null || fail "epoch 1: pirq query --verify"
 log "epoch 1: pirq query: 3 pages equal to the snapshot's (pirq db apply)"
 check_get "$work/records-1.jsonl" "epoch 1"
@@ -222,17 +248,17 @@ for p in a b; do
     done
     rules=$(curl -fsS "$prom/api/v1/rules" | python3 -c 'import json,sys; print(sum(len(g["rules"]) for g in json.load(sys.stdin)["data"]["groups"]))')
     [ "$rules" -gt 0 ] || fail "party $p: Prometheus has no alert rules loaded"
-    log "party $p: Prometheus scrapes the gateway and 2 workers (up, ready, $answered jobs completed), $rules alert rules loaded"
-    # Docker's own health check of each worker (its /readyz; every 10 s, the first one 10 s
-    # after the start).
-    for c in $(party "$p" ps -q worker-cpu) $(party "$p" ps -q worker-cpu2 2>/dev/null); do
+    log "party $p: Prometheus scrapes the gateway's admin listener and 2 workers (up, ready, $answered jobs completed), $rules alert rules loaded"
+    # Docker's own health check of the gateway and each worker (their /readyz; every 10 s, the
+    # first one 10 s after the start).
+    for c in $(party "$p" ps -q gateway) $(party "$p" ps -q worker-cpu) $(party "$p" ps -q worker-cpu2 2>/dev/null); do
         deadline=$(($(date +%s) + 60))
         until [ "$(docker inspect -f '{{.State.Health.Status}}' "$c")" = healthy ]; do
             [ "$(date +%s)" -lt "$deadline" ] ||
-                fail "party $p: worker container ${c:0:12} is $(docker inspect -f '{{.State.Health.Status}}' "$c")"
+                fail "party $p: container ${c:0:12} is $(docker inspect -f '{{.State.Health.Status}}' "$c")"
             sleep 2
         done
     done
-    log "party $p: Docker reports every worker healthy"
+    log "party $p: Docker reports the gateway and every worker healthy"
 done
-log "passed in $(($(date +%s) - start)) s ($COMPOSE, network $network, images $images, binaries $PIRQ_BINARIES)"
+log "passed in $(($(date +%s) - start)) s ($COMPOSE, network $network, images $images, binaries $PIRQ_BINARIES, HTTPS)"

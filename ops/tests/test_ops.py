@@ -121,11 +121,11 @@ def test_redis_has_aof_a_volume_and_a_healthcheck():
 
 
 def test_published_ports_are_only_in_the_override():
-    """The public gateway port and the loopback Prometheus and Grafana ports, in the file
+    """The public gateway port and the loopback admin, Prometheus and Grafana ports, in the file
     Compose reads by itself; none in docker-compose.yml (the host-network stack must have none)."""
     assert not any("ports" in s for s in compose_base()["services"].values())
     svcs = services()
-    assert svcs["gateway"]["ports"] == ["0.0.0.0:8080:8080"]
+    assert svcs["gateway"]["ports"] == ["0.0.0.0:8080:8080", "127.0.0.1:9080:9080"]
     assert svcs["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]
     assert svcs["grafana"]["ports"] == ["127.0.0.1:3000:3000"]
     override = yaml.safe_load(COMPOSE_OVERRIDE.read_text())["services"]
@@ -212,8 +212,32 @@ def test_two_party_env_files_differ_only_where_they_must():
         assert set(env) <= used, f"unused variables {set(env) - used}"
     for key in ("PIRQ_DEMO_PAGES", "PIRQ_DEMO_PAGE_SIZE", "PIRQ_DEMO_SEED"):
         assert a[key] == b[key], f"{key}: both parties must serve the same database"
-    for key in ("PIRQ_GATEWAY_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "PIRQ_PREFIX"):
+    for key in ("PIRQ_GATEWAY_PORT", "PIRQ_ADMIN_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "PIRQ_PREFIX"):
         assert a[key] != b[key], f"{key} must differ between the parties on one host"
+    # Each party its own certificate (a client refuses two parties with one TLS identity).
+    assert a["PIRQ_TLS_DIR"] != b["PIRQ_TLS_DIR"]
+
+
+def test_gateway_serves_tls_and_keeps_admin_off_the_public_port():
+    """HTTPS with the party's certificate from PIRQ_TLS_DIR; the admin routes and /metrics on
+    --admin-listen, a port of its own that is published on loopback only; the health check asks
+    the admin listener (plain HTTP: bash cannot speak TLS)."""
+    gw = services()["gateway"]
+    env = gw["environment"]
+    assert "./tls:/tls:ro" in gw["volumes"]
+    assert env["PIRQ_TLS_CERT"] == "/tls/cert.pem" and env["PIRQ_TLS_KEY"] == "/tls/key.pem"
+    admin, public = listen_port(env["PIRQ_ADMIN_LISTEN"]), listen_port(env["PIRQ_LISTEN"])
+    assert admin != public
+    published = {p.split(":")[-1]: p.split(":")[0] for p in gw["ports"]}
+    assert published[str(admin)] == "127.0.0.1", "the admin port must not be published publicly"
+    assert f"/dev/tcp/127.0.0.1/{admin}" in gw["healthcheck"]["test"][-1]
+    # ops/compose/certs.sh writes what the env files name, and the files it writes are those
+    # the gateway reads.
+    certs = (ROOT / "ops/compose/certs.sh").read_text()
+    assert '"$dir/cert.pem"' in certs and '"$dir/key.pem"' in certs
+    for env_file in PARTIES:
+        e = read_env_file(env_file)
+        assert e["PIRQ_TLS_DIR"] == f"./tls/{env_file.stem}", env_file
 
 
 # ---- Dockerfile ------------------------------------------------------------------------------
@@ -381,7 +405,10 @@ def test_prometheus_scrapes_every_pirq_service_on_its_port():
     for name, svc in svcs.items():
         binary = entry_binary(svc)
         if binary == "pirq-gateway":
-            assert scraped.get(name) == listen_port(svc["environment"]["PIRQ_LISTEN"]), name
+            # /metrics answers only on the admin listener once there is one.
+            port = listen_port(svc["environment"]["PIRQ_ADMIN_LISTEN"])
+            assert scraped.get(name) == port, f"{name} is not scraped on its admin port :{port}"
+            assert str(port) in [str(p) for p in svc.get("expose", [])], name
         elif binary == "pirq-worker":
             port = listen_port(svc["environment"]["PIRQ_METRICS_LISTEN"])
             assert scraped.get(name) == port, f"{name} is not scraped on :{port}"
@@ -613,7 +640,7 @@ def test_prometheus_configs_pass_promtool(tmp_path):
     bridge.write_text(PROMETHEUS.read_text())
     host = tmp_path / "host.yml"
     text = (ROOT / "ops/compose/prometheus-host.yml").read_text()
-    for marker in ("@GATEWAY_PORT@", "@WORKER_PORT@", "@WORKER2_PORT@", "@PROMETHEUS_PORT@"):
+    for marker in ("@GATEWAY_ADMIN_PORT@", "@WORKER_PORT@", "@WORKER2_PORT@", "@PROMETHEUS_PORT@"):
         assert marker in text and marker in (ROOT / "ops/compose/host-network.yml").read_text()
         text = text.replace(marker, "9999")
     host.write_text(text.replace("/etc/prometheus/alerts.yml", str(tmp_path / "alerts.yml")))
@@ -656,12 +683,16 @@ def test_host_network_override_covers_every_service_on_loopback():
         assert len(set(ports.values())) == len(ports) == 2, ports
         prom_env = host["prometheus"]["environment"]
         assert {int(prom_env["PIRQ_WORKER_METRICS_PORT"]), int(prom_env["PIRQ_WORKER2_METRICS_PORT"])} == set(ports.values())
-        assert host["gateway"]["environment"]["PIRQ_LISTEN"].endswith(f":{env['PIRQ_GATEWAY_PORT']}")
+        gw = host["gateway"]["environment"]
+        assert gw["PIRQ_LISTEN"].endswith(f":{env['PIRQ_GATEWAY_PORT']}")
+        assert gw["PIRQ_ADMIN_LISTEN"] == f"127.0.0.1:{env['PIRQ_ADMIN_PORT']}"
+        assert f"/dev/tcp/127.0.0.1/{env['PIRQ_ADMIN_PORT']}" in host["gateway"]["healthcheck"]["test"][-1]
+        assert str(prom_env["PIRQ_ADMIN_PORT"]) == env["PIRQ_ADMIN_PORT"]
 
 
 def test_host_network_ports_differ_between_the_parties():
     a, b = (read_env_file(p) for p in PARTIES)
-    keys = ["PIRQ_GATEWAY_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "PIRQ_REDIS_PORT",
+    keys = ["PIRQ_GATEWAY_PORT", "PIRQ_ADMIN_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "PIRQ_REDIS_PORT",
             "PIRQ_WORKER_METRICS_PORT", "PIRQ_WORKER2_METRICS_PORT"]
     used = [int(a[k]) for k in keys] + [int(b[k]) for k in keys]
     assert len(set(used)) == len(used), "two services of the host would want one port"
