@@ -260,5 +260,13 @@ for p in a b; do
         done
     done
     log "party $p: Docker reports the gateway and every worker healthy"
+    # Normal operation logs no WARN or ERROR line (a refused plain-HTTP or untrusted client above
+    # is a failed handshake: counted, logged at debug).
+    for c in $(party "$p" ps -q gateway worker-cpu) $(party "$p" ps -q worker-cpu2 2>/dev/null); do
+        bad=$(docker logs "$c" 2>&1 | grep -E '^[0-9TZ:.-]+ +(WARN|ERROR) ' || true)
+        [ -z "$bad" ] || fail "party $p: container ${c:0:12} logged
+$bad"
+    done
+    log "party $p: no WARN or ERROR line in the gateway's and the workers' logs"
 done
 log "passed in $(($(date +%s) - start)) s ($COMPOSE, network $network, images $images, binaries $PIRQ_BINARIES, HTTPS)"
