@@ -1,4 +1,4 @@
-//! `pirq db gen`, `pirq db import`, `pirq db info` and `pirq db verify`.
+//! `pirq db gen`, `pirq db import`, `pirq db sign`, `pirq db info` and `pirq db verify`.
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +27,24 @@ pub enum DbCommand {
     Verify(VerifyArgs),
     /// Cut a database into shard files, one per page-range shard (`pirq-worker --shard I/S`).
     Split(crate::split::SplitArgs),
+    /// Sign an existing database's pages with a publisher key (docs/spec/signed.md): a plain
+    /// page file whose pages' last 72 bytes are zero, an imported file (cut again into pages
+    /// with room for the signature), or a signed file (signed again). A kv table is signed by
+    /// building it again: `pirq kv build --sign-key`.
+    Sign(SignArgs),
+}
+
+#[derive(Args)]
+pub struct SignArgs {
+    /// The database to sign.
+    #[arg(long)]
+    db: PathBuf,
+    /// The publisher's secret key file (`pirq publisher keygen --secret`).
+    #[arg(long)]
+    sign_key: PathBuf,
+    /// Where the signed database goes.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -39,6 +57,10 @@ pub struct VerifyArgs {
     /// For a snapshot: the update files applied to --base, in epoch order.
     #[arg(long = "update", requires = "base")]
     updates: Vec<PathBuf>,
+    /// Check every page's publisher signature too: the file must be signed by this public key
+    /// (`pirq publisher keygen --public`).
+    #[arg(long)]
+    publisher_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -55,6 +77,10 @@ pub struct GenArgs {
     /// Output file.
     #[arg(long)]
     out: PathBuf,
+    /// Sign every page with this publisher secret key (the last 72 bytes of each page become
+    /// its signature tail).
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -63,12 +89,16 @@ pub struct ImportArgs {
     #[arg(long)]
     input: PathBuf,
     /// Page size in bytes: a power of two from 256 to 65536. Page p holds bytes
-    /// p*S .. (p+1)*S of the input.
+    /// p*U .. (p+1)*U of the input, U = the page size (less 72 with --sign-key).
     #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
     page_size: u32,
     /// Output file.
     #[arg(long)]
     out: PathBuf,
+    /// Sign every page with this publisher secret key (each page then holds 72 bytes less of
+    /// the input: the rest is its signature tail).
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
 }
 
 pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
@@ -79,6 +109,7 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
         DbCommand::Info { file } => info(file),
         DbCommand::Verify(args) => verify(args),
         DbCommand::Split(args) => crate::split::split(args),
+        DbCommand::Sign(args) => sign(args),
     }
 }
 
@@ -89,23 +120,54 @@ fn gen(args: GenArgs) -> anyhow::Result<()> {
         epoch: 0,
     };
     header.validate()?;
+    let signer = crate::publisher::new_signer(args.sign_key.as_deref())?;
+    let meta = db::Meta {
+        signing: signer.as_ref().map(|s| s.block),
+        ..db::Meta::default()
+    };
     let bar = progress_bar(header.pages_len());
-    let digest = db::write(
+    let started = std::time::Instant::now();
+    let digest = db::write_meta(
         &args.out,
         &header,
-        |p, page| synthetic::fill_page(args.seed, p, page),
+        &meta,
+        |p, page| {
+            synthetic::fill_page(args.seed, p, page);
+            if let Some(signer) = &signer {
+                signer.sign(p, 0, page);
+            }
+        },
         |done| bar.set_position(done),
     )
     .with_context(|| format!("writing {}", args.out.display()))?;
     bar.finish_and_clear();
     eprintln!(
-        "wrote {} ({} pages of {} bytes, domain bits {}), digest {digest}",
+        "wrote {} ({} pages of {} bytes, domain bits {}), digest {digest}{}",
         args.out.display(),
         header.num_pages,
         header.page_size,
-        header.domain_bits()
+        header.domain_bits(),
+        signed_note(signer.as_ref(), header.num_pages, started)
     );
     Ok(())
+}
+
+/// What a tool that signed pages says about them: the publisher, the database id, the rate.
+fn signed_note(
+    signer: Option<&pirq_shared::signing::PageSigner>,
+    pages: u64,
+    started: std::time::Instant,
+) -> String {
+    let Some(signer) = signer else {
+        return String::new();
+    };
+    let secs = started.elapsed().as_secs_f64();
+    format!(
+        "; {pages} pages signed by publisher key {} in {secs:.1} s ({:.0} pages/s), db_id {}",
+        signer.block.publisher,
+        pages as f64 / secs.max(1e-9),
+        hex::encode(signer.block.db_id)
+    )
 }
 
 /// Refuses an `out` that is one of `inputs` (SPEC-independent: no tool destroys what it reads),
@@ -151,18 +213,118 @@ fn import(args: ImportArgs) -> anyhow::Result<()> {
                 .expect("valid template"),
         ),
     };
-    let imported = db::import::import(&args.out, input, &name, known_len, args.page_size, |done| {
-        bar.set_position(done)
-    })
+    let signer = crate::publisher::new_signer(args.sign_key.as_deref())?;
+    let started = std::time::Instant::now();
+    let imported = db::import::import(
+        &args.out,
+        input,
+        &name,
+        known_len,
+        args.page_size,
+        signer.as_ref(),
+        |done| bar.set_position(done),
+    )
     .with_context(|| format!("importing {name} into {}", args.out.display()))?;
     bar.finish_and_clear();
     eprintln!(
-        "wrote {} ({} bytes of {name} in {} pages of {} bytes, the last zero-padded), digest {}",
+        "wrote {} ({} bytes of {name} in {} pages of {} bytes, the last zero-padded), digest {}{}",
         args.out.display(),
         imported.data_len,
         imported.num_pages,
         args.page_size,
-        imported.digest
+        imported.digest,
+        signed_note(signer.as_ref(), imported.num_pages, started)
+    );
+    Ok(())
+}
+
+/// `pirq db sign`: the pages of an existing database, signed. Signing shrinks the usable bytes
+/// of a page (SPEC §2.5), so data never sits under a tail: imported bytes are cut again, a
+/// plain file is signed only where its tails are free, a kv table is refused (its slots are
+/// laid out by `kv build`).
+fn sign(args: SignArgs) -> anyhow::Result<()> {
+    use pirq_shared::signing::{PageSigner, SecretKey, TAIL_LEN};
+    db::ensure_not_an_input(&args.out, &[&args.db])?;
+    let source = PirDb::open(&args.db)?;
+    let name = args.db.display();
+    let key = SecretKey::read_file(&args.sign_key)?;
+    if source.shard().is_some() {
+        bail!("{name} is a shard file: sign the whole database, then split it (pirq db split)");
+    }
+    let started = std::time::Instant::now();
+    let header = *source.header();
+    let ps = source.page_size();
+    let tail = TAIL_LEN as usize;
+    let (signer, keep_epochs) = match source.signing() {
+        // Signed again: by the same publisher the database keeps its identity; by another it
+        // is another database.
+        Some(block) if block.publisher == key.public() => {
+            (PageSigner::for_block(*block, key)?, true)
+        }
+        Some(_) => (PageSigner::new(key), true),
+        None if source.kv().is_some() => bail!(
+ "{name} is a kv table: its slots must move out of the signature tails, so build it again from its records with pirq kv build --sign-key"
+        ),
+        None if source.data_len() != 0 => {
+            let data = &source.pages()[..source.data_len() as usize];
+            let signer = PageSigner::new(key);
+            let imported = db::import::import(
+                &args.out,
+                data,
+                &name.to_string(),
+                Some(data.len() as u64),
+                header.page_size,
+                Some(&signer),
+                |_| {},
+            )?;
+            eprintln!(
+                "wrote {} (the {} imported bytes of {name} cut again into {} pages with room for the signature; a new database at epoch 0), digest {}{}",
+                args.out.display(),
+                imported.data_len,
+                imported.num_pages,
+                imported.digest,
+                signed_note(Some(&signer), imported.num_pages, started)
+            );
+            return Ok(());
+        }
+        None => {
+            if let Some(p) = source
+                .pages()
+                .chunks(ps)
+                .position(|page| page[ps - tail..].iter().any(|b| *b != 0))
+            {
+                bail!(
+                    "{name}: page {p} has data in its last {tail} bytes, where the signature goes; make the database again with --sign-key (pirq db gen, db import, kv build) so its data fits beside the signature"
+                );
+            }
+            (PageSigner::new(key), false)
+        }
+    };
+    let meta = db::Meta {
+        signing: Some(signer.block),
+        ..source.meta()
+    };
+    let digest = db::write_meta(
+        &args.out,
+        &header,
+        &meta,
+        |p, page| {
+            page.copy_from_slice(source.page(p).expect("p < num_pages"));
+            // A page's last change: as signed before, or (first signed now) this epoch.
+            let changed = if keep_epochs {
+                pirq_shared::signing::changed_epoch(page)
+            } else {
+                header.epoch
+            };
+            signer.sign(p, changed, page);
+        },
+        |_| {},
+    )?;
+    eprintln!(
+        "wrote {} at epoch {}, digest {digest}{}",
+        args.out.display(),
+        header.epoch,
+        signed_note(Some(&signer), header.num_pages, started)
     );
     Ok(())
 }
@@ -200,6 +362,10 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
     if let Some(kv) = db.kv() {
         info["kv"] = serde_json::to_value(kv.info())?;
     }
+    if let Some(block) = db.signing() {
+        info["signing"] = serde_json::to_value(block.info())?;
+        info["usable"] = db.usable().into();
+    }
     if let Some(s) = db.shard() {
         info["shard"] = serde_json::json!({
             "shard": s.spec.to_string(),
@@ -215,6 +381,11 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
 fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     let db = PirDb::open(&args.file)?;
     let name = args.file.display();
+    if let Some(path) = &args.publisher_key {
+        let key = crate::publisher::read_public(path)?;
+        let pages = db.verify_signatures(&key)?;
+        println!("{name}: all {pages} pages carry valid signatures of publisher key {key}");
+    }
     let Some(recorded) = db.recorded_digest() else {
         bail!("{name} records no digest (written before digests existed); its content digest is {}; rewrite it with `pirq db apply` or the tool that made it", db.content_digest());
     };

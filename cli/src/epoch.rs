@@ -28,6 +28,10 @@ pub struct MakeArgs {
     /// Output file: JSON if it ends in .json, else bincode.
     #[arg(long)]
     out: PathBuf,
+    /// Sign the replaced pages (a signed database's updates must be signed): the publisher's
+    /// secret key, the one that signed the database.
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -65,15 +69,21 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
     db::ensure_not_an_input(&args.out, &[&args.db])?;
     db::check_epoch(args.epoch).context("--epoch")?;
     let db = PirDb::open(&args.db)?;
+    let signer = args
+        .sign_key
+        .as_deref()
+        .map(|path| crate::publisher::signer_for(path, db.signing()))
+        .transpose()?;
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
     let pages = (0..args.pages)
         .map(|_| {
             let mut page = vec![0u8; db.page_size()];
             rng.fill_bytes(&mut page);
-            PageWrite {
-                index: rng.random_range(0..db.num_pages()),
-                page,
+            let index = rng.random_range(0..db.num_pages());
+            if let Some(signer) = &signer {
+                signer.sign(index, args.epoch, &mut page);
             }
+            PageWrite { index, page }
         })
         .collect();
     let update = EpochUpdate {
@@ -117,6 +127,9 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
             );
         }
         u.validate(header.num_pages, db.page_size())?;
+        if let Some(block) = db.signing() {
+            check_signed_update(block, u)?;
+        }
         for w in &u.pages {
             latest.insert(w.index, &w.page);
         }
@@ -146,6 +159,31 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
         out.epoch,
         latest.len()
     );
+    Ok(())
+}
+
+/// A signed database takes only signed updates: every replaced page must carry the
+/// publisher's signature for its index, as changed at the update's epoch (so the snapshot holds
+/// exactly the pages a party that applied the update serves).
+pub fn check_signed_update(
+    block: &pirq_shared::signing::SigningBlock,
+    update: &EpochUpdate,
+) -> anyhow::Result<()> {
+    for w in &update.pages {
+        let changed = block.verify_page(w.index, &w.page).with_context(|| {
+            format!(
+                "the update for epoch {} is not signed by the database's publisher (make it with pirq epoch make --sign-key or pirq kv update --sign-key)",
+                update.epoch
+            )
+        })?;
+        if changed != update.epoch {
+            bail!(
+                "the update for epoch {}: page {} is signed as changed at epoch {changed}",
+                update.epoch,
+                w.index
+            );
+        }
+    }
     Ok(())
 }
 

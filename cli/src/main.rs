@@ -14,6 +14,7 @@ mod kv;
 mod load;
 mod output;
 mod parties;
+mod publisher;
 mod query;
 mod record;
 mod split;
@@ -36,6 +37,9 @@ enum Command {
     /// Database files (.pirdb): generate, inspect.
     #[command(subcommand)]
     Db(db::DbCommand),
+    /// Publisher keys: make the key pair that signs databases (docs/spec/signed.md).
+    #[command(subcommand)]
+    Publisher(publisher::PublisherCommand),
     /// Epoch updates: make one, push one to a party.
     #[command(subcommand)]
     Epoch(EpochCommand),
@@ -92,6 +96,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Db(cmd) => db::run(cmd),
         Command::Keys(cmd) => keys::run(cmd),
+        Command::Publisher(cmd) => publisher::run(cmd),
         Command::Epoch(EpochCommand::Make(args)) => epoch::make(args),
         Command::Epoch(EpochCommand::Push(args)) => epoch::push(args),
         Command::Answer(args) => answer::answer(args),

@@ -53,6 +53,8 @@ pub struct Meta {
     pub kv: Option<KvLayout>,
     /// Bytes of imported data, for a file written by `pirq db import` (SPEC §2.3); 0 otherwise.
     pub data_len: u64,
+    /// The signing block (SPEC §2.4) of a database whose pages carry publisher signatures.
+    pub signing: Option<crate::signing::SigningBlock>,
 }
 
 /// The header fields of a `.pirdb` file.
@@ -97,6 +99,9 @@ pub enum DbError {
         output.display(), input.display()
     )]
     OutputIsInput { output: PathBuf, input: PathBuf },
+    /// The signing block (header bytes 560..688) is malformed, or a page's signature is bad.
+    #[error(transparent)]
+    Signing(#[from] crate::signing::SignError),
     /// A file's pages do not hash to the digest its header records.
     #[error(
         "{}: the pages hash to {found}, the header's {field} is {expected}: {hint}",
@@ -160,14 +165,16 @@ impl Header {
             return Err(DbError::Reserved { offset: 12 });
         }
         // Bytes 32..64 hold the digest (any value); bytes 64..512 are the kv layout block: zero,
-        // or a layout that fits these pages; 512..544 the shard block; 544..552 data_len. The
-        // signing block (560..688, SPEC §2.4) is reserved until signed pages exist.
+        // or a layout that fits these pages; 512..544 the shard block; 544..552 data_len;
+        // 560..688 the signing block (SPEC §2.4).
         let kv = crate::kv::BLOCK;
+        let signing = crate::signing::BLOCK;
         for reserved in [
             DIGEST_RANGE.end..kv.start,
             kv.end..SHARD_BLOCK.start,
             SHARD_BLOCK.end..DATA_LEN_AT,
-            DATA_LEN_AT + 8..PAGES_DIGEST_RANGE.start,
+            DATA_LEN_AT + 8..signing.start,
+            signing.end..PAGES_DIGEST_RANGE.start,
             PAGES_DIGEST_RANGE.end..HEADER_LEN,
         ] {
             if let Some(i) = bytes[reserved.clone()].iter().position(|b| *b != 0) {
@@ -176,6 +183,7 @@ impl Header {
                 });
             }
         }
+        header.signing(bytes)?;
         header.kv_params(bytes)?;
         let shard = ShardOrigin::from_header(bytes, &header)?;
         let total_pages = shard.map_or(header.num_pages, |s| s.total_pages);
@@ -184,9 +192,20 @@ impl Header {
     }
 
     /// Bytes of a page that hold data (SPEC §2.5): the page size less the signature tail of a
-    /// signed database (none yet: the signing block is issue 27's).
-    pub fn usable(&self, _bytes: &[u8]) -> u32 {
-        self.page_size
+    /// signed database. A malformed signing block counts as none (parsing refuses it).
+    pub fn usable(&self, bytes: &[u8]) -> u32 {
+        match self.signing(bytes) {
+            Ok(Some(block)) => self.page_size - block.tail_len(),
+            _ => self.page_size,
+        }
+    }
+
+    /// The signing block in header `bytes` (560..688, SPEC §2.4); `None` for unsigned pages.
+    pub fn signing(
+        &self,
+        bytes: &[u8],
+    ) -> Result<Option<crate::signing::SigningBlock>, crate::signing::SignError> {
+        crate::signing::SigningBlock::from_header(bytes, self.page_size)
     }
 
     /// The `data_len` field (SPEC §2.3) of header `bytes`: 0 unless the file was imported.
@@ -198,12 +217,18 @@ impl Header {
         )
     }
 
-    /// The kv layout in header `bytes` (64..512) checked against this geometry; `None` for a
-    /// plain page database.
+    /// The kv layout in header `bytes` (64..512) checked against this geometry (slots in the
+    /// usable bytes); `None` for a plain page database.
     pub fn kv_params(&self, bytes: &[u8]) -> Result<Option<KvParams>, DbError> {
+        let tail = self.page_size - self.usable(bytes);
         match KvLayout::from_header(bytes)? {
             None => Ok(None),
-            Some(layout) => Ok(Some(KvParams::new(layout, self.page_size, self.num_pages)?)),
+            Some(layout) => Ok(Some(KvParams::with_tail(
+                layout,
+                self.page_size,
+                tail,
+                self.num_pages,
+            )?)),
         }
     }
 
@@ -275,6 +300,7 @@ pub struct PirDb {
     pages_digest: Option<Digest>,
     kv: Option<KvParams>,
     data_len: u64,
+    signing: Option<crate::signing::SigningBlock>,
     shard: Option<ShardOrigin>,
     map: Mmap,
     path: PathBuf,
@@ -303,6 +329,7 @@ impl PirDb {
         let pages_digest = Header::parse_pages_digest(&map[..HEADER_LEN]);
         let shard = ShardOrigin::from_header(&map[..HEADER_LEN], &header)?;
         let data_len = Header::data_len(&map[..HEADER_LEN]);
+        let signing = header.signing(&map[..HEADER_LEN])?;
         if len != header.file_len() {
             return Err(DbError::Length {
                 expected: header.file_len(),
@@ -319,6 +346,7 @@ impl PirDb {
             pages_digest,
             kv,
             data_len,
+            signing,
             shard,
             map,
             path,
@@ -402,7 +430,62 @@ impl PirDb {
         Meta {
             kv: self.kv.map(|k| k.layout),
             data_len: self.data_len,
+            signing: self.signing,
         }
+    }
+
+    /// The signing block, for a database whose pages carry publisher signatures (SPEC §2.4).
+    pub fn signing(&self) -> Option<&crate::signing::SigningBlock> {
+        self.signing.as_ref()
+    }
+
+    /// Bytes of a page that hold data (SPEC §2.5): the page size less the signature tail.
+    pub fn usable(&self) -> usize {
+        self.page_size() - self.signing.map_or(0, |b| b.tail_len() as usize)
+    }
+
+    /// Checks every page's signature (on all cores) against the file's signing block, whose
+    /// publisher must be `publisher`, and that no page claims a change after the file's epoch.
+    /// Returns how many pages were checked.
+    pub fn verify_signatures(
+        &self,
+        publisher: &crate::signing::PublisherKey,
+    ) -> Result<u64, DbError> {
+        use crate::signing::SignError;
+        use rayon::prelude::*;
+        let Some(block) = self.signing else {
+            return Err(SignError::Block(format!(
+                "{} is not signed (its header has no signing block)",
+                self.path.display()
+            ))
+            .into());
+        };
+        if block.publisher != *publisher {
+            return Err(SignError::Key(format!(
+                "{} is signed by publisher key {}, not {publisher}",
+                self.path.display(),
+                block.publisher
+            ))
+            .into());
+        }
+        let first = self.first_page();
+        let epoch = self.header.epoch;
+        self.pages()
+            .par_chunks(self.page_size())
+            .enumerate()
+            .try_for_each(|(p, page)| {
+                let index = first + p as u64;
+                let changed = block.verify_page(index, page)?;
+                if changed > epoch {
+                    return Err(SignError::FromTheFuture {
+                        index,
+                        changed,
+                        epoch,
+                    });
+                }
+                Ok(())
+            })?;
+        Ok(self.num_pages())
     }
 
     /// Which part of a database this file holds, for a shard file (`pirq db split`).
@@ -638,9 +721,13 @@ pub fn write_meta(
 fn header_bytes(header: &Header, meta: &Meta, total_pages: u64) -> Result<Vec<u8>, DbError> {
     header.validate()?;
     let mut bytes = header.to_bytes();
+    if let Some(block) = &meta.signing {
+        bytes[crate::signing::BLOCK].copy_from_slice(&block.to_block());
+        header.signing(&bytes)?;
+    }
     if let Some(layout) = &meta.kv {
-        KvParams::new(*layout, header.page_size, header.num_pages)?;
         bytes[crate::kv::BLOCK].copy_from_slice(&layout.to_block());
+        header.kv_params(&bytes)?;
     }
     check_data_len(meta.data_len, total_pages, header.usable(&bytes))?;
     bytes[DATA_LEN_AT..DATA_LEN_AT + 8].copy_from_slice(&meta.data_len.to_le_bytes());
@@ -881,6 +968,15 @@ impl MappedWriter {
             kv: kv.copied(),
             ..Meta::default()
         };
+        MappedWriter::create_meta(path, header, &meta)
+    }
+
+    /// [`MappedWriter::create`] with all of the header's blocks (a signed kv table's too).
+    pub fn create_meta(
+        path: impl AsRef<Path>,
+        header: &Header,
+        meta: &Meta,
+    ) -> Result<MappedWriter, DbError> {
         let header_bytes = header_bytes(header, &meta, header.num_pages)?;
         let path = path.as_ref().to_path_buf();
         let name = path
@@ -934,6 +1030,22 @@ impl MappedWriter {
     /// All pages back to back, writable.
     pub fn pages_mut(&mut self) -> &mut [u8] {
         &mut self.map[HEADER_LEN..]
+    }
+
+    /// Signs every page (on all cores) as changed at `changed_epoch`, writing its tail: the
+    /// last step before [`MappedWriter::commit`] of a signed database.
+    pub fn sign_pages(
+        &mut self,
+        block: &crate::signing::SigningBlock,
+        key: &crate::signing::SecretKey,
+        changed_epoch: u64,
+    ) {
+        use rayon::prelude::*;
+        let ps = self.header.page_size as usize;
+        self.pages_mut()
+            .par_chunks_mut(ps)
+            .enumerate()
+            .for_each(|(p, page)| block.sign_page(key, p as u64, changed_epoch, page));
     }
 
     /// Records the pages' content digest (SPEC §2.1) in the header, flushes the file to disk,

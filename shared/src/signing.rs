@@ -302,6 +302,45 @@ impl SigningBlock {
     }
 }
 
+/// A secret key with the signing block it signs for: what a tool that writes signed pages holds.
+pub struct PageSigner {
+    pub block: SigningBlock,
+    key: SecretKey,
+}
+
+impl PageSigner {
+    /// Signs a new database: a fresh random `db_id`.
+    pub fn new(key: SecretKey) -> PageSigner {
+        PageSigner {
+            block: SigningBlock::new(key.public()),
+            key,
+        }
+    }
+
+    /// Signs more pages of an existing signed database (an update, a re-signed file): the key
+    /// must be the block's publisher.
+    pub fn for_block(block: SigningBlock, key: SecretKey) -> Result<PageSigner, SignError> {
+        if key.public() != block.publisher {
+            return Err(SignError::Key(format!(
+                "the database is signed by publisher key {}, this secret key's public key is {}",
+                block.publisher,
+                key.public()
+            )));
+        }
+        Ok(PageSigner { block, key })
+    }
+
+    /// Writes page `index`'s tail (see [`SigningBlock::sign_page`]).
+    pub fn sign(&self, index: u64, changed_epoch: u64, page: &mut [u8]) {
+        self.block.sign_page(&self.key, index, changed_epoch, page);
+    }
+
+    /// Signs an epoch manifest (§4 of `docs/spec/signed.md`).
+    pub fn manifest(&self, epoch: u64, digest: Digest, pages: Vec<u64>) -> Manifest {
+        Manifest::sign(&self.block, &self.key, epoch, digest, pages)
+    }
+}
+
 /// The `changed_epoch` field of a signed page's tail (not checked: see
 /// [`SigningBlock::verify_page`]).
 pub fn changed_epoch(page: &[u8]) -> u64 {

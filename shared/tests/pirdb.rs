@@ -107,8 +107,13 @@ fn header_rejections() {
         DbError::Reserved { offset: 12 }
     ));
     assert!(matches!(
+        header_error(|b| b[720] = 1),
+        DbError::Reserved { offset: 720 }
+    ));
+    // Bytes 560..688 are the signing block: not zero means a block, checked as one.
+    assert!(matches!(
         header_error(|b| b[600] = 1),
-        DbError::Reserved { offset: 600 }
+        DbError::Signing(_)
     ));
     // Bytes 64..512 are the kv layout block: not zero means a layout, checked as one.
     assert!(matches!(
@@ -359,6 +364,7 @@ fn data_len_is_recorded_checked_and_carried() {
     let meta = Meta {
         kv: None,
         data_len: 999 * 256 + 1,
+        ..Meta::default()
     };
     db::write_meta(&path, &header, &meta, |_, _| {}, |_| {}).unwrap();
     let opened = PirDb::open(&path).unwrap();
@@ -369,6 +375,7 @@ fn data_len_is_recorded_checked_and_carried() {
         let meta = Meta {
             kv: None,
             data_len: bad,
+            ..Meta::default()
         };
         let err =
             db::write_meta(dir.path().join("bad"), &header, &meta, |_, _| {}, |_| {}).unwrap_err();
@@ -387,8 +394,9 @@ fn data_len_is_recorded_checked_and_carried() {
     let shard = dir.path().join("s.pirdb");
     db::write_shard(&shard, &opened, ShardSpec::new(0, 2).unwrap(), |_| {}).unwrap();
     assert_eq!(PirDb::open(&shard).unwrap().data_len(), 999 * 256 + 1);
-    // Header bytes past data_len (the signing block among them) are reserved.
-    for offset in [552, 560, 687, 4095] {
+    // Header bytes past data_len, around the signing block, are reserved (the block itself is
+    // checked as one: tests/signed_vectors.rs, signing.rs).
+    for offset in [552, 559, 720, 4095] {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[offset] = 1;
         std::fs::write(&tampered, &bytes).unwrap();

@@ -39,6 +39,7 @@ pub fn import(
     input_name: &str,
     known_len: Option<u64>,
     page_size: u32,
+    signer: Option<&crate::signing::PageSigner>,
     mut progress: impl FnMut(u64),
 ) -> Result<Imported, DbError> {
     // The geometry is checked before anything is read or created.
@@ -49,8 +50,8 @@ pub fn import(
     }
     .validate()?;
     let ps = page_size as usize;
-    // The usable bytes of a page (SPEC §2.5): all of it until pages carry signature tails.
-    let usable = ps;
+    // The usable bytes of a page (SPEC §2.5): all of it, less the tail of a signed database.
+    let usable = ps - signer.map_or(0, |s| s.block.tail_len() as usize);
     let pages_for = |len: u64| len.div_ceil(usable as u64);
     if let Some(len) = known_len {
         check_len(len, pages_for(len), input_name)?;
@@ -83,6 +84,14 @@ pub fn import(
                     break;
                 }
             }
+            if let Some(signer) = signer {
+                use rayon::prelude::*;
+                let first = num_pages;
+                chunk[..filled * ps]
+                    .par_chunks_mut(ps)
+                    .enumerate()
+                    .for_each(|(i, page)| signer.sign(first + i as u64, 0, page));
+            }
             num_pages += filled as u64;
             if num_pages > MAX_PAGES {
                 return Err(DbError::Input(format!(
@@ -111,7 +120,11 @@ pub fn import(
             num_pages,
             epoch: 0,
         };
-        let meta = Meta { kv: None, data_len };
+        let meta = Meta {
+            kv: None,
+            data_len,
+            signing: signer.map(|s| s.block),
+        };
         let mut head = header_bytes(&header, &meta, num_pages)?;
         let digest = match hasher {
             Some(h) => h.finish(),
@@ -187,7 +200,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("i.pirdb");
         let len = known.then_some(data.len() as u64);
-        let imported = import(&out, data, "input", len, page_size, |_| {}).unwrap();
+        let imported = import(&out, data, "input", len, page_size, None, |_| {}).unwrap();
         (PirDb::open(&out).unwrap(), imported, dir)
     }
 
@@ -215,13 +228,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("e.pirdb");
         for known in [Some(0), None] {
-            let err = import(&out, &[][..], "empty.bin", known, 256, |_| {}).unwrap_err();
+            let err = import(&out, &[][..], "empty.bin", known, 256, None, |_| {}).unwrap_err();
             assert_eq!(
                 err.to_string(),
                 "empty.bin is empty: there is nothing to import"
             );
         }
-        assert!(import(&out, &[1u8][..], "x", Some(1), 300, |_| {}).is_err());
+        assert!(import(&out, &[1u8][..], "x", Some(1), 300, None, |_| {}).is_err());
         assert!(!out.exists());
         // Nothing but the (refused) output was ever created: no temporary file is left.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -231,7 +244,7 @@ mod tests {
     fn an_input_that_changes_length_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("c.pirdb");
-        let err = import(&out, &[1u8; 300][..], "grown", Some(200), 256, |_| {}).unwrap_err();
+        let err = import(&out, &[1u8; 300][..], "grown", Some(200), 256, None, |_| {}).unwrap_err();
         assert!(
             err.to_string().contains("changed while it was read"),
             "{err}"

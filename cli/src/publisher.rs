@@ -1,0 +1,77 @@
+//! `pirq publisher keygen`: the publisher's Ed25519 key pair (`docs/spec/signed.md` §1), and
+//! the `--sign-key` / `--publisher-key` flags every signing or verifying command shares.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use pirq_shared::signing::{PageSigner, PublisherKey, SecretKey, SigningBlock};
+
+#[derive(Subcommand)]
+pub enum PublisherCommand {
+    /// Make a publisher key pair: the secret key file (mode 0600, never printed) signs
+    /// databases and updates (`--sign-key`); the public key file (64 hex digits) is what
+    /// clients pin (`--publisher-key`).
+    Keygen(KeygenArgs),
+}
+
+#[derive(Args)]
+pub struct KeygenArgs {
+    /// Where the secret key goes (created 0600; an existing file is never overwritten).
+    #[arg(long)]
+    secret: PathBuf,
+    /// Where the public key goes (one line of 64 hex digits).
+    #[arg(long)]
+    public: PathBuf,
+}
+
+pub fn run(cmd: PublisherCommand) -> anyhow::Result<()> {
+    match cmd {
+        PublisherCommand::Keygen(args) => keygen(args),
+    }
+}
+
+fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
+    if args.public.exists() {
+        anyhow::bail!(
+            "{} exists: refusing to overwrite a public key",
+            args.public.display()
+        );
+    }
+    let key = SecretKey::generate();
+    key.write_file(&args.secret)?;
+    let public = key.public();
+    pirq_shared::db::write_atomically(&args.public, |f| {
+        std::io::Write::write_all(f, public.to_text().as_bytes())
+    })
+    .with_context(|| format!("writing {}", args.public.display()))?;
+    eprintln!(
+        "wrote the secret key to {} (keep it private) and the public key {public} to {}",
+        args.secret.display(),
+        args.public.display()
+    );
+    Ok(())
+}
+
+/// Reads `--sign-key` for a new database: a fresh `db_id`.
+pub fn new_signer(path: Option<&Path>) -> anyhow::Result<Option<PageSigner>> {
+    path.map(|p| Ok(PageSigner::new(SecretKey::read_file(p)?)))
+        .transpose()
+}
+
+/// Reads `--sign-key` for more pages of the database signed by `block` (an update, a kv
+/// update): the key must be that database's publisher.
+pub fn signer_for(path: &Path, block: Option<&SigningBlock>) -> anyhow::Result<PageSigner> {
+    let Some(block) = block else {
+        anyhow::bail!(
+            "--sign-key: the database is not signed; sign it first (pirq db sign) or leave \
+             --sign-key out"
+        );
+    };
+    Ok(PageSigner::for_block(*block, SecretKey::read_file(path)?)?)
+}
+
+/// Reads `--publisher-key`.
+pub fn read_public(path: &Path) -> anyhow::Result<PublisherKey> {
+    Ok(PublisherKey::read_file(path)?)
+}

@@ -1,0 +1,318 @@
+//! Issue 27's offline tools (`docs/spec/signed.md`): publisher keys, signed databases from
+//! every writer, `pirq db verify --publisher-key` refusing a flipped byte and another
+//! publisher, signed updates and `pirq db apply` keeping every page signed.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use pirq_shared::db::PirDb;
+use pirq_shared::signing::PublisherKey;
+
+fn pirq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pirq"))
+        .args(args)
+        .output()
+        .expect("running pirq")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(!out.status.success(), "pirq {args:?} succeeded");
+    stderr(&out)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A key pair in `dir` named `name`: (secret file, public file).
+fn keygen(dir: &Path, name: &str) -> (String, String) {
+    let secret = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let said = ok(&[
+        "publisher",
+        "keygen",
+        "--secret",
+        s(&secret),
+        "--public",
+        s(&public),
+    ]);
+    let secret_text = std::fs::read_to_string(&secret).unwrap();
+    assert!(
+        !said.contains(secret_text.trim()),
+        "keygen printed the secret key"
+    );
+    (s(&secret).to_string(), s(&public).to_string())
+}
+
+#[test]
+fn keygen_writes_a_private_secret_and_a_pinnable_public_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (secret, public) = keygen(dir.path(), "pub");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let text = std::fs::read_to_string(&public).unwrap();
+    assert_eq!(text.len(), 65, "64 hex digits and a newline: {text:?}");
+    PublisherKey::parse(&text).unwrap();
+    // Never over an existing key.
+    let err = fails(&[
+        "publisher",
+        "keygen",
+        "--secret",
+        &secret,
+        "--public",
+        &format!("{public}.2"),
+    ]);
+    assert!(err.contains("exists"), "{err}");
+    // A secret others can read is refused by the tools that sign.
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = dir.path().join("g.pirdb");
+    let err = fails(&[
+        "db",
+        "gen",
+        "--pages",
+        "10",
+        "--page-size",
+        "256",
+        "--out",
+        s(&out),
+        "--sign-key",
+        &secret,
+    ]);
+    assert!(err.contains("chmod 600"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn signed_databases_verify_and_tampering_or_another_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (secret, public) = keygen(d, "a");
+    let (_, other_public) = keygen(d, "b");
+    let gen = d.join("g.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "300",
+        "--page-size",
+        "512",
+        "--out",
+        s(&gen),
+        "--sign-key",
+        &secret,
+    ]);
+    let said = ok(&["db", "verify", s(&gen), "--publisher-key", &public]);
+    assert!(
+        said.contains("all 300 pages carry valid signatures"),
+        "{said}"
+    );
+    let info: serde_json::Value = serde_json::from_str(&ok(&["db", "info", s(&gen)])).unwrap();
+    assert_eq!(info["usable"], 440);
+    assert_eq!(info["signing"]["scheme"], "ed25519");
+    assert_eq!(
+        info["signing"]["publisher_key"],
+        std::fs::read_to_string(&public).unwrap().trim()
+    );
+    let err = fails(&["db", "verify", s(&gen), "--publisher-key", &other_public]);
+    assert!(err.contains("is signed by publisher key"), "{err}");
+
+    // One flipped bit anywhere in a page, its tail included: refused, naming the page.
+    for at in [3usize, 439, 440, 511] {
+        let mut bytes = std::fs::read(&gen).unwrap();
+        bytes[4096 + 512 * 17 + at] ^= 0x10;
+        let bad = d.join(format!("bad{at}.pirdb"));
+        std::fs::write(&bad, &bytes).unwrap();
+        let err = fails(&["db", "verify", s(&bad), "--publisher-key", &public]);
+        assert!(
+            err.contains("page 17: the signature does not verify"),
+            "{at}: {err}"
+        );
+    }
+
+    // Imported bytes: pages of U = 256 - 72 bytes; signing an unsigned import cuts it again.
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8).collect();
+    let input = d.join("data.bin");
+    std::fs::write(&input, &data).unwrap();
+    let imported = d.join("i.pirdb");
+    ok(&[
+        "db",
+        "import",
+        "--input",
+        s(&input),
+        "--page-size",
+        "256",
+        "--out",
+        s(&imported),
+        "--sign-key",
+        &secret,
+    ]);
+    let unsigned = d.join("iu.pirdb");
+    ok(&[
+        "db",
+        "import",
+        "--input",
+        s(&input),
+        "--page-size",
+        "256",
+        "--out",
+        s(&unsigned),
+    ]);
+    let resigned = d.join("is.pirdb");
+    ok(&[
+        "db",
+        "sign",
+        "--db",
+        s(&unsigned),
+        "--sign-key",
+        &secret,
+        "--out",
+        s(&resigned),
+    ]);
+    for file in [&imported, &resigned] {
+        ok(&["db", "verify", s(file), "--publisher-key", &public]);
+        let db = PirDb::open(file).unwrap();
+        assert_eq!(db.num_pages(), 5000u64.div_ceil(184));
+        let usable: Vec<u8> = (0..db.num_pages())
+            .flat_map(|p| db.page(p).unwrap()[..184].to_vec())
+            .take(5000)
+            .collect();
+        assert_eq!(usable, data, "{}", file.display());
+    }
+    // A plain file whose tails hold data cannot be signed in place.
+    let plain = d.join("u.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "10",
+        "--page-size",
+        "256",
+        "--out",
+        s(&plain),
+    ]);
+    let err = fails(&[
+        "db",
+        "sign",
+        "--db",
+        s(&plain),
+        "--sign-key",
+        &secret,
+        "--out",
+        s(&d.join("x.pirdb")),
+    ]);
+    assert!(
+        err.contains("page 0 has data in its last 72 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn signed_updates_keep_every_page_signed_and_unsigned_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (secret, public) = keygen(d, "a");
+    let (other_secret, _) = keygen(d, "b");
+    let gen = d.join("g.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "100",
+        "--page-size",
+        "256",
+        "--out",
+        s(&gen),
+        "--sign-key",
+        &secret,
+    ]);
+    let signed = d.join("e1.bin");
+    ok(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&gen),
+        "--epoch",
+        "1",
+        "--pages",
+        "5",
+        "--out",
+        s(&signed),
+        "--sign-key",
+        &secret,
+    ]);
+    let snapshot = d.join("g1.pirdb");
+    ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&gen),
+        "--update",
+        s(&signed),
+        "--out",
+        s(&snapshot),
+    ]);
+    ok(&["db", "verify", s(&snapshot), "--publisher-key", &public]);
+    let db = PirDb::open(&snapshot).unwrap();
+    let changed: Vec<u64> = (0..100)
+        .filter(|&p| pirq_shared::signing::changed_epoch(db.page(p).unwrap()) == 1)
+        .collect();
+    assert!(!changed.is_empty() && changed.len() <= 5, "{changed:?}");
+
+    let unsigned = d.join("e1u.bin");
+    ok(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&gen),
+        "--epoch",
+        "1",
+        "--pages",
+        "5",
+        "--out",
+        s(&unsigned),
+    ]);
+    let err = fails(&[
+        "db",
+        "apply",
+        "--db",
+        s(&gen),
+        "--update",
+        s(&unsigned),
+        "--out",
+        s(&d.join("x.pirdb")),
+    ]);
+    assert!(
+        err.contains("is not signed by the database's publisher"),
+        "{err}"
+    );
+    let err = fails(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&gen),
+        "--epoch",
+        "1",
+        "--pages",
+        "5",
+        "--out",
+        s(&d.join("e1x.bin")),
+        "--sign-key",
+        &other_secret,
+    ]);
+    assert!(
+        err.contains("the database is signed by publisher key"),
+        "{err}"
+    );
+}
