@@ -111,10 +111,7 @@ fn header_rejections() {
         DbError::Reserved { offset: 720 }
     ));
     // Bytes 560..688 are the signing block: not zero means a block, checked as one.
-    assert!(matches!(
-        header_error(|b| b[600] = 1),
-        DbError::Signing(_)
-    ));
+    assert!(matches!(header_error(|b| b[600] = 1), DbError::Signing(_)));
     // Bytes 64..512 are the kv layout block: not zero means a layout, checked as one.
     assert!(matches!(
         header_error(|b| b[100] = 1),
