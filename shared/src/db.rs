@@ -977,7 +977,7 @@ impl MappedWriter {
         header: &Header,
         meta: &Meta,
     ) -> Result<MappedWriter, DbError> {
-        let header_bytes = header_bytes(header, &meta, header.num_pages)?;
+        let header_bytes = header_bytes(header, meta, header.num_pages)?;
         let path = path.as_ref().to_path_buf();
         let name = path
             .file_name()
