@@ -123,11 +123,13 @@ extern "C" __global__ void __launch_bounds__(256) dpf_expand_nodes(
 // in_seed/in_t: 2^T nodes per key (null when T = 0: start from the roots).
 // Keys q >= q_count get zero selection bits. `wg_layout` != 0 writes layout "B for wgmma"
 // (scan_wgmma.cu) instead of B (scan_mma.cu, scan_xor.cu): the same chunks, arranged inside
-// differently.
+// differently. Key q's bits go to key column 16 * np_first + q of a buffer `np_total` n-tile
+// pairs wide: a pass expands into columns 0.. (np_first = 0, grid.y = np_total); the rotating
+// scan expands a joining group into its own columns beside the keys in flight.
 extern "C" __global__ void __launch_bounds__(256) dpf_expand_leaves(
     const unsigned* __restrict__ keys, unsigned q_count, const uint4* __restrict__ in_seed,
     const unsigned char* __restrict__ in_t, unsigned tree_depth, uint4* __restrict__ sel,
-    unsigned np_total, unsigned wg_layout) {
+    unsigned np_total, unsigned wg_layout, unsigned np_first) {
     // Tree nodes (16 keys x 64 parents x 16 B = 16 KiB) and, after the last barrier, the staged
     // B chunks (64 blocks x 512 B = 32 KiB) share this buffer.
     __shared__ uint4 buf[2048];
@@ -256,6 +258,6 @@ extern "C" __global__ void __launch_bounds__(256) dpf_expand_leaves(
     const unsigned long long block0 = node * per_key;
     for (unsigned i = threadIdx.x; i < per_key * 32u; i += blockDim.x) {
         unsigned j = i >> 5, lane = i & 31u;
-        sel[((block0 + j) * np_total + np) * 32ull + lane] = buf[i];
+        sel[((block0 + j) * np_total + np_first + np) * 32ull + lane] = buf[i];
     }
 }

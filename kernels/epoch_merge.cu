@@ -20,6 +20,10 @@
 // (into shared memory), then every thread XORs the selected steps' words into 32 accumulators,
 // so a step word read from memory serves 32 keys. Slices of a long table run in parallel and
 // combine with atomicXor.
+//
+// Only table entries of pages in [page_lo, page_hi) are merged: a pass merges all of them; the
+// rotating scan merges, after each segment, that segment's pages, with the table of the base
+// the segment was just read from (scan/src/rotation.rs says why that keeps epochs exact).
 #ifndef PIRQ_ONE_SOURCE
 #include "pirq_common.cuh"
 #endif
@@ -31,7 +35,7 @@ extern "C" __global__ void __launch_bounds__(256) epoch_merge(
     const unsigned* __restrict__ sel, unsigned np_total, const unsigned long long* __restrict__ pages,
     const unsigned long long* __restrict__ diffs, unsigned entries_per_slice,
     const unsigned* __restrict__ limits, unsigned q_count, unsigned* __restrict__ answers,
-    unsigned words_per_page, unsigned wg_layout) {
+    unsigned words_per_page, unsigned wg_layout, unsigned long long page_lo, unsigned long long page_hi) {
     __shared__ unsigned mask[256];
     __shared__ const unsigned* step[256];
     const unsigned q0 = blockIdx.y * PIRQ_MERGE_KEYS;
@@ -52,8 +56,9 @@ extern "C" __global__ void __launch_bounds__(256) epoch_merge(
         __syncthreads();  // the previous chunk's mask and step are read
         const unsigned i = chunk + threadIdx.x;
         unsigned m = 0;
-        if (i < end) {
-            const unsigned long long p = pages[i], b = p / PIRQ_BLOCK_PAGES;
+        const unsigned long long p = i < end ? pages[i] : 0ull;
+        if (i < end && p >= page_lo && p < page_hi) {
+            const unsigned long long b = p / PIRQ_BLOCK_PAGES;
             const unsigned j = (unsigned)(p % PIRQ_BLOCK_PAGES);
 #pragma unroll
             for (unsigned k = 0; k < PIRQ_MERGE_KEYS; ++k)

@@ -153,9 +153,12 @@ PIRQ_SCAN_MMA(2, 8, 6, 2)
 PIRQ_SCAN_MMA(1, 16, 4, 2)
 
 // partial (mma layout above) -> answers: page q, u32 word w = bits 32w .. 32w+31 = m-tiles 2w, 2w+1.
-// One thread per answer word; grid covers q_count * words_per_page.
+// One thread per answer word; grid covers q_count * words_per_page. With `accumulate` the
+// parities are XORed into the answers instead of written: the rotating scan keeps each key's
+// answer across the segments of its turn there (and `partial` is cleared for every segment).
 extern "C" __global__ void scan_unpack(const unsigned* __restrict__ partial, unsigned* __restrict__ answers,
-                                       unsigned q_count, unsigned words_per_page, unsigned np_total) {
+                                       unsigned q_count, unsigned words_per_page, unsigned np_total,
+                                       unsigned accumulate) {
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (unsigned long long)q_count * words_per_page) return;
     const unsigned q = (unsigned)(i / words_per_page), w = (unsigned)(i % words_per_page);
@@ -171,5 +174,5 @@ extern "C" __global__ void scan_unpack(const unsigned* __restrict__ partial, uns
             out |= ((bottom >> (4 * g + t)) & 1u) << (16 * h + 8 + g);
         }
     }
-    answers[i] = out;
+    answers[i] = accumulate ? answers[i] ^ out : out;
 }

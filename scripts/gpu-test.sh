@@ -31,8 +31,8 @@ build)
     cargo build --release --features cuda -p pirq-scan --bin pirq-gpu-bench
     mkdir -p .gpu
     . scripts/lib/gpu-bundle.sh
-    copy_tests .gpu "" --features cuda -p pirq-scan --test gpu_parity --test gpu_epochs --test gpu_shards
-    strip .gpu/gpu_parity .gpu/gpu_epochs .gpu/gpu_shards
+    copy_tests .gpu "" --features cuda -p pirq-scan --test gpu_parity --test gpu_epochs --test gpu_shards --test gpu_rotation
+    strip .gpu/gpu_parity .gpu/gpu_epochs .gpu/gpu_shards .gpu/gpu_rotation
     cp target/release/pirq-gpu-bench .gpu/pirq-gpu-bench
     strip .gpu/pirq-gpu-bench
     ls -la .gpu
@@ -43,7 +43,7 @@ test)
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader || true
     shift
     : >"$out/gpu-test.log"
-    for t in gpu_parity gpu_epochs gpu_shards; do
+    for t in gpu_parity gpu_epochs gpu_shards gpu_rotation; do
         PIRQ_GPU_TESTS=1 RUST_BACKTRACE=1 ".gpu/$t" --test-threads=1 "$@" 2>&1 | tee -a "$out/gpu-test.log"
     done
     ;;

@@ -101,7 +101,7 @@ static void run_mma(const Ctx& c, const Variant& v, const uint4* sel, unsigned n
     size_t smem = v.sbw ? (size_t)v.st * (wm * v.mt + v.wn * v.nt / 2) * 512 : (size_t)warps * v.st * v.mt * 512;
     v.fn<<<grid, warps * 32, smem, st>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
     unsigned long long n = (unsigned long long)q * c.words_per_page;
-    scan_unpack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(c.partial, c.answers, q, c.words_per_page, np_total);
+    scan_unpack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(c.partial, c.answers, q, c.words_per_page, np_total, 0);
 }
 static void run_xor(const Ctx& c, int kind, const unsigned* sel, unsigned np_total, unsigned q, unsigned bpt, cudaStream_t st = 0) {
     CK(cudaMemsetAsync(c.answers, 0, (size_t)q * c.words_per_page * 4, st));
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
             if (T > 10) { CK(cudaMalloc(&s2, (qk << (T - 10)) * 16ull)); CK(cudaMalloc(&t2, qk << (T - 10))); }
             if (T > 10) { dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s2, t2, 0, T - 10); dpf_expand_nodes<<<dim3(1u << (T - 10), qk), 256>>>(dk, s2, t2, s1, t1, T - 10, 10); }
             else if (T > 0) dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s1, t1, 0, T);
-            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, dsel, np_total, 0);
+            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, dsel, np_total, 0, 0);
             CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
             std::vector<unsigned> hs(nbd * np_total * 128); CK(cudaMemcpy(hs.data(), dsel, hs.size() * 4, cudaMemcpyDeviceToHost));
             int bad = 0;
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
             uint4* s1; unsigned char* t1; CK(cudaMalloc(&s1, (qk << T) * 16ull)); CK(cudaMalloc(&t1, qk << T));
             float ms = timeit([&] {
                 dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s1, t1, 0, T);
-                dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, sel, np_total, 0); }, 5);
+                dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, sel, np_total, 0, 0); }, 5);
             printf("expand n=%d Q=%u: %.3f ms (%.0f Mblocks/s)\n", n, qk, ms, qk * (double)(1ull << m) / ms / 1e3);
             cudaFree(dk); cudaFree(s1); cudaFree(t1);
         }

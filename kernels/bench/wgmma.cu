@@ -66,7 +66,7 @@ static void run_wg(const Ctx& c, const WgVariant& v, const uint4* sel, unsigned 
     dim3 grid(np_total * 16 / v.n, c.mtiles / 8, (unsigned)((c.nblocks + bpt - 1) / bpt));
     v.fn<<<grid, 288, wg_smem(v), st>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
     unsigned long long n = (unsigned long long)q * c.wpp;
-    scan_unpack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(c.partial, c.answers, q, c.wpp, np_total);
+    scan_unpack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(c.partial, c.answers, q, c.wpp, np_total, 0);
 }
 static void run_mma(const Ctx& c, const uint4* sel, unsigned np_total, unsigned q, unsigned bpt) {
     unsigned ntiles = np_total * 2;
@@ -75,7 +75,7 @@ static void run_mma(const Ctx& c, const uint4* sel, unsigned np_total, unsigned 
     dim3 grid(ntiles / 16, (c.mtiles + 7) / 8, (unsigned)((c.nblocks + bpt - 1) / bpt));
     scan_mma_m2_n8_s4_w2<<<grid, 256, 8 * 4 * 2 * 512>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
     unsigned long long n = (unsigned long long)q * c.wpp;
-    scan_unpack<<<(unsigned)((n + 255) / 256), 256>>>(c.partial, c.answers, q, c.wpp, np_total);
+    scan_unpack<<<(unsigned)((n + 255) / 256), 256>>>(c.partial, c.answers, q, c.wpp, np_total, 0);
 }
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
@@ -134,8 +134,8 @@ int main(int argc, char** argv) {
             CK(cudaMalloc(&s1, (qk << T) * 16ull)); CK(cudaMalloc(&t1, qk << T));
             CK(cudaMalloc(&o1, nbd * np_total * 512)); CK(cudaMalloc(&o2, nbd * np_total * 512));
             dpf_expand_nodes<<<dim3(1, qk), 256>>>(dk, nullptr, nullptr, s1, t1, 0, T);
-            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, o1, np_total, 0);
-            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, o2, np_total, 1);
+            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, o1, np_total, 0, 0);
+            dpf_expand_leaves<<<dim3(1u << T, np_total), 256>>>(dk, qk, s1, t1, m, o2, np_total, 1, 0);
             CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
             std::vector<unsigned> h1(nbd * np_total * 128), h2(h1.size());
             CK(cudaMemcpy(h1.data(), o1, h1.size() * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(h2.data(), o2, h2.size() * 4, cudaMemcpyDeviceToHost));

@@ -86,8 +86,32 @@ impl EpochState {
         }
     }
 
+    /// Whether `epoch` is in the window (an error when not).
+    pub(super) fn resolve(&self, epoch: u64) -> Result<u64, EpochError> {
+        self.window.resolve(Some(epoch))
+    }
+
+    /// The merge of the table entries of pages `pages` into key columns whose prefixes are
+    /// `limits` (from [`limit`](Self::limit); 0 for a column at the base or unused), or `None`
+    /// when there is nothing to merge.
+    pub(super) fn merge_pages<'a>(
+        &self,
+        limits: &'a [u32],
+        pages: std::ops::Range<u64>,
+    ) -> Option<Merge<'a>> {
+        match &self.table {
+            Some(t) if limits.iter().any(|&l| l > 0) => Some(Merge {
+                pages_ptr: t.pages_ptr,
+                diffs_ptr: t.diffs_ptr,
+                limits,
+                pages,
+            }),
+            _ => None,
+        }
+    }
+
     /// Table entries a key pinned to `epoch` merges (0 at the base).
-    fn limit(&self, epoch: u64) -> Result<u32, EpochError> {
+    pub(super) fn limit(&self, epoch: u64) -> Result<u32, EpochError> {
         let e = self.window.resolve(Some(epoch))?;
         Ok(match e - self.window.oldest() {
             0 => 0,
@@ -101,6 +125,8 @@ pub(super) struct Merge<'a> {
     pages_ptr: u64,
     diffs_ptr: u64,
     limits: &'a [u32],
+    /// Only the table entries of these pages (all of them for a pass; a rotation's segment).
+    pages: std::ops::Range<u64>,
 }
 
 /// Where the time of one [`CudaScanner::apply_update`] went.
@@ -240,6 +266,7 @@ impl CudaScanner {
                 pages_ptr: t.pages_ptr,
                 diffs_ptr: t.diffs_ptr,
                 limits: &limits,
+                pages: 0..u64::MAX,
             }),
             _ => None,
         };
@@ -289,7 +316,9 @@ impl CudaScanner {
             .arg(&q32)
             .arg(&ws.answers.ptr)
             .arg(&wpp32)
-            .arg(&wg_layout);
+            .arg(&wg_layout)
+            .arg(&merge.pages.start)
+            .arg(&merge.pages.end);
         // SAFETY: arguments match `epoch_merge`; sel holds the expanded bits of `padded` key
         // columns, answers q pages, the table `max(limits)` entries whose steps stay allocated
         // while the caller holds the state lock shared.

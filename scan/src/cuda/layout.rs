@@ -240,6 +240,13 @@ impl ScanPlan {
         if q <= 64 {
             return ScanPlan::for_keys(q);
         }
+        ScanPlan::wgmma_for(q)
+    }
+
+    /// The `wgmma` plan for `q` keys whatever their number: the widest key group that pads
+    /// least. The rotating scan keeps one selection layout for its keys in flight, so on
+    /// Hopper it scans with `wgmma` even when few keys are in flight.
+    pub fn wgmma_for(q: usize) -> ScanPlan {
         let n = WGMMA_VARIANTS
             .iter()
             .rev()

@@ -19,7 +19,10 @@ mod db;
 mod epoch_window;
 mod kernels;
 pub mod layout;
+mod rotation;
 mod workspace;
+
+pub use self::rotation::CudaRotation;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -458,6 +461,27 @@ impl CudaScanner {
         padded: usize,
         layout: SelLayout,
     ) -> Result<(), CudaError> {
+        let groups = padded / 16;
+        self.expand_into(ws, ws.keys.ptr, q, groups, layout, 0, groups)?;
+        ws.marks.end(Phase::Expand, &ws.stream)?;
+        Ok(())
+    }
+
+    /// Expands the `q` key records at device address `keys` into key columns `16 * np_first ..
+    /// 16 * (np_first + groups)` of a selection buffer `np_stride` 16-key groups wide (columns
+    /// past `q` get zero bits). A pass fills columns 0.. of a buffer as wide as its batch; the
+    /// rotating scan puts a joining group beside the keys in flight.
+    #[allow(clippy::too_many_arguments)]
+    fn expand_into(
+        &self,
+        ws: &Workspace,
+        keys: u64,
+        q: usize,
+        groups: usize,
+        layout: SelLayout,
+        np_first: usize,
+        np_stride: usize,
+    ) -> Result<(), CudaError> {
         let shape = self.db.shape();
         let top = shape.top_levels();
         let stream = &ws.stream;
@@ -474,7 +498,7 @@ impl CudaScanner {
             };
             let mut launch = stream.launch_builder(&self.kernels.expand_nodes);
             launch
-                .arg(&ws.keys.ptr)
+                .arg(&keys)
                 .arg(&src_seed)
                 .arg(&src_t)
                 .arg(&dst_seed)
@@ -487,7 +511,7 @@ impl CudaScanner {
             side ^= 1;
             level += step;
         }
-        let np_total = (padded / 16) as u32;
+        let (np_total, np_first) = (np_stride as u32, np_first as u32);
         let (q32, depth) = (q as u32, shape.tree_depth());
         let wg_layout = u32::from(layout == SelLayout::Wgmma);
         // Only the nodes above this GPU's pages (all of them unsharded): the kernel indexes its
@@ -499,23 +523,24 @@ impl CudaScanner {
             src_t += nodes.start;
         }
         let cfg = LaunchConfig {
-            grid_dim: ((nodes.end - nodes.start) as u32, np_total, 1),
+            grid_dim: ((nodes.end - nodes.start) as u32, groups as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(&self.kernels.expand_leaves);
         launch
-            .arg(&ws.keys.ptr)
+            .arg(&keys)
             .arg(&q32)
             .arg(&src_seed)
             .arg(&src_t)
             .arg(&depth)
             .arg(&ws.sel.ptr)
             .arg(&np_total)
-            .arg(&wg_layout);
-        // SAFETY: arguments match `dpf_expand_leaves`; sel holds sel_blocks x padded columns.
+            .arg(&wg_layout)
+            .arg(&np_first);
+        // SAFETY: arguments match `dpf_expand_leaves`; sel holds sel_blocks x np_stride * 16
+        // columns, and np_first + groups <= np_stride.
         unsafe { launch.launch(cfg) }?;
-        ws.marks.end(Phase::Expand, stream)?;
         Ok(())
     }
 
@@ -526,27 +551,47 @@ impl CudaScanner {
         q: usize,
         padded: usize,
     ) -> Result<(), CudaError> {
+        let blocks = 0..self.db.shape().scan_blocks();
+        self.scan_blocks(ws, plan, q, padded, padded / 16, blocks, false)?;
+        ws.marks.end(Phase::Scan, &ws.stream)?;
+        Ok(())
+    }
+
+    /// The scan of database blocks `blocks` (256 pages each) for key columns `0..padded` of a
+    /// selection buffer `np_stride` 16-key groups wide. Without `accumulate` the answers are
+    /// written (a pass: all blocks); with it they are XORed into the answer buffer, where the
+    /// rotating scan keeps each key's sum across the segments of its turn. The kernels see a
+    /// segment as a smaller database: both operands' pointers start at its first block.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_blocks(
+        &self,
+        ws: &Workspace,
+        plan: &ScanPlan,
+        q: usize,
+        padded: usize,
+        np_stride: usize,
+        blocks: std::ops::Range<u64>,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
         let shape = self.db.shape();
         let stream = &ws.stream;
         let func = self.kernels.scan(plan)?;
-        let (mtiles, nblocks) = (shape.mtiles() as u32, shape.scan_blocks() as u32);
-        let (np_total, q32, wpp) = (
-            (padded / 16) as u32,
-            q as u32,
-            shape.words_per_page() as u32,
-        );
-        let db = self.db.ptr();
-        let sel = sel_ptr(ws, &shape, padded);
-        let ntiles = np_total * 2;
+        let (mtiles, nblocks) = (shape.mtiles() as u32, (blocks.end - blocks.start) as u32);
+        let (np_total, q32, wpp) = (np_stride as u32, q as u32, shape.words_per_page() as u32);
+        // Layout A: block b's tiles at b * mtiles * 512 bytes; layout B: block b's chunks at
+        // b * np_total * 512 bytes.
+        let db = self.db.ptr() + blocks.start * mtiles as u64 * 512;
+        let sel = sel_ptr(ws, &shape, np_stride * 16) + blocks.start * np_total as u64 * 512;
+        let ntiles = (padded / 8) as u32;
         // The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
         // accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
         let tensor_core_scan = |grid_dim, threads, blocks_per_task: u32| -> Result<(), CudaError> {
-            // SAFETY: the partial buffer holds mtiles x ntiles x 4 words.
+            // SAFETY: the partial buffer holds mtiles x (np_total * 2) x 4 words.
             unsafe {
                 result::memset_d8_async(
                     ws.partial.ptr,
                     0,
-                    mtiles as usize * ntiles as usize * 16,
+                    mtiles as usize * np_total as usize * 2 * 16,
                     stream.cu_stream(),
                 )
             }?;
@@ -567,7 +612,7 @@ impl CudaScanner {
             // SAFETY: arguments match `scan_mma_*` and `scan_wgmma_*`; the grids below stay
             // inside the buffers (padded is a multiple of the plan's key group).
             unsafe { launch.launch(cfg) }?;
-            self.unpack(ws, q32, wpp, np_total)
+            self.unpack(ws, q32, wpp, np_total, accumulate)
         };
         match *plan {
             ScanPlan::Mma {
@@ -599,15 +644,18 @@ impl CudaScanner {
                 tensor_core_scan(grid, 288, blocks_per_task)?;
             }
             ScanPlan::Xor { blocks_per_task } => {
-                // SAFETY: answers hold q pages.
-                unsafe {
-                    result::memset_d8_async(
-                        ws.answers.ptr,
-                        0,
-                        q * shape.page_size,
-                        stream.cu_stream(),
-                    )
-                }?;
+                // The kernel XORs into the answers: cleared for a pass, kept for a rotation.
+                if !accumulate {
+                    // SAFETY: answers hold q pages.
+                    unsafe {
+                        result::memset_d8_async(
+                            ws.answers.ptr,
+                            0,
+                            q * shape.page_size,
+                            stream.cu_stream(),
+                        )
+                    }?;
+                }
                 let (warps, mt, kq) = (8u32, 2u32, 8u32);
                 let cfg = LaunchConfig {
                     grid_dim: (
@@ -633,12 +681,19 @@ impl CudaScanner {
                 unsafe { launch.launch(cfg) }?;
             }
         }
-        ws.marks.end(Phase::Scan, stream)?;
         Ok(())
     }
 
     /// `scan_unpack`: the parities in `partial` (mma C layout) become the answer pages.
-    fn unpack(&self, ws: &Workspace, q: u32, wpp: u32, np_total: u32) -> Result<(), CudaError> {
+    fn unpack(
+        &self,
+        ws: &Workspace,
+        q: u32,
+        wpp: u32,
+        np_total: u32,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let accumulate = u32::from(accumulate);
         let words = q as u64 * wpp as u64;
         let cfg = LaunchConfig {
             grid_dim: (words.div_ceil(256) as u32, 1, 1),
@@ -651,7 +706,8 @@ impl CudaScanner {
             .arg(&ws.answers.ptr)
             .arg(&q)
             .arg(&wpp)
-            .arg(&np_total);
+            .arg(&np_total)
+            .arg(&accumulate);
         // SAFETY: arguments match `scan_unpack`; answers hold q pages.
         unsafe { launch.launch(cfg) }?;
         Ok(())
@@ -706,6 +762,10 @@ impl Scanner for CudaScanner {
 
     fn apply_epoch(&self, update: &EpochUpdate) -> Result<(), ScanError> {
         self.apply_update(update).map(|_| ())
+    }
+
+    fn rotation(self: Arc<Self>) -> Result<Box<dyn crate::rotation::Rotation>, ScanError> {
+        Ok(Box::new(CudaRotation::measured(self)?))
     }
 
     /// A one-key pass and a full pass (`max_batch_keys` random keys), each the median of three

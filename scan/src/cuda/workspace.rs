@@ -228,6 +228,21 @@ impl Pool {
         self.size
     }
 
+    /// Takes a free workspace out of the pool for good (blocking until one is free): the
+    /// rotating scan keeps one for its whole life and gives it back with [`put_back`](Self::put_back).
+    pub fn take_owned(&self) -> Workspace {
+        let mut slot = self.take();
+        slot.ws
+            .take()
+            .expect("slot holds a workspace until dropped")
+    }
+
+    /// Returns a workspace taken with [`take_owned`](Self::take_owned).
+    pub fn put_back(&self, ws: Workspace) {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).push(ws);
+        self.ready.notify_one();
+    }
+
     /// Borrows a free workspace until the guard drops.
     pub fn take(&self) -> Slot<'_> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,395 @@
+//! The CUDA backend's rotating scan ([`crate::rotation`]).
+//!
+//! The rotation keeps one workspace of the pool for its whole life. Its key columns (the
+//! selection buffer's, the answer buffer's) are handed out in 16-key groups: a joining group of
+//! keys gets the lowest free run of columns, its records go up into the same place of the key
+//! buffer, and the expansion writes its selection bits there (`dpf_expand_leaves` with
+//! `np_first`), beside the keys in flight; its answer pages are zeroed. A step then, on the
+//! workspace's stream:
+//! 1. scans the segment's 256-page blocks for columns `0..hi` (the highest column in use,
+//!    padded for the plan) — the kernels see the segment as a smaller database, both operands'
+//!    pointers moved to its first block; `partial` is cleared first and `scan_unpack`
+//!    XORs the parities into the answer pages (`accumulate`), which persist across segments;
+//! 2. merges the epoch table's entries of the segment's pages (`epoch_merge` with a page range)
+//!    with the table of the base the segment was just read from, under the same read lock;
+//! 3. copies the answers of the groups whose turn ended into the pinned buffer, once, and
+//!    synchronizes; the lock is released only then, so an update's fold never runs beside a
+//!    segment.
+//!
+//! On Hopper every segment runs on `wgmma` (one selection layout for all keys in flight);
+//! elsewhere on `mma.sync` or the CUDA-core kernel, like passes.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::result;
+use pirq_shared::dpf::DpfKey;
+
+use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
+use super::workspace::Workspace;
+use super::{CudaError, CudaScanner};
+use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
+use crate::{check_keys, Answers, ScanError, Scanner};
+
+/// Keys per column group: the expansion writes 16-key n-tile pairs whole.
+const GROUP_KEYS: usize = 16;
+
+/// A [`Rotation`] over a [`CudaScanner`] (made by [`Scanner::rotation`]).
+pub struct CudaRotation {
+    scanner: Arc<CudaScanner>,
+    /// The workspace taken from the pool; given back on drop.
+    ws: Option<Workspace>,
+    layout: SelLayout,
+    /// The turn's segments, in 256-page blocks of this GPU's range.
+    segments: Vec<Range<u64>>,
+    cursor: usize,
+    /// The group holding each 16-key column group.
+    columns: Vec<Option<Ticket>>,
+    groups: Vec<Group>,
+    clock: Clock,
+}
+
+struct Group {
+    ticket: Ticket,
+    epoch: u64,
+    /// First key column.
+    first: usize,
+    keys: usize,
+    left: usize,
+    times: GroupTimes,
+}
+
+impl CudaRotation {
+    /// A rotation of `segments` segments (fewer when the range has fewer 256-page blocks).
+    /// Takes a workspace out of the scanner's pool (waiting for one) until dropped.
+    pub fn new(scanner: Arc<CudaScanner>, segments: usize) -> CudaRotation {
+        let blocks = scanner.db.shape().scan_blocks();
+        let layout = if scanner.kernels.has_wgmma() {
+            SelLayout::Wgmma
+        } else {
+            SelLayout::Mma
+        };
+        let ws = scanner.pool.take_owned();
+        let columns = vec![None; ws.capacity_keys / GROUP_KEYS];
+        CudaRotation {
+            segments: rotation::split(blocks, segments, 1),
+            ws: Some(ws),
+            layout,
+            scanner,
+            cursor: 0,
+            columns,
+            groups: Vec::new(),
+            clock: Clock::default(),
+        }
+    }
+
+    /// Segments from the measured read of the whole database (`read_all`, the floor of a
+    /// pass): about [`rotation::TARGET_SEGMENT`] each, at least [`rotation::MIN_SEGMENTS`].
+    pub fn measured(scanner: Arc<CudaScanner>) -> Result<CudaRotation, CudaError> {
+        scanner.time_read_all()?;
+        let ms = scanner.time_read_all()?;
+        let turn = std::time::Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3);
+        let segments = rotation::segments_for(turn, scanner.db.shape().scan_blocks());
+        Ok(CudaRotation::new(scanner, segments))
+    }
+
+    /// The turn's segments, in pages of this GPU's range.
+    pub fn segment_pages(&self) -> Vec<Range<u64>> {
+        self.segments
+            .iter()
+            .map(|b| b.start * BLOCK_PAGES..b.end * BLOCK_PAGES)
+            .collect()
+    }
+
+    fn ws(&self) -> &Workspace {
+        self.ws.as_ref().expect("the workspace is held until drop")
+    }
+
+    /// 16-key groups wide the selection and answer buffers are.
+    fn stride(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// The plan for key columns `0..q` in this rotation's layout.
+    fn plan(&self, q: usize) -> ScanPlan {
+        match self.scanner.config.plan {
+            Some(plan) if plan.sel_layout() == self.layout => plan,
+            _ if self.layout == SelLayout::Wgmma => ScanPlan::wgmma_for(q),
+            _ => self.scanner.plan_for(q),
+        }
+    }
+
+    /// The lowest run of `n` free column groups.
+    fn free_run(&self, n: usize) -> Option<usize> {
+        let mut run = 0;
+        for (i, c) in self.columns.iter().enumerate() {
+            run = if c.is_none() { run + 1 } else { 0 };
+            if run == n {
+                return Some(i + 1 - n);
+            }
+        }
+        None
+    }
+
+    fn release(&mut self, g: &Group) {
+        let first = g.first / GROUP_KEYS;
+        for c in &mut self.columns[first..first + g.keys.div_ceil(GROUP_KEYS)] {
+            *c = None;
+        }
+    }
+
+    fn join_at(
+        &mut self,
+        keys: &[DpfKey],
+        first_group: usize,
+        ticket: Ticket,
+    ) -> Result<(), CudaError> {
+        let ps = self.scanner.db.shape().page_size;
+        let (stride, layout) = (self.stride(), self.layout);
+        let scanner = self.scanner.clone();
+        let ws = self.ws.as_mut().expect("the workspace is held until drop");
+        let first = first_group * GROUP_KEYS;
+        let records = first * KEY_WORDS..(first + keys.len()) * KEY_WORDS;
+        let host = ws.keys_host.as_mut_slice()?;
+        for (key, rec) in keys
+            .iter()
+            .zip(host[records.clone()].chunks_exact_mut(KEY_WORDS))
+        {
+            pack_key(key, rec);
+        }
+        let stream = ws.stream.clone();
+        let keys_ptr = ws.keys.ptr + (first * KEY_WORDS * 4) as u64;
+        // SAFETY: pinned; these records are not written again before this group's turn ends,
+        // and a step synchronizes the stream before it ends a turn.
+        unsafe {
+            result::memcpy_htod_async(
+                keys_ptr,
+                &ws.keys_host.as_slice()?[records],
+                stream.cu_stream(),
+            )
+        }?;
+        let groups = keys.len().div_ceil(GROUP_KEYS);
+        scanner.expand_into(
+            ws,
+            keys_ptr,
+            keys.len(),
+            groups,
+            layout,
+            first_group,
+            stride,
+        )?;
+        // SAFETY: the answer buffer holds `stride * 16` pages.
+        unsafe {
+            result::memset_d8_async(
+                ws.answers.ptr + (first * ps) as u64,
+                0,
+                groups * GROUP_KEYS * ps,
+                stream.cu_stream(),
+            )
+        }?;
+        for c in &mut self.columns[first_group..first_group + groups] {
+            *c = Some(ticket);
+        }
+        Ok(())
+    }
+
+    /// The device work of one step, through the answers' copy to the host; the caller
+    /// synchronizes. Returns the merge's limits, which must live until then.
+    fn launch_step(
+        &mut self,
+        st: &super::epoch_window::EpochState,
+        segment: Range<u64>,
+        done: &[usize],
+    ) -> Result<Option<cudarc::driver::CudaSlice<u32>>, CudaError> {
+        let ps = self.scanner.db.shape().page_size;
+        let hi = self
+            .groups
+            .iter()
+            .map(|g| g.first + g.keys)
+            .max()
+            .unwrap_or(0);
+        if hi == 0 {
+            return Ok(None);
+        }
+        let (stride, layout, plan) = (self.stride(), self.layout, self.plan(hi));
+        let padded = plan.padded_keys(hi).min(stride * GROUP_KEYS);
+        let mut limits = vec![0u32; hi];
+        for g in &self.groups {
+            // Resolved under this same lock by the caller.
+            let limit = st.limit(g.epoch).unwrap_or(0);
+            limits[g.first..g.first + g.keys].fill(limit);
+        }
+        let scanner = &self.scanner;
+        let ws = self.ws.as_mut().expect("the workspace is held until drop");
+        scanner.scan_blocks(ws, &plan, hi, padded, stride, segment.clone(), true)?;
+        let pages = segment.start * BLOCK_PAGES..segment.end * BLOCK_PAGES;
+        let kept = match st.merge_pages(&limits, pages) {
+            Some(m) => Some(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?),
+            None => None,
+        };
+        let stream = ws.stream.clone();
+        let host = ws.answers_host.as_mut_slice()?;
+        for &i in done {
+            let g = &self.groups[i];
+            let bytes = g.first * ps..(g.first + g.keys) * ps;
+            let src = ws.answers.ptr + bytes.start as u64;
+            // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
+            unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
+        }
+        Ok(kept)
+    }
+}
+
+impl Drop for CudaRotation {
+    fn drop(&mut self) {
+        if let Some(ws) = self.ws.take() {
+            let _ = ws.stream.synchronize();
+            self.scanner.pool.put_back(ws);
+        }
+    }
+}
+
+impl Rotation for CudaRotation {
+    fn join(&mut self, keys: &[DpfKey], epoch: u64) -> Result<Ticket, ScanError> {
+        let room = self.capacity() - self.in_flight();
+        check_keys(&self.scanner.geometry(), keys, room)?;
+        self.scanner
+            .epochs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .resolve(epoch)?;
+        let Some(first_group) = self.free_run(keys.len().div_ceil(GROUP_KEYS)) else {
+            return Err(ScanError::BatchTooLarge {
+                got: keys.len(),
+                max: room,
+            });
+        };
+        let joined = Instant::now();
+        let ticket = self.clock.ticket();
+        if let Err(e) = self.join_at(keys, first_group, ticket) {
+            let _ = self.ws().stream.synchronize();
+            for c in &mut self.columns {
+                if *c == Some(ticket) {
+                    *c = None;
+                }
+            }
+            return Err(e.into());
+        }
+        self.groups.push(Group {
+            ticket,
+            epoch,
+            first: first_group * GROUP_KEYS,
+            keys: keys.len(),
+            left: self.segments.len(),
+            times: GroupTimes {
+                joined,
+                first_segment: None,
+            },
+        });
+        Ok(ticket)
+    }
+
+    fn step(&mut self) -> Result<Step, ScanError> {
+        let now = Instant::now();
+        let ps = self.scanner.db.shape().page_size;
+        let segment = self.segments[self.cursor].clone();
+        if self.cursor == 0 {
+            let started = self
+                .groups
+                .iter()
+                .filter(|g| g.times.first_segment.is_some())
+                .map(|g| g.keys)
+                .sum();
+            self.clock.turn_begins(started);
+        }
+        let mut step = Step::default();
+        let scanner = self.scanner.clone();
+        // Held until the segment's device work is done: an update's fold waits for it.
+        let st = scanner.epochs.read().unwrap_or_else(|e| e.into_inner());
+        let mut i = 0;
+        while i < self.groups.len() {
+            if let Err(e) = st.resolve(self.groups[i].epoch) {
+                let g = self.groups.swap_remove(i);
+                self.release(&g);
+                step.finished.push(finish(&g, Err(e.into()), now));
+                continue;
+            }
+            let g = &mut self.groups[i];
+            self.clock.start(&mut g.times, now, g.keys);
+            i += 1;
+        }
+        step.keys = self.groups.iter().map(|g| g.keys).sum();
+        let done: Vec<usize> = (0..self.groups.len())
+            .filter(|&i| self.groups[i].left == 1)
+            .collect();
+        let launched = self.launch_step(&st, segment, &done);
+        let synced = self.ws().stream.synchronize();
+        drop(st);
+        let failed = match (launched, synced) {
+            (Err(e), _) => Some(e),
+            (Ok(_), Err(e)) => Some(e.into()),
+            (Ok(_limits), Ok(())) => None,
+        };
+        if let Some(e) = failed {
+            self.clear();
+            return Err(e.into());
+        }
+        let end = Instant::now();
+        for g in &mut self.groups {
+            g.left -= 1;
+        }
+        let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
+        let mut finished = Vec::new();
+        for g in self.groups.iter().filter(|g| g.left == 0) {
+            // The one copy after the GPU: pinned buffer to the answers the worker writes.
+            let bytes = host[g.first * ps..(g.first + g.keys) * ps].to_vec();
+            finished.push(finish(g, Ok(Answers::new(ps, bytes)), end));
+        }
+        let (done, going): (Vec<Group>, Vec<Group>) =
+            self.groups.drain(..).partition(|g| g.left == 0);
+        self.groups = going;
+        for g in &done {
+            self.release(g);
+        }
+        step.finished.extend(finished);
+        self.cursor = (self.cursor + 1) % self.segments.len();
+        if self.cursor == 0 {
+            step.turn_keys = Some(self.clock.turn_ends());
+        }
+        Ok(step)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.groups.iter().map(|g| g.keys).sum()
+    }
+
+    fn capacity(&self) -> usize {
+        self.scanner.config.max_batch_keys
+    }
+
+    fn fits(&self, keys: usize) -> bool {
+        self.in_flight() + keys <= self.capacity()
+            && self.free_run(keys.div_ceil(GROUP_KEYS)).is_some()
+    }
+
+    fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn clear(&mut self) -> Vec<Ticket> {
+        let _ = self.ws().stream.synchronize();
+        self.columns.fill(None);
+        self.groups.drain(..).map(|g| g.ticket).collect()
+    }
+}
+
+fn finish(g: &Group, answers: Result<Answers, ScanError>, now: Instant) -> Finished {
+    let (waited, turn) = Clock::finish(&g.times, now);
+    Finished {
+        ticket: g.ticket,
+        answers,
+        waited,
+        turn,
+    }
+}

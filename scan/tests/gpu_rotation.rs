@@ -1,0 +1,156 @@
+//! GPU rotating-scan tests: the CUDA rotation against the model of every page at every epoch
+//! (joins at random segments, updates folding the base mid-turn), against the CPU rotation
+//! key by key, and a shard's turn over its range.
+//!
+//! They need a GPU, so they run only with `PIRQ_GPU_TESTS=1` (scripts/gpu-test.sh sets it);
+//! elsewhere each test returns at once and passes as skipped, saying so on stderr.
+#![cfg(feature = "cuda")]
+
+mod rotation_model;
+
+use std::sync::Arc;
+
+use pirq_scan::cpu::{CpuRotation, CpuScanner};
+use pirq_scan::cuda::{CudaConfig, CudaRotation, CudaScanner};
+use pirq_scan::rotation::{Finished, Rotation};
+use pirq_scan::Scanner;
+use pirq_shared::dpf::{generate, DpfKey};
+use pirq_testkit::{gpu_tests_enabled, TestDb};
+use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
+use rotation_model::{drive, Model};
+
+fn gpu(file: &TestDb, window: usize, max_keys: usize) -> Arc<CudaScanner> {
+    let config = CudaConfig {
+        epoch_window: window,
+        max_batch_keys: max_keys,
+        ..CudaConfig::default()
+    };
+    Arc::new(CudaScanner::from_pirdb(&file.db, config, |_, _| {}).unwrap())
+}
+
+fn model_of(file: &TestDb, epoch: u64) -> Model {
+    let pages = (0..file.db.num_pages())
+        .map(|p| file.page(p).to_vec())
+        .collect();
+    Model {
+        pages: vec![pages],
+        first_epoch: epoch,
+    }
+}
+
+/// Random joins and updates on the GPU; each party's answer equals `pirq_shared`'s reference at
+/// its epoch, across folds of the base mid-turn; epochs that leave the window are refused.
+#[test]
+fn gpu_rotation_is_exact_while_updates_fold_the_base_mid_turn() {
+    if !gpu_tests_enabled("gpu_rotation_is_exact_while_updates_fold_the_base_mid_turn") {
+        return;
+    }
+    for (pages, page_size, segments, seed) in [(4096u64, 512u32, 6usize, 1u64), (3000, 256, 4, 2)] {
+        let file = TestDb::create_at(pages, page_size, 0, seed).unwrap();
+        let scanner = gpu(&file, 3, 64);
+        let mut rotation = CudaRotation::new(scanner.clone(), segments);
+        assert_eq!(rotation.segments(), segments);
+        let mut model = model_of(&file, 0);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let seen = drive(
+            &mut rotation,
+            scanner.as_ref(),
+            &mut model,
+            &mut rng,
+            300,
+            0.7,
+            0.25,
+        );
+        eprintln!("{pages} pages of {page_size} B, {segments} segments: {seen:?}");
+        assert!(seen.exact_across_folds >= 5, "{seen:?}");
+        assert!(seen.exact_at_old_epochs >= 5, "{seen:?}");
+    }
+}
+
+/// The same keys joining at the same steps give the same answers, key by key, on the GPU and
+/// the CPU, with many keys in flight (column groups reused as groups leave).
+#[test]
+fn gpu_rotation_matches_the_cpu_rotation() {
+    if !gpu_tests_enabled("gpu_rotation_matches_the_cpu_rotation") {
+        return;
+    }
+    let file = TestDb::create(20_000, 1024, 7).unwrap();
+    let gpu_scanner = gpu(&file, 4, 256);
+    let cpu_scanner = Arc::new(CpuScanner::new(file.db.clone(), 2).unwrap());
+    let mut on_gpu = CudaRotation::new(gpu_scanner.clone(), 7);
+    let mut on_cpu = CpuRotation::new(cpu_scanner.clone(), 7);
+    let n = file.db.header().domain_bits();
+    let mut rng = StdRng::seed_from_u64(3);
+    let (mut got_gpu, mut got_cpu): (Vec<Finished>, Vec<Finished>) = (Vec::new(), Vec::new());
+    let mut joined = 0;
+    for step in 0..60 {
+        for _ in 0..rng.random_range(0..4) {
+            let k = rng.random_range(1..40);
+            if step >= 45 || !on_gpu.fits(k) {
+                continue;
+            }
+            let keys: Vec<DpfKey> = (0..k)
+                .map(|_| generate(n, rng.next_u64() % 20_000, &mut rng).unwrap().0)
+                .collect();
+            assert_eq!(
+                on_gpu.join(&keys, 0).unwrap(),
+                on_cpu.join(&keys, 0).unwrap()
+            );
+            joined += 1;
+        }
+        got_gpu.extend(on_gpu.step().unwrap().finished);
+        got_cpu.extend(on_cpu.step().unwrap().finished);
+    }
+    assert_eq!(on_gpu.in_flight(), 0);
+    assert_eq!(got_gpu.len(), joined);
+    for (g, c) in got_gpu.into_iter().zip(got_cpu) {
+        assert_eq!(g.ticket, c.ticket);
+        assert_eq!(
+            g.answers.unwrap(),
+            c.answers.unwrap(),
+            "group {:?}",
+            g.ticket
+        );
+    }
+    // The workspace goes back to the pool with the rotation: passes run again.
+    drop(on_gpu);
+    let key = generate(n, 5, &mut rng).unwrap().0;
+    assert_eq!(
+        gpu_scanner.pass(std::slice::from_ref(&key)).unwrap(),
+        cpu_scanner.pass(&[key]).unwrap()
+    );
+}
+
+/// A shard's turn covers its range: its answers are the shard's partial answers.
+#[test]
+fn gpu_shard_rotation_is_its_range() {
+    if !gpu_tests_enabled("gpu_shard_rotation_is_its_range") {
+        return;
+    }
+    let file = TestDb::create(6000, 512, 9).unwrap();
+    let range = pirq_shared::shard::ShardSpec::all_ranges(2, 6000).unwrap()[1].clone();
+    let config = CudaConfig {
+        max_batch_keys: 64,
+        ..CudaConfig::default()
+    };
+    let shard = Arc::new(
+        CudaScanner::from_pirdb_range(&file.db, range.clone(), config, |_, _| {}).unwrap(),
+    );
+    let cpu = Arc::new(CpuScanner::with_range(file.db.clone(), 1, range).unwrap());
+    let n = file.db.header().domain_bits();
+    let mut rng = StdRng::seed_from_u64(4);
+    let keys: Vec<DpfKey> = (0..20)
+        .map(|_| generate(n, rng.next_u64() % 6000, &mut rng).unwrap().0)
+        .collect();
+    let mut rotation = CudaRotation::new(shard.clone(), 4);
+    rotation.step().unwrap();
+    rotation.join(&keys, 0).unwrap();
+    let mut finished = Vec::new();
+    while rotation.in_flight() > 0 {
+        finished.extend(rotation.step().unwrap().finished);
+    }
+    assert_eq!(
+        finished.pop().unwrap().answers.unwrap(),
+        cpu.pass(&keys).unwrap()
+    );
+}
