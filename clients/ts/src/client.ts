@@ -156,6 +156,11 @@ export class Pirq {
     return this.verifier !== undefined;
   }
 
+  /** How signatures are checked: the platform's WebCrypto Ed25519, or the `@noble/curves` fallback; undefined without `publisherKey`. */
+  get verifierBackend(): "webcrypto" | "noble" | undefined {
+    return this.verifier?.backend;
+  }
+
   /** Reads both parties' `/v1/info` again (under the deadline) and checks that they serve the same database. */
   async agree(signal?: AbortSignal): Promise<DatabaseInfo> {
     return withDeadline(this.timeoutMs, signal, async (ctxA, ctxB) => {

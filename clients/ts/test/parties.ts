@@ -92,13 +92,24 @@ export interface PartiesOptions {
   tls?: { certFile: string; keyFile: string; caFile: string };
   /** Tokens for each gateway's --query-tokens file (one a line): queries then need one of them. */
   queryTokens?: { a: string[]; b: string[] };
+  /** More flags for both gateways (e.g. `--manifests FILE`). */
+  gatewayArgs?: string[];
 }
 
-/** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database. */
-export function makePageDb(dir: string, pages: number, pageSize: number, seed = 1): string {
-  const out = join(dir, `pages-${pages}x${pageSize}-seed${seed}.pirdb`);
-  execFileSync(join(binDir, "pirq"), ["db", "gen", "--pages", String(pages), "--page-size", String(pageSize), "--seed", String(seed), "--out", out], { stdio: "pipe" });
+/** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database, signed with `signKey` (a secret key file) when given. */
+export function makePageDb(dir: string, pages: number, pageSize: number, seed = 1, signKey?: string): string {
+  const out = join(dir, `pages-${pages}x${pageSize}-seed${seed}${signKey ? "-signed" : ""}.pirdb`);
+  const sign = signKey ? ["--sign-key", signKey] : [];
+  execFileSync(join(binDir, "pirq"), ["db", "gen", "--pages", String(pages), "--page-size", String(pageSize), "--seed", String(seed), ...sign, "--out", out], { stdio: "pipe" });
   return out;
+}
+
+/** `pirq publisher keygen` into `dir`: a publisher's key pair, as file paths and the public key's text. */
+export function makePublisherKey(dir: string, name: string): { secretFile: string; publicFile: string; publicKey: string } {
+  const secretFile = join(dir, `${name}.secret`);
+  const publicFile = join(dir, `${name}.pub`);
+  execFileSync(join(binDir, "pirq"), ["publisher", "keygen", "--secret", secretFile, "--public", publicFile], { stdio: "pipe" });
+  return { secretFile, publicFile, publicKey: readFileSync(publicFile, "utf8") };
 }
 
 /** Records for a kv test database: text keys `user:0000`.., values of `valueSize` bytes. */
@@ -118,7 +129,7 @@ export function kvRecords(count: number, valueSize: number): [Uint8Array, Uint8A
 export function makeKvDb(
   dir: string,
   records: [Uint8Array, Uint8Array | null][],
-  options: { valueSize?: number; maxValueSize?: number; pageSize: number; pages: number; choices: number },
+  options: { valueSize?: number; maxValueSize?: number; pageSize: number; pages: number; choices: number; signKey?: string },
 ): string {
   const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
   const input = join(dir, "records.jsonl");
@@ -128,7 +139,8 @@ export function makeKvDb(
   const values = options.maxValueSize !== undefined ? ["--max-value-size", String(options.maxValueSize)] : ["--value-size", String(options.valueSize)];
   execFileSync(join(binDir, "pirq"), [
     "kv", "build", "--records", input, ...values, "--page-size", String(options.pageSize),
-    "--pages", String(options.pages), "--choices", String(options.choices), "--seed", "5", "--out", out,
+    "--pages", String(options.pages), "--choices", String(options.choices), "--seed", "5",
+    ...(options.signKey ? ["--sign-key", options.signKey] : []), "--out", out,
   ], { stdio: "pipe" });
   return out;
 }
@@ -183,6 +195,7 @@ async function startParty(dir: string, name: string, options: PartiesOptions): P
     writeFileSync(file, options.queryTokens[name as "a" | "b"].join("\n") + "\n");
     cors.push("--query-tokens", file);
   }
+  cors.push(...(options.gatewayArgs ?? []));
   const gateway = new Proc(`gateway-${name}`, join(dir, `gateway-${name}.log`), join(binDir, "pirq-gateway"), [
     "--redis", redisUrl, "--prefix", prefix, "--listen", `127.0.0.1:${gatewayPort}`, ...cors,
   ]);

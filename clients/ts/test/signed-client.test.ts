@@ -96,6 +96,7 @@ test("pinned to the publisher: every page verified, its usable bytes returned, e
   for (const key of [V.public_key_file, fromHex(V.public_key)]) {
     const pirq = await connect(A, B, { fetch: parties({ pages: DB }, { pages: DB }), publisherKey: key, warn: () => assert.fail("no warning when verifying") });
     assert.ok(pirq.verifying);
+    assert.equal(pirq.verifierBackend, "webcrypto", "Node 20 has WebCrypto Ed25519");
     const got = await pirq.getPages([0, 42, 99]);
     assert.equal(got.verified, true);
     assert.deepEqual(got.pages, [0, 42, 99].map((i) => DB[i].subarray(0, USABLE)));

@@ -1,0 +1,154 @@
+// Authenticated answers (issue 27, docs/spec/signed.md) against real parties: a database signed
+// by `pirq db gen --sign-key` (the publisher's key from `pirq publisher keygen`), served by two
+// real parties, party B reached through a tampering proxy (test/tampering-proxy.ts) that XORs
+// bytes into its answers and keeps the digest stamp. In Node and in headless Chromium, every
+// wait mode: untampered pages verified and exact; tampered answers refused on every lookup; the
+// parties pinned to another publisher's key refused; an unsigned database refused when pinned
+// (and, unpinned, the same lie passing unnoticed: what the digest alone cannot catch).
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import type { Server } from "node:http";
+import { connect, PirqError, toHex } from "../src/index.js";
+import { launchChromium, serveWeb } from "./browser.js";
+import { makePageDb, makePublisherKey, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { startTamperingProxy, TamperingProxy } from "./tampering-proxy.js";
+
+const PAGES = 300;
+const PAGE_SIZE = 512;
+const USABLE = PAGE_SIZE - 72;
+const WAITS = ["inline", "sse", "poll"] as const;
+
+let dir: string;
+let publisher: ReturnType<typeof makePublisherKey>;
+let other: ReturnType<typeof makePublisherKey>;
+let db: Buffer;
+let parties: Parties;
+let proxyB: TamperingProxy;
+let web: { server: Server; origin: string };
+
+before(async () => {
+  dir = tempDir();
+  publisher = makePublisherKey(dir, "publisher");
+  other = makePublisherKey(dir, "other");
+  const file = makePageDb(dir, PAGES, PAGE_SIZE, 5, publisher.secretFile);
+  db = readFileSync(file);
+  web = await serveWeb();
+  parties = await startParties({ db: file, corsOrigins: [web.origin] });
+  proxyB = await startTamperingProxy(parties.b.url);
+});
+after(async () => {
+  await proxyB?.close();
+  web?.server.close();
+  await parties?.stop();
+});
+
+const usable = (i: number) => toHex(pageFromFile(db, i).subarray(0, USABLE));
+/** Flips one bit of a page's usable bytes: the smallest lie. */
+const flipBit = (page: Uint8Array) => {
+  page[100] ^= 0x04;
+};
+
+test("the parties advertise the publisher's key; pinned to it, every page verified and exact in every wait mode", async () => {
+  proxyB.tamper = undefined;
+  for (const wait of WAITS) {
+    const pirq = await connect(parties.a.url, proxyB.url, { publisherKey: publisher.publicKey, wait });
+    assert.equal(pirq.info.signing?.publisherKey, publisher.publicKey.trim());
+    const got = await pirq.getPages([0, 299, 150]);
+    assert.equal(got.verified, true);
+    assert.deepEqual(got.pages.map(toHex), [0, 299, 150].map(usable), wait);
+    assert.deepEqual(got.changedEpochs, [0, 0, 0]);
+  }
+});
+
+test("a party that XORs bytes into its answers (digest kept) is refused on every lookup, in every wait mode", async () => {
+  proxyB.tamper = flipBit;
+  const before = proxyB.tampered;
+  try {
+    for (const wait of WAITS) {
+      const pirq = await connect(parties.a.url, proxyB.url, { publisherKey: publisher.publicKey, wait });
+      for (const index of [0, 7, 299]) {
+        await assert.rejects(pirq.getPage(index), (e: unknown) => {
+          assert.ok(e instanceof PirqError, String(e));
+          assert.equal(e.code, "bad_signature", e.message);
+          assert.match(e.message, new RegExp(`page ${index} at epoch 0 failed the publisher's signature.*served by A \\(${parties.a.url}\\) and B \\(${proxyB.url}\\)`));
+          return true;
+        }, `${wait} ${index}`);
+      }
+    }
+    assert.equal(proxyB.tampered - before, 9, "the proxy changed every answer");
+  } finally {
+    proxyB.tamper = undefined;
+  }
+});
+
+test("pinned to another publisher's key: refused at connect, before any key is sent", async () => {
+  await assert.rejects(connect(parties.a.url, proxyB.url, { publisherKey: other.publicKey }), (e: unknown) => e instanceof PirqError && e.code === "wrong_publisher");
+});
+
+test("an unsigned database: refused when pinned; unpinned, the same lie passes (what the digest cannot catch)", async () => {
+  const unsigned = await startParties({ db: makePageDb(dir, 64, 256, 9) });
+  const proxy = await startTamperingProxy(unsigned.b.url);
+  try {
+    await assert.rejects(connect(unsigned.a.url, proxy.url, { publisherKey: publisher.publicKey }), (e: unknown) => e instanceof PirqError && e.code === "not_signed");
+    proxy.tamper = flipBit;
+    const pirq = await connect(unsigned.a.url, proxy.url, { warn: () => assert.fail("nothing to say of an unsigned database") });
+    const got = await pirq.getPages([3]);
+    assert.equal(got.verified, false);
+    const expected = pageFromFile(readFileSync(makePageDb(dir, 64, 256, 9)), 3);
+    expected[100] ^= 0x04;
+    assert.equal(toHex(got.pages[0]), toHex(expected), "the tampered page came back as if it were right");
+  } finally {
+    await proxy.close();
+    await unsigned.stop();
+  }
+});
+
+test("Chromium: verified pages exact in every wait mode, the tampering party refused, the @noble/curves fallback too", async () => {
+  const browser = await launchChromium();
+  try {
+    for (const fallback of [false, true]) {
+      const page = await browser.context.newPage();
+      if (fallback) {
+        // A browser whose WebCrypto has no Ed25519 (before Chrome 137): the client loads its fallback chunk.
+        await page.addInitScript(() => {
+          const importKey = crypto.subtle.importKey.bind(crypto.subtle);
+          crypto.subtle.importKey = ((format: any, key: any, algorithm: any, ...rest: any[]) => {
+            if ((algorithm?.name ?? algorithm) === "Ed25519") return Promise.reject(new DOMException("Unrecognized name.", "NotSupportedError"));
+            return (importKey as any)(format, key, algorithm, ...rest);
+          }) as typeof crypto.subtle.importKey;
+        });
+      }
+      await page.goto(`${web.origin}/`);
+      await page.waitForFunction(() => "pirq" in window);
+      for (const wait of WAITS) {
+        proxyB.tamper = undefined;
+        const run = (index: number) => page.evaluate(async ({ a, b, wait, key, index }) => {
+          const { connect, toHex } = (window as any).pirq;
+          try {
+            const pirq = await connect(a, b, { wait, publisherKey: key, timeoutMs: 20_000 });
+            const result = await pirq.getPages([index]);
+            return { page: toHex(result.pages[0]), verified: result.verified, backend: pirq.verifierBackend };
+          } catch (e: any) {
+            return { code: e.code, message: e.message };
+          }
+        }, { a: parties.a.url, b: proxyB.url, wait, key: publisher.publicKey, index });
+        const ok = await run(123);
+        assert.deepEqual(ok, { page: usable(123), verified: true, backend: fallback ? "noble" : "webcrypto" }, `${wait} fallback=${fallback}`);
+        proxyB.tamper = flipBit;
+        for (const index of [123, 5]) {
+          const refused = await run(index);
+          assert.equal(refused.code, "bad_signature", `${wait} fallback=${fallback}: ${JSON.stringify(refused)}`);
+        }
+      }
+      await page.close();
+    }
+  } finally {
+    proxyB.tamper = undefined;
+    await browser.close();
+  }
+});
+
+test("no WARN or ERROR lines in the parties' logs", () => {
+  for (const p of [parties.a, parties.b]) for (const proc of [p.gateway, p.worker]) assert.deepEqual(warnings(proc), [], proc.name);
+});
