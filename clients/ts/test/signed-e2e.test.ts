@@ -7,7 +7,10 @@
 // (and, unpinned, the same lie passing unnoticed: what the digest alone cannot catch).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import type { Server } from "node:http";
 import { connect, PirqError, toHex } from "../src/index.js";
 import { launchChromium, serveWeb } from "./browser.js";
@@ -77,6 +80,25 @@ test("a party that XORs bytes into its answers (digest kept) is refused on every
       }
     }
     assert.equal(proxyB.tampered - before, 9, "the proxy changed every answer");
+  } finally {
+    proxyB.tamper = undefined;
+  }
+});
+
+test("the Node example with PIRQ_PUBLISHER_KEY, in its own process: verified, then refused when B lies (nothing printed but the error)", async () => {
+  const example = fileURLToPath(new URL("../examples/node.js", import.meta.url));
+  const run = async () => {
+    const env = { ...process.env, PIRQ_PUBLISHER_KEY: publisher.publicFile };
+    const { stdout } = await promisify(execFile)(process.execPath, [example, parties.a.url, proxyB.url, "page", "42"], { env }).catch((e: { stdout: string }) => ({ stdout: e.stdout }));
+    return JSON.parse(stdout);
+  };
+  proxyB.tamper = undefined;
+  assert.deepEqual(await run(), { index: 42, page: usable(42), epoch: 0, digest: (await (await fetch(`${parties.a.url}/v1/info`)).json()).digest, verified: true });
+  proxyB.tamper = flipBit;
+  try {
+    const refused = await run();
+    assert.equal(refused.error, "bad_signature", JSON.stringify(refused));
+    assert.equal(refused.page, undefined);
   } finally {
     proxyB.tamper = undefined;
   }
