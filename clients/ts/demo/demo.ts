@@ -9,6 +9,7 @@ import type { Exchange, LookupTrace, Pirq } from "../src/index.js";
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const partyA = $<HTMLInputElement>("party-a");
 const partyB = $<HTMLInputElement>("party-b");
+const publisherKey = $<HTMLInputElement>("publisher-key");
 const pageIndex = $<HTMLInputElement>("page-index");
 const kvKey = $<HTMLInputElement>("kv-key");
 const getPageButton = $<HTMLButtonElement>("get-page");
@@ -18,6 +19,7 @@ let client: Pirq | undefined;
 const params = new URLSearchParams(location.search);
 partyA.value = params.get("a") ?? "";
 partyB.value = params.get("b") ?? "";
+publisherKey.value = params.get("key") ?? "";
 
 function status(text: string, kind: "ok" | "error" | "busy"): void {
   const el = $("status");
@@ -62,11 +64,13 @@ function showTrace(trace: LookupTrace): void {
 async function onConnect(): Promise<void> {
   status("connecting…", "busy");
   try {
-    client = await pirqClient.connect(partyA.value.trim(), partyB.value.trim());
+    const key = publisherKey.value.trim();
+    client = await pirqClient.connect(partyA.value.trim(), partyB.value.trim(), key ? { publisherKey: key } : {});
     const i = client.info;
     const values = !i.kv ? "" : i.kv.valueKind === "set" ? "a set (keys only)" : i.kv.valueKind === "variable" ? `values of up to ${i.kv.valueSize} B` : `${i.kv.valueSize}-byte values`;
     const kv = i.kv ? `, key-value: ${i.kv.choices} choices, ${values}, ${i.kv.slotsPerPage} slots per page` : ", page database";
-    $("info").textContent = `${i.numPages} pages of ${i.pageSize} B (domain ${i.domainBits} bits), epochs ${i.epoch.oldest}..${i.epoch.newest}${kv}`;
+    const signed = !i.signing ? ", unsigned" : client.verifying ? `, signed: every page verified (${client.verifierBackend})` : ", signed: NOT verified (no publisher key given)";
+    $("info").textContent = `${i.numPages} pages of ${i.pageSize} B (domain ${i.domainBits} bits), epochs ${i.epoch.oldest}..${i.epoch.newest}${kv}${signed}`;
     getPageButton.disabled = false;
     getKeyButton.disabled = !i.kv;
     status("connected", "ok");
@@ -89,11 +93,15 @@ async function onGetPage(): Promise<void> {
     const result = await client.getPages([Number(pageIndex.value)]);
     $("value").textContent = hexDump(result.pages[0], 256);
     $("value").dataset.hex = pirqClient.toHex(result.pages[0]);
-    status(`page ${pageIndex.value}: ${result.pages[0].length} B at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms`, "ok");
+    status(`page ${pageIndex.value}: ${result.pages[0].length} B at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms${verifiedText(result)}`, "ok");
     showTrace(result);
   } catch (e) {
     showError(e);
   }
+}
+
+function verifiedText(result: LookupTrace): string {
+  return result.verified ? ", verified: the publisher signed it" : "";
 }
 
 function keyBytes(text: string): Uint8Array {
@@ -110,7 +118,7 @@ async function onGetKey(): Promise<void> {
     $("value").textContent = value === null ? "(absent)" : member ? "(present)" : hexDump(value, 256);
     $("value").dataset.hex = value === null ? "absent" : member ? "present" : pirqClient.toHex(value);
     const what = value === null ? "key absent" : member ? "key present" : `value of ${value.length} B`;
-    status(`${what} at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms`, "ok");
+    status(`${what} at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms${verifiedText(result)}`, "ok");
     showTrace(result);
   } catch (e) {
     showError(e);

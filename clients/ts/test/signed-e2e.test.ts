@@ -171,6 +171,29 @@ test("Chromium: verified pages exact in every wait mode, the tampering party ref
   }
 });
 
+test("the demo page with a publisher key: says the page is verified; with B lying, shows bad_signature", async () => {
+  const browser = await launchChromium();
+  try {
+    const page = await browser.context.newPage();
+    await page.goto(`${web.origin}/?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(proxyB.url)}&key=${publisher.publicKey.trim()}`);
+    await page.waitForFunction(() => document.getElementById("status")?.textContent === "connected");
+    assert.match(await page.textContent("#info") ?? "", /signed: every page verified \(webcrypto\)/);
+    await page.fill("#page-index", "77");
+    await page.click("#get-page");
+    await page.waitForFunction(() => document.getElementById("status")?.dataset.state === "ok" && document.getElementById("status")!.textContent!.startsWith("page"));
+    assert.match(await page.textContent("#status") ?? "", /^page 77: 440 B at epoch 0 .* verified: the publisher signed it$/);
+    assert.equal(await page.getAttribute("#value", "data-hex"), usable(77));
+    proxyB.tamper = flipBit;
+    await page.click("#get-page");
+    await page.waitForFunction(() => document.getElementById("status")?.dataset.state === "error");
+    assert.equal(await page.getAttribute("#status", "data-code"), "bad_signature");
+    assert.equal(await page.textContent("#value"), "");
+  } finally {
+    proxyB.tamper = undefined;
+    await browser.close();
+  }
+});
+
 test("no WARN or ERROR lines in the parties' logs", () => {
   for (const p of [parties.a, parties.b]) for (const proc of [p.gateway, p.worker]) assert.deepEqual(warnings(proc), [], proc.name);
 });
