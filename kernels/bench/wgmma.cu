@@ -1,6 +1,6 @@
 // Standalone nvcc harness for scan_wgmma.cu (sm_90a):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -o wgmma wgmma.cu
-//   ./wgmma [GiB=64] [Q list=128,256,384,512]      PIRQ_WG=<substring> filters variants
+//   ./wgmma [GiB=64] [Q list=128,256,384,512]      PIRQ_WG=<name,name,...> picks variants
 // 1. checks every wgmma variant against a host reference (random selection bits in layout
 //    "B for wgmma", a database whose page count is not a multiple of 256, split-K tasks);
 // 2. checks that dpf_expand_leaves writes the same bits in both layouts;
@@ -18,6 +18,7 @@
 #include "../db_layout.cu"
 #include "../scan_mma.cu"
 #include "../scan_wgmma.cu"
+#include "wgmma_tried.cu"
 
 // Clusters of 2 CTAs along the m-groups (gridDim.y must be even) sharing B by multicast.
 #define PIRQ_SCAN_WGMMA_C2(N, ST, IF)                                                               \
@@ -38,15 +39,36 @@ PIRQ_SCAN_WGMMA_C2(256, 8, 1)
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(1);} } while (0)
 
 typedef void (*Fn)(const uint4*, const uint4*, unsigned*, unsigned, unsigned, unsigned, unsigned);
-struct WgVariant { const char* name; Fn fn; int n, stages; };
+// wgs: consumer warpgroups (64 rows each); the 2-warpgroup kernels have a producer warp;
+// -2: two warpgroups loading A from global memory (only B in the shared-memory stages);
+// 102: two warpgroups, no producer warp (256 threads); -102: A from global with a producer warp.
+struct WgVariant { const char* name; Fn fn; int n, stages, wgs; };
 static WgVariant WG[] = {
-    {"n128s8", scan_wgmma_n128_s8_f0, 128, 8},       {"n192s8", scan_wgmma_n192_s8_f0, 192, 8},
-    {"n256s8", scan_wgmma_n256_s8_f0, 256, 8},       {"n128s8c2", scan_wgmma_n128_s8_f0_c2, 128, 8},
-    {"n192s8c2", scan_wgmma_n192_s8_f0_c2, 192, 8},  {"n256s8c2", scan_wgmma_n256_s8_f0_c2, 256, 8},
-    {"n256s12c2", scan_wgmma_n256_s12_f0_c2, 256, 12}, {"n256s8f1c2", scan_wgmma_n256_s8_f1_c2, 256, 8},
+    {"n128s8", scan_wgmma_n128_s8_f0, 128, 8, 2},       {"n192s8", scan_wgmma_n192_s8_f0, 192, 8, 2},
+    {"n256s8", scan_wgmma_n256_s8_f0, 256, 8, 2},
+    {"n256s8w2k2", scan_wgmma_n256_s8_w2_k2, 256, 8, 2},
+    {"n256s6w3k1", scan_wgmma_n256_s6_w3_k1, 256, 6, 3}, {"n256s8w3k1", scan_wgmma_n256_s8_w3_k1, 256, 8, 3},
+    {"n256s8w3k2", scan_wgmma_n256_s8_w3_k2, 256, 8, 3}, {"n256s12w3k2", scan_wgmma_n256_s12_w3_k2, 256, 12, 3},
+    {"n192s8w3k2", scan_wgmma_n192_s8_w3_k2, 192, 8, 3}, {"n128s8w3k2", scan_wgmma_n128_s8_w3_k2, 128, 8, 3},
+    {"n256s8ag4", scan_wgmma_n256_s8_ag4, 256, 8, -2}, {"n256s8ag8", scan_wgmma_n256_s8_ag8, 256, 8, -2},
+    {"n256s12ag8", scan_wgmma_n256_s12_ag8, 256, 12, -2}, {"n256s16ag8", scan_wgmma_n256_s16_ag8, 256, 16, -2},
+    {"n256s16ag12", scan_wgmma_n256_s16_ag12, 256, 16, -2}, {"n256s16ag16", scan_wgmma_n256_s16_ag16, 256, 16, -2},
+    {"n128s8ag8", scan_wgmma_n128_s8_ag8, 128, 8, -2}, {"n192s8ag8", scan_wgmma_n192_s8_ag8, 192, 8, -2},
+    {"n256s8fold0", scan_wgmma_n256_s8_fold0, 256, 8, 102}, {"n256s8fold1", scan_wgmma_n256_s8_fold1, 256, 8, 102},
+    {"n128s8fold1", scan_wgmma_n128_s8_fold1, 128, 8, 102},
+    {"n256s8agp2", scan_wgmma_n256_s8_agp2, 256, 8, -102}, {"n256s8agp3", scan_wgmma_n256_s8_agp3, 256, 8, -102},
+    {"n256s16agp3", scan_wgmma_n256_s16_agp3, 256, 16, -102}, {"n128s8agp8", scan_wgmma_n128_s8_agp8, 128, 8, -102},
+    {"n128s8c2", scan_wgmma_n128_s8_f0_c2, 128, 8, 2},
+    {"n192s8c2", scan_wgmma_n192_s8_f0_c2, 192, 8, 2},  {"n256s8c2", scan_wgmma_n256_s8_f0_c2, 256, 8, 2},
+    {"n256s12c2", scan_wgmma_n256_s12_f0_c2, 256, 12, 2}, {"n256s8f1c2", scan_wgmma_n256_s8_f1_c2, 256, 8, 2},
 };
 static const int NWG = sizeof(WG) / sizeof(WG[0]);
-static size_t wg_smem(const WgVariant& v) { return (size_t)v.stages * (4096 + v.n * 32) + 128; }
+static int wg_groups(const WgVariant& v) { return (v.wgs < 0 ? -v.wgs : v.wgs) % 100; }
+static size_t wg_smem(const WgVariant& v) { return (size_t)v.stages * ((v.wgs < 0 ? 0 : wg_groups(v) * 2048) + v.n * 32) + 128; }
+static unsigned wg_threads(const WgVariant& v) {
+    return v.wgs == -102 ? 288u : v.wgs < 0 || v.wgs > 100 ? 256u : PIRQ_WGMMA_WIDE_THREADS(v.wgs);
+}
+static unsigned wg_rows(const WgVariant& v) { return 4u * wg_groups(v); }
 
 static uint64_t mix64(uint64_t z) { z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull; return z ^ (z >> 31); }
 static uint64_t synth_word(uint64_t seed, uint64_t p, uint64_t i) { uint64_t b = mix64(seed + (p + 1) * PIRQ_G); return mix64(b + (i + 1) * PIRQ_G); }
@@ -63,8 +85,8 @@ struct Ctx { unsigned wpp, mtiles; unsigned long long num_pages, nblocks; uint4*
 static void run_wg(const Ctx& c, const WgVariant& v, const uint4* sel, unsigned np_total, unsigned q, unsigned bpt, cudaStream_t st = 0) {
     unsigned ntiles = np_total * 2;
     CK(cudaMemsetAsync(c.partial, 0, (size_t)c.mtiles * ntiles * 16, st));
-    dim3 grid(np_total * 16 / v.n, c.mtiles / 8, (unsigned)((c.nblocks + bpt - 1) / bpt));
-    v.fn<<<grid, 288, wg_smem(v), st>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
+    dim3 grid(np_total * 16 / v.n, (c.mtiles + wg_rows(v) - 1) / wg_rows(v), (unsigned)((c.nblocks + bpt - 1) / bpt));
+    v.fn<<<grid, wg_threads(v), wg_smem(v), st>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
     unsigned long long n = (unsigned long long)q * c.wpp;
     scan_unpack<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(c.partial, c.answers, q, c.wpp, np_total, 0);
 }
@@ -76,6 +98,18 @@ static void run_mma(const Ctx& c, const uint4* sel, unsigned np_total, unsigned 
     scan_mma_m2_n8_s4_w2<<<grid, 256, 8 * 4 * 2 * 512>>>(c.a, sel, c.partial, c.mtiles, (unsigned)c.nblocks, np_total, bpt);
     unsigned long long n = (unsigned long long)q * c.wpp;
     scan_unpack<<<(unsigned)((n + 255) / 256), 256>>>(c.partial, c.answers, q, c.wpp, np_total, 0);
+}
+// PIRQ_WG: comma-separated names; a variant runs when its name equals one of them (all without it).
+static bool wg_selected(const char* name) {
+    const char* sel = getenv("PIRQ_WG");
+    if (!sel) return true;
+    for (const char* p = sel; *p;) {
+        const char* e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (strlen(name) == len && strncmp(name, p, len) == 0) return true;
+        p += len + (e ? 1 : 0);
+    }
+    return false;
 }
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
@@ -91,7 +125,7 @@ int main(int argc, char** argv) {
     unsigned* dsink; CK(cudaMalloc(&dsink, 64));
     bool ok = true;
     {
-        Ctx c; unsigned ps = 4096; c.wpp = ps / 4; c.mtiles = ps / 2; c.num_pages = 5 * 256 + 77; c.nblocks = (c.num_pages + 255) / 256;
+        Ctx c; unsigned ps = 4096; c.wpp = ps / 4; c.mtiles = ps / 2; c.num_pages = 21 * 256 + 77; c.nblocks = (c.num_pages + 255) / 256;
         CK(cudaMalloc(&c.a, c.nblocks * 256 * ps));
         unsigned long long seed = 0x77;
         db_synthetic<<<dim3((unsigned)c.nblocks, (c.wpp + 31) / 32), 256>>>((unsigned*)c.a, seed, 0, c.num_pages, c.wpp);
@@ -112,7 +146,7 @@ int main(int argc, char** argv) {
                 uint64_t b = p / 256, j = p % 256;
                 if ((hs[idx_wg(b, np_total, k, j / 32)] >> (j % 32)) & 1) for (unsigned i = 0; i < ps / 8; ++i) exp[(size_t)k * ps / 8 + i] ^= host[p * ps / 8 + i];
             }
-            for (unsigned bpt : {2u, 1000u}) {
+            for (unsigned bpt : {2u, 5u, 1000u}) {
                 CK(cudaMemset(c.answers, 0xcd, (size_t)q * ps));
                 run_wg(c, v, (uint4*)sel, np_total, q, bpt);
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
@@ -175,7 +209,7 @@ int main(int argc, char** argv) {
         }
         for (int vi = 0; vi < NWG; ++vi) {
             const WgVariant& v = WG[vi];
-            if (getenv("PIRQ_WG") && !strstr(v.name, getenv("PIRQ_WG"))) continue;
+            if (!wg_selected(v.name)) continue;
             unsigned np_total = (q + v.n - 1) / v.n * v.n / 16;
             if (np_total > QMAX / 16 || np_total * 16 - q >= (unsigned)v.n) continue;
             for (unsigned bpt : bpts) {
