@@ -58,6 +58,8 @@ static WgVariant WG[] = {
     {"n128s8fold1", scan_wgmma_n128_s8_fold1, 128, 8, 102},
     {"n256s8agp2", scan_wgmma_n256_s8_agp2, 256, 8, -102}, {"n256s8agp3", scan_wgmma_n256_s8_agp3, 256, 8, -102},
     {"n256s16agp3", scan_wgmma_n256_s16_agp3, 256, 16, -102}, {"n128s8agp8", scan_wgmma_n128_s8_agp8, 128, 8, -102},
+    {"n256s8mc", scan_wgmma_n256_s8_mc, 256, 8, 2}, {"n256s12mc", scan_wgmma_n256_s12_mc, 256, 12, 2},
+    {"n128s8mc", scan_wgmma_n128_s8_mc, 128, 8, 2},
     {"n128s8c2", scan_wgmma_n128_s8_f0_c2, 128, 8, 2},
     {"n192s8c2", scan_wgmma_n192_s8_f0_c2, 192, 8, 2},  {"n256s8c2", scan_wgmma_n256_s8_f0_c2, 256, 8, 2},
     {"n256s12c2", scan_wgmma_n256_s12_f0_c2, 256, 12, 2}, {"n256s8f1c2", scan_wgmma_n256_s8_f1_c2, 256, 8, 2},

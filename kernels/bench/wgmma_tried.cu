@@ -498,3 +498,104 @@ PIRQ_SCAN_WGMMA_AGP(256, 8, 2)
 PIRQ_SCAN_WGMMA_AGP(256, 8, 3)
 PIRQ_SCAN_WGMMA_AGP(256, 16, 3)
 PIRQ_SCAN_WGMMA_AGP(128, 8, 8)
+
+// The multicast body: clusters of two CTAs (adjacent m-groups: same keys, same blocks, different
+// rows), each copying half of the keys' bits B and multicasting it into both, so B's L2 traffic
+// (2/3 of this tiling's) halves. The c2 variants of scan_wgmma_body do the same but have every
+// consumer warp arrive on the peer's barrier (16 remote arrivals a stage) and measured 3.5x
+// slower; here consumers release their own CTA's stage only, and the producers exchange one
+// remote arrival a stage: "my stage s is free" (`peer` barriers, count 1).
+template <int N, int STAGES>
+__device__ __forceinline__ void scan_wgmma_mc_body(const uint4* __restrict__ a, const uint4* __restrict__ b,
+                                                   unsigned* __restrict__ partial, unsigned mtiles,
+                                                   unsigned nblocks, unsigned np_total,
+                                                   unsigned blocks_per_task) {
+#ifdef PIRQ_WGMMA
+    constexpr unsigned A_BYTES = PIRQ_WGMMA_MTILES * 512u;
+    constexpr unsigned B_BYTES = N * 32u;
+    constexpr unsigned HALF = B_BYTES / 2u;
+    constexpr unsigned STAGE_BYTES = A_BYTES + B_BYTES;
+    extern __shared__ unsigned char pirq_wg_smem[];
+    __shared__ __align__(8) unsigned long long bars[3 * STAGES];
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    const unsigned np0 = blockIdx.x * (N / 16);
+    const unsigned kb0 = blockIdx.z * blocks_per_task;
+    const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
+    const unsigned steps = kb1 > kb0 ? kb1 - kb0 : 0u;
+    const unsigned ring = ((unsigned)__cvta_generic_to_shared(pirq_wg_smem) + 127u) & ~127u;
+    const unsigned full0 = (unsigned)__cvta_generic_to_shared(bars), empty0 = full0 + 8u * STAGES,
+                   peer0 = empty0 + 8u * STAGES;
+    const unsigned rank = pirq_cluster_rank(), other = rank ^ 1u;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            pirq_mbar_init(full0 + 8u * s, 1);
+            pirq_mbar_init(empty0 + 8u * s, 8);
+            pirq_mbar_init(peer0 + 8u * s, 1);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    pirq_cluster_sync();
+    if (warp == 8) {
+        if (lane == 0) {
+            for (unsigned i = 0; i < steps; ++i) {
+                const unsigned s = i % STAGES;
+                if (i >= (unsigned)STAGES) {
+                    const unsigned parity = ((i / STAGES) - 1u) & 1u;
+                    pirq_mbar_wait(empty0 + 8u * s, parity);
+                    pirq_mbar_arrive_remote(peer0 + 8u * s, other);
+                    pirq_mbar_wait_cluster(peer0 + 8u * s, parity);
+                }
+                const unsigned long long kb = kb0 + i;
+                const unsigned full = full0 + 8u * s, dst = ring + s * STAGE_BYTES;
+                pirq_mbar_expect_tx(full, STAGE_BYTES);
+                pirq_bulk_copy(dst, a + (kb * mtiles + mt0) * 32u, A_BYTES, full);
+                pirq_bulk_copy_multicast(dst + A_BYTES + rank * HALF, b + (kb * np_total + np0) * 32u + rank * (HALF / 16u),
+                                         HALF, full, (unsigned short)3u);
+            }
+        }
+    } else {
+        int acc[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) acc[i] = 0;
+        for (unsigned i = 0; i < steps; ++i) {
+            const unsigned s = i % STAGES;
+            pirq_mbar_wait(full0 + 8u * s, (i / STAGES) & 1u);
+            const unsigned stage = ring + s * STAGE_BYTES;
+            uint4 af;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
+                         : "r"(stage + (warp * 32u + lane) * 16u) : "memory");
+            pirq_wgmma_fence();
+            pirq_wgmma_b1<N>(acc, af, pirq_wgmma_desc(stage + A_BYTES));
+            pirq_wgmma_commit();
+            pirq_wgmma_wait<0>();
+            pirq_keep(af);
+            __syncwarp();
+            if (lane == 0) pirq_mbar_arrive(empty0 + 8u * s);
+        }
+        const unsigned mt = mt0 + warp;
+        if (mt < mtiles) {
+            const unsigned ntiles = np_total * 2u;
+            unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i) {
+                const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
+                if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
+            }
+        }
+    }
+    // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
+    pirq_cluster_sync();
+#endif
+}
+#define PIRQ_SCAN_WGMMA_MC(N, ST)                                                                    \
+    extern "C" __global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(PIRQ_WGMMA_THREADS, 1)     \
+        scan_wgmma_n##N##_s##ST##_mc(const uint4* __restrict__ a, const uint4* __restrict__ b,         \
+                                     unsigned* __restrict__ partial, unsigned mtiles, unsigned nblocks, \
+                                     unsigned np_total, unsigned blocks_per_task) {                  \
+        scan_wgmma_mc_body<N, ST>(a, b, partial, mtiles, nblocks, np_total, blocks_per_task);        \
+    }
+PIRQ_SCAN_WGMMA_MC(256, 8)
+PIRQ_SCAN_WGMMA_MC(256, 12)
+PIRQ_SCAN_WGMMA_MC(128, 8)
