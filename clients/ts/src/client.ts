@@ -393,7 +393,7 @@ export class Pirq {
     if (manifest && manifest.digest !== digest) {
       throw refuse("bad_signature", `the answers at epoch ${epoch} carry digest ${digest.slice(0, 12)}…, the publisher's manifest of that epoch says ${manifest.digest.slice(0, 12)}…`);
     }
-    history.newest = Math.max(history.newest, ...changed);
+    for (const c of changed) if (c > history.newest) history.newest = c;
     return changed;
   }
 
@@ -404,7 +404,8 @@ export class Pirq {
    */
   private async readManifests(history: SignedHistory, dbId: Uint8Array, ctxA: CallContext, ctxB: CallContext): Promise<void> {
     const lists = await Promise.all([this.a.manifests(ctxA), this.b.manifests(ctxB)].map((p) => p.catch((e) => {
-      if (e instanceof PirqError && e.code === "timeout") throw e; // the deadline ends the lookup
+      // The deadline, or the caller's abort, ends the lookup; any other failure is this party withholding.
+      if ((e instanceof PirqError && e.code === "timeout") || ctxA.signal?.aborted) throw e;
       return [] as Manifest[];
     })));
     for (const m of lists.flat()) {

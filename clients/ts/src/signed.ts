@@ -225,7 +225,19 @@ export function freshness(
   for (let e = changedEpoch + 1; e <= epoch; e++) {
     const m = manifests.get(e);
     if (!m) return { fresh: false, why: "missing", at: e };
-    if (m.pages.includes(index)) return { fresh: false, why: "replaced", at: e };
+    if (includesSorted(m.pages, index)) return { fresh: false, why: "replaced", at: e };
   }
   return { fresh: true };
+}
+
+/** Whether the ascending `pages` (a manifest's, SIGNED §4.1) hold `index`: a binary search, as an update may replace millions. */
+function includesSorted(pages: number[], index: number): boolean {
+  let lo = 0;
+  let hi = pages.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (pages[mid] < index) lo = mid + 1;
+    else hi = mid;
+  }
+  return pages[lo] === index;
 }
