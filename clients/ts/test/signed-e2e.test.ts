@@ -14,7 +14,7 @@ import { promisify } from "node:util";
 import type { Server } from "node:http";
 import { connect, PirqError, toHex } from "../src/index.js";
 import { launchChromium, serveWeb } from "./browser.js";
-import { makePageDb, makePublisherKey, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { kvRecords, makeKvDb, makePageDb, makePublisherKey, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
 import { startTamperingProxy, TamperingProxy } from "./tampering-proxy.js";
 
 const PAGES = 300;
@@ -82,6 +82,30 @@ test("a party that XORs bytes into its answers (digest kept) is refused on every
     assert.equal(proxyB.tampered - before, 9, "the proxy changed every answer");
   } finally {
     proxyB.tamper = undefined;
+  }
+});
+
+test("key-value lookups of a signed table (pirq kv build --sign-key): values verified and exact, absent keys null; a tampered candidate refused", async () => {
+  const records = kvRecords(400, 24);
+  const kv = await startParties({ db: makeKvDb(dir, records, { valueSize: 24, pageSize: 512, pages: 256, choices: 3, signKey: publisher.secretFile }) });
+  const proxy = await startTamperingProxy(kv.b.url);
+  try {
+    for (const wait of WAITS) {
+      const pirq = await connect(kv.a.url, proxy.url, { publisherKey: publisher.publicKey, wait });
+      assert.equal(pirq.info.kv?.usableBytes, USABLE);
+      const absent = new TextEncoder().encode("nobody");
+      const got = await pirq.getMany([records[0][0], records[399][0], absent]);
+      assert.equal(got.verified, true);
+      assert.deepEqual(got.values.map((v) => v && toHex(v)), [toHex(records[0][1]), toHex(records[399][1]), null], wait);
+    }
+    proxy.tamper = flipBit;
+    const pirq = await connect(kv.a.url, proxy.url, { publisherKey: publisher.publicKey });
+    for (const [key] of [records[5], records[6]]) {
+      await assert.rejects(pirq.get(key), (e: unknown) => e instanceof PirqError && e.code === "bad_signature");
+    }
+  } finally {
+    await proxy.close();
+    await kv.stop();
   }
 });
 
