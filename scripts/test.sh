@@ -12,8 +12,8 @@
 #      pushes, every answer verified (ops/soak.sh; the 30-minute run is docs/bench/soak.md)
 #   5. a bounded fuzz run of the key and .pirdb header parsers
 #   6. with PIRQ_COMPOSE_SMOKE=1 only: the compose stack built and brought up for real, two
-#      parties, verified queries (ops/compose/smoke.sh: needs a Docker engine; image builds take
-#      minutes). Without it the suite says that it skipped it.
+#      parties, verified queries over HTTPS (ops/compose/smoke.sh: needs a Docker engine; image
+#      builds take minutes). Without it the suite says that it skipped it.
 #
 # GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
 set -euo pipefail
