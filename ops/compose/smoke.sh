@@ -13,6 +13,7 @@
 #      `pirq kv update`, pushed to both admin listeners with `pirq epoch push`, and both checks
 #      again at the new epoch; the public port refuses plain HTTP and answers 404 for /metrics and
 #      the admin route;
+#      Party A's certificate is then renewed in place and re-read on SIGHUP, without a restart;
 #   4. each party's Prometheus scrapes its gateway (on the admin listener) and both workers
 #      (`up == 1`), has the alert rules loaded, and Docker reports every gateway and worker healthy.
 #
@@ -228,6 +229,29 @@ log "epoch 1 pushed to both parties' admin listeners"
     --verify "$work/kv-e1.pirdb" >/dev/null || fail "epoch 1: pirq query --verify"
 log "epoch 1: pirq query: 3 pages equal to the snapshot's (pirq db apply)"
 check_get "$work/records-1.jsonl" "epoch 1"
+
+# ---- certificate rotation: party A's files renewed in place, SIGHUP, served without a restart ------
+served_fp() { # https-base-url -> SHA-256 fingerprint of the certificate the party presents
+    openssl s_client -connect "${1#https://}" -servername localhost </dev/null 2>/dev/null |
+        openssl x509 -noout -fingerprint -sha256
+}
+file_fp() { openssl x509 -in "$1" -noout -fingerprint -sha256; }
+[ "$(served_fp "$A")" = "$(file_fp "$work/tls/party-a/cert.pem")" ] || fail "party A does not serve its certificate"
+gw_a=$(party a ps -q gateway)
+started=$(docker inspect -f '{{.State.StartedAt}}' "$gw_a")
+ops/compose/certs.sh "$work/tls" party-a-renewed 2>/dev/null
+# Overwritten in place (the directory is what the container mounts); the key keeps its owner.
+cp "$work/tls/party-a-renewed/key.pem" "$work/tls/party-a/key.pem"
+cp "$work/tls/party-a-renewed/cert.pem" "$work/tls/party-a/cert.pem"
+party a kill -s SIGHUP gateway >&2
+deadline=$(($(date +%s) + 30))
+until [ "$(served_fp "$A")" = "$(file_fp "$work/tls/party-a/cert.pem")" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "party A still serves its old certificate 30 s after SIGHUP"
+    sleep 1
+done
+[ "$(docker inspect -f '{{.State.StartedAt}}' "$gw_a")" = "$started" ] || fail "party A's gateway restarted on SIGHUP"
+check_get "$work/records-1.jsonl" "after rotation"
+log "party A: certificate renewed in place and re-read on SIGHUP (docker-compose kill -s SIGHUP), no restart"
 
 # ---- monitoring ------------------------------------------------------------------------------------
 prom_query() { # base query -> JSON result array
