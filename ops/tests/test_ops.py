@@ -728,3 +728,47 @@ def test_host_network_stack_matches_the_schema_and_reads_real_flags(env_file):
         for var in svc.get("environment", {}):
             if var.startswith("PIRQ_"):
                 assert var in known, f"{name} sets {var}, which {binary} does not read"
+
+
+# ---- ops/compose/certs.sh -----------------------------------------------------------------------
+
+
+def test_certs_script_makes_one_verifiable_identity_per_party(tmp_path):
+    """What the compose gateways serve and the smoke's clients trust: each party's certificate
+    chains to the throwaway CA, names the loopback addresses and the extra names given, is a
+    server certificate, and has a key of its own (a client refuses two parties with one key);
+    a second run keeps what exists."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed (scripts/install-deps.sh installs it)")
+    script = ROOT / "ops/compose/certs.sh"
+
+    def run(*args: str) -> str:
+        out = subprocess.run(args, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    run(str(script), str(tmp_path), "party-a", "party-b=b.pirq.invalid,192.0.2.7")
+    ca = tmp_path / "ca.pem"
+    pubkeys = set()
+    for party in ("party-a", "party-b"):
+        cert, key = tmp_path / party / "cert.pem", tmp_path / party / "key.pem"
+        assert "OK" in run("openssl", "verify", "-CAfile", str(ca), str(cert))
+        text = run("openssl", "x509", "-in", str(cert), "-noout", "-text")
+        for name in ("DNS:localhost", "IP Address:127.0.0.1", "TLS Web Server Authentication", "CA:FALSE"):
+            assert name in text, f"{party}: {name} missing"
+        # The key is the certificate's.
+        assert run("openssl", "pkey", "-in", str(key), "-pubout") == run(
+            "openssl", "x509", "-in", str(cert), "-noout", "-pubkey"
+        )
+        pubkeys.add(run("openssl", "x509", "-in", str(cert), "-noout", "-pubkey"))
+    assert len(pubkeys) == 2, "two parties with one TLS identity"
+    b = run("openssl", "x509", "-in", str(tmp_path / "party-b/cert.pem"), "-noout", "-text")
+    assert "DNS:b.pirq.invalid" in b and "IP Address:192.0.2.7" in b
+    before = (tmp_path / "party-a/cert.pem").read_bytes()
+    run(str(script), str(tmp_path), "party-a")
+    assert (tmp_path / "party-a/cert.pem").read_bytes() == before
+    bad = subprocess.run([str(script), str(tmp_path), "../escape"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "bad party name" in bad.stderr
