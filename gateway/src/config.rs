@@ -52,6 +52,23 @@ pub struct Config {
     #[arg(long, env = "PIRQ_ADMIN_TLS", requires_all = ["admin_listen", "tls_cert"])]
     pub admin_tls: bool,
 
+    /// File of query tokens, one a line (`#` starts a comment): `POST /v1/queries` and result
+    /// reads then need `Authorization: Bearer TOKEN` (401 `unauthorized` otherwise); `/v1/info`,
+    /// `/healthz` and `/readyz` stay open. Re-read on SIGHUP. Tokens are never logged.
+    #[arg(long, env = "PIRQ_QUERY_TOKENS")]
+    pub query_tokens: Option<PathBuf>,
+
+    /// Queries a second each token may submit, in bursts of up to twice that; past it 429
+    /// `rate_limited` with `Retry-After`. Needs `--query-tokens`.
+    #[arg(long, env = "PIRQ_TOKEN_RATE", requires = "query_tokens")]
+    pub token_rate: Option<std::num::NonZeroU32>,
+
+    /// Without tokens: queries a second each client address may submit, in bursts of up to
+    /// twice that; past it 429 `rate_limited` with `Retry-After`. Behind a proxy every client
+    /// has the proxy's address: limit at the proxy instead.
+    #[arg(long, env = "PIRQ_IP_RATE", conflicts_with = "query_tokens")]
+    pub ip_rate: Option<std::num::NonZeroU32>,
+
     /// Most keys one query may carry.
     #[arg(long, env = "PIRQ_MAX_KEYS_PER_QUERY", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=65536))]

@@ -4,8 +4,9 @@
 //! preflight `OPTIONS` before a JSON `POST` with an `Idempotency-Key`, and hide every answer that
 //! lacks `Access-Control-Allow-Origin`. Off by default, so a party serves no browser until its
 //! operator names the origins; tower-http's `CorsLayer` does the protocol (preflights, `Vary`,
-//! exact origin matching). No credentials are allowed: queries carry none, so `*` is safe
-//! where an operator wants every origin.
+//! exact origin matching). No credentials (cookies) are allowed: a query token travels in the
+//! `Authorization` header, which a page sets itself, so `*` is safe where an operator wants
+//! every origin.
 
 use std::time::Duration;
 
@@ -66,6 +67,8 @@ pub fn layer(origins: &[Origin]) -> Option<CorsLayer> {
             .allow_headers([
                 header::CONTENT_TYPE,
                 header::ACCEPT,
+                // Query tokens (`--query-tokens`): a header, never a cookie, so `*` stays safe.
+                header::AUTHORIZATION,
                 HeaderName::from_static("idempotency-key"),
                 HeaderName::from_static("prefer"),
             ])

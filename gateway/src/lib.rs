@@ -12,12 +12,14 @@
 //!   read only after the checks that need none, bounded in size and time.
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
 //!   backlog, `--durability fsync`.
-//! - [`cors`]: which browser origins may call the party (`--cors-origin`).
+//! - [`cors`]: which browser origins may call the party (`--cors-origin`); [`access`]: who may
+//!   query and how fast (`--query-tokens`, `--token-rate`, `--ip-rate`).
 //! - [`server`]: the accept loop, its caps and timeouts; [`tls`]: `--tls-cert`, rotation on
-//!   SIGHUP; [`reload`]: what SIGHUP re-reads.
+//!   SIGHUP; [`reload`]: what SIGHUP re-reads (the certificate, the query tokens).
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
+pub mod access;
 pub mod backpressure;
 pub mod body;
 pub mod caps;

@@ -44,6 +44,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
             reload: Box::new(move || tls.reload()),
         });
     }
+    if let Some(tokens) = state.access.tokens() {
+        tracing::info!(tokens = tokens.len(), "query tokens loaded (--query-tokens)");
+        reloadables.push(pirq_gateway::reload::Reloadable {
+            what: "query tokens",
+            reload: Box::new(move || tokens.reload()),
+        });
+    }
     pirq_gateway::reload::spawn_on_sighup(reloadables).context("catching SIGHUP")?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await

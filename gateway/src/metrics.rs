@@ -20,6 +20,7 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     // Help text from the catalog, and the counters at zero before the first request.
     pirq_party::metrics::described(Emitter::Gateway);
     crate::caps::register_refusals();
+    crate::access::register_refusals();
     pirq_party::metrics::spawn_upkeep(handle.clone());
     Ok(handle)
 }

@@ -8,6 +8,7 @@ use pirq_shared::layout::Layout;
 
 use tokio::sync::watch;
 
+use crate::access::Access;
 use crate::backpressure::Drain;
 use crate::config::Config;
 use crate::dbinfo::DbCache;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub waiters: Waiters,
     /// How long a read result is kept (`--fetched-result-bytes`).
     pub retention: Retention,
+    /// `--query-tokens`, `--token-rate`, `--ip-rate`.
+    pub access: Access,
 }
 
 /// Why the state could not be built (bad prefix or Redis URL).
@@ -50,12 +53,16 @@ pub enum StateError {
     /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::client`].
     #[error("{0:#}")]
     Client(anyhow::Error),
+    /// `--query-tokens`: the file cannot be read or has no valid token.
+    #[error("{0:#}")]
+    Access(anyhow::Error),
 }
 
 impl AppState {
     /// Builds the state and starts the pub/sub listener. Does not need Redis to be up.
     pub fn new(config: Config, metrics: Option<PrometheusHandle>) -> Result<AppState, StateError> {
         let layout = Layout::new(&config.redis.prefix)?;
+        let access = Access::of(&config).map_err(StateError::Access)?;
         let client = config.redis.client().map_err(StateError::Client)?;
         let store = Producer::new(client.clone(), layout.clone(), config.redis_timeout())?;
         let events = Events::start(client.clone(), layout.events());
@@ -86,6 +93,7 @@ impl AppState {
             shutdown: watch::channel(false).1,
             waiters,
             retention,
+            access,
         })
     }
 

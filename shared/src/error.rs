@@ -53,7 +53,8 @@ pub enum ErrorCode {
     InvalidJob,
     /// A bug: something that should not happen did.
     Internal,
-    /// Admin request without the right bearer token.
+    /// Admin request without the right bearer token, or a query or result read without one of
+    /// the party's query tokens (`--query-tokens`).
     Unauthorized,
     /// Admin route called on a gateway started without an admin token.
     AdminDisabled,
@@ -89,11 +90,14 @@ pub enum ErrorCode {
     StorageFull,
     /// A sharded party with a shard that has no live worker at the newest epoch (`/readyz`).
     ShardUnavailable,
+    /// More queries a second than `--token-rate` (per token) or `--ip-rate` (per client
+    /// address) allow: retry after `Retry-After`.
+    RateLimited,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 41] = [
+    pub const ALL: [ErrorCode; 42] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -135,6 +139,7 @@ impl ErrorCode {
         ErrorCode::TooManyWaiters,
         ErrorCode::StorageFull,
         ErrorCode::ShardUnavailable,
+        ErrorCode::RateLimited,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -181,6 +186,7 @@ impl ErrorCode {
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::StorageFull => "storage_full",
             ErrorCode::ShardUnavailable => "shard_unavailable",
+            ErrorCode::RateLimited => "rate_limited",
         }
     }
 
@@ -219,7 +225,7 @@ impl ErrorCode {
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::IdempotencyKeyReused => 422,
-            ErrorCode::BacklogFull | ErrorCode::StorageFull => 429,
+            ErrorCode::BacklogFull | ErrorCode::StorageFull | ErrorCode::RateLimited => 429,
             ErrorCode::ScanFailed | ErrorCode::DeliveryLimit | ErrorCode::Internal => 500,
             ErrorCode::RedisUnavailable
             | ErrorCode::NoDatabase

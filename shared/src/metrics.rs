@@ -92,6 +92,8 @@ pub const GATEWAY_QUERIES_THROTTLED: &str = "pirq_gateway_queries_throttled_tota
 pub const GATEWAY_REFUSALS: &str = "pirq_gateway_refusals_total";
 /// TLS handshakes that failed or timed out.
 pub const GATEWAY_TLS_HANDSHAKE_FAILURES: &str = "pirq_gateway_tls_handshake_failures_total";
+/// Requests refused by the gateway's access rules (`--query-tokens`, `--token-rate`, `--ip-rate`).
+pub const GATEWAY_ACCESS_REFUSALS: &str = "pirq_gateway_access_refusals_total";
 /// Clients waiting for a result (long-poll or SSE).
 pub const GATEWAY_WAITERS: &str = "pirq_gateway_waiters";
 /// Whether the gateway's one pub/sub connection is up.
@@ -244,6 +246,8 @@ pub const CATALOG: &[Metric] = &[
       "Clients refused with 503 and Retry-After by a cap of this gateway: cap=\"connections\" (--max-connections, every connection busy) or cap=\"waiters\" (--max-waiters)."),
     m(GATEWAY_TLS_HANDSHAKE_FAILURES, Counter, Unit::Count, &[], Gateway, Always,
       "TLS handshakes that failed or did not finish within --header-timeout-ms (scanners, plain HTTP sent to a TLS port, clients that do not trust the certificate); each is logged at debug only."),
+    m(GATEWAY_ACCESS_REFUSALS, Counter, Unit::Count, &["reason"], Gateway, Always,
+      "Query submits and result reads refused by the access rules: reason=\"unauthorized\" (401, no valid --query-tokens token), \"token_rate\" (429 rate_limited, over --token-rate) or \"ip_rate\" (429 rate_limited, over --ip-rate)."),
     m(GATEWAY_WAITERS, Gauge, Unit::Count, &[], Gateway, Always,
       "Clients waiting on this gateway for a result (long-poll or SSE)."),
     m(GATEWAY_PUBSUB_CONNECTED, Gauge, Unit::Count, &[], Gateway, Always,

@@ -61,6 +61,8 @@ async fn named_origins_only() {
     );
     let allowed = header(&ok, "access-control-allow-headers").unwrap();
     assert!(allowed.contains("idempotency-key") && allowed.contains("content-type"));
+    // Query tokens (`--query-tokens`) travel in Authorization.
+    assert!(allowed.contains("authorization"), "{allowed}");
     assert!(header(&ok, "access-control-allow-methods")
         .unwrap()
         .contains("post"));

@@ -47,10 +47,18 @@ pub fn router_for(state: AppState, routes: Routes) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz));
     if routes != Routes::Admin {
-        router = router
+        // Submits and result reads pass `--query-tokens` and the rate limits first; `/v1/info`
+        // stays open (a client reads what a party serves before it has a token).
+        let queries = Router::new()
             .route("/v1/queries", post(queries::submit))
             .route("/v1/queries/{id}", get(queries::status))
             .route("/v1/queries/{id}/events", get(queries::events))
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                crate::access::guard,
+            ));
+        router = router
+            .merge(queries)
             .route("/v1/info", get(info::info));
     }
     if routes != Routes::Public {
