@@ -45,7 +45,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
         });
     }
     if let Some(tokens) = state.access.tokens() {
-        tracing::info!(tokens = tokens.len(), "query tokens loaded (--query-tokens)");
+        tracing::info!(
+            tokens = tokens.len(),
+            "query tokens loaded (--query-tokens)"
+        );
         reloadables.push(pirq_gateway::reload::Reloadable {
             what: "query tokens",
             reload: Box::new(move || tokens.reload()),

@@ -57,9 +57,7 @@ pub fn router_for(state: AppState, routes: Routes) -> Router {
                 state.clone(),
                 crate::access::guard,
             ));
-        router = router
-            .merge(queries)
-            .route("/v1/info", get(info::info));
+        router = router.merge(queries).route("/v1/info", get(info::info));
     }
     if routes != Routes::Public {
         router = router
