@@ -202,40 +202,72 @@ impl Access {
         self.tokens.clone()
     }
 
-    /// The check of one request: `Err` with the answer to send instead. Only submits (POST)
-    /// count against the rates.
-    fn check(&self, req: &Request) -> Result<(), Response> {
+    /// The check of one request: `Err` with why it is turned away. Only submits (POST) count
+    /// against the rates.
+    fn check(&self, req: &Request) -> Result<(), Denied> {
         let submit = req.method() == Method::POST;
         if let Some(tokens) = &self.tokens {
             let Some(digest) = bearer(req).and_then(|t| tokens.find(t)) else {
-                count(Refusal::Unauthorized);
-                return Err(unauthorized());
+                return Err(Denied::unauthorized());
             };
             if let (true, Some(limiter)) = (submit, &self.token_rate) {
                 limiter
                     .check_key(&digest)
-                    .map_err(|until| rate_limited(Refusal::TokenRate, wait_of(&until)))?;
+                    .map_err(|until| Denied::rate(Refusal::TokenRate, &until))?;
             }
         } else if let (true, Some(limiter)) = (submit, &self.ip_rate) {
             if let Some(PeerAddr(peer)) = req.extensions().get::<PeerAddr>() {
                 limiter
                     .check_key(&peer.ip())
-                    .map_err(|until| rate_limited(Refusal::IpRate, wait_of(&until)))?;
+                    .map_err(|until| Denied::rate(Refusal::IpRate, &until))?;
             }
         }
         Ok(())
     }
 }
 
-fn wait_of(until: &governor::NotUntil<<DefaultClock as Clock>::Instant>) -> Duration {
-    until.wait_time_from(DefaultClock::default().now())
+/// A request turned away: why, and for a rate limit how long until the next is let in.
+#[derive(Debug)]
+struct Denied {
+    reason: Refusal,
+    wait: Duration,
+}
+
+impl Denied {
+    fn unauthorized() -> Denied {
+        Denied {
+            reason: Refusal::Unauthorized,
+            wait: Duration::ZERO,
+        }
+    }
+
+    fn rate(
+        reason: Refusal,
+        until: &governor::NotUntil<<DefaultClock as Clock>::Instant>,
+    ) -> Denied {
+        Denied {
+            reason,
+            wait: until.wait_time_from(DefaultClock::default().now()),
+        }
+    }
+}
+
+/// The answer, counted in `pirq_gateway_access_refusals_total`.
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        count(self.reason);
+        match self.reason {
+            Refusal::Unauthorized => unauthorized(),
+            reason => rate_limited(reason, self.wait),
+        }
+    }
 }
 
 /// The middleware on the query routes (submit and result reads), before any body is read.
 pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match state.access.check(&req) {
         Ok(()) => next.run(req).await,
-        Err(refusal) => refusal,
+        Err(denied) => denied.into_response(),
     }
 }
 
@@ -261,7 +293,6 @@ fn unauthorized() -> Response {
 }
 
 fn rate_limited(reason: Refusal, wait: Duration) -> Response {
-    count(reason);
     let flag = match reason {
         Refusal::IpRate => "--ip-rate",
         _ => "--token-rate",
@@ -354,7 +385,10 @@ mod tests {
             Some("alpha"),
         ] {
             for method in [Method::POST, Method::GET] {
-                let refused = access.check(&request(method, bad)).unwrap_err();
+                let refused = access
+                    .check(&request(method, bad))
+                    .unwrap_err()
+                    .into_response();
                 assert_eq!(refused.status(), 401, "{bad:?}");
                 assert_eq!(refused.headers()[header::WWW_AUTHENTICATE], "Bearer");
             }
@@ -368,7 +402,8 @@ mod tests {
         }
         let limited = access
             .check(&request(Method::POST, Some("Bearer alpha")))
-            .unwrap_err();
+            .unwrap_err()
+            .into_response();
         assert_eq!(limited.status(), 429);
         assert_eq!(limited.headers()[header::RETRY_AFTER], "1");
         access
@@ -386,8 +421,8 @@ mod tests {
             by_ip
                 .check(&request(Method::POST, None))
                 .unwrap_err()
-                .status(),
-            429
+                .reason,
+            Refusal::IpRate
         );
         by_ip.check(&request(Method::GET, None)).unwrap();
         assert!(Access::default()
