@@ -12,7 +12,7 @@
 # names localhost, 127.0.0.1 and ::1, plus the host names and IP addresses given after `=`.
 #
 # A real deployment has one certificate per operator from a CA its clients trust, and never
-# shares a CA key between the two operators. This script is for one host.
+# shares a CA key between the two operators (docs/deploy.md). This script is for one host.
 #
 # The keys are readable by the gateway image's user (uid 10001): chowned to it when run as root,
 # else left readable by all (a throwaway on a demo host). Existing files are kept; remove the
