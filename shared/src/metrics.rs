@@ -132,13 +132,13 @@ pub const WORKER_KEYS_ANSWERED: &str = "pirq_worker_keys_answered_total";
 pub const WORKER_JOB_LATENCY: &str = "pirq_worker_job_latency_seconds";
 /// Gateway acceptance to the worker reading the job.
 pub const WORKER_QUEUE_WAIT: &str = "pirq_worker_queue_wait_seconds";
-/// Keys per scanner pass.
-pub const WORKER_BATCH_KEYS: &str = "pirq_worker_batch_size_keys";
-/// Jobs per scanner pass.
-pub const WORKER_BATCH_JOBS: &str = "pirq_worker_batch_size_jobs";
-/// One scanner pass.
-pub const WORKER_PASS_DURATION: &str = "pirq_worker_pass_duration_seconds";
-/// The scanner idle before a pass (waiting for keys).
+/// A key's wait for its first segment of the rotating scan.
+pub const WORKER_SEGMENT_WAIT: &str = "pirq_worker_segment_wait_seconds";
+/// One turn of the rotating scan: a key's first segment to its last.
+pub const WORKER_TURN_DURATION: &str = "pirq_worker_turn_duration_seconds";
+/// Keys in flight during one turn of the rotating scan.
+pub const WORKER_TURN_KEYS: &str = "pirq_worker_turn_keys";
+/// The scanner idle, nothing in flight, before keys come.
 pub const WORKER_SCANNER_IDLE: &str = "pirq_worker_scanner_idle_seconds";
 /// Writing a window's results to Redis.
 pub const WORKER_RESULTS_WRITE: &str = "pirq_worker_results_write_duration_seconds";
@@ -284,14 +284,14 @@ pub const CATALOG: &[Metric] = &[
       "End to end inside the party: gateway acceptance to result written (clocks of gateway and worker hosts)."),
     m(WORKER_QUEUE_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "Gateway acceptance to the worker reading the job from the stream."),
-    m(WORKER_BATCH_KEYS, Histogram, Unit::Count, &[], Worker, AfterTraffic,
-      "Keys answered by one scanner pass (the batch size that matters for throughput)."),
-    m(WORKER_BATCH_JOBS, Histogram, Unit::Count, &[], Worker, AfterTraffic,
-      "Jobs (queries) answered by one scanner pass."),
-    m(WORKER_PASS_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "One scanner pass over the database for a whole window, all phases included."),
+    m(WORKER_SEGMENT_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "Rotating scan: a job's keys joining (expanded) to the start of their first segment: the wait for the next segment boundary."),
+    m(WORKER_TURN_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+      "Rotating scan: one full turn over the worker's pages for a job's keys, first segment to last, every page XORed once."),
+    m(WORKER_TURN_KEYS, Histogram, Unit::Count, &[], Worker, AfterTraffic,
+      "Rotating scan: keys in flight during one turn (every key scanned in one of its segments): the batch size that matters for throughput."),
     m(WORKER_SCANNER_IDLE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "Before each window's pass: how long the scanner stood idle since the last scan ended (0 when another scan was still running). Under steady load this is the time the party's front end takes between passes: results out, the clients' next queries in."),
+      "Rotating scan: how long the scanner stood idle, no key in flight, before keys came. Under load it never idles; at low load this is the time between queries."),
     m(WORKER_RESULTS_WRITE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "Writing one window's results to Redis (records, completion events, acknowledgements), from its pass' end."),
     m(WORKER_PHASE_DURATION, Histogram, Unit::Seconds, &["phase"], Worker, AfterTraffic,
@@ -546,9 +546,9 @@ mod tests {
             WORKER_JOBS_DEAD_LETTERED,
             WORKER_JOB_LATENCY,
             WORKER_QUEUE_WAIT,
-            WORKER_BATCH_KEYS,
-            WORKER_BATCH_JOBS,
-            WORKER_PASS_DURATION,
+            WORKER_SEGMENT_WAIT,
+            WORKER_TURN_DURATION,
+            WORKER_TURN_KEYS,
             WORKER_PHASE_DURATION,
             WORKER_HEARTBEAT_TIMESTAMP,
             WORKER_VRAM_USED,
@@ -612,7 +612,7 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe_all();
-            metrics::histogram!(WORKER_PASS_DURATION).record(0.02);
+            metrics::histogram!(WORKER_TURN_DURATION).record(0.02);
         });
         let text = handle.render();
         for m in CATALOG
@@ -630,7 +630,7 @@ mod tests {
                 m.name
             );
         }
-        assert!(text.contains(&format!("# TYPE {WORKER_PASS_DURATION} histogram")));
-        assert!(text.contains(&format!("{WORKER_PASS_DURATION}_bucket{{le=\"0.025\"}} 1")));
+        assert!(text.contains(&format!("# TYPE {WORKER_TURN_DURATION} histogram")));
+        assert!(text.contains(&format!("{WORKER_TURN_DURATION}_bucket{{le=\"0.025\"}} 1")));
     }
 }

@@ -105,20 +105,14 @@ async fn lost_pairs(cluster: &Cluster, jobs: &[(u64, String, String)], within: D
 
 #[tokio::test]
 async fn worker_killed_mid_window_under_load_loses_nothing() {
-    // 4 MiB. A pass over it takes well under a millisecond (CPU) or about one (CUDA), so windows
-    // wait up to 25 ms for their 4 keys (the default is not to wait; `fixed`: the CUDA
-    // backend's `auto` policy would close a window at its measured knee): the killed worker
-    // then holds a window and its read-ahead most of the time under load.
+    // 4 MiB, at most 4 keys in flight in a worker's rotating scan: under load the killed worker
+    // holds keys mid-turn and the jobs read ahead waiting for room.
     const PAGES: u64 = 1 << 13;
     const JOBS: usize = 300;
     let opts = PartyOptions {
         worker_args: args(&[
             "--max-batch-keys",
             "4",
-            "--window-policy",
-            "fixed",
-            "--max-wait-ms",
-            "25",
             "--claim-idle-ms",
             "1000",
         ]),

@@ -197,22 +197,18 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
 
 #[tokio::test]
 async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
-    // What w0 holds at the signal is fixed by the shape of its windows, not by how fast it
-    // scans (a CPU pass of a debug build or a CUDA pass of a millisecond both pass):
-    // - Windows of KEYS keys that wait far longer than the test for their last keys
-    //   (`--window-policy fixed --max-wait-ms`; the `auto` policy of the CUDA backend would
-    //   close a window at its measured knee without waiting). Jobs in a window that is not full
-    //   are held and never started before the signal: exactly those must be handed back.
-    // - One job of BIG keys, a window of its own scanned as BIG / KEYS passes (~0.2 s on one
-    //   CPU thread; 512 CUDA passes of about a millisecond each), so that it is still scanning
-    //   when the signal comes: it must be finished and answered, not handed back. Were it done
-    //   before the signal on some fast machine, the test still holds (it says so in its output).
+    // What w0 holds at the signal is fixed by the shape of its rotating scan, not by how fast
+    // it scans (a CPU turn of a debug build or a CUDA turn of a millisecond both pass):
+    // - at most KEYS keys in flight (`--max-batch-keys`): a job of BIG keys joins in BIG / KEYS
+    //   parts, one turn each, and the jobs after it wait, read but not joined (not started);
+    // - at the signal the big job, joined in part, must be joined whole, finished and answered;
+    //   the HELD jobs behind it must be handed back. Were it done before the signal on some fast
+    //   machine, the test still holds (it says so in its output).
     // A claim-idle time far beyond the test: only the hand-back can explain a fast pickup.
     const KEYS: u64 = 8;
     const BIG: u64 = 512 * KEYS;
     const HELD: u64 = 3; // jobs in a window that is not full
     const BACKLOG: u64 = 4 * KEYS + HELD;
-    let hold = ["--window-policy", "fixed", "--max-wait-ms", "600000"];
     let db = TestDb::create(1 << 13, 512, 7).unwrap();
     let opts = PartyOptions {
         gateway_args: args(&["--max-keys-per-query", &BIG.to_string()]),
@@ -237,16 +233,15 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
         ids.push(id);
     }
-    party.start_worker_with(&hold).await.unwrap(); // w0 again: the consumer name is by position
+    party.start_worker().await.unwrap(); // w0 again: the consumer name is by position
 
-    // The backlog's full windows are answered; its last HELD jobs wait in a window.
+    // The backlog is answered.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while held_and_left(&mut conn, &layout, "w0").await != (HELD, HELD) {
-        assert!(Instant::now() < deadline, "w0 never held its last window");
+    while held_and_left(&mut conn, &layout, "w0").await != (0, 0) {
+        assert!(Instant::now() < deadline, "w0 never answered the backlog");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The big job closes that window (it would overflow it), then scans alone; HELD one-key
-    // jobs after it wait in the next window.
+    // The big job fills the rotation for BIG / KEYS turns; HELD one-key jobs after it wait.
     let big = QueryRequest {
         keys: (0..BIG)
             .map(|i| generate(13, i, &mut rand::rng()).unwrap().0.to_bytes())
@@ -258,8 +253,8 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
         ids.push(id);
     }
-    // Signal once all are delivered to w0 and the window the big job closed is answered: HELD + 1
-    // jobs left while the big one scans, HELD once it is answered too.
+    // Signal once all are delivered to w0: HELD + 1 jobs left while the big one scans, HELD once
+    // it is answered too.
     let deadline = Instant::now() + Duration::from_secs(60);
     let held = loop {
         let (held, left) = held_and_left(&mut conn, &layout, "w0").await;
@@ -288,7 +283,7 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // Exactly the jobs not started were handed back, and they are all that is left: the big
-    // job's window, scanning at the signal or done before it, was answered by w0.
+    // job, scanning at the signal or done before it, was answered by w0.
     assert_eq!(n, HELD, "{handed_back}");
     assert_eq!(stream_len(&mut conn, &layout).await, HELD);
     let big_done = fault::wait_final(&http, &url, &big_id, Duration::from_secs(10))

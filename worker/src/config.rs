@@ -48,15 +48,6 @@ pub enum Backend {
     Auto,
 }
 
-/// How the worker forms windows (`--window-policy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum WindowPolicyKind {
-    /// From the measured pass cost (the CUDA backend; the CPU backend behaves as `fixed`).
-    Auto,
-    /// Up to `--workspaces` windows at once, each closing when full or after `--max-wait-ms`.
-    Fixed,
-}
-
 /// A pirq worker: answers the queries of one party by scanning its page database.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pirq-worker", version, about, long_about = None)]
@@ -103,20 +94,6 @@ pub struct Config {
           default_value_t = pirq_scan::DEFAULT_MAX_BATCH_KEYS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_batch_keys: u32,
-
-    /// Longest a window waits for more jobs after its first one arrived, in milliseconds. A
-    /// full window never waits. Default: chosen by the window policy (`auto`: half a
-    /// one-key pass while passes are memory-bound, a whole one while the last pass's clients
-    /// are coming back in a burst, else 0; `fixed`: 0).
-    #[arg(long, env = "PIRQ_MAX_WAIT_MS")]
-    pub max_wait_ms: Option<u64>,
-
-    /// How windows are formed. `auto` measures a one-key and a full pass at start-up (CUDA
-    /// backend) and, while a pass is memory-bound, runs one scan at a time and puts every job
-    /// waiting when it starts into it (docs/architecture.md); `fixed`: up to `--workspaces`
-    /// windows at once, each closing when full or after `--max-wait-ms`.
-    #[arg(long, env = "PIRQ_WINDOW_POLICY", value_enum, default_value_t = WindowPolicyKind::Auto)]
-    pub window_policy: WindowPolicyKind,
 
     /// Seconds a finished result is kept in Redis for clients to fetch.
     #[arg(long, env = "PIRQ_RESULT_TTL", default_value_t = 600,
@@ -202,11 +179,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// `--max-wait-ms`, when given.
-    pub fn max_wait(&self) -> Option<Duration> {
-        self.max_wait_ms.map(Duration::from_millis)
-    }
-
     pub fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms)
     }

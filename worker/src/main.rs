@@ -12,11 +12,11 @@ use pirq_queue::registration::{self as registry, Registration};
 use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
-use pirq_worker::config::{Config, WindowPolicyKind};
+use pirq_worker::config::Config;
 use pirq_worker::epoch_follower::Follower;
 use pirq_worker::health::{Health, Stage};
-use pirq_worker::policy::WindowPolicy;
-use pirq_worker::serve::{self, Worker};
+use pirq_worker::schedule;
+use pirq_worker::serve::Worker;
 use tokio::sync::watch;
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
@@ -96,8 +96,6 @@ async fn run() -> anyhow::Result<()> {
     let pages = scanner.page_range();
     let shard = options.shard;
     let geometry = scanner.geometry();
-    // Before registering: the measuring passes are not the queue's.
-    let policy = window_policy(&config, scanner.as_ref());
 
     let consumer = config.consumer_name();
     let queue = Arc::new(
@@ -224,7 +222,7 @@ async fn run() -> anyhow::Result<()> {
     });
     tokio::spawn(async move {
         pirq_party::shutdown_signal().await;
-        tracing::info!("stopping: finishing the window in flight");
+        tracing::info!("stopping: finishing the keys in flight");
         let _ = stop_tx.send(true);
     });
     let worker = Worker {
@@ -233,12 +231,10 @@ async fn run() -> anyhow::Result<()> {
         epochs: epochs_rx,
         digests,
         epoch_wait: config.epoch_wait(),
-        policy,
-        max_batch_keys,
         block: config.block(),
         health,
     };
-    serve::run(worker, stop_rx).await;
+    schedule::run(worker, stop_rx).await;
 
     // The heartbeat task ends by itself only when it found this worker replaced.
     heartbeat.abort();
@@ -259,39 +255,6 @@ async fn run() -> anyhow::Result<()> {
             "another database replaced this worker's under prefix {layout} (--replace-db)"
         ),
         None => Ok(()),
-    }
-}
-
-/// The window policy of `--window-policy`: from the pass cost the scanner measures, or the
-/// flags' fixed behaviour. Windows scanned at once: the CUDA backend's workspaces, 1 for the CPU
-/// backend (its threads already share one pass).
-fn window_policy(config: &Config, scanner: &dyn pirq_scan::Scanner) -> WindowPolicy {
-    let max_keys = config.max_batch_keys as usize;
-    let slots = if scanner.name() == "cuda" {
-        config.workspaces as usize
-    } else {
-        1
-    };
-    let fixed = || WindowPolicy::fixed(max_keys, slots, config.max_wait().unwrap_or_default());
-    if config.window_policy == WindowPolicyKind::Fixed {
-        return fixed();
-    }
-    match scanner.measure_pass_cost() {
-        Some(cost) => {
-            let policy = WindowPolicy::from_cost(&cost, max_keys, slots, config.max_wait());
-            tracing::info!(
-                one_key_ms = cost.one_key.as_secs_f64() * 1e3,
-                full_ms = cost.full.as_secs_f64() * 1e3,
-                full_keys = cost.full_keys,
-                knee_keys = policy.knee,
-                gather_ms = policy.gather.as_secs_f64() * 1e3,
-                gather_max_ms = policy.gather_max.as_secs_f64() * 1e3,
-                overlap_below_knee = policy.overlap_below_knee,
-                "window policy from the measured pass cost"
-            );
-            policy
-        }
-        None => fixed(),
     }
 }
 

@@ -1,0 +1,554 @@
+//! The worker's scheduling, top to bottom: the job stream → admission → the rotating scan →
+//! results.
+//!
+//! 1. **Read** ([`serve::read_loop`]): `XREADGROUP` into a bounded channel, only when there is
+//!    room, so a busy worker leaves jobs to its peers.
+//! 2. **Admit** ([`admit`]): takes every job waiting in the channel at once. A shard's jobs are
+//!    started there (the start script marks them running and pins the epoch every shard answers
+//!    them at; jobs final already are settled). Each job is checked (`serve::check_job`); one
+//!    pinned to an epoch this worker has not applied yet waits apart for it.
+//! 3. **Rotate** ([`rotate`], one blocking thread that owns the scanner's [`Rotation`]): joins
+//!    waiting jobs at the next segment boundary while they fit, steps the rotation, and sends
+//!    the outcome of every job whose turn ended to the writer. While keys are in flight it never
+//!    waits for jobs; with none it sleeps until one comes. A job with more keys than the rotation
+//!    holds joins in parts.
+//! 4. **Write** ([`write`]): in the order the rotation sent them, marks the jobs that joined as
+//!    running (a whole party's; so "running" lands before "done") and writes outcomes
+//!    ([`serve::write_outcomes`]), taking everything queued in one round trip.
+//!
+//! Stop: reading and admitting stop; the rotation joins nothing new, finishes the keys in flight
+//! (a job joined in part is joined whole) and their outcomes are written; what was read but not
+//! joined is handed back to the group by the caller.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pirq_queue::consumer::{Delivery, Outcome, ShardStart};
+use pirq_queue::RequestId;
+use pirq_scan::rotation::{Finished, Rotation, Step, Ticket};
+use pirq_scan::ScanError;
+use pirq_shared::dpf::DpfKey;
+use pirq_shared::error::ErrorCode;
+use pirq_shared::metrics as m;
+use pirq_shared::wire::ErrorBody;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::reclaim;
+use crate::serve::{self, Worker};
+
+/// Runs until `stop` turns true, then drains as the module documentation says.
+pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
+    let worker = Arc::new(worker);
+    let keeper = reclaim::spawn_keeper(worker.queue.clone(), stop.clone());
+    let rotation = match worker.scanner.clone().rotation() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "the scanner cannot rotate; serving nothing");
+            keeper.abort();
+            return;
+        }
+    };
+    tracing::info!(
+        segments = rotation.segments(),
+        capacity_keys = rotation.capacity(),
+        "rotating scan ready"
+    );
+    let capacity = rotation.capacity().max(1);
+    let (deliveries_tx, deliveries) = mpsc::channel(capacity);
+    let reader = tokio::spawn(serve::read_loop(
+        worker.queue.clone(),
+        deliveries_tx,
+        worker.block,
+        stop.clone(),
+        worker.health.clone(),
+    ));
+    let (jobs_tx, jobs) = mpsc::channel(capacity);
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write(worker.clone(), events));
+    let rotating = {
+        let (worker, events) = (worker.clone(), events_tx.clone());
+        let stop = stop.clone();
+        tokio::task::spawn_blocking(move || rotate(&worker, rotation, jobs, events, stop))
+    };
+    admit(&worker, deliveries, jobs_tx, events_tx, stop).await;
+    reader.abort();
+    // The admission's senders are gone: the rotation finishes its keys in flight and ends,
+    // then the writer writes the last outcomes and ends.
+    let _ = rotating.await;
+    let _ = writer.await;
+    keeper.abort();
+    serve::hand_back_held(&worker.queue).await;
+}
+
+/// A checked job, ready to join the rotation.
+pub struct Ready {
+    pub entry_id: String,
+    pub request_id: RequestId,
+    pub received: Instant,
+    pub accepted_ms: u64,
+    pub deliveries: u64,
+    pub epoch: u64,
+    pub keys: Vec<DpfKey>,
+    /// Whether joining marks it running (a shard's job was started at admission).
+    pub mark_running: bool,
+}
+
+/// What the rotation tells the writer, in order.
+pub enum Event {
+    /// These jobs joined the rotation.
+    Running(Vec<RequestId>),
+    Outcomes(Vec<Outcome>),
+}
+
+/// Step 2: jobs from the channel to the rotation until `stop`.
+async fn admit(
+    worker: &Arc<Worker>,
+    mut deliveries: mpsc::Receiver<Delivery>,
+    jobs: mpsc::Sender<Ready>,
+    events: mpsc::UnboundedSender<Event>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Jobs pinned to an epoch not applied yet, each waiting for it on its own.
+    let mut pinned_ahead = JoinSet::new();
+    loop {
+        while pinned_ahead.try_join_next().is_some() {}
+        let first = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            d = deliveries.recv() => match d { Some(d) => d, None => break },
+        };
+        let mut batch = vec![first];
+        while let Ok(d) = deliveries.try_recv() {
+            batch.push(d);
+        }
+        let (starting, settled) = if worker.queue.shard().is_whole() {
+            (batch, Vec::new())
+        } else {
+            start_shard_jobs(worker, batch).await
+        };
+        let mut outcomes = settled;
+        let newest = worker.epochs.borrow().newest;
+        for d in starting {
+            let ahead = d
+                .job
+                .as_ref()
+                .ok()
+                .and_then(|j| j.epoch)
+                .is_some_and(|e| e > newest);
+            if ahead {
+                let (worker, jobs, events) = (worker.clone(), jobs.clone(), events.clone());
+                pinned_ahead.spawn(async move {
+                    serve::wait_for_pinned_epoch(&worker, &d).await;
+                    match check(&worker, d) {
+                        Ok(ready) => {
+                            let _ = jobs.send(ready).await;
+                        }
+                        Err(outcome) => {
+                            let _ = events.send(Event::Outcomes(vec![*outcome]));
+                        }
+                    }
+                });
+                continue;
+            }
+            match check(worker, d) {
+                Ok(ready) => {
+                    if jobs.send(ready).await.is_err() {
+                        return;
+                    }
+                }
+                Err(outcome) => outcomes.push(*outcome),
+            }
+        }
+        if !outcomes.is_empty() {
+            let _ = events.send(Event::Outcomes(outcomes));
+        }
+    }
+    // Stopping: jobs waiting for their epoch are not started (they are handed back).
+    pinned_ahead.abort_all();
+}
+
+/// A shard's jobs: the start script marks them running and pins each one's epoch (the first
+/// shard to start a job picks it); jobs final already are settled. Returns the jobs to run, at
+/// their pinned epochs, and the settled outcomes.
+async fn start_shard_jobs(
+    worker: &Worker,
+    mut batch: Vec<Delivery>,
+) -> (Vec<Delivery>, Vec<Outcome>) {
+    let newest = worker.epochs.borrow().newest;
+    let proposals: Vec<(RequestId, u64)> = batch
+        .iter()
+        .filter_map(|d| {
+            let job = d.job.as_ref().ok()?;
+            Some((d.request_id?, job.epoch.unwrap_or(newest)))
+        })
+        .collect();
+    let starts = match worker.queue.start_shard_window(&proposals).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Nothing pinned, nothing run: give the jobs back for another try.
+            tracing::warn!(error = %e, "starting shard jobs failed; handing them back");
+            let retry = batch
+                .into_iter()
+                .map(|d| Outcome::Retry {
+                    entry_id: d.entry_id,
+                    deliveries: d.deliveries,
+                })
+                .collect();
+            return (Vec::new(), retry);
+        }
+    };
+    let mut starts = starts.into_iter();
+    let mut settled = Vec::new();
+    batch.retain_mut(|d| {
+        if d.request_id.is_none() || d.job.is_err() {
+            return true; // failed by the check, without a start
+        }
+        match starts.next() {
+            Some(ShardStart::At(epoch)) => {
+                if let Ok(job) = d.job.as_mut() {
+                    job.epoch = Some(epoch);
+                }
+                true
+            }
+            Some(ShardStart::Settled) | None => {
+                settled.push(Outcome::Settled {
+                    entry_id: d.entry_id.clone(),
+                });
+                false
+            }
+            Some(ShardStart::OtherShardCount) => {
+                let failed = Outcome::Failed {
+                    entry_id: d.entry_id.clone(),
+                    request_id: d.request_id.expect("startable jobs have ids"),
+                    error: ErrorBody::new(
+                        ErrorCode::Internal,
+                        "the party was re-split into another number of shards while this \
+                         query was being answered; submit it again",
+                    ),
+                    worker: d.received.elapsed(),
+                };
+                settled.push(settle(worker, failed, d.deliveries));
+                false
+            }
+        }
+    });
+    (batch, settled)
+}
+
+/// The worker's own check of a job ([`serve::check_job`]): a ready job, or its outcome (boxed:
+/// an outcome is large, and most jobs are ready).
+fn check(worker: &Worker, d: Delivery) -> Result<Ready, Box<Outcome>> {
+    let Some(request_id) = d.request_id else {
+        tracing::warn!(entry = %d.entry_id, "stream entry without a request id; discarding it");
+        let discard = Outcome::Discard {
+            entry_id: d.entry_id,
+        };
+        return Err(Box::new(settle(worker, discard, d.deliveries)));
+    };
+    let accepted_ms = d.job.as_ref().map(|j| j.accepted_ms).unwrap_or(0);
+    let window = worker.scanner.epoch_window();
+    match serve::check_job(d.job, &worker.scanner.geometry(), window) {
+        Ok((epoch, keys)) => Ok(Ready {
+            entry_id: d.entry_id,
+            request_id,
+            received: d.received,
+            accepted_ms,
+            deliveries: d.deliveries,
+            epoch,
+            keys,
+            mark_running: worker.queue.shard().is_whole(),
+        }),
+        Err(error) => {
+            let failed = Outcome::Failed {
+                entry_id: d.entry_id,
+                request_id,
+                error,
+                worker: d.received.elapsed(),
+            };
+            Err(Box::new(settle(worker, failed, d.deliveries)))
+        }
+    }
+}
+
+/// A job in the rotation: joined in one part, or in several when it has more keys than the
+/// rotation holds.
+struct Running {
+    ready: Ready,
+    /// Keys joined so far.
+    joined: usize,
+    /// Parts joined and not finished.
+    parts: usize,
+    /// The answers, back to back (a job of one part moves its part's answers in).
+    pages: Vec<u8>,
+    error: Option<ErrorBody>,
+    /// Longest turn of its parts (for the claim-idle time).
+    turn: Duration,
+}
+
+/// Step 3, on a blocking thread: joins, steps and reports until the admission is gone and the
+/// keys in flight are answered.
+fn rotate(
+    worker: &Worker,
+    mut rotation: Box<dyn Rotation>,
+    mut jobs: mpsc::Receiver<Ready>,
+    events: mpsc::UnboundedSender<Event>,
+    stop: watch::Receiver<bool>,
+) {
+    let page_size = worker.scanner.geometry().page_size;
+    let capacity = rotation.capacity().max(1);
+    let mut waiting: VecDeque<Running> = VecDeque::new();
+    let mut running: HashMap<u64, Running> = HashMap::new();
+    let mut parts: HashMap<Ticket, (u64, usize)> = HashMap::new();
+    let mut next_job = 0u64;
+    let mut admitting = true;
+    let mut idle_since = Some(Instant::now());
+    loop {
+        // Take jobs: wait for one only when nothing is in flight.
+        if admitting && rotation.in_flight() == 0 && waiting.is_empty() {
+            match jobs.blocking_recv() {
+                Some(ready) => waiting.push_back(new_running(ready, capacity, page_size)),
+                None => admitting = false,
+            }
+        }
+        // Read more only while fewer than a rotation's worth of keys wait: what is read is held.
+        while admitting && waiting.iter().map(|r| r.ready.keys.len()).sum::<usize>() < capacity {
+            match jobs.try_recv() {
+                Ok(ready) => waiting.push_back(new_running(ready, capacity, page_size)),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => admitting = false,
+            }
+        }
+        if *stop.borrow() {
+            admitting = false;
+        }
+        if !admitting {
+            // Stopping: what has not joined at all is handed back; a job joined in part joins
+            // whole.
+            waiting.retain(|r| r.joined > 0);
+        }
+        // Join at this boundary what fits, in arrival order.
+        let mut joined_ids = Vec::new();
+        let mut outcomes = Vec::new();
+        while let Some(r) = waiting.front_mut() {
+            let part = (r.ready.keys.len() - r.joined).min(capacity);
+            if !rotation.fits(part) {
+                break;
+            }
+            let keys = &r.ready.keys[r.joined..r.joined + part];
+            let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rotation.join(keys, r.ready.epoch)
+            }));
+            let first = r.joined;
+            r.joined += part;
+            match joined {
+                Ok(Ok(ticket)) => {
+                    if first == 0 && r.ready.mark_running {
+                        joined_ids.push(r.ready.request_id);
+                    }
+                    parts.insert(ticket, (next_job, first));
+                    r.parts += 1;
+                }
+                Ok(Err(e)) => r.error = Some(scan_error(&e)),
+                Err(_) => {
+                    r.error = Some(scan_error(&ScanError::Device("the scanner panicked".into())))
+                }
+            }
+            if r.joined == r.ready.keys.len() {
+                let r = waiting.pop_front().expect("the front job");
+                if r.parts == 0 {
+                    outcomes.push(outcome(worker, r, page_size));
+                } else {
+                    running.insert(next_job, r);
+                    next_job += 1;
+                }
+            } else if r.error.is_some() {
+                break;
+            }
+        }
+        if !joined_ids.is_empty() {
+            let _ = events.send(Event::Running(joined_ids));
+        }
+        if rotation.in_flight() == 0 {
+            if !outcomes.is_empty() {
+                let _ = events.send(Event::Outcomes(outcomes));
+            }
+            if !admitting && waiting.is_empty() {
+                return;
+            }
+            idle_since.get_or_insert_with(Instant::now);
+            continue;
+        }
+        if let Some(since) = idle_since.take() {
+            metrics::histogram!(m::WORKER_SCANNER_IDLE).record(since.elapsed().as_secs_f64());
+        }
+        // One segment for every key in flight.
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rotation.step()));
+        let step = match step {
+            Ok(Ok(step)) => step,
+            failed => {
+                // Every key in flight fails; the delivery limit hands their jobs back for
+                // another try (or dead-letters them on their last delivery).
+                let reason = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the scanner panicked".to_string(),
+                };
+                tracing::error!(error = %reason, "a rotation step failed; failing its keys in flight");
+                let finished = rotation
+                    .clear()
+                    .into_iter()
+                    .map(|ticket| Finished {
+                        ticket,
+                        answers: Err(ScanError::Device(reason.clone())),
+                        waited: Duration::ZERO,
+                        turn: Duration::ZERO,
+                    })
+                    .collect();
+                Step {
+                    finished,
+                    ..Step::default()
+                }
+            }
+        };
+        record_step(&step);
+        for f in step.finished {
+            let Some((job, first)) = parts.remove(&f.ticket) else {
+                continue;
+            };
+            let Some(r) = running.get_mut(&job) else {
+                continue;
+            };
+            r.parts -= 1;
+            r.turn = r.turn.max(f.turn);
+            match f.answers {
+                Ok(answers) if r.ready.keys.len() == answers.len() => {
+                    r.pages = answers.into_bytes();
+                }
+                Ok(answers) => {
+                    let at = first * page_size;
+                    r.pages[at..at + answers.as_bytes().len()].copy_from_slice(answers.as_bytes());
+                }
+                Err(e) => r.error = Some(scan_error(&e)),
+            }
+            if r.parts == 0 && r.joined == r.ready.keys.len() {
+                let r = running.remove(&job).expect("the job just found");
+                worker.queue.note_window(r.ready.received.elapsed());
+                outcomes.push(outcome(worker, r, page_size));
+            }
+        }
+        if !outcomes.is_empty() {
+            let _ = events.send(Event::Outcomes(outcomes));
+        }
+    }
+}
+
+/// A job read from the admission, before it joins: a job of several parts gets its answer
+/// buffer now (a job of one part moves its part's answers in at the end).
+fn new_running(ready: Ready, capacity: usize, page_size: usize) -> Running {
+    let pages = match ready.keys.len() > capacity {
+        true => vec![0u8; ready.keys.len() * page_size],
+        false => Vec::new(),
+    };
+    Running {
+        ready,
+        joined: 0,
+        parts: 0,
+        pages,
+        error: None,
+        turn: Duration::ZERO,
+    }
+}
+
+/// A failure of the scanner, as the job's error: an epoch that left the window mid-turn (more
+/// updates than `--epoch-window` within one turn) is `epoch_unavailable`; anything else is the
+/// scanner's.
+fn scan_error(e: &ScanError) -> ErrorBody {
+    match e {
+        ScanError::Epoch(e) => ErrorBody::new(ErrorCode::EpochUnavailable, e.to_string()),
+        e => ErrorBody::new(ErrorCode::ScanFailed, format!("scanner failed: {e}")),
+    }
+}
+
+/// The job's outcome, its answers or its error; delivery limits applied, digest stamped.
+fn outcome(worker: &Worker, r: Running, page_size: usize) -> Outcome {
+    let Running {
+        ready,
+        pages,
+        error,
+        turn,
+        ..
+    } = r;
+    let o = match error {
+        None => Outcome::Done {
+            pages,
+            entry_id: ready.entry_id.clone(),
+            request_id: ready.request_id,
+            epoch: ready.epoch,
+            page_size,
+            scan: turn,
+            worker: ready.received.elapsed(),
+            accepted_ms: ready.accepted_ms,
+            // Every answer carries the digest of the epoch it answers (SPEC §2.1).
+            digest: worker.digests.get(ready.epoch),
+        },
+        Some(error) => Outcome::Failed {
+            entry_id: ready.entry_id.clone(),
+            request_id: ready.request_id,
+            error,
+            worker: ready.received.elapsed(),
+        },
+    };
+    if let Outcome::Done { digest: None, epoch, .. } = &o {
+        tracing::error!(epoch, "no digest for an answered epoch; clients will refuse it");
+    }
+    settle(worker, o, ready.deliveries)
+}
+
+/// The delivery limit applied to one job's outcome ([`reclaim::apply_policy`]): a failure with
+/// deliveries left is handed back for another try.
+fn settle(worker: &Worker, outcome: Outcome, deliveries: u64) -> Outcome {
+    let counts = HashMap::from([(outcome.entry_id().to_string(), deliveries)]);
+    reclaim::apply_policy(vec![outcome], &counts, worker.queue.policy().max_deliveries)
+        .pop()
+        .expect("one outcome in, one out")
+}
+
+/// The rotation's metrics: each finished group's wait for its first segment and its turn, and
+/// the keys of each turn.
+fn record_step(step: &Step) {
+    for f in &step.finished {
+        if f.answers.is_ok() {
+            metrics::histogram!(m::WORKER_SEGMENT_WAIT).record(f.waited.as_secs_f64());
+            metrics::histogram!(m::WORKER_TURN_DURATION).record(f.turn.as_secs_f64());
+        }
+    }
+    if let Some(keys) = step.turn_keys {
+        metrics::histogram!(m::WORKER_TURN_KEYS).record(keys as f64);
+    }
+}
+
+/// Step 4: marks and outcomes to Redis in the order the rotation sent them; what queued up
+/// while a write ran goes in the next one.
+async fn write(worker: Arc<Worker>, mut events: mpsc::UnboundedReceiver<Event>) {
+    while let Some(first) = events.recv().await {
+        let mut queued = vec![first];
+        while let Ok(e) = events.try_recv() {
+            queued.push(e);
+        }
+        let mut outcomes = Vec::new();
+        for event in queued {
+            match event {
+                Event::Running(ids) => {
+                    // Outcomes sent before these marks go first: a mark never follows its "done".
+                    serve::write_outcomes(&worker.queue, std::mem::take(&mut outcomes)).await;
+                    if let Err(e) = worker.queue.mark_running(&ids).await {
+                        tracing::warn!(error = %e, "marking jobs running failed");
+                    }
+                }
+                Event::Outcomes(o) => outcomes.extend(o),
+            }
+        }
+        serve::write_outcomes(&worker.queue, outcomes).await;
+    }
+}
