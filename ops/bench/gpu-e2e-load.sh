@@ -13,7 +13,7 @@
 # run. Environment for `run`: PAGES (default 2^24 = 64 GiB of 4 KiB pages), DUR / WARM (seconds
 # per load point, default 10 / 3), CLIENTS (default "64 512"), RATES (open-loop points after them,
 # queries per second, default none), CONFIGS (worker flag sets
-# separated by ';', default "--window-policy auto"), VARIANTS (binary sets under DIR, default:
+# separated by ';', default "--max-batch-keys 256"), VARIANTS (binary sets under DIR, default:
 # all built), GATEWAY_ARGS (extra gateway flags, e.g. "--max-waiters 4096": this benchmark's
 # party holds both halves of every client, twice the waiters a real party sees), VERIFY=1 (also
 # time `pirq db verify` of the database), LAYOUTS (where the processes run: entries
@@ -62,7 +62,7 @@ PAGES=${PAGES:-16777216}
 DUR=${DUR:-10}
 WARM=${WARM:-3}
 CLIENTS=${CLIENTS:-64 512}
-CONFIGS=${CONFIGS:---window-policy auto}
+CONFIGS=${CONFIGS:---max-batch-keys 256}
 VARIANTS=${VARIANTS:-$(cd "$D" && for v in */; do if [ -x "$v/pirq-worker" ]; then echo "${v%/}"; fi; done)}
 # shellcheck disable=SC2086,SC2116 # word splitting joins the lines
 VARIANTS=$(echo $VARIANTS)

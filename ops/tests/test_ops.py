@@ -545,8 +545,8 @@ def test_every_dashboard_query_names_catalog_metrics():
 
 def test_catalog_reader_and_resolver_reject_unknown_names():
     cat = catalog()
-    assert resolve("pirq_worker_pass_duration_seconds_bucket", cat)
-    assert not resolve("pirq_worker_pass_duration_seconds", cat)
+    assert resolve("pirq_worker_turn_duration_seconds_bucket", cat)
+    assert not resolve("pirq_worker_turn_duration_seconds", cat)
     assert not resolve("pirq_worker_jobs_completed_total_bucket", cat)
     assert not resolve("pirq_worker_nonexistent_total", cat)
 
@@ -595,7 +595,7 @@ def test_alert_rules_name_catalog_metrics_and_cover_the_list():
         "PirqNoReadyWorker",
         "PirqNoReadyWorkerForNewestEpoch",
         "PirqRedisMemoryNearCap",
-        "PirqPassTimeHigh",
+        "PirqTurnTimeHigh",
         "PirqQueriesRefused",
     } <= names
     for r in rules:

@@ -110,12 +110,7 @@ async fn worker_killed_mid_window_under_load_loses_nothing() {
     const PAGES: u64 = 1 << 13;
     const JOBS: usize = 300;
     let opts = PartyOptions {
-        worker_args: args(&[
-            "--max-batch-keys",
-            "4",
-            "--claim-idle-ms",
-            "1000",
-        ]),
+        worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "1000"]),
         ..Default::default()
     };
     let mut cluster = Cluster::start(PAGES, 512, opts).await.unwrap();

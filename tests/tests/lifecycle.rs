@@ -253,12 +253,21 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
         ids.push(id);
     }
-    // Signal once all are delivered to w0: HELD + 1 jobs left while the big one scans, HELD once
-    // it is answered too.
+    // Signal once all are delivered to w0 and the big job has joined the rotation (it is
+    // marked running as it joins): HELD + 1 jobs left while it scans, HELD once it is answered.
     let deadline = Instant::now() + Duration::from_secs(60);
     let held = loop {
         let (held, left) = held_and_left(&mut conn, &layout, "w0").await;
-        if held == left && (held == HELD || held == HELD + 1) {
+        let big_started = || async {
+            let r = http
+                .get(format!("{url}/v1/queries/{big_id}"))
+                .send()
+                .await
+                .ok()?;
+            let body: serde_json::Value = r.json().await.ok()?;
+            Some(body["status"] != "queued")
+        };
+        if held == left && (held == HELD || held == HELD + 1) && big_started().await == Some(true) {
             break held;
         }
         assert!(Instant::now() < deadline, "w0 never took the last jobs");

@@ -302,11 +302,13 @@ fn rotate(
     let mut running: HashMap<u64, Running> = HashMap::new();
     let mut parts: HashMap<Ticket, (u64, usize)> = HashMap::new();
     let mut next_job = 0u64;
+    // The job whose keys join in parts, while some have not joined yet.
+    let mut joining: Option<u64> = None;
     let mut admitting = true;
     let mut idle_since = Some(Instant::now());
     loop {
         // Take jobs: wait for one only when nothing is in flight.
-        if admitting && rotation.in_flight() == 0 && waiting.is_empty() {
+        if admitting && rotation.in_flight() == 0 && waiting.is_empty() && joining.is_none() {
             match jobs.blocking_recv() {
                 Some(ready) => waiting.push_back(new_running(ready, capacity, page_size)),
                 None => admitting = false,
@@ -326,45 +328,70 @@ fn rotate(
         if !admitting {
             // Stopping: what has not joined at all is handed back; a job joined in part joins
             // whole.
-            waiting.retain(|r| r.joined > 0);
+            waiting.clear();
+            if let Some(id) = joining.filter(|id| running[id].joined == 0) {
+                running.remove(&id);
+                joining = None;
+            }
         }
-        // Join at this boundary what fits, in arrival order.
+        // Join at this boundary what fits, in arrival order: first the rest of a job joined in
+        // part, then the jobs waiting.
         let mut joined_ids = Vec::new();
         let mut outcomes = Vec::new();
-        while let Some(r) = waiting.front_mut() {
+        loop {
+            let id = match joining {
+                Some(id) => id,
+                None => {
+                    let Some(r) = waiting.pop_front() else { break };
+                    running.insert(next_job, r);
+                    joining = Some(next_job);
+                    next_job += 1;
+                    next_job - 1
+                }
+            };
+            let r = running.get_mut(&id).expect("the joining job is running");
             let part = (r.ready.keys.len() - r.joined).min(capacity);
             if !rotation.fits(part) {
-                break;
-            }
-            let keys = &r.ready.keys[r.joined..r.joined + part];
-            let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rotation.join(keys, r.ready.epoch)
-            }));
-            let first = r.joined;
-            r.joined += part;
-            match joined {
-                Ok(Ok(ticket)) => {
-                    if first == 0 && r.ready.mark_running {
-                        joined_ids.push(r.ready.request_id);
+                if rotation.in_flight() > 0 {
+                    break; // room comes as keys leave
+                }
+                // Not even an empty rotation takes it.
+                r.error = Some(scan_error(&ScanError::BatchTooLarge {
+                    got: part,
+                    max: capacity,
+                }));
+            } else {
+                let keys = &r.ready.keys[r.joined..r.joined + part];
+                let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    rotation.join(keys, r.ready.epoch)
+                }));
+                match joined {
+                    Ok(Ok(ticket)) => {
+                        if r.joined == 0 && r.ready.mark_running {
+                            joined_ids.push(r.ready.request_id);
+                        }
+                        parts.insert(ticket, (id, r.joined));
+                        r.parts += 1;
+                        r.joined += part;
                     }
-                    parts.insert(ticket, (next_job, first));
-                    r.parts += 1;
+                    Ok(Err(e)) => r.error = Some(scan_error(&e)),
+                    Err(_) => {
+                        r.error = Some(scan_error(&ScanError::Device(
+                            "the scanner panicked".into(),
+                        )))
+                    }
                 }
-                Ok(Err(e)) => r.error = Some(scan_error(&e)),
-                Err(_) => {
-                    r.error = Some(scan_error(&ScanError::Device("the scanner panicked".into())))
-                }
+            }
+            if r.error.is_some() {
+                // The rest of a failed job does not join; it ends once its parts in flight do.
+                r.joined = r.ready.keys.len();
             }
             if r.joined == r.ready.keys.len() {
-                let r = waiting.pop_front().expect("the front job");
+                joining = None;
                 if r.parts == 0 {
+                    let r = running.remove(&id).expect("the job just joined");
                     outcomes.push(outcome(worker, r, page_size));
-                } else {
-                    running.insert(next_job, r);
-                    next_job += 1;
                 }
-            } else if r.error.is_some() {
-                break;
             }
         }
         if !joined_ids.is_empty() {
@@ -374,7 +401,7 @@ fn rotate(
             if !outcomes.is_empty() {
                 let _ = events.send(Event::Outcomes(outcomes));
             }
-            if !admitting && waiting.is_empty() {
+            if !admitting && waiting.is_empty() && joining.is_none() {
                 return;
             }
             idle_since.get_or_insert_with(Instant::now);
@@ -429,9 +456,16 @@ fn rotate(
                     let at = first * page_size;
                     r.pages[at..at + answers.as_bytes().len()].copy_from_slice(answers.as_bytes());
                 }
-                Err(e) => r.error = Some(scan_error(&e)),
+                Err(e) => {
+                    // The rest of the job does not join.
+                    r.error = Some(scan_error(&e));
+                    r.joined = r.ready.keys.len();
+                    if joining == Some(job) {
+                        joining = None;
+                    }
+                }
             }
-            if r.parts == 0 && r.joined == r.ready.keys.len() {
+            if r.parts == 0 && r.joined == r.ready.keys.len() && joining != Some(job) {
                 let r = running.remove(&job).expect("the job just found");
                 worker.queue.note_window(r.ready.received.elapsed());
                 outcomes.push(outcome(worker, r, page_size));
@@ -499,8 +533,16 @@ fn outcome(worker: &Worker, r: Running, page_size: usize) -> Outcome {
             worker: ready.received.elapsed(),
         },
     };
-    if let Outcome::Done { digest: None, epoch, .. } = &o {
-        tracing::error!(epoch, "no digest for an answered epoch; clients will refuse it");
+    if let Outcome::Done {
+        digest: None,
+        epoch,
+        ..
+    } = &o
+    {
+        tracing::error!(
+            epoch,
+            "no digest for an answered epoch; clients will refuse it"
+        );
     }
     settle(worker, o, ready.deliveries)
 }

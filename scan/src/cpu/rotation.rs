@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::DpfKey;
+use pirq_shared::metrics::{record_phase, Phase};
 
 use super::{accumulator_stride, CpuScanner};
 use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
@@ -88,6 +89,7 @@ impl Rotation for CpuRotation {
         }
         let joined = Instant::now();
         let bitmaps = self.scanner.expand(keys);
+        record_phase(Phase::Expand, joined.elapsed());
         let ticket = self.clock.ticket();
         self.groups.push(Group {
             ticket,
@@ -137,9 +139,12 @@ impl Rotation for CpuRotation {
             .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
             .collect();
         step.keys = bits.len();
+        let scan_started = Instant::now();
         let acc = self
             .scanner
             .scan_segment(state.pages.as_slice(), &bits, segment.clone());
+        let merge_started = Instant::now();
+        record_phase(Phase::Scan, merge_started - scan_started);
         let mut sums = acc.chunks_exact(accumulator_stride(ps));
         let mut merged = Ok(());
         for g in &mut self.groups {
@@ -156,6 +161,7 @@ impl Rotation for CpuRotation {
             g.left -= 1;
         }
         drop(state);
+        record_phase(Phase::Merge, merge_started.elapsed());
         if let Err(e) = merged {
             self.groups.clear();
             return Err(e.into());

@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use cudarc::driver::result;
 use pirq_shared::dpf::DpfKey;
+use pirq_shared::metrics::{record_phase, Phase};
 
 use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
 use super::workspace::Workspace;
@@ -336,6 +337,8 @@ impl Rotation for CudaRotation {
             return Err(e.into());
         }
         let end = Instant::now();
+        // The segment's scan, merge and answer copies, as the host waited for them.
+        record_phase(Phase::Scan, end - now);
         for g in &mut self.groups {
             g.left -= 1;
         }
