@@ -1,12 +1,15 @@
 //! Gateways over TLS (`--tls-cert`/`--tls-key`): page lookups by HTTP/2 and HTTP/1.1 (chosen by
-//! ALPN), long-poll and SSE over TLS, the handshake timeout, failed handshakes counted and not
+//! ALPN), long-poll and SSE over TLS, key-value and page lookups by the `pirq` CLI with
+//! `--ca-cert` (and refused without it), the handshake timeout, failed handshakes counted and not
 //! logged above debug, and certificate rotation on SIGHUP without dropping open connections.
 
+use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use pirq_e2e::{http_client, Cluster, Party, PartyOptions, TestCa};
+use pirq_e2e::{bin_dir, http_client, Cluster, Party, PartyOptions, TestCa};
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::{QueryRequest, QueryResult, QueryStatus};
@@ -134,6 +137,142 @@ async fn final_sse_result(events: reqwest::Response) -> QueryResult {
         }
     }
     panic!("no result event in {text:?}");
+}
+
+/// Runs `pirq` with `args`, with no `PIRQ_*` setting from the environment that runs the tests.
+fn pirq(args: &[&str]) -> Output {
+    Command::new(bin_dir().join("pirq"))
+        .args(args)
+        .env_remove("PIRQ_CA_CERT")
+        .env_remove("PIRQ_TOKEN_A")
+        .env_remove("PIRQ_TOKEN_B")
+        .output()
+        .expect("running pirq")
+}
+
+fn pirq_ok(args: &[&str]) -> Vec<u8> {
+    let out = pirq(args);
+    assert!(
+        out.status.success(),
+        "pirq {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[tokio::test]
+async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
+    let ca = Arc::new(TestCa::new().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let (records, kv) = (
+        dir.path().join("records.jsonl"),
+        dir.path().join("kv.pirdb"),
+    );
+    pirq_ok(&[
+        "kv",
+        "gen",
+        "--records",
+        "300",
+        "--key-size",
+        "20",
+        "--value-size",
+        "32",
+        "--seed",
+        "23",
+        "--out",
+        path(&records),
+    ]);
+    pirq_ok(&[
+        "kv",
+        "build",
+        "--records",
+        path(&records),
+        "--key-size",
+        "20",
+        "--value-size",
+        "32",
+        "--page-size",
+        "512",
+        "--out",
+        path(&kv),
+    ]);
+    let (a, b) = tokio::try_join!(
+        Party::start(&kv, "kv-a", tls_options(&ca, &[])),
+        Party::start(&kv, "kv-b", tls_options(&ca, &[])),
+    )
+    .unwrap();
+    assert!(a.url.starts_with("https://") && b.url.starts_with("https://"));
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&records)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let (key, value) = (
+        first["key"].as_str().unwrap(),
+        first["value"].as_str().unwrap(),
+    );
+    let absent = "07".repeat(20);
+    let ca_cert = path(ca.ca_cert());
+    let parties = ["--party-a", &a.url, "--party-b", &b.url];
+
+    // `pirq get`: the value, then `absent` (exit 1), answered in the POST (Prefer: wait) and by
+    // long-polling (--poll).
+    for extra in [&[][..], &["--poll"][..]] {
+        let mut args = vec!["get", "--ca-cert", ca_cert, "--key", key, "--key", &absent];
+        args.extend_from_slice(&parties);
+        args.extend_from_slice(extra);
+        let out = pirq(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("{value}\nabsent\n")
+        );
+    }
+
+    // `pirq query` of pages, checked against the file, with the CA from PIRQ_CA_CERT too.
+    let mut args = vec![
+        "query",
+        "--index",
+        "0",
+        "--index",
+        "5",
+        "--verify",
+        path(&kv),
+    ];
+    args.extend_from_slice(&parties);
+    args.extend_from_slice(&["--ca-cert", ca_cert]);
+    pirq_ok(&args);
+    let by_env = Command::new(bin_dir().join("pirq"))
+        .args(&args[..args.len() - 2])
+        .args(["--poll", "--bincode"])
+        .env("PIRQ_CA_CERT", ca_cert)
+        .output()
+        .unwrap();
+    assert!(
+        by_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_env.stderr)
+    );
+
+    // Without the CA the certificate is not trusted: refused, nothing printed.
+    let mut args = vec!["get", "--key", key, "--timeout", "10"];
+    args.extend_from_slice(&parties);
+    let out = pirq(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(!out.status.success() && out.stdout.is_empty(), "{stderr}");
+    assert!(stderr.contains("certificate"), "{stderr}");
 }
 
 /// A TLS connection to `party` that trusts `ca`: the stream and the certificate it was shown.
