@@ -27,9 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pirq_queue::sampler::{stream_counts, used_memory};
+use pirq_queue::RedisTarget;
 use pirq_shared::layout::Layout;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Value;
 
 /// Longest `Retry-After` a 429 carries, in seconds.
 pub const MAX_RETRY_AFTER: u64 = 60;
@@ -117,26 +117,23 @@ impl Drain {
     }
 
     /// Starts the sampler on its own connection, for the life of the process.
-    pub fn spawn(&self, client: redis::Client, layout: Layout, timeout: Duration) {
+    pub fn spawn(&self, target: &RedisTarget, layout: Layout, timeout: Duration) {
         let drain = self.clone();
+        let Ok(conn) = target.connection(timeout) else {
+            return;
+        };
         tokio::spawn(async move {
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout));
-            let Ok(mut conn) = ConnectionManager::new_lazy_with_config(client, config) else {
-                return;
-            };
             let mut tick = tokio::time::interval(SAMPLE_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut prev: Option<(u64, u64, Instant)> = None;
             loop {
                 tick.tick().await;
-                if let Ok(used) = used_memory(&mut conn).await {
+                if let Ok(used) = used_memory(&conn).await {
                     metrics::gauge!(pirq_shared::metrics::QUEUE_REDIS_MEMORY).set(used as f64);
                     drain.used_memory.store(used, Ordering::Relaxed);
                     drain.admitted_since_sample.store(0, Ordering::Relaxed);
                 }
-                let Ok(Some((len, added))) = stream_counts(&mut conn, &layout.jobs()).await else {
+                let Ok(Some((len, added))) = stream_counts(&conn, &layout).await else {
                     prev = None;
                     continue;
                 };
@@ -179,16 +176,6 @@ pub fn admit_limit(max_backlog: u64, max_backlog_secs: u64, rate: f64) -> u64 {
     }
 }
 
-/// Redis's `used_memory` (`INFO memory`), bytes.
-async fn used_memory(conn: &mut ConnectionManager) -> redis::RedisResult<u64> {
-    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0))
-}
-
 /// `Retry-After` for a backlog at a drain rate (jobs/s).
 pub fn retry_after(backlog: u64, max_backlog: u64, rate: f64) -> u64 {
     let excess = backlog.saturating_sub(max_backlog) + 1;
@@ -196,46 +183,6 @@ pub fn retry_after(backlog: u64, max_backlog: u64, rate: f64) -> u64 {
         return MAX_RETRY_AFTER;
     }
     ((excess as f64 / rate).ceil() as u64).clamp(1, MAX_RETRY_AFTER)
-}
-
-/// `(length, entries-added)` of the stream, `None` if it does not exist yet or the server does
-/// not report `entries-added` (Redis < 7.0).
-async fn stream_counts(
-    conn: &mut ConnectionManager,
-    stream: &str,
-) -> redis::RedisResult<Option<(u64, u64)>> {
-    let reply: redis::RedisResult<Value> = redis::cmd("XINFO")
-        .arg("STREAM")
-        .arg(stream)
-        .query_async(conn)
-        .await;
-    let reply = match reply {
-        Ok(v) => v,
-        Err(e) if e.code().is_some() => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let pairs: Vec<(Value, Value)> = match reply {
-        Value::Map(p) => p,
-        Value::Array(items) => {
-            let mut it = items.into_iter();
-            let mut out = Vec::new();
-            while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                out.push((k, v));
-            }
-            out
-        }
-        _ => return Ok(None),
-    };
-    let get = |name: &str| {
-        pairs.iter().find_map(|(k, v)| match (k, v) {
-            (Value::BulkString(k), Value::Int(n)) if k.as_slice() == name.as_bytes() => {
-                Some(*n as u64)
-            }
-            (Value::SimpleString(k), Value::Int(n)) if k == name => Some(*n as u64),
-            _ => None,
-        })
-    };
-    Ok(get("length").zip(get("entries-added")))
 }
 
 #[cfg(test)]

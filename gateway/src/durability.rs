@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use pirq_queue::sampler::{durability_features, persistence};
+use pirq_queue::{Connection, RedisTarget};
 
 /// How often the `appendfsync always` configuration is checked again.
 pub const RECHECK: Duration = Duration::from_secs(5);
@@ -56,15 +57,13 @@ impl Durable {
 
     /// Probes Redis (retrying while it is unreachable, up to `within`) and picks the mode.
     /// Errors say why `--durability fsync` cannot be honoured.
-    pub async fn probe(client: &redis::Client, within: Duration) -> Result<Durable, String> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)));
-        let mut conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+    pub async fn probe(target: &RedisTarget, within: Duration) -> Result<Durable, String> {
+        let conn = target
+            .connection(Duration::from_secs(2))
             .map_err(|e| e.to_string())?;
         let deadline = tokio::time::Instant::now() + within;
         let (version, waitaof) = loop {
-            match probe_once(&mut conn).await {
+            match durability_features(&conn).await {
                 Ok(v) => break v,
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::warn!(error = %e, "redis not reachable to check durability; retrying");
@@ -77,7 +76,7 @@ impl Durable {
                 }
             }
         };
-        let (appendonly, appendfsync) = aof_config(&mut conn).await;
+        let (appendonly, appendfsync) = persistence(&conn).await;
         if waitaof {
             if appendonly.as_deref() == Some("no") {
                 return Err(format!(
@@ -112,12 +111,12 @@ impl Durable {
         }
     }
 
-    fn spawn_recheck(&self, mut conn: ConnectionManager) {
+    fn spawn_recheck(&self, conn: Connection) {
         let ok = self.ok.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(RECHECK).await;
-                let (a, f) = aof_config(&mut conn).await;
+                let (a, f) = persistence(&conn).await;
                 let holds = match (a.as_deref(), f.as_deref()) {
                     (Some("yes"), Some("always")) => true,
                     // One of the reads failed (Redis unreachable, or the first command after a
@@ -139,28 +138,4 @@ impl Durable {
             }
         });
     }
-}
-
-/// `(redis_version, WAITAOF known)`.
-async fn probe_once(conn: &mut ConnectionManager) -> redis::RedisResult<(String, bool)> {
-    let version = pirq_queue::probe::server_version(conn).await?;
-    let known = pirq_queue::probe::command_exists(conn, "WAITAOF").await?;
-    Ok((version, known))
-}
-
-/// `appendonly` and `appendfsync` from `CONFIG GET` (`None` where refused or unreachable).
-async fn aof_config(conn: &mut ConnectionManager) -> (Option<String>, Option<String>) {
-    let a = config_get(conn, "appendonly").await;
-    let f = config_get(conn, "appendfsync").await;
-    (a, f)
-}
-
-async fn config_get(conn: &mut ConnectionManager, name: &str) -> Option<String> {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query_async(conn)
-        .await
-        .ok()?;
-    v.get(1).map(|s| s.to_ascii_lowercase())
 }

@@ -42,11 +42,16 @@ impl ApiError {
         )
     }
 
-    pub fn redis(err: impl std::fmt::Display) -> ApiError {
-        ApiError::new(
-            ErrorCode::RedisUnavailable,
-            format!("redis unavailable: {err}"),
-        )
+    /// A Redis failure, in pirq's words ([`pirq_queue::QueueError::public_message`]): Redis's
+    /// own text goes to the log, never to a client. Transient failures carry `Retry-After: 1`.
+    pub fn redis(err: pirq_queue::QueueError) -> ApiError {
+        tracing::debug!(error = %err, "redis failure answered to a client");
+        let api = ApiError::new(err.code(), err.public_message());
+        if err.is_transient() {
+            api.retry_after(1)
+        } else {
+            api
+        }
     }
 
     pub fn code(&self) -> &str {

@@ -20,10 +20,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
-use pirq_queue::{RequestId, StatusEvent};
+use pirq_queue::{RedisTarget, RequestId, StatusEvent};
+use pirq_shared::layout::Layout;
 use pirq_shared::wire::QueryStatus;
 use tokio::sync::watch;
 
@@ -103,14 +103,14 @@ impl Drop for Subscription {
 }
 
 impl Events {
-    /// Starts the listener task on `channel`; it reconnects with backoff for as long as the
-    /// process lives.
-    pub fn start(client: redis::Client, channel: String) -> Events {
+    /// Starts the listener task on the party's status channel; it reconnects with backoff for
+    /// as long as the process lives.
+    pub fn start(target: RedisTarget, layout: Layout) -> Events {
         let hub = Arc::new(Hub {
             waiters: Mutex::new(HashMap::new()),
             connected: AtomicBool::new(false),
         });
-        tokio::spawn(listen(client, channel, hub.clone()));
+        tokio::spawn(listen(target, layout, hub.clone()));
         Events { hub }
     }
 
@@ -139,22 +139,21 @@ impl Events {
     }
 }
 
-async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
+async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>) {
+    let channel = layout.events();
     let mut backoff = pirq_party::Backoff::default();
     loop {
-        match connect(&client, &channel).await {
-            Ok(pubsub) => {
+        match pirq_queue::events::subscribe(&target, &layout).await {
+            Ok(events) => {
                 backoff.reset();
                 hub.connected.store(true, Ordering::Relaxed);
                 metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(1.0);
                 tracing::info!(%channel, "pub/sub subscribed");
                 // Anything published while we were away was missed: everyone reads again.
                 hub.notify_all();
-                let mut messages = pubsub.into_on_message();
-                while let Some(msg) = messages.next().await {
-                    if let Some(event) = StatusEvent::parse(msg.get_payload_bytes()) {
-                        hub.notify(&event);
-                    }
+                let mut events = std::pin::pin!(events);
+                while let Some(event) = events.next().await {
+                    hub.notify(&event);
                 }
                 hub.connected.store(false, Ordering::Relaxed);
                 metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(0.0);
@@ -164,20 +163,5 @@ async fn listen(client: redis::Client, channel: String, hub: Arc<Hub>) {
             Err(e) => tracing::warn!(%channel, error = %e, "pub/sub connect failed; retrying"),
         }
         backoff.wait().await;
-    }
-}
-
-async fn connect(client: &redis::Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    let attempt = async {
-        let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(channel).await?;
-        Ok(pubsub)
-    };
-    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-        Ok(r) => r,
-        Err(_) => Err(redis::RedisError::from((
-            redis::ErrorKind::Io,
-            "pub/sub connect timed out",
-        ))),
     }
 }

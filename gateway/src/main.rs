@@ -20,8 +20,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
     if config.durability == Durability::Fsync {
-        let client = config.redis.client()?;
-        match Durable::probe(&client, pirq_gateway::durability::STARTUP_PROBE_WITHIN).await {
+        let target = config.redis.target()?;
+        match Durable::probe(&target, pirq_gateway::durability::STARTUP_PROBE_WITHIN).await {
             Ok(d) => state = state.with_durability(d),
             Err(why) => {
                 tracing::error!("{why}");
@@ -32,7 +32,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
-        config.redis.client()?,
+        &config.redis.target()?,
         config.redis.layout()?,
         config.redis_timeout(),
     );

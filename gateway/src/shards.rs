@@ -8,11 +8,11 @@
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{EpochRange, ShardInfo, ShardWorker};
 
-use pirq_queue::RegisteredDb;
+use pirq_queue::{RegisteredDb, WorkerRecord};
 
 /// Every shard of the party with its live workers; empty for an unsharded party. `records`
-/// are the live workers' heartbeat records (id, JSON).
-pub fn view(db: &RegisteredDb, records: &[(String, serde_json::Value)]) -> Vec<ShardInfo> {
+/// are the live workers' heartbeat records.
+pub fn view(db: &RegisteredDb, records: &[WorkerRecord]) -> Vec<ShardInfo> {
     if db.shards <= 1 {
         return Vec::new();
     }
@@ -21,16 +21,16 @@ pub fn view(db: &RegisteredDb, records: &[(String, serde_json::Value)]) -> Vec<S
         .map(|index| {
             let workers: Vec<ShardWorker> = records
                 .iter()
-                .filter_map(|(id, r)| {
-                    let spec: ShardSpec = serde_json::from_value(r["shard"].clone()).ok()?;
-                    let epoch: EpochRange = serde_json::from_value(r["window"].clone()).ok()?;
+                .filter_map(|r| {
+                    let spec: ShardSpec = r.shard?;
+                    let epoch: EpochRange = r.window?;
                     (spec
                         == ShardSpec {
                             index,
                             count: db.shards,
                         })
                     .then(|| ShardWorker {
-                        id: id.clone(),
+                        id: r.worker_id.clone(),
                         epoch,
                     })
                 })
@@ -54,11 +54,10 @@ pub fn view(db: &RegisteredDb, records: &[(String, serde_json::Value)]) -> Vec<S
 /// layout (shard counts; unsharded is one): their shards overlap, and a query started by one
 /// layout's workers could never be completed by the other's. Workers refuse to register into
 /// such a mix; this covers two started at the same moment, and workers of older versions.
-pub fn layout_conflict(records: &[(String, serde_json::Value)]) -> Option<String> {
+pub fn layout_conflict(records: &[WorkerRecord]) -> Option<String> {
     let mut counts: Vec<(u32, Vec<String>)> = Vec::new();
-    for (id, record) in records {
-        let spec: ShardSpec =
-            serde_json::from_value(record["shard"].clone()).unwrap_or(ShardSpec::WHOLE);
+    for record in records {
+        let (id, spec) = (&record.worker_id, record.shard());
         match counts.iter_mut().find(|(c, _)| *c == spec.count) {
             Some((_, ids)) => ids.push(format!("{id} ({spec})")),
             None => counts.push((spec.count, vec![format!("{id} ({spec})")])),
@@ -126,12 +125,12 @@ mod tests {
         }
     }
 
-    fn worker(id: &str, index: u32, newest: u64) -> (String, serde_json::Value) {
-        let record = json!({
+    fn worker(id: &str, index: u32, newest: u64) -> WorkerRecord {
+        serde_json::from_value(json!({
             "worker_id": id, "shard": {"index": index, "count": 3},
             "window": {"oldest": 0, "newest": newest},
-        });
-        (id.to_string(), record)
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -165,7 +164,7 @@ mod tests {
 
     #[test]
     fn two_layouts_at_once_are_named() {
-        let whole = ("w".to_string(), json!({"worker_id": "w"}));
+        let whole: WorkerRecord = serde_json::from_value(json!({"worker_id": "w"})).unwrap();
         assert_eq!(
             layout_conflict(&[worker("a", 0, 2), worker("b", 1, 2)]),
             None

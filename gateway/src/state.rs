@@ -46,13 +46,11 @@ pub struct AppState {
 pub enum StateError {
     #[error(transparent)]
     Prefix(#[from] pirq_shared::layout::PrefixError),
-    #[error("{}", pirq_shared::layout::bad_redis_url(.0))]
-    Redis(#[from] redis::RedisError),
     #[error(transparent)]
     Producer(#[from] QueueError),
-    /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::client`].
+    /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::target`].
     #[error("{0:#}")]
-    Client(anyhow::Error),
+    Target(anyhow::Error),
     /// `--query-tokens`: the file cannot be read or has no valid token.
     #[error("{0:#}")]
     Access(anyhow::Error),
@@ -63,15 +61,15 @@ impl AppState {
     pub fn new(config: Config, metrics: Option<PrometheusHandle>) -> Result<AppState, StateError> {
         let layout = Layout::new(&config.redis.prefix)?;
         let access = Access::of(&config).map_err(StateError::Access)?;
-        let client = config.redis.client().map_err(StateError::Client)?;
-        let store = Producer::new(client.clone(), layout.clone(), config.redis_timeout())?;
-        let events = Events::start(client.clone(), layout.events());
+        let target = config.redis.target().map_err(StateError::Target)?;
+        let store = Producer::new(&target, layout.clone(), config.redis_timeout())?;
+        let events = Events::start(target.clone(), layout.clone());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
         let drain = Drain::default();
         metrics::gauge!(pirq_shared::metrics::GATEWAY_REDIS_MEMORY_CAP)
             .set(config.max_redis_memory as f64);
         if config.max_backlog > 0 || config.max_backlog_secs > 0 || config.max_redis_memory > 0 {
-            drain.spawn(client, layout, config.redis_timeout());
+            drain.spawn(&target, layout, config.redis_timeout());
         }
         let waiters = Waiters::new(crate::caps::waiters(
             config.max_waiters,

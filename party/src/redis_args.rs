@@ -1,11 +1,12 @@
 //! The flags every server of a party takes to find its Redis, declared once so that the gateway
 //! and the worker cannot drift apart on a name, an env var or a default, and what they name: the
-//! Redis client (over TLS for `rediss://` URLs) and the key layout.
+//! Redis (a [`RedisTarget`] of `pirq-queue`, over TLS for `rediss://` URLs) and the key layout.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use pirq_queue::connect::{RedisTarget, TlsFiles};
 use pirq_shared::layout::{Layout, PrefixError};
 
 /// `--redis` and `--prefix` (env `PIRQ_REDIS_URL`, `PIRQ_PREFIX`), and the TLS files of a
@@ -42,44 +43,31 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
-    /// A client of `--redis` (nothing connects yet), over TLS for `rediss://` with the CA and
-    /// client certificate given. A malformed URL is refused with the forms to write instead,
-    /// without echoing it (it may hold a password); an unreadable file, with its path.
-    pub fn client(&self) -> anyhow::Result<redis::Client> {
-        let info = redis::IntoConnectionInfo::into_connection_info(self.redis_url.as_str())
-            .map_err(|e| anyhow::anyhow!(pirq_shared::layout::bad_redis_url(e)))?;
-        let tls_files = self.redis_ca_cert.is_some() || self.redis_client_cert.is_some();
-        if !tls_files {
-            return Ok(redis::Client::open(info)?);
-        }
-        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            anyhow::bail!(
-                "--redis-ca-cert and --redis-client-cert need a rediss:// URL (--redis): \
-                 they configure TLS to Redis"
-            );
-        }
+    /// The Redis `--redis` names (nothing connects yet), over TLS for `rediss://` with the CA
+    /// and client certificate given. A malformed URL is refused with the forms to write
+    /// instead, without echoing it (it may hold a password); an unreadable file, with its path.
+    pub fn target(&self) -> anyhow::Result<RedisTarget> {
         let read = |p: &PathBuf, what: &str| {
             std::fs::read(p).with_context(|| format!("reading the {what} {}", p.display()))
         };
-        let root_cert = match &self.redis_ca_cert {
+        let ca_cert = match &self.redis_ca_cert {
             Some(p) => Some(read(p, "Redis CA certificate (--redis-ca-cert)")?),
             None => None,
         };
-        let client_tls = match (&self.redis_client_cert, &self.redis_client_key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(cert, "Redis client certificate (--redis-client-cert)")?,
-                client_key: read(key, "Redis client key (--redis-client-key)")?,
-            }),
+        let client_cert_key = match (&self.redis_client_cert, &self.redis_client_key) {
+            (Some(cert), Some(key)) => Some((
+                read(cert, "Redis client certificate (--redis-client-cert)")?,
+                read(key, "Redis client key (--redis-client-key)")?,
+            )),
             _ => None,
         };
-        redis::Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls,
-                root_cert,
+        Ok(RedisTarget::open(
+            &self.redis_url,
+            TlsFiles {
+                ca_cert,
+                client_cert_key,
             },
-        )
-        .context("the Redis TLS files (--redis-ca-cert, --redis-client-cert/-key)")
+        )?)
     }
 
     /// The key names under `--prefix`, once the prefix is checked.

@@ -20,7 +20,7 @@ use redis::Value;
 
 use crate::record::{DoneFields, StatusEvent};
 use crate::reply::{self, Fields};
-use crate::{probe, scripts, RequestId};
+use crate::{probe, scripts, Connection, QueueError, RedisTarget, RequestId};
 
 /// One stream entry as read.
 #[derive(Debug)]
@@ -203,18 +203,14 @@ pub struct Consumer {
 impl Consumer {
     /// Connects lazily: the first command connects, and reconnects happen by themselves.
     pub fn new(
-        client: &redis::Client,
+        target: &RedisTarget,
         layout: Layout,
         consumer: String,
         block: Duration,
         result_ttl: u64,
-    ) -> redis::RedisResult<Consumer> {
-        let reader =
-            ConnectionManager::new_lazy_with_config(client.clone(), connection_config(block))?;
-        let writer = ConnectionManager::new_lazy_with_config(
-            client.clone(),
-            connection_config(Duration::ZERO),
-        )?;
+    ) -> Result<Consumer, QueueError> {
+        let reader = target.worker_connection(block)?.conn;
+        let writer = target.worker_connection(Duration::ZERO)?.conn;
         Ok(Consumer {
             layout,
             shard: ShardSpec::WHOLE,
@@ -269,8 +265,10 @@ impl Consumer {
     }
 
     /// A connection for other work (registration, heartbeats).
-    pub fn connection(&self) -> ConnectionManager {
-        self.writer.clone()
+    pub fn connection(&self) -> Connection {
+        Connection {
+            conn: self.writer.clone(),
+        }
     }
 
     /// How long an entry may sit with a consumer before another worker claims it: the flag, or
@@ -299,7 +297,7 @@ impl Consumer {
 
     /// Finds what this Redis offers instead of assuming it: `XACKDEL` (8.2) is probed with
     /// `COMMAND INFO`. Returns the server version for the log.
-    pub async fn probe(&self) -> redis::RedisResult<String> {
+    pub async fn probe(&self) -> Result<String, QueueError> {
         let mut conn = self.writer.clone();
         let version = probe::server_version(&mut conn).await?;
         let ackdel = probe::command_exists(&mut conn, "XACKDEL").await?;
@@ -314,7 +312,7 @@ impl Consumer {
 
     /// Creates the stream and the group if needed. The group starts at the stream's beginning,
     /// so jobs queued before the first worker ever ran are read too.
-    pub async fn ensure_group(&self) -> redis::RedisResult<()> {
+    pub async fn ensure_group(&self) -> Result<(), QueueError> {
         let mut conn = self.writer.clone();
         let r: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
@@ -326,12 +324,12 @@ impl Consumer {
             .await;
         match r {
             Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => other,
+            other => Ok(other?),
         }
     }
 
     /// Reads up to `count` new entries, blocking up to `block` when there are none.
-    pub async fn read(&self, count: usize, block: Duration) -> redis::RedisResult<Vec<Delivery>> {
+    pub async fn read(&self, count: usize, block: Duration) -> Result<Vec<Delivery>, QueueError> {
         self.xreadgroup(count, Some(block), ">").await
     }
 
@@ -343,7 +341,7 @@ impl Consumer {
         &self,
         count: usize,
         after: &str,
-    ) -> redis::RedisResult<Vec<Delivery>> {
+    ) -> Result<Vec<Delivery>, QueueError> {
         self.xreadgroup(count, None, after).await
     }
 
@@ -352,7 +350,7 @@ impl Consumer {
         count: usize,
         block: Option<Duration>,
         id: &str,
-    ) -> redis::RedisResult<Vec<Delivery>> {
+    ) -> Result<Vec<Delivery>, QueueError> {
         let mut conn = self.reader.clone();
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
@@ -401,7 +399,7 @@ impl Consumer {
         min_idle: Duration,
         count: usize,
         cursor: &mut String,
-    ) -> redis::RedisResult<Vec<Delivery>> {
+    ) -> Result<Vec<Delivery>, QueueError> {
         let mut conn = self.writer.clone();
         let reply: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
             .arg(self.layout.jobs())
@@ -442,7 +440,7 @@ impl Consumer {
 
     /// Acknowledges entries that were deleted while pending (they come back without fields):
     /// nothing is left to answer.
-    async fn drop_gone(&self, deliveries: &mut Vec<Delivery>) -> redis::RedisResult<()> {
+    async fn drop_gone(&self, deliveries: &mut Vec<Delivery>) -> Result<(), QueueError> {
         let gone: Vec<String> = deliveries
             .iter()
             .filter(|d| d.gone)
@@ -458,12 +456,13 @@ impl Consumer {
             .arg(&self.group)
             .arg(&gone)
             .query_async::<()>(&mut conn)
-            .await
+            .await?;
+        Ok(())
     }
 
     /// Sets each delivery's count from the group's pending list (`XPENDING` per entry, one
     /// round trip).
-    async fn fill_delivery_counts(&self, deliveries: &mut [Delivery]) -> redis::RedisResult<()> {
+    async fn fill_delivery_counts(&self, deliveries: &mut [Delivery]) -> Result<(), QueueError> {
         if deliveries.is_empty() {
             return Ok(());
         }
@@ -488,7 +487,7 @@ impl Consumer {
 
     /// Entries this consumer still holds in the group, with their delivery counts, leaving out
     /// those it already handed back (idle past [`RELEASED_IDLE_MS`] / 2).
-    pub async fn own_pending(&self, count: usize) -> redis::RedisResult<Vec<(String, u64)>> {
+    pub async fn own_pending(&self, count: usize) -> Result<Vec<(String, u64)>, QueueError> {
         let mut conn = self.writer.clone();
         let reply: Value = redis::cmd("XPENDING")
             .arg(self.layout.jobs())
@@ -509,7 +508,7 @@ impl Consumer {
     /// Hands entries back to the group without acknowledging them: their idle time is set past
     /// any claim-idle time, so the next `XAUTOCLAIM` of any worker takes them, and their
     /// delivery count is set to the given value (the claim adds one).
-    pub async fn release(&self, entries: &[(String, u64)]) -> redis::RedisResult<()> {
+    pub async fn release(&self, entries: &[(String, u64)]) -> Result<(), QueueError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -540,7 +539,7 @@ impl Consumer {
 
     /// Refreshes the idle time of every entry this worker holds (`XCLAIM … JUSTID` to itself,
     /// which does not count a delivery), so no peer claims a job that is only slow.
-    pub async fn touch_inflight(&self) -> redis::RedisResult<usize> {
+    pub async fn touch_inflight(&self) -> Result<usize, QueueError> {
         let ids: Vec<String> = self.inflight.lock().unwrap().iter().cloned().collect();
         if ids.is_empty() {
             return Ok(0);
@@ -580,7 +579,7 @@ impl Consumer {
     }
 
     /// Marks the queries of a window `running` and announces it.
-    pub async fn mark_running(&self, request_ids: &[RequestId]) -> redis::RedisResult<()> {
+    pub async fn mark_running(&self, request_ids: &[RequestId]) -> Result<(), QueueError> {
         if request_ids.is_empty() {
             return Ok(());
         }
@@ -593,7 +592,8 @@ impl Consumer {
             inv.arg(id);
         }
         let mut conn = self.writer.clone();
-        inv.invoke_async::<()>(&mut conn).await
+        inv.invoke_async::<()>(&mut conn).await?;
+        Ok(())
     }
 
     /// Sharded parties: marks a window's queries running, fixes their shard count and pins the
@@ -602,7 +602,7 @@ impl Consumer {
     pub async fn start_shard_window(
         &self,
         jobs: &[(RequestId, u64)],
-    ) -> redis::RedisResult<Vec<ShardStart>> {
+    ) -> Result<Vec<ShardStart>, QueueError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -638,7 +638,7 @@ impl Consumer {
     /// announcement back until the last page of the window had been read and written (a
     /// window of 128 4 KiB answers is over half a MiB), so the first clients heard of their
     /// answers only when the last ones did.
-    pub async fn finish(&self, outcomes: &[Outcome]) -> redis::RedisResult<()> {
+    pub async fn finish(&self, outcomes: &[Outcome]) -> Result<(), QueueError> {
         if outcomes.is_empty() {
             return Ok(());
         }

@@ -15,8 +15,8 @@ use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::Job;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::registration::RegisteredDb;
-use crate::{scripts, QueryRecord, QueueError, RequestId};
+use crate::registration::{Heartbeats, RegisteredDb, WorkerRecord};
+use crate::{scripts, FailureKind, QueryRecord, QueueError, RedisTarget, RequestId};
 
 /// The party's workers as their heartbeats describe them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Producer {
     /// Creates the store without connecting: the first command connects, and a Redis that is
     /// down at start only makes requests fail until it is up.
     pub fn new(
-        client: redis::Client,
+        target: &RedisTarget,
         layout: Layout,
         timeout: Duration,
     ) -> Result<Producer, QueueError> {
@@ -82,7 +82,7 @@ impl Producer {
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        let conn = target.connection_with(config)?.conn;
         Ok(Producer {
             conn,
             layout,
@@ -92,11 +92,6 @@ impl Producer {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
-    }
-
-    /// The shared connection, for modules with their own commands.
-    pub fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
     }
 
     /// The configured per-command timeout.
@@ -118,14 +113,12 @@ impl Producer {
                 }
             };
             match tokio::time::timeout(self.timeout, fut).await {
-                Ok(r) => r.map_err(QueueError::Redis),
+                Ok(r) => r.map_err(QueueError::from),
                 Err(_) => Err(QueueError::Timeout(self.timeout)),
             }
         };
         match attempt().await {
-            Err(QueueError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                attempt().await
-            }
+            Err(e) if e.kind() == FailureKind::Unreachable => attempt().await,
             other => other,
         }
     }
@@ -301,33 +294,36 @@ impl Producer {
     /// in each heartbeat). Members of the set whose heartbeat expired (a worker that died without
     /// deregistering) are removed on the way.
     pub async fn live_workers(&self) -> Result<LiveWorkers, QueueError> {
-        let cmd = redis::Cmd::smembers(self.layout.workers());
-        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
-        if ids.is_empty() {
-            return Ok(LiveWorkers::default());
-        }
-        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
-        let cmd = redis::Cmd::mget(&keys);
-        let beats: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
-        let dead: Vec<&String> = ids
-            .iter()
-            .zip(&beats)
-            .filter(|(_, b)| b.is_none())
-            .map(|(id, _)| id)
-            .collect();
-        if !dead.is_empty() {
-            let cmd = redis::Cmd::srem(self.layout.workers(), dead);
+        let beats = self.heartbeats().await?;
+        if !beats.dead.is_empty() {
+            let cmd = redis::Cmd::srem(self.layout.workers(), &beats.dead);
             let _: Result<(), _> = self.run(Query::Cmd(&cmd)).await;
         }
-        let mut workers = LiveWorkers::default();
-        for beat in beats.iter().flatten() {
-            workers.live += 1;
-            let newest = serde_json::from_str::<serde_json::Value>(beat)
-                .ok()
-                .and_then(|v| v["window"]["newest"].as_u64());
-            workers.newest = workers.newest.max(newest);
+        let mut workers = LiveWorkers {
+            live: (beats.records.len() + beats.unreadable) as u32,
+            newest: None,
+        };
+        for record in &beats.records {
+            workers.newest = workers.newest.max(record.window.map(|w| w.newest));
         }
         Ok(workers)
+    }
+
+    /// The heartbeats under the prefix, within the timeout (retried once after a reconnect).
+    async fn heartbeats(&self) -> Result<Heartbeats, QueueError> {
+        let read = || async {
+            let mut conn = self.conn.clone();
+            match tokio::time::timeout(self.timeout, Heartbeats::read(&mut conn, &self.layout))
+                .await
+            {
+                Ok(r) => r.map_err(QueueError::from),
+                Err(_) => Err(QueueError::Timeout(self.timeout)),
+            }
+        };
+        match read().await {
+            Err(e) if e.kind() == FailureKind::Unreachable => read().await,
+            other => other,
+        }
     }
 
     /// The database digest (SPEC §2.1) a worker registered for `epoch`, if any.
@@ -349,22 +345,9 @@ impl Producer {
 }
 
 impl Producer {
-    /// The heartbeat records (JSON, as workers write them) of the workers that are alive, with
-    /// their ids.
-    pub async fn worker_records(&self) -> Result<Vec<(String, serde_json::Value)>, QueueError> {
-        let cmd = redis::Cmd::smembers(self.layout.workers());
-        let ids: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
-        let cmd = redis::Cmd::mget(keys);
-        let records: Vec<Option<String>> = self.run(Query::Cmd(&cmd)).await?;
-        Ok(ids
-            .into_iter()
-            .zip(records)
-            .filter_map(|(id, r)| Some((id, serde_json::from_str(&r?).ok()?)))
-            .collect())
+    /// The heartbeat records of the workers that are alive.
+    pub async fn worker_records(&self) -> Result<Vec<WorkerRecord>, QueueError> {
+        Ok(self.heartbeats().await?.records)
     }
 }
 
@@ -404,7 +387,7 @@ impl Producer {
         self.release_cmds(&mut pipe, id, idempotency_key, ttl);
         let (fields,): (redis::RedisResult<HashMap<String, Vec<u8>>>,) =
             self.run(Query::Pipe(&pipe)).await?;
-        let fields = fields.map_err(QueueError::Redis)?;
+        let fields = fields?;
         if fields.is_empty() {
             return Ok(None);
         }

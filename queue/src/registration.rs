@@ -21,10 +21,10 @@ use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::digests::Digests;
-use crate::{scripts, QueueError};
+use crate::{scripts, Connection, QueueError};
 
 /// The database one party's workers registered (`{P}:db`), as a gateway reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,12 +125,76 @@ pub enum RegistryError {
         fits: String,
     },
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[from] QueueError),
 }
 
-/// A live worker's shard as its heartbeat record says (`None` record field: unsharded).
-fn record_shard(record: &serde_json::Value) -> ShardSpec {
-    serde_json::from_value(record["shard"].clone()).unwrap_or(ShardSpec::WHOLE)
+impl From<redis::RedisError> for RegistryError {
+    fn from(e: redis::RedisError) -> RegistryError {
+        RegistryError::Redis(e.into())
+    }
+}
+
+/// A live worker's heartbeat record as the others read it: the fields of a [`Registration`]
+/// that the gateways (`/v1/info`, readiness), the shard layout check and the updates trim use.
+/// Typed here, once, so a renamed field is a compile error on both sides.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct WorkerRecord {
+    /// The worker's id (its consumer name), as listed in `{P}:workers`.
+    #[serde(default)]
+    pub worker_id: String,
+    /// The shard served, `None` when unsharded.
+    #[serde(default)]
+    pub shard: Option<ShardSpec>,
+    /// The epochs it answers now (`None` only in a record of another format).
+    #[serde(default)]
+    pub window: Option<EpochRange>,
+}
+
+impl WorkerRecord {
+    /// The shard served ([`ShardSpec::WHOLE`] when unsharded).
+    pub fn shard(&self) -> ShardSpec {
+        self.shard.unwrap_or(ShardSpec::WHOLE)
+    }
+}
+
+/// The heartbeats under a prefix, as read in one pass.
+#[derive(Debug, Default)]
+pub(crate) struct Heartbeats {
+    /// Members of `{P}:workers` whose heartbeat key expired (workers that died without
+    /// deregistering).
+    pub dead: Vec<String>,
+    /// The live workers' records that parse.
+    pub records: Vec<WorkerRecord>,
+    /// Live heartbeats that do not parse as a [`WorkerRecord`] (another version's format).
+    pub unreadable: usize,
+}
+
+impl Heartbeats {
+    pub(crate) async fn read(
+        conn: &mut ConnectionManager,
+        layout: &Layout,
+    ) -> redis::RedisResult<Heartbeats> {
+        let ids: Vec<String> = conn.smembers(layout.workers()).await?;
+        if ids.is_empty() {
+            return Ok(Heartbeats::default());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| layout.worker(id)).collect();
+        let beats: Vec<Option<String>> = conn.mget(keys).await?;
+        let mut out = Heartbeats::default();
+        for (id, beat) in ids.into_iter().zip(beats) {
+            match beat {
+                None => out.dead.push(id),
+                Some(json) => match serde_json::from_str::<WorkerRecord>(&json) {
+                    Ok(mut record) => {
+                        record.worker_id = id;
+                        out.records.push(record);
+                    }
+                    Err(_) => out.unreadable += 1,
+                },
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The layout a shard count stands for, as messages name it.
@@ -143,35 +207,22 @@ pub fn layout_name(count: u32) -> String {
 }
 
 /// The live workers whose shard count differs from `count`, as `(id, shard)`.
-pub fn other_layouts(
-    records: &[(String, serde_json::Value)],
-    count: u32,
-    me: &str,
-) -> Vec<(String, ShardSpec)> {
+pub fn other_layouts(records: &[WorkerRecord], count: u32, me: &str) -> Vec<(String, ShardSpec)> {
     records
         .iter()
-        .filter(|(id, _)| id != me)
-        .map(|(id, r)| (id.clone(), record_shard(r)))
+        .filter(|r| r.worker_id != me)
+        .map(|r| (r.worker_id.clone(), r.shard()))
         .filter(|(_, spec)| spec.count != count)
         .collect()
 }
 
-/// The live workers' heartbeat records (id, JSON) under the prefix.
+/// The live workers' heartbeat records under the prefix.
 pub async fn live_records(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
-) -> redis::RedisResult<Vec<(String, serde_json::Value)>> {
-    let ids: Vec<String> = conn.smembers(layout.workers()).await?;
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let keys: Vec<String> = ids.iter().map(|id| layout.worker(id)).collect();
-    let records: Vec<Option<String>> = conn.mget(keys).await?;
-    Ok(ids
-        .into_iter()
-        .zip(records)
-        .filter_map(|(id, r)| Some((id, serde_json::from_str(&r?).ok()?)))
-        .collect())
+) -> Result<Vec<WorkerRecord>, QueueError> {
+    let conn = &mut conn.conn.clone();
+    Ok(Heartbeats::read(conn, layout).await?.records)
 }
 
 /// Refuses a worker whose shard `ours` belongs to another layout than the live workers' (a
@@ -180,7 +231,7 @@ pub async fn live_records(
 /// shards of the same layout are welcome. Checked before the worker joins any consumer group,
 /// and again once its own heartbeat is written (two workers starting at once see each other).
 pub async fn check_shard_layout(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
     ours: ShardSpec,
     me: &str,
@@ -241,13 +292,14 @@ impl Registered {
 /// that database). With `replace`, drops the registration, its digests and its updates stream
 /// instead, so this file becomes the party's database.
 pub async fn check_prefix(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
     reg: &Registration,
     file_epoch: u64,
     file_digest: Digest,
     replace: bool,
 ) -> Result<(), RegistryError> {
+    let conn = &mut conn.conn.clone();
     let registered = Registered::read(conn, layout).await?;
     if !registered.fields.contains_key(db_field::NUM_PAGES) {
         return Ok(());
@@ -331,11 +383,12 @@ pub fn heartbeat_ttl(interval: Duration) -> Duration {
 /// refused with [`RegistryError::Conflict`] (the check and the claim are one script, so two
 /// workers starting at once on different files cannot both win).
 pub async fn register(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
     reg: &mut Registration,
     heartbeat_interval: Duration,
 ) -> Result<(), RegistryError> {
+    let mgr = &mut conn.conn.clone();
     let (newest, digest) = reg.digests.newest();
     let candidate = format!("{:032x}", rand::random::<u128>());
     let reply: Vec<String> = scripts::REGISTER
@@ -355,7 +408,7 @@ pub async fn register(
                 .map(|info| serde_json::to_string(info).expect("kv info serializes"))
                 .unwrap_or_default(),
         )
-        .invoke_async(conn)
+        .invoke_async(mgr)
         .await?;
     match reply.as_slice() {
         [ok, id] if ok == "ok" => reg.db_id = id.clone(),
@@ -372,11 +425,10 @@ pub async fn register(
             })
         }
         other => {
-            return Err(RegistryError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "unexpected reply of the register script",
-                format!("{other:?}"),
-            ))))
+            return Err(RegistryError::Redis(QueueError::Malformed {
+                what: "reply of the register script",
+                detail: format!("{other:?}"),
+            }))
         }
     }
     match beat(conn, layout, reg, heartbeat_ttl(heartbeat_interval)).await? {
@@ -412,10 +464,11 @@ pub enum Published {
 /// layout is written first (`kv_write.lua`, unless another database replaced this one), so a
 /// gateway that sees this geometry sees its layout too.
 pub async fn publish_window(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
     reg: &Registration,
-) -> redis::RedisResult<Published> {
+) -> Result<Published, QueueError> {
+    let conn = &mut conn.conn.clone();
     let kv = reg
         .kv
         .as_ref()
@@ -461,15 +514,16 @@ pub async fn publish_window(
 /// One heartbeat. It rewrites the database registration too, so a Redis that lost its data
 /// (restart without persistence) learns it again within one interval.
 pub async fn beat(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
     reg: &Registration,
     ttl: Duration,
-) -> redis::RedisResult<Published> {
+) -> Result<Published, QueueError> {
     let published = publish_window(conn, layout, reg).await?;
     if published == Published::Replaced {
         return Ok(published);
     }
+    let conn = &mut conn.conn.clone();
     let json = serde_json::to_string(reg).expect("registration serializes");
     redis::pipe()
         .atomic()
@@ -492,7 +546,7 @@ pub async fn beat(
 /// Each beat carries the window from `epochs` as it is then. When another database replaced
 /// this worker's under the prefix, says so and sets `stop` (the worker stops taking jobs).
 pub fn spawn_heartbeat(
-    mut conn: ConnectionManager,
+    conn: Connection,
     layout: Layout,
     mut reg: Registration,
     epochs: tokio::sync::watch::Receiver<EpochRange>,
@@ -505,7 +559,7 @@ pub fn spawn_heartbeat(
         loop {
             tick.tick().await;
             reg.window = *epochs.borrow();
-            match beat(&mut conn, &layout, &reg, heartbeat_ttl(interval)).await {
+            match beat(&conn, &layout, &reg, heartbeat_ttl(interval)).await {
                 Ok(Published::Replaced) => {
                     tracing::error!(
                         prefix = %layout,
@@ -528,18 +582,20 @@ pub fn spawn_heartbeat(
 
 /// Removes this worker's heartbeat (the database registration stays).
 pub async fn deregister(
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     layout: &Layout,
     worker_id: &str,
-) -> redis::RedisResult<()> {
+) -> Result<(), QueueError> {
+    let conn = &mut conn.conn.clone();
     redis::pipe()
         .atomic()
         .del(layout.worker(worker_id))
         .ignore()
         .srem(layout.workers(), worker_id)
         .ignore()
-        .query_async(conn)
-        .await
+        .query_async::<()>(conn)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -547,19 +603,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn record(index: Option<(u32, u32)>) -> serde_json::Value {
-        match index {
+    fn record(id: &str, index: Option<(u32, u32)>) -> WorkerRecord {
+        let json = match index {
             Some((index, count)) => json!({"shard": {"index": index, "count": count}}),
             None => json!({}),
+        };
+        WorkerRecord {
+            worker_id: id.into(),
+            ..serde_json::from_value(json).unwrap()
         }
     }
 
     #[test]
     fn other_layouts_are_the_other_shard_counts() {
         let records = vec![
-            ("a".to_string(), record(Some((0, 2)))),
-            ("b".to_string(), record(Some((1, 2)))),
-            ("c".to_string(), record(None)),
+            record("a", Some((0, 2))),
+            record("b", Some((1, 2))),
+            record("c", None),
         ];
         // Another shard or a replica of the same layout is fine; 3 shards and unsharded are not.
         let others = other_layouts(&records, 2, "me");

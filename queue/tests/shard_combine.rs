@@ -19,7 +19,7 @@ const PS: usize = 256;
 
 async fn shard_queue(redis: &Redis, layout: &Layout, index: u32, consumer: &str) -> Consumer {
     let q = Consumer::new(
-        &redis.open().unwrap(),
+        &pirq_queue::RedisTarget::open(&redis.url(), Default::default()).unwrap(),
         layout.clone(),
         consumer.into(),
         Duration::from_millis(100),

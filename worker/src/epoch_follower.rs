@@ -16,9 +16,8 @@ use std::time::Duration;
 use pirq_shared::layout::{Layout, UPDATE_FIELD};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
-use redis::aio::ConnectionManager;
-use redis::streams::{StreamReadOptions, StreamReadReply};
-use redis::AsyncCommands;
+use pirq_queue::updates::UpdatesReader;
+use pirq_queue::QueueError;
 use tokio::sync::watch;
 
 use pirq_queue::digests::Digests;
@@ -42,14 +41,14 @@ pub enum UpdatesError {
     #[error("applying epoch {epoch}: {source}")]
     Apply { epoch: u64, source: ScanError },
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[from] QueueError),
 }
 
 /// Follows the stream for one worker.
 pub struct Follower {
     pub scanner: Arc<dyn Scanner>,
     /// A connection of its own: `XREAD BLOCK` holds it while waiting.
-    pub conn: ConnectionManager,
+    pub updates: UpdatesReader,
     pub layout: Layout,
     /// Where the window is announced to the serve loop and the heartbeat.
     pub epochs: watch::Sender<EpochRange>,
@@ -79,11 +78,11 @@ impl Follower {
                     self.digests.forget_before(reg.window);
                     // A replaced worker is stopped by its heartbeat, which sees the same answer.
                     if let Err(e) =
-                        registry::publish_window(&mut self.conn, &self.layout, &reg).await
+                        registry::publish_window(&self.updates.connection(), &self.layout, &reg).await
                     {
                         tracing::warn!(error = %e, "publishing the epoch window failed");
                     }
-                    if let Err(e) = self.trim().await {
+                    if let Err(e) = self.updates.trim_folded(self.retain).await {
                         tracing::warn!(error = %e, "trimming the updates stream failed");
                     }
                 }
@@ -99,20 +98,7 @@ impl Follower {
     /// Reads and applies the entries after the newest epoch; returns how many were applied.
     async fn step(&mut self, block: Option<Duration>) -> Result<usize, UpdatesError> {
         let newest = self.scanner.epoch_window().newest;
-        let mut options = StreamReadOptions::default().count(BATCH);
-        if let Some(b) = block {
-            options = options.block(b.as_millis() as usize);
-        }
-        let key = self.layout.updates();
-        let reply: Option<StreamReadReply> = self
-            .conn
-            .xread_options(&[&key], &[format!("{newest}-0")], &options)
-            .await?;
-        let entries = reply
-            .into_iter()
-            .flat_map(|r| r.keys)
-            .flat_map(|k| k.ids)
-            .collect::<Vec<_>>();
+        let entries = self.updates.read_after(newest, BATCH, block).await?;
         let mut applied = 0;
         for entry in entries {
             let bad = |detail: String| UpdatesError::BadEntry {
@@ -120,10 +106,7 @@ impl Follower {
                 detail,
             };
             let epoch: u64 = entry
-                .id
-                .split('-')
-                .next()
-                .and_then(|e| e.parse().ok())
+                .epoch
                 .ok_or_else(|| bad("id is not <epoch>-0".into()))?;
             let expected = self.scanner.epoch_window().newest + 1;
             if epoch != expected {
@@ -133,7 +116,7 @@ impl Follower {
                 });
             }
             let bytes: Vec<u8> = entry
-                .get(UPDATE_FIELD)
+                .update
                 .ok_or_else(|| bad(format!("no field {UPDATE_FIELD:?}")))?;
             let update = EpochUpdate::from_bincode(&bytes).map_err(|e| bad(e.to_string()))?;
             if update.epoch != epoch {
@@ -156,48 +139,5 @@ impl Follower {
             applied += 1;
         }
         Ok(applied)
-    }
-
-    /// Trims entries every live worker has folded, keeping `retain` of them.
-    async fn trim(&mut self) -> Result<(), UpdatesError> {
-        let ids: Vec<String> = self.conn.smembers(self.layout.workers()).await?;
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<String> = ids.iter().map(|id| self.layout.worker(id)).collect();
-        let records: Vec<Option<String>> = self.conn.mget(&keys).await?;
-        let mut oldest = u64::MAX;
-        for record in records.into_iter().flatten() {
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(&record) else {
-                return Ok(()); // someone else's format: do not guess
-            };
-            match value["window"]["oldest"].as_u64() {
-                Some(o) => oldest = oldest.min(o),
-                None => return Ok(()),
-            }
-        }
-        let Some(keep_from) = oldest.checked_sub(self.retain) else {
-            return Ok(());
-        };
-        if oldest == u64::MAX || keep_from == 0 {
-            return Ok(());
-        }
-        // Entries with epoch < keep_from go; ids are <epoch>-0.
-        let _: i64 = redis::cmd("XTRIM")
-            .arg(self.layout.updates())
-            .arg("MINID")
-            .arg(format!("{keep_from}-0"))
-            .query_async(&mut self.conn)
-            .await?;
-        // The digests of the trimmed epochs go with them.
-        let epochs: Vec<String> = self.conn.hkeys(self.layout.digests()).await?;
-        let old: Vec<&String> = epochs
-            .iter()
-            .filter(|e| e.parse::<u64>().is_ok_and(|e| e < keep_from))
-            .collect();
-        if !old.is_empty() {
-            let _: i64 = self.conn.hdel(self.layout.digests(), old).await?;
-        }
-        Ok(())
     }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use pirq_queue::{Connection, QueueError, RedisTarget};
 
 /// How long `/readyz` waits for Redis to answer its `PING`: an orchestrator's probe times out
 /// after a few seconds, and an unready answer must come before that.
@@ -65,16 +65,13 @@ pub struct Health {
     /// Whether the last read of the job stream succeeded (`XREADGROUP`, `XAUTOCLAIM`).
     reads_ok: AtomicBool,
     /// Its own reconnecting connection: the consumer's are busy in blocking reads.
-    redis: ConnectionManager,
+    redis: Connection,
 }
 
 impl Health {
     /// Nothing connects yet; the connection is made on the first `/readyz`.
-    pub fn new(client: &redis::Client) -> redis::RedisResult<Arc<Health>> {
-        let redis = ConnectionManager::new_lazy_with_config(
-            client.clone(),
-            pirq_queue::consumer::connection_config(Duration::ZERO),
-        )?;
+    pub fn new(target: &RedisTarget) -> Result<Arc<Health>, QueueError> {
+        let redis = target.worker_connection(Duration::ZERO)?;
         Ok(Arc::new(Health {
             stage: AtomicU8::new(Stage::Loading as u8),
             reads_ok: AtomicBool::new(true),
@@ -105,18 +102,15 @@ impl Health {
         if let Some(why) = self.stage().not_ready() {
             return Err(why.to_string());
         }
-        let mut conn = self.redis.clone();
-        let cmd = redis::cmd("PING");
-        let ping = cmd.query_async::<String>(&mut conn);
-        match tokio::time::timeout(PING_TIMEOUT, ping).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(format!("redis unreachable: {e}")),
-            Err(_) => {
+        match self.redis.ping(PING_TIMEOUT).await {
+            Ok(()) => {}
+            Err(QueueError::Timeout(_)) => {
                 return Err(format!(
                     "redis unreachable: no answer to PING within {} ms",
                     PING_TIMEOUT.as_millis()
                 ))
             }
+            Err(e) => return Err(format!("redis unreachable: {e}")),
         }
         if !self.reads_ok.load(Ordering::Relaxed) {
             return Err("reading the job stream fails".to_string());
@@ -131,8 +125,8 @@ mod tests {
 
     fn unreachable_health() -> Arc<Health> {
         // A port nothing listens on: the lazy connection never connects.
-        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        Health::new(&client).unwrap()
+        let target = RedisTarget::open("redis://127.0.0.1:1", Default::default()).unwrap();
+        Health::new(&target).unwrap()
     }
 
     #[tokio::test]

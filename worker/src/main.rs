@@ -9,6 +9,7 @@ use clap::Parser;
 use pirq_queue::consumer::Consumer;
 use pirq_queue::digests::Digests;
 use pirq_queue::registration::{self as registry, Registration};
+use pirq_queue::updates::UpdatesReader;
 use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::shard::ShardSpec;
 use pirq_worker::backend::ScannerOptions;
@@ -28,10 +29,10 @@ fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     let config = Config::parse();
     let layout = config.redis.layout()?;
-    let client = config.redis.client()?;
+    let target = config.redis.target()?;
     // Served from the start: /healthz answers while a large database loads; /readyz says why
     // the worker is not serving yet.
-    let health = Health::new(&client)?;
+    let health = Health::new(&target)?;
     if let Some(addr) = config.metrics_listen {
         pirq_worker::metrics_export::install(addr, config.shard, health.clone())
             .await
@@ -100,7 +101,7 @@ async fn run() -> anyhow::Result<()> {
     let consumer = config.consumer_name();
     let queue = Arc::new(
         Consumer::new(
-            &client,
+            &target,
             layout.clone(),
             consumer.clone(),
             config.block(),
@@ -142,10 +143,10 @@ async fn run() -> anyhow::Result<()> {
         db_id: String::new(),
         digests: digests.clone(),
     };
-    let mut conn = queue.connection();
+    let conn = queue.connection();
     // The updates stream belongs to the registered database: check before applying it.
     registry::check_prefix(
-        &mut conn,
+        &conn,
         &layout,
         &reg,
         file_epoch,
@@ -157,12 +158,8 @@ async fn run() -> anyhow::Result<()> {
     let mut follower = Follower {
         scanner: scanner.clone(),
         // Its reads block up to `--block-ms`, like the consumer's.
-        conn: redis::aio::ConnectionManager::new_with_config(
-            client.clone(),
-            pirq_queue::consumer::connection_config(config.block()),
-        )
-        .await
-        .context("connecting the updates follower")?,
+        updates: UpdatesReader::new(&target, layout.clone(), config.block())
+            .context("connecting the updates follower")?,
         layout: layout.clone(),
         epochs: epochs_tx,
         block: config.block(),
@@ -175,13 +172,13 @@ async fn run() -> anyhow::Result<()> {
         .context("catching up with the updates stream")?;
 
     reg.window = window;
-    registry::register(&mut conn, &layout, &mut reg, config.heartbeat())
+    registry::register(&conn, &layout, &mut reg, config.heartbeat())
         .await
         .with_context(|| format!("serving {}", source_name(&config)))?;
     // Again with this worker's heartbeat written: of two workers of different layouts that
     // started at once, each now sees the other.
-    if let Err(e) = registry::check_shard_layout(&mut conn, &layout, shard, &consumer).await {
-        let _ = registry::deregister(&mut conn, &layout, &consumer).await;
+    if let Err(e) = registry::check_shard_layout(&conn, &layout, shard, &consumer).await {
+        let _ = registry::deregister(&conn, &layout, &consumer).await;
         return Err(e).with_context(|| format!("serving {}", source_name(&config)));
     }
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -245,7 +242,7 @@ async fn run() -> anyhow::Result<()> {
         following.abort();
         None
     };
-    if let Err(e) = registry::deregister(&mut conn, &layout, &consumer).await {
+    if let Err(e) = registry::deregister(&conn, &layout, &consumer).await {
         tracing::warn!(error = %e, "deregistering failed; the heartbeat will expire");
     }
     tracing::info!("pirq-worker stopped");
@@ -267,9 +264,9 @@ async fn wait_for_layout(
     consumer: &str,
 ) -> Result<(), registry::RegistryError> {
     let mut backoff = pirq_party::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    let mut conn = queue.connection();
+    let conn = queue.connection();
     loop {
-        match registry::check_shard_layout(&mut conn, layout, shard, consumer).await {
+        match registry::check_shard_layout(&conn, layout, shard, consumer).await {
             Err(registry::RegistryError::Redis(e)) => {
                 tracing::warn!(error = %e, "redis not ready; retrying");
                 backoff.wait().await;

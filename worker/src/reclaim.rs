@@ -137,7 +137,7 @@ pub fn spawn_keeper(
 /// Hands back every entry this consumer still holds (at shutdown, after the last window is
 /// written): not acknowledged, immediately claimable by any worker, and the delivery that was
 /// never run is not counted. Returns how many.
-pub async fn release_held(queue: &Consumer) -> redis::RedisResult<usize> {
+pub async fn release_held(queue: &Consumer) -> Result<usize, pirq_queue::QueueError> {
     let mut total = 0;
     loop {
         let held = queue.own_pending(500).await?;

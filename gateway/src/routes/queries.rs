@@ -32,10 +32,7 @@ const RECHECK: Duration = Duration::from_secs(2);
 
 impl From<QueueError> for ApiError {
     fn from(e: QueueError) -> ApiError {
-        match e {
-            QueueError::Malformed { .. } => ApiError::new(ErrorCode::Internal, e.to_string()),
-            _ => ApiError::redis(e).retry_after(1),
-        }
+        ApiError::redis(e)
     }
 }
 
@@ -594,10 +591,7 @@ async fn follow(
             }
             Err(e) => {
                 let _ = tx
-                    .send(error_event(ErrorBody::new(
-                        ErrorCode::RedisUnavailable,
-                        e.to_string(),
-                    )))
+                    .send(error_event(ErrorBody::new(e.code(), e.public_message())))
                     .await;
                 return;
             }
