@@ -65,19 +65,18 @@ impl RedisTarget {
         let info = redis::IntoConnectionInfo::into_connection_info(url)
             .map_err(|e| TargetError::Url(e.to_string()))?;
         if !tls.any() {
-            let client =
-                redis::Client::open(info).map_err(|e| TargetError::Url(e.to_string()))?;
+            let client = redis::Client::open(info).map_err(|e| TargetError::Url(e.to_string()))?;
             return Ok(RedisTarget { client });
         }
         if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return Err(TargetError::TlsWithoutRediss);
         }
-        let client_tls = tls
-            .client_cert_key
-            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
-                client_cert,
-                client_key,
-            });
+        let client_tls =
+            tls.client_cert_key
+                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                });
         let client = redis::Client::build_with_tls(
             info,
             redis::TlsCertificates {

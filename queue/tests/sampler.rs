@@ -107,6 +107,9 @@ async fn persistence_settings_and_features_are_read() {
     let (appendonly, _fsync) = sampler::persistence(&ours).await;
     assert_eq!(appendonly.as_deref(), Some("yes"));
     let (version, _waitaof) = sampler::durability_features(&ours).await.unwrap();
-    assert!(version.chars().next().is_some_and(|c| c.is_ascii_digit()), "{version}");
+    assert!(
+        version.chars().next().is_some_and(|c| c.is_ascii_digit()),
+        "{version}"
+    );
     ours.ping(Duration::from_secs(2)).await.unwrap();
 }

@@ -13,11 +13,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use pirq_queue::updates::UpdatesReader;
+use pirq_queue::QueueError;
 use pirq_shared::layout::{Layout, UPDATE_FIELD};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
-use pirq_queue::updates::UpdatesReader;
-use pirq_queue::QueueError;
 use tokio::sync::watch;
 
 use pirq_queue::digests::Digests;
@@ -78,7 +78,8 @@ impl Follower {
                     self.digests.forget_before(reg.window);
                     // A replaced worker is stopped by its heartbeat, which sees the same answer.
                     if let Err(e) =
-                        registry::publish_window(&self.updates.connection(), &self.layout, &reg).await
+                        registry::publish_window(&self.updates.connection(), &self.layout, &reg)
+                            .await
                     {
                         tracing::warn!(error = %e, "publishing the epoch window failed");
                     }
