@@ -47,6 +47,8 @@ impl RedisArgs {
     /// and client certificate given. A malformed URL is refused with the forms to write
     /// instead, without echoing it (it may hold a password); an unreadable file, with its path.
     pub fn target(&self) -> anyhow::Result<RedisTarget> {
+        let tls_files = self.redis_ca_cert.is_some() || self.redis_client_cert.is_some();
+        RedisTarget::check_url(&self.redis_url, tls_files)?;
         let read = |p: &PathBuf, what: &str| {
             std::fs::read(p).with_context(|| format!("reading the {what} {}", p.display()))
         };

@@ -59,6 +59,17 @@ impl std::fmt::Debug for RedisTarget {
 }
 
 impl RedisTarget {
+    /// Checks `url` before any file it needs is read: a URL Redis cannot parse, or TLS files
+    /// (`with_tls_files`) given with a URL that is not `rediss://`.
+    pub fn check_url(url: &str, with_tls_files: bool) -> Result<(), TargetError> {
+        let info = redis::IntoConnectionInfo::into_connection_info(url)
+            .map_err(|e| TargetError::Url(e.to_string()))?;
+        if with_tls_files && !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(TargetError::TlsWithoutRediss);
+        }
+        Ok(())
+    }
+
     /// Checks `url` (`redis://`, `rediss://`, `unix://`) and builds the client, over TLS with
     /// `tls` for a `rediss://` URL.
     pub fn open(url: &str, tls: TlsFiles) -> Result<RedisTarget, TargetError> {

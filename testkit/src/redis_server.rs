@@ -21,15 +21,24 @@ pub fn redis_server() -> String {
         .unwrap_or_else(|| "redis-server".to_string())
 }
 
+/// Whether every Redis of the suites runs in cluster mode ([`Redis::start_cluster_mode`]):
+/// `PIRQ_REDIS_CLUSTER_MODE=1` runs any suite so, to find a script, transaction or pipeline whose
+/// keys would span two slots of a Redis Cluster.
+pub fn cluster_mode_from_env() -> bool {
+    std::env::var("PIRQ_REDIS_CLUSTER_MODE").is_ok_and(|v| v == "1")
+}
+
 /// A `redis-server` on a free port in its own directory: without persistence, or with an
 /// append-only file fsynced on every write ([`Redis::start_aof`]), or over TLS only
-/// ([`Redis::start_tls`]).
+/// ([`Redis::start_tls`]); in cluster mode with every slot its own
+/// ([`Redis::start_cluster_mode`]).
 pub struct Redis {
     pub proc: Proc,
     pub port: u16,
     dir: TempDir,
     aof: bool,
     tls: Option<RedisTls>,
+    cluster_mode: bool,
 }
 
 /// The files of a Redis that speaks TLS only (`--port 0 --tls-port PORT`).
@@ -88,21 +97,38 @@ impl Redis {
         Redis::start_inner(false, Some(tls)).await
     }
 
+    /// Starts one in cluster mode (`--cluster-enabled yes`) that owns all 16384 slots alone: a
+    /// client needs no cluster support to use it (no key is ever elsewhere), and it refuses, as
+    /// every Redis Cluster node does, a script, `MULTI` or multi-key command whose keys hash to
+    /// more than one slot (`CROSSSLOT`).
+    pub async fn start_cluster_mode() -> anyhow::Result<Redis> {
+        Redis::start_inner_mode(false, None, true).await
+    }
+
     async fn start_with(aof: bool) -> anyhow::Result<Redis> {
         Redis::start_inner(aof, None).await
     }
 
     async fn start_inner(aof: bool, tls: Option<RedisTls>) -> anyhow::Result<Redis> {
+        Redis::start_inner_mode(aof, tls, cluster_mode_from_env()).await
+    }
+
+    async fn start_inner_mode(
+        aof: bool,
+        tls: Option<RedisTls>,
+        cluster_mode: bool,
+    ) -> anyhow::Result<Redis> {
         let mut last = None;
         for _attempt in 0..3 {
             let dir = tempfile::tempdir()?;
             let port = free_port();
             let mut redis = Redis {
-                proc: Redis::spawn(dir.path(), port, aof, tls.as_ref())?,
+                proc: Redis::spawn(dir.path(), port, aof, tls.as_ref(), cluster_mode)?,
                 port,
                 dir,
                 aof,
                 tls: tls.clone(),
+                cluster_mode,
             };
             match redis.wait_ready().await {
                 Ok(()) => return Ok(redis),
@@ -115,7 +141,13 @@ impl Redis {
         Err(last.expect("three attempts"))
     }
 
-    fn spawn(dir: &Path, port: u16, aof: bool, tls: Option<&RedisTls>) -> anyhow::Result<Proc> {
+    fn spawn(
+        dir: &Path,
+        port: u16,
+        aof: bool,
+        tls: Option<&RedisTls>,
+        cluster_mode: bool,
+    ) -> anyhow::Result<Proc> {
         let mut cmd = Command::new(redis_server());
         match tls {
             None => cmd.args(["--port", &port.to_string()]),
@@ -138,6 +170,10 @@ impl Redis {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
+        if cluster_mode {
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                .arg(dir.join("nodes.conf"));
+        }
         cmd.arg("--dir").arg(dir);
         Proc::spawn("redis-server", cmd, dir.join("redis.log"))
             .context("is redis-server installed? (scripts/install-deps.sh)")
@@ -154,7 +190,13 @@ impl Redis {
     /// Starts it again on the same port (after [`Proc::kill`]).
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.proc.kill();
-        self.proc = Redis::spawn(self.dir.path(), self.port, self.aof, self.tls.as_ref())?;
+        self.proc = Redis::spawn(
+            self.dir.path(),
+            self.port,
+            self.aof,
+            self.tls.as_ref(),
+            self.cluster_mode,
+        )?;
         self.wait_ready().await
     }
 
@@ -222,7 +264,9 @@ impl Redis {
                     .query_async::<String>(&mut c)
                     .await;
                 let pid = format!("process_id:{}\r", self.proc.pid());
-                if info.is_ok_and(|i| i.contains(&pid)) {
+                if info.is_ok_and(|i| i.contains(&pid))
+                    && (!self.cluster_mode || own_every_slot(&mut c).await)
+                {
                     return Ok(());
                 }
             }
@@ -232,4 +276,29 @@ impl Redis {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// In cluster mode: claims every slot (a restarted node has them from its `nodes.conf`) and
+/// answers whether the cluster serves (`cluster_state:ok`).
+async fn own_every_slot(c: &mut MultiplexedConnection) -> bool {
+    let state = |info: &str| info.contains("cluster_state:ok");
+    let Ok(info) = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async::<String>(c)
+        .await
+    else {
+        return false;
+    };
+    if state(&info) {
+        return true;
+    }
+    if info.contains("cluster_slots_assigned:0\r") {
+        let _ = redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16383)
+            .query_async::<()>(c)
+            .await;
+    }
+    false
 }

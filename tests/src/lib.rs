@@ -72,6 +72,9 @@ pub struct PartyOptions {
     pub redis_tls: Option<Arc<TestCa>>,
     /// With `redis_tls`: Redis asks clients for a certificate (`--tls-auth-clients yes`).
     pub redis_client_auth: bool,
+    /// Redis in cluster mode, owning every slot ([`Redis::start_cluster_mode`]): refuses what a
+    /// Redis Cluster refuses (keys of two slots in one script, `MULTI` or command).
+    pub redis_cluster_mode: bool,
 }
 
 /// One party: its own Redis, one gateway, and its workers.
@@ -96,6 +99,8 @@ impl Party {
             Redis::start_tls(ca, options.redis_client_auth).await?
         } else if options.redis_aof {
             Redis::start_aof().await?
+        } else if options.redis_cluster_mode {
+            Redis::start_cluster_mode().await?
         } else {
             Redis::start().await?
         };

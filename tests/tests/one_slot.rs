@@ -1,0 +1,141 @@
+//! Every script, transaction and pipeline of the queue protocol keeps its keys in one hash slot
+//! (issue 29): two parties whose Redis runs in cluster mode owning every slot (so it refuses,
+//! like any Redis Cluster node, keys of two slots in one script, `MULTI` or command with
+//! `CROSSSLOT`) answer page queries (submit, running, the result block, the fetched-result
+//! read), idempotent replays, epoch pushes (append, follow, publish, trim) and sharded queries
+//! (shard start, combine), every page checked. `PIRQ_REDIS_CLUSTER_MODE=1` runs any other suite
+//! the same way.
+
+use std::time::{Duration, Instant};
+
+use pirq_client::{Options, Party as PartyApi};
+use pirq_e2e::{fault, Cluster, Party, PartyOptions, TestDb};
+use pirq_shared::dpf::generate;
+use pirq_shared::update::{EpochUpdate, PageWrite};
+use pirq_shared::wire::QueryRequest;
+use rand::RngCore;
+
+const TOKEN: &str = "test-admin-token";
+
+fn options() -> PartyOptions {
+    PartyOptions {
+        gateway_args: vec!["--admin-token".into(), TOKEN.into()],
+        worker_args: vec!["--epoch-window".into(), "2".into()],
+        redis_cluster_mode: true,
+        ..PartyOptions::default()
+    }
+}
+
+/// The party's Redis is a cluster node, and one that refuses keys of two slots: without that,
+/// this suite could not fail.
+async fn assert_refuses_cross_slot(party: &Party) {
+    let mut conn = party.redis().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(info.contains("cluster_enabled:1"), "{info}");
+    let refused = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(2)
+        .arg("{a}:x")
+        .arg("{b}:y")
+        .query_async::<i64>(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("CROSSSLOT"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pages_replays_and_epochs_stay_in_one_slot() {
+    let cluster = Cluster::start(300, 256, options()).await.unwrap();
+    assert_refuses_cross_slot(&cluster.a).await;
+    let client = cluster.client(Options::default());
+    let want: Vec<u64> = vec![0, 7, 150, 299];
+    let got = client.fetch(&want).await.expect("fetch");
+    for (i, index) in want.iter().enumerate() {
+        assert_eq!(got.pages[i], cluster.db.page(*index), "page {index}");
+    }
+
+    // An idempotent submit and its replay (the idempotency record beside the job).
+    let http = reqwest::Client::new();
+    let bits = cluster.a.info().await["domain_bits"].as_u64().unwrap() as u8;
+    let key = generate(bits, 5, &mut rand::rng()).unwrap().0.to_bytes();
+    let request = QueryRequest {
+        keys: vec![key],
+        epoch: None,
+    };
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, body, _) = fault::post(&http, &cluster.a.url, &request, Some("one-slot"))
+            .await
+            .unwrap();
+        assert!(status == 200 || status == 202, "{status} {body}");
+        ids.push(body["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(ids[0], ids[1], "the replay names the first query");
+    let done = fault::wait_final(&http, &cluster.a.url, &ids[0], Duration::from_secs(20))
+        .await
+        .expect("the query is answered");
+    assert_eq!(done["status"], "done", "{done}");
+
+    // Three epochs, past the window of 2: append, follow, publish, fold and trim.
+    let mut page = vec![0u8; 256];
+    for epoch in 1..=3u64 {
+        rand::rng().fill_bytes(&mut page);
+        let update = EpochUpdate {
+            epoch,
+            pages: vec![PageWrite {
+                index: 7,
+                page: page.clone(),
+            }],
+        };
+        for party in [&cluster.a, &cluster.b] {
+            let api = PartyApi::new(reqwest::Client::new(), &party.url);
+            assert_eq!(api.push_epoch(TOKEN, &update).await.unwrap(), epoch);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = client.fetch(&[7]).await.expect("fetch");
+            if got.epoch == epoch {
+                assert_eq!(got.pages[0], page, "page 7 at epoch {epoch}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "epoch {epoch} not served");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_queries_stay_in_one_slot() {
+    let db = TestDb::create(600, 256, rand::random()).unwrap();
+    let mut parties = Vec::new();
+    for prefix in ["party-a", "party-b"] {
+        let options = PartyOptions {
+            no_worker: true,
+            ..options()
+        };
+        let mut party = Party::start(&db.path, prefix, options).await.unwrap();
+        for index in 0..2 {
+            party
+                .start_worker_with(&["--shard", &format!("{index}/2")])
+                .await
+                .unwrap();
+        }
+        parties.push(party);
+    }
+    assert_refuses_cross_slot(&parties[0]).await;
+    let options = Options {
+        timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let client =
+        pirq_client::Client::with_options(&parties[0].url, &parties[1].url, options).unwrap();
+    let want: Vec<u64> = vec![0, 299, 300, 599];
+    let got = client.fetch(&want).await.expect("fetch");
+    for (i, index) in want.iter().enumerate() {
+        assert_eq!(got.pages[i], db.page(*index), "page {index}");
+    }
+}
