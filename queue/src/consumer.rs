@@ -162,7 +162,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// a connection whose commands never block). The reply timeout is `block` + [`REPLY_SLACK`]:
 /// a blocking read holds its connection for the whole block time when no entry arrives, so a
 /// shorter timeout would fail every idle read (and log a warning every couple of seconds).
-pub fn connection_config(block: Duration) -> ConnectionManagerConfig {
+pub(crate) fn connection_config(block: Duration) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(block + REPLY_SLACK))

@@ -38,14 +38,14 @@ pub mod connect;
 pub mod consumer;
 pub mod digests;
 pub mod events;
-pub mod probe;
+pub(crate) mod probe;
 pub mod producer;
 pub mod record;
 pub mod registration;
-pub mod reply;
+pub(crate) mod reply;
 pub mod request_id;
 pub mod sampler;
-pub mod scripts;
+pub(crate) mod scripts;
 pub mod updates;
 
 use std::time::Duration;

@@ -9,6 +9,8 @@ use std::sync::LazyLock;
 
 /// One script: its file's text and the [`redis::Script`] built from it once.
 pub struct Lua {
+    /// The file's name, for the messages of the header check.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub name: &'static str,
     pub source: &'static str,
     script: LazyLock<redis::Script>,
@@ -55,6 +57,7 @@ lua!(REGISTER, "register.lua");
 lua!(KV_WRITE, "kv_write.lua");
 
 /// Every script, for the header check.
+#[cfg(test)]
 pub const ALL: &[&Lua] = &[
     &SUBMIT,
     &MARK_RUNNING,
