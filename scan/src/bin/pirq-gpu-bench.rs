@@ -3,7 +3,10 @@
 //! For each database size it prints the read-all floor (one read of the transposed database by
 //! the `read_all` kernel, timed in the same run) and, for each batch size Q, the median wall time
 //! of a pass, keys/s and the phase breakdown (h2d, expand, scan, d2h) from CUDA events; then the
-//! pool: a continuous stream of windows fed by 1, 2 or 4 threads through 1, 2 or 4 workspaces.
+//! pool: a continuous stream of windows fed by 1, 2 or 4 threads through 1, 2 or 4 workspaces;
+//! then the rotating scan (the worker's): for each number of keys kept in flight
+//! (`--rotate-qs`), one-key groups joined whenever one leaves, over `--rotate-turns` turns: the
+//! segments, ms a segment, ms a turn and keys/s.
 //!
 //! ```text
 //! pirq-gpu-bench --sizes-gib 8,64 --qs 1,2,4,8,16,32,64,128,192,256,384,512
@@ -19,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use pirq_scan::cuda::{CudaConfig, CudaScanner, PassTimings, ScanPlan};
+use pirq_scan::cuda::{CudaConfig, CudaRotation, CudaScanner, PassTimings, ScanPlan};
+use pirq_scan::rotation::Rotation;
 use pirq_scan::Scanner;
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::metrics::Phase;
@@ -59,6 +63,12 @@ struct Args {
     /// Time the epoch window (merge and compaction) instead of plain passes.
     #[arg(long)]
     epochs: bool,
+    /// Keys kept in flight in the rotating scan (at most the largest of --qs and --pool-qs).
+    #[arg(long, value_delimiter = ',', default_value = "1,64,256")]
+    rotate_qs: Vec<usize>,
+    /// Turns timed per row of the rotating scan (after one turn of warm-up).
+    #[arg(long, default_value_t = 20)]
+    rotate_turns: usize,
     /// `--epochs`: pages changed by each epoch.
     #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
     changed: Vec<usize>,
@@ -95,7 +105,12 @@ fn main() -> Result<()> {
             max_batch_keys: max_q,
             ..CudaConfig::default()
         };
-        let scanner = CudaScanner::synthetic(args.page_size, num_pages, 0x5eed, config)?;
+        let scanner = std::sync::Arc::new(CudaScanner::synthetic(
+            args.page_size,
+            num_pages,
+            0x5eed,
+            config,
+        )?);
         println!(
             "\n## {gib} GiB: {num_pages} pages of {} B on {} (set up in {:.1} s, VRAM used {:.1} GiB)\n",
             args.page_size,
@@ -171,6 +186,38 @@ fn main() -> Result<()> {
                     latency
                 );
             }
+        }
+        println!("\nrotating scan: one-key groups kept in flight\n");
+        println!("| keys in flight | segments | ms/segment | ms/turn | keys/s |");
+        println!("|---:|---:|---:|---:|---:|");
+        for &q in args.rotate_qs.iter().filter(|&&q| q <= max_q) {
+            let mut rotation = CudaRotation::measured(scanner.clone())?;
+            let (segments, turns) = (rotation.segments(), args.rotate_turns.max(1));
+            let mut next = 0;
+            let (mut answered, mut turn_sum, mut finished) = (0usize, Duration::ZERO, 0usize);
+            let mut started = Instant::now();
+            for step in 0..(turns + 1) * segments {
+                while rotation.in_flight() < q && rotation.fits(1) {
+                    rotation.join(&keys[next % keys.len()..][..1], 0)?;
+                    next += 1;
+                }
+                if step == segments {
+                    started = Instant::now(); // one turn of warm-up
+                    (answered, turn_sum, finished) = (0, Duration::ZERO, 0);
+                }
+                for f in rotation.step()?.finished {
+                    answered += f.answers?.len();
+                    turn_sum += f.turn;
+                    finished += 1;
+                }
+            }
+            let wall = started.elapsed();
+            println!(
+                "| {q} | {segments} | {:.2} | {:.2} | {:.0} |",
+                ms(wall) / (turns * segments) as f64,
+                ms(turn_sum) / finished.max(1) as f64,
+                answered as f64 / wall.as_secs_f64()
+            );
         }
     }
     Ok(())
