@@ -3,7 +3,9 @@
 # is out of the way. One party: Redis, GATEWAYS gateways, WORKERS CPU workers over a tiny
 # database (PAGES pages of 4 KiB: a pass costs the worker almost nothing), one closed-loop
 # `pirq bench load` per gateway with both key halves sent to the party (--allow-same-party: a
-# benchmark of cost, every answer verified). Per run: keys/s answered, Redis CPU per key (its
+# benchmark of cost, every answer verified: the party answers both halves of every key, so its
+# Redis does the work of two party queries per key counted). Per run: keys/s answered, Redis CPU
+# per key (its
 # utime + stime from /proc over the measured seconds, divided by the keys answered in them),
 # the gateways' and workers' CPU per key, and Redis's per-command CPU (`INFO commandstats`,
 # reset at the start of the measured seconds) per key. Results: docs/bench/queue-scale.md.
@@ -162,12 +164,14 @@ one_run() {
     # Keys answered (and verified) over the measured seconds, all load clients together.
     local keys_s errors
     keys_s=$(cat "$OUT/$name"-load*.json | awk -F: '/"achieved_keys_per_s"/ {gsub(/[ ,]/, "", $2); s += $2} END {printf "%.0f", s}')
-    errors=$(cat "$OUT/$name"-load*.txt | grep -ci 'error' || true)
+    # Failed, 429 and 503 answers of every load client (columns of its table's last row).
+    errors=$(for f in "$OUT/$name"-load*.txt; do grep '^| fetch' "$f" | tail -n 1; done |
+        awk -F'|' '{ s += $5 + $7 + $8 } END { print s + 0 }')
     awk -v name="$name" -v p="$primaries" -v ks="$keys_s" -v dur="$DUR" -v hz="$HZ" \
         -v r="$((r1 - r0))" -v g="$((g1 - g0))" -v w="$((w1 - w0))" -v err="$errors" \
         -v res="$OUT/results.txt" 'BEGIN {
             keys = ks * dur; per = keys ? 1e6 / hz / keys : 0
-            line = sprintf("%s: primaries %d, %d keys/s; CPU per key: redis %.1f us (%.0f%% of a core), gateways %.1f us, workers %.1f us; error lines %d",
+            line = sprintf("%s: primaries %d, %d keys/s; CPU per key: redis %.1f us (%.0f%% of a core), gateways %.1f us, workers %.1f us; failed/refused answers %d",
                            name, p, ks, r * per, 100 * r / hz / dur, g * per, w * per, err)
             print line; print line >> res }'
     # Redis CPU per key by command (usec of INFO commandstats over the keys answered).
