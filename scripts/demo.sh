@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The pirq demo, end to end on this machine:
 #   builds everything (release), installs redis-server if missing, makes a small database,
-#   starts two parties (each: its own redis-server, a pirq-gateway and a pirq-worker),
+#   makes a throwaway CA and one TLS certificate per party (ops/compose/certs.sh, openssl),
+#   starts two parties over HTTPS (each: its own redis-server, certificate, pirq-gateway and
+#   pirq-worker), the client trusting the CA with --ca-cert (PIRQ_CA_CERT),
 #   fetches pages privately with `pirq query` (answers held by the parties with `Prefer: wait`, polling, bincode), checks every page
 #   against the database file with dd + cmp, looks a page up through the TypeScript client's
 #   demo page in headless Chromium, prints the latency, then builds a key-value database,
 #   serves it from a second pair of prefixes and looks keys up with `pirq get` (present,
-#   absent, and after an update by key), shows the database digest and a refused same-party
-#   query, serves the database as two page-range shards, and cleans up on exit.
+#   absent, and after an update by key), shows the database digest and the mistakes the client
+#   refuses (the same party twice, plain HTTP to a remote party), serves the database as two
+#   page-range shards, and cleans up on exit.
 #
 #   scripts/demo.sh                       # 16384 pages of 4096 B (64 MiB)
 #   PIRQ_DEMO_PAGES=65536 scripts/demo.sh # 256 MiB
@@ -51,14 +54,14 @@ for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)
     fi
 done
 
-# 200 from GET $2 on port $1?
-http_ok() {
-    (
-        exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-        printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
-        head -n 1 <&3 | grep -q ' 200 '
-    ) 2>/dev/null
+# GET $2 over HTTPS on port $1, trusting only the demo's CA: the whole answer, head and body.
+https_get() {
+    printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" |
+        timeout 5 openssl s_client -quiet -verify_return_error -CAfile "$ca" \
+            -connect "127.0.0.1:$1" 2>/dev/null
 }
+# 200 from GET $2 on port $1?
+http_ok() { https_get "$1" "$2" | head -n 1 | grep -q ' 200 '; }
 redis_up() { redis-cli -p "$1" ping 2>/dev/null | grep -q PONG; }
 wait_for() { # what, command...
     local what=$1
@@ -74,16 +77,26 @@ wait_for() { # what, command...
 echo "== database: $pages pages of $page_size B ($(((pages * page_size) >> 20)) MiB)"
 "$bin/pirq" db gen --pages "$pages" --page-size "$page_size" --seed 42 --out "$work/demo.pirdb" >/dev/null
 
+echo "== TLS: a throwaway CA and one certificate per party (each party its own key)"
+ops/compose/certs.sh "$work/tls" a b 2>/dev/null
+ca=$work/tls/ca.pem
+# Every pirq command below trusts the demo's CA (the same as --ca-cert "$ca").
+export PIRQ_CA_CERT=$ca
+echo "   CA $ca; party a: $work/tls/a/cert.pem, party b: $work/tls/b/cert.pem"
+
 admin_token=demo-admin-$RANDOM$RANDOM
 # The demo page of the TypeScript client is served here; the gateways allow it (CORS).
 web_origin=http://127.0.0.1:$((base + 20))
 # start_gateway NAME REDIS_PORT GATEWAY_PORT [FLAGS...]: a pirq-gateway for prefix demo-NAME on the
-# party's Redis (log: gateway-NAME.log).
+# party's Redis, serving HTTPS with its party's certificate (a-kv: party a's) (log:
+# gateway-NAME.log).
 start_gateway() {
     local name=$1 rport=$2 gport=$3
     shift 3
+    local cert=$work/tls/${name%%-*}
     PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
-        --prefix "demo-$name" --listen "127.0.0.1:$gport" "$@" >"$work/gateway-$name.log" 2>&1 &
+        --prefix "demo-$name" --listen "127.0.0.1:$gport" \
+        --tls-cert "$cert/cert.pem" --tls-key "$cert/key.pem" "$@" >"$work/gateway-$name.log" 2>&1 &
     pids+=($!)
 }
 # start_worker NAME REDIS_PORT LOG DB [FLAGS...]: a pirq-worker for prefix demo-NAME serving DB
@@ -105,13 +118,13 @@ start_party() { # name redis_port gateway_port
     start_gateway "$name" "$rport" "$gport" --cors-origin "$web_origin"
     start_worker "$name" "$rport" "worker-$name" "$work/demo.pirdb"
     wait_for "party $name to be ready" http_ok "$gport" /readyz
-    echo "party $name: http://127.0.0.1:$gport (redis on $rport)"
+    echo "party $name: https://127.0.0.1:$gport (redis on $rport)"
 }
 echo "== two parties"
 start_party a $((base + 1)) $((base + 11))
 start_party b $((base + 2)) $((base + 12))
-a=http://127.0.0.1:$((base + 11))
-b=http://127.0.0.1:$((base + 12))
+a=https://127.0.0.1:$((base + 11))
+b=https://127.0.0.1:$((base + 12))
 
 # Independent check: the page's bytes straight from the file (header is one 4096-byte block).
 check_pages() { # dir index...
@@ -128,8 +141,9 @@ indices=(0 4242 $((pages - 1)) $((RANDOM % pages)) $((RANDOM % pages)))
 index_args=()
 for i in "${indices[@]}"; do index_args+=(--index "$i"); done
 
-echo "== pirq query: ${#indices[@]} pages, each party holding its answer until it is ready (Prefer: wait)"
-"$bin/pirq" query --party-a "$a" --party-b "$b" "${index_args[@]}" --out "$work/held" --verify "$work/demo.pirdb"
+echo "== pirq query over HTTPS: ${#indices[@]} pages, each party holding its answer until it is ready (Prefer: wait)"
+"$bin/pirq" query --party-a "$a" --party-b "$b" --ca-cert "$ca" "${index_args[@]}" --out "$work/held" \
+    --verify "$work/demo.pirdb"
 check_pages "$work/held" "${indices[@]}"
 
 echo "== pirq query --poll --bincode"
@@ -139,8 +153,10 @@ check_pages "$work/poll" "${indices[@]}"
 
 echo "== the TypeScript client in headless Chromium: the demo page (clients/ts), page 4242"
 (cd clients/ts && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build) >"$work/npm.log" 2>&1
+# Chromium trusts the two party certificates (their keys), as a browser trusts a public CA.
+trust=(--trust-cert "$work/tls/a/cert.pem" --trust-cert "$work/tls/b/cert.pem")
 node clients/ts/dist/demo/headless.js --a "$a" --b "$b" --port $((base + 20)) --index 4242 \
-    --db "$work/demo.pirdb"
+    --db "$work/demo.pirdb" "${trust[@]}"
 
 echo "== latency: 10 single-page queries, one after another"
 for _ in $(seq 1 10); do
@@ -155,13 +171,7 @@ for party in "$a" "$b"; do
 done
 # The reference: a snapshot of the database at epoch 1, folded by the offline tool.
 "$bin/pirq" db apply --db "$work/demo.pirdb" --update "$work/epoch-1.json" --out "$work/demo-1.pirdb"
-newest_is() { # port epoch
-    (
-        exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-        printf 'GET /v1/info HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-        grep -q "\"newest\":$2[,}]" <&3
-    ) 2>/dev/null
-}
+newest_is() { https_get "$1" /v1/info | grep -q "\"newest\":$2[,}]"; }
 wait_for "party a at epoch 1" newest_is $((base + 11)) 1
 wait_for "party b at epoch 1" newest_is $((base + 12)) 1
 # Some of the replaced pages, and the pages fetched before.
@@ -185,12 +195,12 @@ start_kv_party() { # name redis_port gateway_port: a second prefix on the party'
     start_gateway "$name-kv" "$rport" "$gport" --cors-origin "$web_origin"
     start_worker "$name-kv" "$rport" "worker-$name-kv" "$work/kv.pirdb"
     wait_for "kv party $name to be ready" http_ok "$gport" /readyz
-    echo "kv party $name: http://127.0.0.1:$gport (prefix demo-$name-kv)"
+    echo "kv party $name: https://127.0.0.1:$gport (prefix demo-$name-kv)"
 }
 start_kv_party a $((base + 1)) $((base + 21))
 start_kv_party b $((base + 2)) $((base + 22))
-kva=http://127.0.0.1:$((base + 21))
-kvb=http://127.0.0.1:$((base + 22))
+kva=https://127.0.0.1:$((base + 21))
+kvb=https://127.0.0.1:$((base + 22))
 # The first record of seed 5 is in the table; the first of seed 6 is not.
 record=$("$bin/pirq" kv gen --records 1 --key-size 20 --value-size 32 --seed 5 --out -)
 key=$(echo "$record" | grep -o '"key":"[0-9a-f]*"' | cut -d'"' -f4)
@@ -219,7 +229,7 @@ got=$("$bin/pirq" get --party-a "$kva" --party-b "$kvb" --key "$key")
 echo "   $got (exit 0)"
 echo "== the TypeScript client's demo page on the kv parties: the changed key, then the missing one"
 node clients/ts/dist/demo/headless.js --a "$kva" --b "$kvb" --port $((base + 20)) \
-    --key "0x$key" --expect "$new" --key "0x$missing" --expect absent
+    --key "0x$key" --expect "$new" --key "0x$missing" --expect absent "${trust[@]}"
 
 echo "== guards: the database digest, and the mistakes the client refuses"
 "$bin/pirq" db info "$work/demo-1.pirdb" | grep -o '"digest": *"[0-9a-f]*"' | sed 's/^/   epoch-1 snapshot /'
@@ -228,6 +238,12 @@ if out=$("$bin/pirq" query --party-a "$a" --party-b "$a" --index 1 --out "$work/
     echo "pirq query accepted the same party twice" >&2; exit 1
 fi
 echo "   the same party as A and B: $(echo "$out" | tail -n 1)"
+# Refused before any name is resolved: whoever sees both plain connections learns the index.
+if out=$("$bin/pirq" query --party-a http://pir-a.example.invalid --party-b "$b" --index 1 \
+    --out "$work/plain" 2>&1); then
+    echo "pirq query accepted plain HTTP to a remote party" >&2; exit 1
+fi
+echo "   plain HTTP to a remote party: $(echo "$out" | tail -n 1)"
 
 echo "== a sharded party pair: the database cut into 2 page-range shards, one worker each, partials XORed inside Redis"
 "$bin/pirq" db split --shards 2 --out-dir "$work/shards" "$work/demo.pirdb" >/dev/null
@@ -239,11 +255,11 @@ start_sharded_party() { # name redis_port gateway_port
             "$work/shards/demo.shard-$i-of-2.pirdb" --shard "$i/2"
     done
     wait_for "sharded party $name to be ready" http_ok "$gport" /readyz
-    echo "sharded party $name: http://127.0.0.1:$gport (prefix demo-$name-sh, shards 0/2 and 1/2)"
+    echo "sharded party $name: https://127.0.0.1:$gport (prefix demo-$name-sh, shards 0/2 and 1/2)"
 }
 start_sharded_party a $((base + 1)) $((base + 31))
 start_sharded_party b $((base + 2)) $((base + 32))
-"$bin/pirq" query --party-a "http://127.0.0.1:$((base + 31))" --party-b "http://127.0.0.1:$((base + 32))" \
+"$bin/pirq" query --party-a "https://127.0.0.1:$((base + 31))" --party-b "https://127.0.0.1:$((base + 32))" \
     "${index_args[@]}" --out "$work/sharded" --verify "$work/demo.pirdb"
 check_pages "$work/sharded" "${indices[@]}"
 
