@@ -120,6 +120,7 @@ fn lookup(args: &GetArgs) -> anyhow::Result<(Vec<Vec<u8>>, pirq_client::Values)>
     let keys = keys(args)?;
     let client = args.parties.client(args.parties.options())?;
     let values = parties::runtime()?.block_on(client.get_many(&keys))?;
+    parties::note_unverified(values.verification);
     Ok((keys, values))
 }
 

@@ -107,6 +107,11 @@ pub struct LoadArgs {
     /// Do not check the pages (only when no copy of the database is at hand).
     #[arg(long)]
     no_verify: bool,
+    /// Check every page's publisher signature against this public key file (a signed
+    /// database, docs/spec/signed.md), as `pirq query --publisher-key` does: its cost is then
+    /// part of every lookup measured.
+    #[arg(long, value_name = "FILE")]
+    publisher_key: Option<std::path::PathBuf>,
     /// Wait for answers by polling (every 5 ms) instead of asking the party to hold them.
     #[arg(long, conflicts_with = "sse")]
     poll: bool,
@@ -391,7 +396,11 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         .party_a(&args.party_a)
         .party_b(party_b)
         .options(options.clone());
-    let client: Client = args.tokens.apply(builder).build()?;
+    let mut builder = args.tokens.apply(builder);
+    if let Some(path) = &args.publisher_key {
+        builder = builder.publisher_key_file(path);
+    }
+    let client: Client = builder.build()?;
     let (info, epoch, max_keys) = if args.submit_only {
         let info = client
             .parties()

@@ -37,6 +37,15 @@ pub struct PartiesArgs {
     pub transport: TransportArgs,
     #[command(flatten)]
     pub tokens: TokenArgs,
+    /// Verify every page against this publisher's public key file (64 hex digits, `pirq
+    /// publisher keygen --public`): a page that fails its signature or is stale fails the
+    /// lookup before anything is printed or written; an unsigned database is refused.
+    #[arg(long, env = "PIRQ_PUBLISHER_KEY", value_name = "FILE")]
+    pub publisher_key: Option<PathBuf>,
+    /// Refuse answers at an epoch below N (the parties could otherwise serve an old, genuinely
+    /// signed epoch; docs/spec/signed.md §4.4). Needs --publisher-key.
+    #[arg(long, value_name = "N", requires = "publisher_key")]
+    pub min_epoch: Option<u64>,
 }
 
 /// A `--timeout` value: whole seconds, at least 1 (a zero deadline could never be met).
@@ -133,7 +142,24 @@ impl PartiesArgs {
             .party_a(&self.party_a)
             .party_b(&self.party_b)
             .options(options);
-        Ok(self.tokens.apply(builder).build()?)
+        let mut builder = self.tokens.apply(builder);
+        if let Some(path) = &self.publisher_key {
+            builder = builder.publisher_key_file(path);
+        }
+        if let Some(epoch) = self.min_epoch {
+            builder = builder.min_epoch(epoch);
+        }
+        Ok(builder.build()?)
+    }
+}
+
+/// What a command that prints answers says, once, about a signed database it does not verify.
+pub fn note_unverified(verification: pirq_client::Verification) {
+    if verification == pirq_client::Verification::Unchecked {
+        eprintln!(
+            "note: the parties serve a signed database, but no --publisher-key was given: the \
+             answers are not being verified"
+        );
     }
 }
 

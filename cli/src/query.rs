@@ -55,6 +55,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let fetched = client.fetch(&args.indices).await?;
     let elapsed = start.elapsed();
+    parties::note_unverified(fetched.verification);
 
     if let Some(db) = &db {
         if db.header().epoch != fetched.epoch {
@@ -81,10 +82,12 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
     };
     let mut mismatches = 0;
     for (index, page) in args.indices.iter().zip(&fetched.pages) {
+        // A page's data: its usable bytes (SPEC §2.5), without a signed database's tail.
+        let page = &page[..fetched.usable];
         let mut line = format!("page {index}: {} bytes", page.len());
         let matches = db
             .as_ref()
-            .map(|db| db.page(*index) == Some(page.as_slice()));
+            .map(|db| db.page(*index).map(|p| &p[..fetched.usable]) == Some(page));
         if to_stdout {
             stdout
                 .write_all(page)
@@ -119,9 +122,14 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
     stdout.flush()?;
     writeln!(
         report,
-        "{} page(s) at epoch {} in {:.1} ms (both parties, {})",
+        "{} page(s) at epoch {}{} in {:.1} ms (both parties, {})",
         fetched.pages.len(),
         fetched.epoch,
+        if fetched.verification == pirq_client::Verification::Verified {
+            ", every page's publisher signature verified"
+        } else {
+            ""
+        },
         elapsed.as_secs_f64() * 1e3,
         if args.parties.poll {
             "polling"

@@ -35,6 +35,8 @@ pub struct ClientBuilder {
     http: Option<reqwest::Client>,
     /// The first error of a setter that can fail (a certificate file), reported by `build`.
     error: Option<ClientError>,
+    publisher: Option<crate::PublisherKey>,
+    min_epoch: u64,
 }
 
 impl ClientBuilder {
@@ -128,6 +130,30 @@ impl ClientBuilder {
         self
     }
 
+    /// Verify every page against this publisher key (`docs/spec/signed.md` §3): lookups then
+    /// refuse an unsigned database, one signed by another key, and any page whose signature or
+    /// freshness fails, before returning anything.
+    pub fn publisher_key(mut self, key: crate::PublisherKey) -> Self {
+        self.publisher = Some(key);
+        self
+    }
+
+    /// [`ClientBuilder::publisher_key`] read from a public key file (64 hex digits).
+    pub fn publisher_key_file(mut self, path: impl AsRef<Path>) -> Self {
+        match crate::PublisherKey::read_file(path.as_ref()) {
+            Ok(key) => self.publisher = Some(key),
+            Err(e) => self.fail(e.to_string()),
+        }
+        self
+    }
+
+    /// Refuse answers at an epoch below `epoch` (with a pinned key; besides the newest signed
+    /// epoch the client has seen, which it never goes back from).
+    pub fn min_epoch(mut self, epoch: u64) -> Self {
+        self.min_epoch = epoch;
+        self
+    }
+
     /// All of [`Options`] at once.
     pub fn options(mut self, options: Options) -> Self {
         self.options = options;
@@ -170,7 +196,21 @@ impl ClientBuilder {
         let counters = Arc::new(Counters::default());
         let party_a = Party::labelled(http.clone(), &a, "A", self.token_a, counters.clone());
         let party_b = Party::labelled(http, &b, "B", self.token_b, counters.clone());
-        Ok(Client::from_parts(party_a, party_b, self.options, counters))
+        if self.min_epoch > 0 && self.publisher.is_none() {
+            return Err(ClientError::Config(
+                "a minimum epoch needs a publisher key: without one the epoch a party reports \
+                 cannot be checked"
+                    .into(),
+            ));
+        }
+        let verifier = crate::verify::Verifier::new(self.publisher, self.min_epoch);
+        Ok(Client::from_parts(
+            party_a,
+            party_b,
+            self.options,
+            counters,
+            verifier,
+        ))
     }
 }
 

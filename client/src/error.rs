@@ -156,6 +156,17 @@ pub enum ClientError {
     /// The client could not be set up (a certificate file, a missing URL, the HTTP client).
     #[error("client configuration: {0}")]
     Config(String),
+    /// The page XORed out of two answers failed the publisher's signature, or is stale
+    /// (`docs/spec/signed.md` §3): one of the two parties altered its answer. Nothing of the
+    /// lookup was returned.
+    #[error(
+        "the answers of {parties} failed the publisher's signature: {detail}; nothing was          returned (one of these parties altered its answer)"
+    )]
+    Forged { parties: String, detail: String },
+    /// The client is pinned to a publisher key, and the parties' database cannot be verified
+    /// with it (unsigned, or signed by another key).
+    #[error("{0}")]
+    Unverifiable(String),
 }
 
 /// A transport error in a few words; the full chain is the error's source.
@@ -192,6 +203,8 @@ impl ClientError {
             ClientError::SameTlsIdentity { .. } => "same_tls_identity".into(),
             ClientError::NoWorkers { .. } => "no_workers".into(),
             ClientError::Config(_) => "config".into(),
+            ClientError::Forged { .. } => "forged".into(),
+            ClientError::Unverifiable(_) => "unverifiable".into(),
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct Values {
     /// `values[i]` is the value of `keys[i]`, `None` when the key is absent (for a set,
     /// `Some(vec![])` when it is present).
     pub values: Vec<Option<Vec<u8>>>,
+    /// What was checked about the candidate pages against the publisher's signatures.
+    pub verification: crate::Verification,
 }
 
 impl Client {
@@ -40,7 +42,9 @@ impl Client {
                 self.a.base()
             ))
         })?;
-        kv.params(info.page_size, info.num_pages)
+        // Slots sit in the usable bytes, before a signed database's tails (SPEC §2.5).
+        let tail = info.signing.as_ref().map_or(0, |s| s.tail_len);
+        kv.params_with_tail(info.page_size, tail, info.num_pages)
             .map_err(|detail| self.a.protocol(detail))
     }
 
@@ -99,6 +103,7 @@ impl Client {
             digest: fetched.digest,
             kind: params.kind(),
             values,
+            verification: fetched.verification,
         })
     }
 }

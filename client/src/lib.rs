@@ -43,6 +43,7 @@ mod sse;
 mod stats;
 mod text;
 mod url;
+mod verify;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,6 +62,10 @@ pub use party::{
 pub use stats::Stats;
 pub use text::{is_request_id, sanitize, MAX_PARTY_TEXT_CHARS};
 pub use url::{check_party_url, check_url};
+pub use verify::Verification;
+
+/// The publisher's key a client pins (`docs/spec/signed.md`).
+pub use pirq_shared::signing::PublisherKey;
 
 /// The types of this crate's signatures that come from pirq's shared crate.
 pub use pirq_shared::digest::Digest;
@@ -128,8 +133,13 @@ pub struct Pages {
     pub epoch: u64,
     /// The digest (SPEC §2.1) both parties answered from.
     pub digest: Option<Digest>,
-    /// `pages[i]` is the page at `indices[i]`.
+    /// `pages[i]` is the page at `indices[i]`: the whole stored page, a signed database's
+    /// signature tail included (its data is the first [`Pages::usable`] bytes).
     pub pages: Vec<Vec<u8>>,
+    /// Bytes of each page that hold data (SPEC §2.5): the page size less a signature tail.
+    pub usable: usize,
+    /// What was checked about the pages against the publisher's signatures.
+    pub verification: Verification,
 }
 
 /// What both parties' `/v1/info` agree on, kept between lookups.
@@ -143,6 +153,26 @@ pub(crate) struct Agreement {
     pub(crate) same_newest: bool,
     /// The smaller of the two key limits.
     pub(crate) max_keys: usize,
+    /// The signing block to verify pages with: the parties' database is signed and this
+    /// client pins its publisher's key.
+    pub(crate) signing: Option<pirq_shared::signing::SigningBlock>,
+}
+
+impl Agreement {
+    /// What lookups under this agreement check.
+    fn verification(&self) -> Verification {
+        match (&self.signing, &self.info.signing) {
+            (Some(_), _) => Verification::Verified,
+            (None, Some(_)) => Verification::Unchecked,
+            (None, None) => Verification::Unsigned,
+        }
+    }
+
+    /// Bytes of a page that hold data (SPEC §2.5).
+    pub(crate) fn usable(&self) -> usize {
+        let tail = self.info.signing.as_ref().map_or(0, |s| s.tail_len);
+        self.info.page_size.saturating_sub(tail) as usize
+    }
 }
 
 /// A client of two parties that serve the same database. Cheap to clone; clones share the
@@ -157,6 +187,8 @@ pub struct Client {
     /// Set when an answer shows the kept info is out of date, or a lookup failed.
     stale: Arc<AtomicBool>,
     counters: Arc<stats::Counters>,
+    /// The pinned publisher key and the newest signed epochs seen.
+    verifier: Arc<verify::Verifier>,
 }
 
 /// One chunk's combined answer, or the sign that the parties answered different epochs (an
@@ -199,6 +231,7 @@ impl Client {
         b: Party,
         options: Options,
         counters: Arc<stats::Counters>,
+        verifier: verify::Verifier,
     ) -> Client {
         Client {
             a,
@@ -207,7 +240,23 @@ impl Client {
             agreement: Arc::new(tokio::sync::Mutex::new(None)),
             stale: Arc::new(AtomicBool::new(false)),
             counters,
+            verifier: Arc::new(verifier),
         }
+    }
+
+    /// The newest epoch the publisher's signatures have shown this client for the database
+    /// `db_id` (`docs/spec/signed.md` §4.4): answers at an older epoch are refused.
+    pub fn newest_signed_epoch(&self, db_id: &[u8; 32]) -> Option<u64> {
+        self.verifier.newest_signed(db_id)
+    }
+
+    /// The parties' names for an error about both: "party A (url) and party B (url)".
+    fn pair_name(&self) -> String {
+        format!(
+            "party A ({}) and party B ({})",
+            self.a.base(),
+            self.b.base()
+        )
     }
 
     pub fn parties(&self) -> (&Party, &Party) {
@@ -325,6 +374,7 @@ impl Client {
             };
             return Err(differ("kv layout", &show(&ia.kv), &show(&ib.kv)));
         }
+        let signing = self.verifier.agree(&ia.signing, &ib.signing)?;
         // Pin the newest epoch both answer: a party ahead still has it in its window.
         let epoch = ia.epoch.newest.min(ib.epoch.newest);
         if !ia.epoch.contains(epoch) || !ib.epoch.contains(epoch) {
@@ -348,6 +398,7 @@ impl Client {
             same_newest: ia.epoch.newest == ib.epoch.newest,
             max_keys: ia.max_keys_per_query.min(ib.max_keys_per_query).max(1) as usize,
             info: ia,
+            signing,
         };
         *kept = Some(agreement.clone());
         Ok(agreement)
@@ -469,10 +520,22 @@ impl Client {
                         // The parties moved on: read their info before the next lookup.
                         self.stale.store(true, Ordering::Release);
                     }
+                    // Every page checked before any is returned (docs/spec/signed.md §3).
+                    if let Some(block) = &agreement.signing {
+                        self.verifier.check(
+                            block,
+                            &self.pair_name(),
+                            indices,
+                            answered_epoch,
+                            &pages,
+                        )?;
+                    }
                     return Ok(Pages {
                         epoch: answered_epoch,
                         digest,
                         pages,
+                        usable: agreement.usable(),
+                        verification: agreement.verification(),
                     });
                 }
                 _ if attempt == 0 => {

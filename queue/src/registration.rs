@@ -86,6 +86,10 @@ pub struct Registration {
     /// The database's key-value layout, if it is a kv database (gateways serve it in
     /// `/v1/info`, so clients need only the parties' URLs).
     pub kv: Option<pirq_shared::kv::KvInfo>,
+    /// The signing block of a signed database (`docs/spec/signed.md`): gateways serve it in
+    /// `/v1/info` as `signing`, so a verifying client learns the database's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing: Option<pirq_shared::signing::SigningInfo>,
     /// The shard served (`--shard I/S`), absent when unsharded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardSpec>,

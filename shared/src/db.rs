@@ -1034,18 +1034,13 @@ impl MappedWriter {
 
     /// Signs every page (on all cores) as changed at `changed_epoch`, writing its tail: the
     /// last step before [`MappedWriter::commit`] of a signed database.
-    pub fn sign_pages(
-        &mut self,
-        block: &crate::signing::SigningBlock,
-        key: &crate::signing::SecretKey,
-        changed_epoch: u64,
-    ) {
+    pub fn sign_pages(&mut self, signer: &crate::signing::PageSigner, changed_epoch: u64) {
         use rayon::prelude::*;
         let ps = self.header.page_size as usize;
         self.pages_mut()
             .par_chunks_mut(ps)
             .enumerate()
-            .for_each(|(p, page)| block.sign_page(key, p as u64, changed_epoch, page));
+            .for_each(|(p, page)| signer.sign(p as u64, changed_epoch, page));
     }
 
     /// Records the pages' content digest (SPEC §2.1) in the header, flushes the file to disk,

@@ -448,6 +448,73 @@ impl Manifest {
     }
 }
 
+/// The JSON form of a manifest (`docs/spec/signed.md` §4.1), in manifest files and in
+/// `GET /v1/manifests`.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestJson {
+    epoch: u64,
+    digest: String,
+    pages: Vec<u64>,
+    signature: String,
+}
+
+/// The most manifests a list may hold when read (a party's answer is bounded by bytes too).
+pub const MAX_MANIFESTS: usize = 1 << 20;
+
+impl Manifest {
+    /// A JSON array of manifests (a manifest file, a `/v1/manifests` body), ascending by epoch,
+    /// each epoch once. Signatures are not checked here ([`Manifest::verify`]).
+    pub fn parse_list(bytes: &[u8]) -> Result<Vec<Manifest>, SignError> {
+        let bad = |m: String| SignError::Manifest(m);
+        let list: Vec<ManifestJson> =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("not a manifest list: {e}")))?;
+        if list.len() > MAX_MANIFESTS {
+            return Err(bad(format!("more than {MAX_MANIFESTS} manifests")));
+        }
+        let mut out: Vec<Manifest> = Vec::with_capacity(list.len());
+        for m in list {
+            let digest = Digest::from_hex(&m.digest)
+                .ok_or_else(|| bad(format!("epoch {}: digest is not 64 hex digits", m.epoch)))?;
+            let signature: [u8; 64] = hex::decode(&m.signature)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "epoch {}: signature is not 128 hex digits",
+                        m.epoch
+                    ))
+                })?;
+            if out.last().is_some_and(|last| last.epoch >= m.epoch) {
+                return Err(bad(format!("epoch {} is out of order", m.epoch)));
+            }
+            out.push(Manifest {
+                epoch: m.epoch,
+                digest,
+                pages: m.pages,
+                signature,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The JSON array of `manifests` (see [`Manifest::parse_list`]).
+    pub fn list_to_json(manifests: &[Manifest]) -> Vec<u8> {
+        let list: Vec<ManifestJson> = manifests
+            .iter()
+            .map(|m| ManifestJson {
+                epoch: m.epoch,
+                digest: m.digest.to_hex(),
+                pages: m.pages.clone(),
+                signature: hex::encode(m.signature),
+            })
+            .collect();
+        let mut out = serde_json::to_vec_pretty(&list).expect("plain data serializes");
+        out.push(b'\n');
+        out
+    }
+}
+
 /// The signed message of an epoch manifest:
 /// `"pirq.manifest.v1" || db_id || u64le(epoch) || digest || u64le(k) || k × u64le(index)`.
 pub fn manifest_message(db_id: &[u8; 32], epoch: u64, digest: &Digest, pages: &[u64]) -> Vec<u8> {

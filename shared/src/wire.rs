@@ -304,6 +304,10 @@ pub struct Info {
     /// The key-value layout of a kv database (`docs/spec/kv.md` §5); absent for page databases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv: Option<crate::kv::KvInfo>,
+    /// The signing block of a signed database (SPEC §2.4, `docs/spec/signed.md`): who signed
+    /// the pages and the database's identity; absent for unsigned pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing: Option<crate::signing::SigningInfo>,
     /// Sharded parties: every shard, its pages and its live workers (absent when unsharded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardInfo>,

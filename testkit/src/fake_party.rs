@@ -286,6 +286,7 @@ impl Fake {
             digest: Some(self.digest_at(window.newest)),
             party: Some(self.party_id.clone()),
             kv: self.kv.clone(),
+            signing: None,
             shards: Vec::new(),
         }
     }

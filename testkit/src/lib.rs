@@ -11,6 +11,8 @@
 //!   or as no gateway ever would (poison);
 //! - [`fake_party`]: a party that answers the HTTP API itself, honestly or with one chosen
 //!   misbehaviour (silent, dribbling, huge, hostile), for client tests (`FAKE_PARTY.md`);
+//! - [`tamper`]: a proxy in front of a real party that XORs bytes into the pages of its answers,
+//!   keeping the digest stamp (a lying party, for the signed-answer tests);
 //! - [`TestCa`]: a throwaway certificate authority and the certificates it signs, for tests
 //!   over TLS (gateways, `rediss://`);
 //! - [`gpu_tests_enabled`]: the `PIRQ_GPU_TESTS=1` switch of the GPU suites.
@@ -20,6 +22,7 @@ pub mod fake_party;
 pub mod jobs;
 mod process;
 mod redis_server;
+pub mod tamper;
 mod tls;
 
 pub use db::TestDb;

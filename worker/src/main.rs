@@ -51,12 +51,12 @@ async fn run() -> anyhow::Result<()> {
     };
     // The database: a file (mapped, and guarded against changes under the mapping), or the
     // seeded generator's pages made on the GPU (`--synthetic`, benches).
-    let (scanner, file_epoch, file_digest, kv) = match (&config.synthetic, &config.db) {
+    let (scanner, file_epoch, file_digest, kv, signing) = match (&config.synthetic, &config.db) {
         (Some(source), _) => {
             let scanner = pirq_worker::backend::open_synthetic(config.backend, source, options)
                 .context("starting the scanner")?;
             let digest = synthetic::digest(source.page_size, source.num_pages, source.seed);
-            (scanner, 0, digest, None)
+            (scanner, 0, digest, None, None)
         }
         (None, Some(path)) => {
             let db =
@@ -88,7 +88,8 @@ async fn run() -> anyhow::Result<()> {
                 tracing::info!(db = %path.display(), "the file records no digest; using its content digest");
                 content.unwrap_or_else(|| db.content_digest())
             });
-            (scanner, epoch, digest, kv)
+            let signing = db.signing().map(|block| block.info());
+            (scanner, epoch, digest, kv, signing)
         }
         (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
     };
@@ -138,6 +139,7 @@ async fn run() -> anyhow::Result<()> {
         max_batch_keys: config.max_batch_keys,
         started_ms: Registration::now_ms(),
         kv,
+        signing,
         shard: (!shard.is_whole()).then_some(shard),
         pages: [pages.start, pages.end],
         db_id: String::new(),

@@ -75,6 +75,10 @@ pub struct BuildArgs {
     /// Output database file.
     #[arg(long)]
     out: PathBuf,
+    /// Sign every page with this publisher secret key: slots fill each page's usable bytes,
+    /// the last 72 are its signature tail (docs/spec/signed.md).
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
 }
 
 /// Default load target for pages of `slots` slots and `d` choices: below the load where
@@ -126,8 +130,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         key_size: args.key_size,
         seed: super::layout_seed(seed),
     };
+    let signer = crate::publisher::new_signer(args.sign_key.as_deref())?;
+    let tail = signer.as_ref().map_or(0, |s| s.block.tail_len());
     // Geometry checks first, on a table of the smallest legal size.
-    let probe = KvParams::new(layout, args.page_size, args.choices as u64)?;
+    let probe = KvParams::with_tail(layout, args.page_size, tail, args.choices as u64)?;
     let slots = probe.slots_per_page();
     let sizes = Sizes {
         key_size: args.key_size as usize,
@@ -166,14 +172,19 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     if num_pages > MAX_PAGES {
         bail!("{num_pages} pages are more than a database holds (2^40)");
     }
-    let params = KvParams::new(layout, args.page_size, num_pages)?;
+    let params = KvParams::with_tail(layout, args.page_size, tail, num_pages)?;
     let header = Header {
         page_size: args.page_size,
         num_pages,
         epoch: args.epoch,
     };
     let start = Instant::now();
-    let mut writer = MappedWriter::create(&args.out, &header, Some(&layout))
+    let meta = db::Meta {
+        kv: Some(layout),
+        signing: signer.as_ref().map(|s| s.block),
+        ..db::Meta::default()
+    };
+    let mut writer = MappedWriter::create_meta(&args.out, &header, &meta)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let bar = progress(count);
 
@@ -264,6 +275,20 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             bail!("--count said {c} records, the input had {records}");
         }
     }
+    let signing = Instant::now();
+    if let Some(signer) = &signer {
+        writer.sign_pages(signer, args.epoch);
+    }
+    let signing = signer.as_ref().map(|s| {
+        let secs = signing.elapsed().as_secs_f64();
+        format!(
+            "; {num_pages} pages signed by publisher key {} in {secs:.1} s ({:.0} pages/s), \
+             db_id {}",
+            s.block.publisher,
+            num_pages as f64 / secs.max(1e-9),
+            hex::encode(s.block.db_id)
+        )
+    });
     writer
         .commit()
         .with_context(|| format!("writing {}", args.out.display()))?;
@@ -271,12 +296,13 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     eprintln!(
         "wrote {}: {records} records in {num_pages} pages of {} bytes (d = {}, {slots} slots of \
          {} bytes per page), load factor {achieved:.4}, {kicks} evictions, seed {seed}, \
-         {secs:.1} s ({:.0} records/s)",
+         {secs:.1} s ({:.0} records/s){}",
         args.out.display(),
         args.page_size,
         args.choices,
         params.slot_size(),
         records as f64 / secs.max(1e-9),
+        signing.unwrap_or_default(),
     );
     Ok(())
 }

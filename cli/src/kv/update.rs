@@ -44,6 +44,10 @@ pub struct UpdateArgs {
     /// Output update file: JSON if it ends in .json, else bincode (as `pirq epoch make`).
     #[arg(long)]
     out: PathBuf,
+    /// Sign the replaced pages with the publisher's secret key (needed for a signed
+    /// database: its updates carry whole signed pages).
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
 }
 
 pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
@@ -55,6 +59,15 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             "{} is a page database, not a kv database (build one with pirq kv build)",
             args.db.display()
         );
+    };
+    let signer = match (&args.sign_key, db.signing()) {
+        (Some(path), block) => Some(crate::publisher::signer_for(path, block)?),
+        (None, Some(_)) => bail!(
+            "{} is a signed database: its updates must be signed too; give --sign-key (the \
+             publisher's secret key)",
+            args.db.display()
+        ),
+        (None, None) => None,
     };
     if args.epoch != db.header().epoch + 1 {
         bail!(
@@ -130,9 +143,12 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     let writes: Vec<PageWrite> = touched
         .into_iter()
         .filter(|&p| Some(pages.page(p)) != db.page(p))
-        .map(|p| PageWrite {
-            index: p,
-            page: pages.page(p).to_vec(),
+        .map(|p| {
+            let mut page = pages.page(p).to_vec();
+            if let Some(signer) = &signer {
+                signer.sign(p, args.epoch, &mut page);
+            }
+            PageWrite { index: p, page }
         })
         .collect();
     let update = EpochUpdate {

@@ -16,11 +16,17 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         .ok_or_else(super::queries_no_database)?;
     let workers = st.store.live_workers().await?;
     let kv = st.store.kv_layout().await?;
+    let records = st.store.worker_records().await?;
     let shards = if db.shards > 1 {
-        crate::shards::view(&db, &st.store.worker_records().await?)
+        crate::shards::view(&db, &records)
     } else {
         Vec::new()
     };
+    // Every worker of a database serves the same file's signing block (it is part of the
+    // database's identity): the first live worker's record says it.
+    let signing = records
+        .iter()
+        .find_map(|(_, record)| serde_json::from_value(record.get("signing")?.clone()).ok());
     Ok(Json(Info {
         num_pages: db.num_pages,
         page_size: db.page_size,
@@ -29,6 +35,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         max_keys_per_query: st.config.max_keys_per_query,
         workers: workers.live,
         kv,
+        signing,
         shards,
         digest: st.store.digest_at(db.epoch).await?,
         party: Some(st.store.party_id().await?),
