@@ -152,6 +152,9 @@ pub struct WorkerRecord {
     /// The epochs it answers now (`None` only in a record of another format).
     #[serde(default)]
     pub window: Option<EpochRange>,
+    /// The signing block of the signed database it serves ([`Registration::signing`]).
+    #[serde(default)]
+    pub signing: Option<pirq_shared::signing::SigningInfo>,
 }
 
 impl WorkerRecord {

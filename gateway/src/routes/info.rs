@@ -26,7 +26,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
     // database's identity): the first live worker's record says it.
     let signing = records
         .iter()
-        .find_map(|(_, record)| serde_json::from_value(record.get("signing")?.clone()).ok());
+        .find_map(|record| record.signing.clone());
     Ok(Json(Info {
         num_pages: db.num_pages,
         page_size: db.page_size,
