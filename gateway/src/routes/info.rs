@@ -24,9 +24,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
     };
     // Every worker of a database serves the same file's signing block (it is part of the
     // database's identity): the first live worker's record says it.
-    let signing = records
-        .iter()
-        .find_map(|record| record.signing.clone());
+    let signing = records.iter().find_map(|record| record.signing.clone());
     Ok(Json(Info {
         num_pages: db.num_pages,
         page_size: db.page_size,
