@@ -30,7 +30,7 @@ pub struct Delivery {
     /// The request id, `None` when the entry has none (it did not come from a gateway).
     pub request_id: Option<RequestId>,
     pub job: Result<Job, WireError>,
-    /// When this worker read it (starts the batcher's wait and the worker time).
+    /// When this worker read it (starts the worker time).
     pub received: Instant,
     /// How many times the group has delivered this entry, this delivery included.
     pub deliveries: u64,

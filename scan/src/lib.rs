@@ -101,8 +101,9 @@ pub enum ScanError {
     Device(String),
 }
 
-/// What a pass costs on one scanner, measured: the window policy ([`crate::policy`]) derives
-/// from it where passes stop being memory-bound.
+/// What a pass costs on one scanner, measured: where passes stop being memory-bound (benches
+/// report it; the worker's batch-per-pass window policy, which the rotating scan replaced, was
+/// derived from it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PassCost {
     /// Wall time of a one-key pass: the database read once, the floor of any pass.
@@ -168,9 +169,8 @@ pub trait Scanner: Send + Sync {
     /// `epochs[q]` (each inside [`epoch_window`](Self::epoch_window)).
     fn pass_at(&self, keys: &[DpfKey], epochs: &[u64]) -> Result<Answers, ScanError>;
 
-    /// Times passes of this scanner at start-up (a one-key pass and a full one, with random
-    /// keys) so that the worker can choose its window policy; `None` when the backend does not
-    /// measure (the worker then keeps the flags' fixed behaviour).
+    /// Times passes of this scanner (a one-key pass and a full one, with random keys), for
+    /// benches; `None` when the backend does not measure.
     fn measure_pass_cost(&self) -> Option<PassCost> {
         None
     }

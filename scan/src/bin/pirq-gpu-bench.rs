@@ -128,7 +128,7 @@ fn main() -> Result<()> {
             "read-all floor: {floor:.2} ms ({:.0} GB/s)\n",
             scanner.db_bytes() as f64 / floor / 1e6
         );
-        // What the worker's window policy derives from (it measures at --max-batch-keys).
+        // A one-key and a full pass: where passes stop being memory-bound.
         if let Some(cost) = scanner.measure_pass_cost() {
             println!(
                 "pass cost: one-key pass {:.2} ms, {}-key pass {:.2} ms (scan {:.2}): knee {} keys\n",
