@@ -85,9 +85,12 @@ fn stderr(o: &Output) -> String {
 async fn timeout_holds_and_the_error_is_printed_once() {
     for (behaviour, phase) in [
         (Behaviour::SilentConnect, "info"),
+        (Behaviour::SilentInfo, "info"),
+        (Behaviour::DribbleInfo, "info"),
         (Behaviour::SilentSubmit, "submit"),
         (Behaviour::DribbleAnswer, "answer"),
         (Behaviour::PendingSilent, "events"),
+        (Behaviour::SseKeepalive, "events"),
     ] {
         let (a, b) = (fake(Behaviour::Honest).await, fake(behaviour).await);
         let mut cmd = args(&["query", "--index", "3", "--timeout", "2"]);

@@ -389,3 +389,31 @@ async fn a_callers_own_http_client_is_used() {
         .unwrap_err();
     assert!(matches!(e, ClientError::Config(_)), "{e}");
 }
+
+/// Every fake-party behaviour is tested: here (this file names each one), and in the
+/// TypeScript client's scenario table, which Node and Chromium both run
+/// (`clients/ts/test/fake-scenarios.ts`, against this same fake party). A behaviour added to
+/// the fake party without a test on both sides fails here.
+#[test]
+fn every_behaviour_is_tested_here_and_in_typescript() {
+    let here = include_str!("fake_parties.rs");
+    let scenarios = include_str!("../../clients/ts/test/fake-scenarios.ts");
+    let shared = include_str!("../../clients/ts/test/shared-fake.ts");
+    for (name, behaviour) in Behaviour::ALL {
+        // The variant as a whole word (`HugeAnswer` is not `HugeAnswerDeclared`).
+        let path = format!("Behaviour::{behaviour:?}");
+        let used = here.match_indices(&path).any(|(at, _)| {
+            !here[at + path.len()..]
+                .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        });
+        assert!(used, "no Rust test here uses {path}");
+        assert!(
+            scenarios.contains(&format!("behaviour: \"{name}\"")),
+            "no TypeScript scenario for the fake party's {name:?}"
+        );
+        assert!(
+            shared.contains(&format!("\"{name}\"")),
+            "SHARED_BEHAVIOURS (clients/ts/test/shared-fake.ts) lacks {name:?}"
+        );
+    }
+}

@@ -42,5 +42,5 @@ pub mod tls;
 pub mod waiters;
 
 pub use config::Config;
-pub use routes::{router, router_for, Routes};
+pub use routes::{router, router_for, Route, Routes};
 pub use state::AppState;

@@ -41,21 +41,17 @@ pub async fn push_epoch(
         Format::Bincode => EpochUpdate::from_bincode(&body),
     }
     .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
+    // Redis trouble is a 503 with `Retry-After`, as on every route.
     let db = state
         .store
         .database()
-        .await
-        .map_err(ApiError::redis)?
+        .await?
         .ok_or_else(super::queries_no_database)?;
     update
         .validate(db.num_pages, db.page_size as usize)
         .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
 
-    let appended = state
-        .store
-        .append_epoch(&update)
-        .await
-        .map_err(ApiError::redis)?;
+    let appended = state.store.append_epoch(&update).await?;
     if let Appended::NotNext { newest } = appended {
         return Err(ApiError::new(
             ErrorCode::EpochNotNext,

@@ -6,9 +6,9 @@ mod info;
 mod queries;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{middleware, Router};
 use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::{QueryResult, BINCODE, JSON};
@@ -31,6 +31,92 @@ pub enum Routes {
     Admin,
 }
 
+/// Every route the gateway serves, one method each. The router is built from [`Route::ALL`]
+/// and nothing else, so this list is the whole API: the end-to-end suite checks it against
+/// `docs/openapi.yaml` both ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Healthz,
+    Readyz,
+    SubmitQuery,
+    QueryStatus,
+    QueryEvents,
+    Info,
+    PushEpoch,
+    Metrics,
+}
+
+impl Route {
+    pub const ALL: [Route; 8] = [
+        Route::Healthz,
+        Route::Readyz,
+        Route::SubmitQuery,
+        Route::QueryStatus,
+        Route::QueryEvents,
+        Route::Info,
+        Route::PushEpoch,
+        Route::Metrics,
+    ];
+
+    /// The path, in axum's (and OpenAPI's) `{param}` syntax.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Healthz => "/healthz",
+            Route::Readyz => "/readyz",
+            Route::SubmitQuery => "/v1/queries",
+            Route::QueryStatus => "/v1/queries/{id}",
+            Route::QueryEvents => "/v1/queries/{id}/events",
+            Route::Info => "/v1/info",
+            Route::PushEpoch => "/v1/admin/epochs",
+            Route::Metrics => "/metrics",
+        }
+    }
+
+    pub fn method(self) -> Method {
+        match self {
+            Route::SubmitQuery | Route::PushEpoch => Method::POST,
+            _ => Method::GET,
+        }
+    }
+
+    /// Whether a listener serving `routes` answers this route (else 404, as if it did not
+    /// exist): the query routes are public, the admin routes and `/metrics` private, the
+    /// probes on both.
+    pub fn served_on(self, routes: Routes) -> bool {
+        match self {
+            Route::Healthz | Route::Readyz => true,
+            Route::SubmitQuery | Route::QueryStatus | Route::QueryEvents | Route::Info => {
+                routes != Routes::Admin
+            }
+            Route::PushEpoch | Route::Metrics => routes != Routes::Public,
+        }
+    }
+
+    /// Whether `--query-tokens` and the rate limits ([`crate::access`]) guard it: the query
+    /// routes, not `/v1/info`.
+    pub fn needs_query_access(self) -> bool {
+        matches!(
+            self,
+            Route::SubmitQuery | Route::QueryStatus | Route::QueryEvents
+        )
+    }
+
+    /// The handler, on [`Route::method`] only (another method is 405).
+    fn handler(self) -> MethodRouter<AppState> {
+        let method = MethodFilter::try_from(self.method()).expect("GET and POST are filters");
+        match self {
+            Route::Healthz => on(method, health::healthz),
+            Route::Readyz => on(method, health::readyz),
+            Route::SubmitQuery => on(method, queries::submit),
+            Route::QueryStatus => on(method, queries::status),
+            Route::QueryEvents => on(method, queries::events),
+            Route::Info => on(method, info::info),
+            Route::PushEpoch => on(method, admin::push_epoch),
+            Route::Metrics => on(method, health::metrics),
+        }
+    }
+}
+
 /// Builds the gateway's router over `state`, every route on one listener.
 pub fn router(state: AppState) -> Router {
     router_for(state, Routes::All)
@@ -43,26 +129,24 @@ pub fn router_for(state: AppState, routes: Routes) -> Router {
         Routes::Admin => None,
         Routes::All | Routes::Public => crate::cors::layer(&state.config.cors_origins),
     };
-    let mut router = Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz));
-    if routes != Routes::Admin {
-        // Submits and result reads pass `--query-tokens` and the rate limits first; `/v1/info`
-        // stays open (a client reads what a party serves before it has a token).
-        let queries = Router::new()
-            .route("/v1/queries", post(queries::submit))
-            .route("/v1/queries/{id}", get(queries::status))
-            .route("/v1/queries/{id}/events", get(queries::events))
-            .route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                crate::access::guard,
-            ));
-        router = router.merge(queries).route("/v1/info", get(info::info));
+    // Submits and result reads pass `--query-tokens` and the rate limits first; `/v1/info`
+    // stays open (a client reads what a party serves before it has a token).
+    let mut router = Router::new();
+    let mut guarded = Router::new();
+    let mut any_guarded = false;
+    for route in Route::ALL.into_iter().filter(|r| r.served_on(routes)) {
+        if route.needs_query_access() {
+            guarded = guarded.route(route.path(), route.handler());
+            any_guarded = true;
+        } else {
+            router = router.route(route.path(), route.handler());
+        }
     }
-    if routes != Routes::Public {
-        router = router
-            .route("/v1/admin/epochs", post(admin::push_epoch))
-            .route("/metrics", get(health::metrics));
+    if any_guarded {
+        router = router.merge(guarded.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::access::guard,
+        )));
     }
     let router = router
         .route_layer(middleware::from_fn(crate::metrics::track))
