@@ -403,8 +403,7 @@ fn every_behaviour_is_tested_here_and_in_typescript() {
         // The variant as a whole word (`HugeAnswer` is not `HugeAnswerDeclared`).
         let path = format!("Behaviour::{behaviour:?}");
         let used = here.match_indices(&path).any(|(at, _)| {
-            !here[at + path.len()..]
-                .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            !here[at + path.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
         });
         assert!(used, "no Rust test here uses {path}");
         assert!(
