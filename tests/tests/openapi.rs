@@ -30,7 +30,8 @@ const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 /// The headers of the API itself: one the gateway sends must be documented for that answer.
-const API_HEADERS: [&str; 4] = [
+const API_HEADERS: [&str; 5] = [
+    "www-authenticate",
     "location",
     "retry-after",
     "preference-applied",
@@ -450,9 +451,10 @@ fn produced_elsewhere(path: &str, method: &str, status: &str) -> bool {
     })
 }
 
-/// Three parties: `live` (a worker, an admin token, small limits), `stalled` (its worker
+/// Four parties: `live` (a worker, an admin token, small limits), `stalled` (its worker
 /// stopped once the database was registered: queries stay queued; one waiter, a backlog of
-/// one), `empty` (no worker ever: no database).
+/// one), `empty` (no worker ever: no database), `guarded` (`--query-tokens`, one submit a
+/// second).
 #[tokio::test]
 async fn live_gateways_answer_every_route_as_documented() {
     let api = Api::load();
@@ -501,6 +503,24 @@ async fn live_gateways_answer_every_route_as_documented() {
     .await
     .unwrap();
     // Every answer within 40 s (the longest wait asked for is 20 s): a hang is a failure.
+    let tokens = tempfile::tempdir().unwrap();
+    let token_file = tokens.path().join("tokens");
+    std::fs::write(&token_file, "openapi-query-token\n").unwrap();
+    let guarded = Party::start(
+        &db.path,
+        "oaguard",
+        PartyOptions {
+            gateway_args: vec![
+                "--query-tokens".into(),
+                token_file.display().to_string(),
+                "--token-rate".into(),
+                "1".into(),
+            ],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(40))
         .build()
@@ -810,6 +830,45 @@ async fn live_gateways_answer_every_route_as_documented() {
     )
     .await;
     assert_eq!((r.status, r.code().as_str()), (503, "no_database"));
+    api.check("post", "/v1/queries", &r);
+
+    eprintln!("openapi: query tokens");
+    // Query tokens: none or a wrong one is 401 on the query routes; submits past the rate, 429.
+    let g = guarded.url.as_str();
+    let r = send(http.get(format!("{g}/v1/info"))).await;
+    assert_eq!(r.status, 200, "/v1/info needs no token");
+    let r = send(http.post(format!("{g}/v1/queries")).json(&request)).await;
+    assert_eq!((r.status, r.code().as_str()), (401, "unauthorized"));
+    api.check("post", "/v1/queries", &r);
+    let submit = || {
+        http.post(format!("{g}/v1/queries"))
+            .bearer_auth("openapi-query-token")
+            .json(&request)
+    };
+    let r = send(submit()).await;
+    assert_eq!(r.status, 202);
+    api.check("post", "/v1/queries", &r);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    for (suffix, path) in [
+        ("", "/v1/queries/{id}"),
+        ("/events", "/v1/queries/{id}/events"),
+    ] {
+        let target = status_url(g, &id) + suffix;
+        let r = send(http.get(&target).bearer_auth("wrong-token")).await;
+        assert_eq!((r.status, r.code().as_str()), (401, "unauthorized"));
+        api.check("get", path, &r);
+    }
+    // Bursts of up to two a second: the third at once is refused.
+    let mut limited = None;
+    for _ in 0..4 {
+        let r = send(submit()).await;
+        if r.status == 429 {
+            limited = Some(r);
+            break;
+        }
+    }
+    let r = limited.expect("a submit past --token-rate is refused");
+    assert_eq!(r.code(), "rate_limited");
     api.check("post", "/v1/queries", &r);
 
     eprintln!("openapi: errors of the id routes");
