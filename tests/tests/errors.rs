@@ -303,6 +303,12 @@ async fn no_database_and_redis_down_are_503() {
     let a = send(post_json(&party.url, json!({"keys": [b64(&good)]}))).await;
     a.assert(503, "redis_unavailable", None, "redis down");
     assert!(a.retry_after.is_some());
+    // pirq's words, never the Redis client's or the system's (they name addresses, internals).
+    let message = a.body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("redis unavailable:"), "{message}");
+    for leak in ["os error", "refused", "127.0.0.1", "broken pipe", "Io"] {
+        assert!(!message.contains(leak), "{message}");
+    }
     send(reqwest::Client::new().get(format!("{}/v1/queries/{}", party.url, "a".repeat(32))))
         .await
         .assert(503, "redis_unavailable", None, "status with redis down");
