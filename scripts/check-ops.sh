@@ -34,7 +34,29 @@ need_apt() {
 }
 
 command -v npm >/dev/null || need_apt nodejs npm
-python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt python3-venv
+
+# A venv at $1 with PY_PACKAGES in it. `import ensurepip` succeeding proves nothing: Debian's
+# python3 has the module but not the wheels it installs (they come with python3-venv), so the
+# venv is actually tried, python3-venv installed if it fails, and as a last way this Python's
+# own pip installs into a venv made without one.
+make_python_venv() {
+    local venv=$1 log=$TOOLS/venv.log
+    if ! python3 -m venv "$venv" >"$log" 2>&1; then
+        echo "python3 -m venv failed ($(tail -n 1 "$log")); installing python3-venv"
+        rm -rf "$venv"
+        need_apt python3-venv || true
+        if ! python3 -m venv "$venv" >"$log" 2>&1; then
+            echo "python3 -m venv still cannot bootstrap pip ($(tail -n 1 "$log"));" \
+                "installing with $(python3 -m pip --version) into a venv without pip"
+            rm -rf "$venv"
+            python3 -m venv --without-pip "$venv"
+            python3 -m pip --python "$venv/bin/python" install --quiet --disable-pip-version-check \
+                "${PY_PACKAGES[@]}"
+            return
+        fi
+    fi
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+}
 
 stamp="${NPM_PACKAGES[*]} ${PY_PACKAGES[*]}"
 if [ "$(cat "$TOOLS/.stamp" 2>/dev/null)" != "$stamp" ]; then
@@ -42,8 +64,7 @@ if [ "$(cat "$TOOLS/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$TOOLS"
     mkdir -p "$TOOLS"
     npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" "${NPM_PACKAGES[@]}"
-    python3 -m venv "$TOOLS/venv"
-    "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+    make_python_venv "$TOOLS/venv"
     echo "$stamp" >"$TOOLS/.stamp"
 fi
 BIN=$TOOLS/node/node_modules/.bin
