@@ -240,6 +240,46 @@ def test_gateway_serves_tls_and_keeps_admin_off_the_public_port():
         assert e["PIRQ_TLS_DIR"] == f"./tls/{env_file.stem}", env_file
 
 
+# Gateway settings an operator may need and compose passes through (no value in the file: set
+# in the shell or the env file, else the gateway's default). Access control above all.
+PASSED_THROUGH = {
+    "PIRQ_ADMIN_TOKEN", "PIRQ_QUERY_TOKENS", "PIRQ_TOKEN_RATE", "PIRQ_IP_RATE", "PIRQ_CORS_ORIGIN",
+    "PIRQ_MAX_CONNECTIONS", "PIRQ_MAX_WAITERS", "PIRQ_MAX_BACKLOG", "PIRQ_MAX_REDIS_MEMORY",
+    "PIRQ_FETCHED_RESULT_BYTES", "PIRQ_RUNTIME_THREADS",
+}
+
+
+def raw_services(path: Path = COMPOSE) -> dict[str, dict]:
+    """A compose file's services as written, before interpolation (what Compose parses)."""
+    return yaml.safe_load(path.read_text())["services"]
+
+
+def test_gateway_passes_access_control_and_caps_through():
+    """Query tokens, rate limits, CORS and the caps reach the gateway when an operator sets them,
+    and nothing when not: a variable with no value is left out of the container, where an empty
+    string would be a flag given empty (clap refuses `--query-tokens ""`)."""
+    gw = raw_services()["gateway"]["environment"]
+    for var in PASSED_THROUGH:
+        assert var in gw and gw[var] is None, f"{var} must be passed through (no value)"
+    # The documented place of the tokens file is inside the gateway's read-only /tls mount.
+    assert "PIRQ_QUERY_TOKENS=/tls/tokens" in COMPOSE.read_text()
+    assert any(v.endswith(":/tls:ro") for v in services()["gateway"]["volumes"])
+    for doc in ("docs/deploy.md", "docs/operations.md"):
+        assert "PIRQ_QUERY_TOKENS=/tls/tokens" in (ROOT / doc).read_text(), doc
+
+
+def test_no_pirq_setting_is_an_empty_string():
+    """`${VAR:-}` would hand a flag an empty value; pass a variable through instead. Checked on
+    the files as written: Compose interpolates after parsing, so an empty result stays a string."""
+    files = (COMPOSE, COMPOSE_OVERRIDE, ROOT / "ops/compose/host-network.yml")
+    for env in [{}, *(read_env_file(p) for p in PARTIES)]:
+        for path in files:
+            for name, svc in (raw_services(path) or {}).items():
+                for var, value in ((svc or {}).get("environment") or {}).items():
+                    if var.startswith("PIRQ_") and value is not None:
+                        assert interpolate(str(value), env) != "", f"{path.name} {name}: {var} is empty"
+
+
 # ---- Dockerfile ------------------------------------------------------------------------------
 
 
