@@ -18,7 +18,7 @@ use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
-use crate::record::{DoneFields, StatusEvent};
+use crate::record::{DoneFields, Pages, StatusEvent};
 use crate::reply::{self, Fields};
 use crate::{probe, scripts, Connection, QueueError, RedisTarget, RequestId};
 
@@ -53,8 +53,8 @@ pub enum Outcome {
         request_id: RequestId,
         epoch: u64,
         page_size: usize,
-        /// The answers back to back, `pages[i]` answering key `i`.
-        pages: Vec<u8>,
+        /// The answers back to back, page `i` answering key `i`, in the scanner's buffers.
+        pages: Pages,
         scan: Duration,
         worker: Duration,
         /// The gateway's acceptance time (Unix ms), for the end-to-end latency metric.
@@ -683,7 +683,7 @@ impl Consumer {
                             scan: *scan,
                             worker: *worker,
                         };
-                        let hset = pipe.cmd("HSET").arg(&key).arg(done.pairs().as_slice());
+                        let hset = pipe.cmd("HSET").arg(&key).arg(done);
                         if let Some(digest) = digest {
                             hset.arg(qf::DIGEST).arg(digest.to_hex());
                         }
@@ -713,7 +713,7 @@ impl Consumer {
                             .arg(self.layout.jobs())
                             .arg(self.shard.index)
                             .arg(self.shard.count)
-                            .arg(pages.as_slice())
+                            .arg(pages)
                             .arg(*epoch)
                             .arg(*page_size)
                             .arg(scan.as_micros() as u64)

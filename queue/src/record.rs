@@ -5,12 +5,16 @@
 //! record spell the same names, and `scripts`' tests check they still do.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use pirq_shared::digest::Digest;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::query_field as qf;
 use pirq_shared::wire::{ErrorBody, QueryResult, QueryStatus};
+use redis::{RedisWrite, ToRedisArgs};
 
 use crate::{QueueError, RequestId};
 
@@ -80,29 +84,97 @@ impl QueryRecord {
     }
 }
 
-/// What a worker writes into the record of a query it answered.
+/// A job's answers on their way to Redis: the buffers the scanner answered into, in key order
+/// (one, unless the job had more keys than the rotation holds and joined in parts), written as
+/// one argument straight from those buffers. The worker copies answer bytes once between the
+/// scanner and the socket's write: into the Redis command ([`ToRedisArgs`] below); the client
+/// library then packs the commands and frames them (docs/bench/worker-cpu.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pages {
+    parts: Vec<Bytes>,
+}
+
+impl Pages {
+    /// The answers of parts joined in order, read as one byte string.
+    pub fn new(parts: Vec<Bytes>) -> Pages {
+        Pages { parts }
+    }
+
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes joined (a copy; for tests and tools, not the write path).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts.concat()
+    }
+}
+
+impl From<Vec<u8>> for Pages {
+    fn from(bytes: Vec<u8>) -> Pages {
+        Pages::new(vec![Bytes::from(bytes)])
+    }
+}
+
+impl From<Bytes> for Pages {
+    fn from(bytes: Bytes) -> Pages {
+        Pages::new(vec![bytes])
+    }
+}
+
+/// One argument: the parts written into the command's buffer one after another.
+impl ToRedisArgs for Pages {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        match self.parts.as_slice() {
+            [one] => out.write_arg(one),
+            parts => {
+                let mut arg = out.writer_for_next_arg();
+                for part in parts {
+                    arg.write_all(part)
+                        .expect("writing into memory cannot fail");
+                }
+            }
+        }
+    }
+}
+
+/// What a worker writes into the record of a query it answered: `HSET`'s field-value pairs
+/// ([`ToRedisArgs`]), the answers written from their buffers, not copied out first.
 #[derive(Clone, Copy, Debug)]
 pub struct DoneFields<'a> {
     pub epoch: u64,
     pub page_size: usize,
     /// The answers back to back, one page per key.
-    pub pages: &'a [u8],
+    pub pages: &'a Pages,
     pub scan: Duration,
     pub worker: Duration,
 }
 
-impl DoneFields<'_> {
-    /// `(field, value)` pairs for `HSET`.
-    pub fn pairs(&self) -> [(&'static str, Vec<u8>); 6] {
-        let num = |n: u64| n.to_string().into_bytes();
-        [
-            (qf::STATUS, QueryStatus::Done.as_str().as_bytes().to_vec()),
-            (qf::EPOCH, num(self.epoch)),
-            (qf::PAGE_SIZE, num(self.page_size as u64)),
-            (qf::PAGES, self.pages.to_vec()),
-            (qf::SCAN_US, num(self.scan.as_micros() as u64)),
-            (qf::WORKER_US, num(self.worker.as_micros() as u64)),
-        ]
+impl ToRedisArgs for DoneFields<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        out.write_arg(qf::STATUS.as_bytes());
+        out.write_arg(QueryStatus::Done.as_str().as_bytes());
+        out.write_arg(qf::EPOCH.as_bytes());
+        out.write_arg_fmt(self.epoch);
+        out.write_arg(qf::PAGE_SIZE.as_bytes());
+        out.write_arg_fmt(self.page_size);
+        out.write_arg(qf::PAGES.as_bytes());
+        self.pages.write_redis_args(out);
+        out.write_arg(qf::SCAN_US.as_bytes());
+        out.write_arg_fmt(self.scan.as_micros());
+        out.write_arg(qf::WORKER_US.as_bytes());
+        out.write_arg_fmt(self.worker.as_micros());
     }
 }
 
@@ -174,7 +246,8 @@ mod tests {
     #[test]
     fn a_done_record_reads_back_what_a_worker_writes() {
         let id = RequestId::mint();
-        let pages = [7u8; 8];
+        // Two parts (a job joined in two parts), read back as one answer string.
+        let pages = Pages::new(vec![Bytes::from(vec![7u8; 4]), Bytes::from(vec![8u8; 8])]);
         let done = DoneFields {
             epoch: 3,
             page_size: 4,
@@ -182,16 +255,22 @@ mod tests {
             scan: Duration::from_micros(5),
             worker: Duration::from_micros(9),
         };
-        let map: HashMap<String, Vec<u8>> = done
-            .pairs()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
+        let args = done.to_redis_args();
+        assert_eq!(args.len(), 12, "six field-value pairs");
+        let map: HashMap<String, Vec<u8>> = args
+            .chunks_exact(2)
+            .map(|kv| (String::from_utf8(kv[0].clone()).unwrap(), kv[1].clone()))
             .collect();
         let record = QueryRecord::parse(&id, &map).unwrap();
         assert_eq!(record.result.status, QueryStatus::Done);
         assert_eq!(record.result.epoch, Some(3));
-        assert_eq!(record.result.pages, vec![vec![7u8; 4]; 2]);
+        assert_eq!(
+            record.result.pages,
+            vec![vec![7u8; 4], vec![8u8; 4], vec![8u8; 4]]
+        );
         assert_eq!((record.scan_us, record.worker_us), (Some(5), Some(9)));
+        assert_eq!(pages.len(), 12);
+        assert_eq!(pages.to_vec(), [[7u8; 4], [8; 4], [8; 4]].concat());
     }
 
     #[test]

@@ -61,7 +61,7 @@ fn done(entry_id: &str, id: &str, epoch: u64, byte: u8) -> Outcome {
         request_id: rid(id),
         epoch,
         page_size: PS,
-        pages: vec![byte; PS],
+        pages: vec![byte; PS].into(),
         scan: Duration::from_micros(10 + byte as u64),
         worker: Duration::from_micros(20),
         accepted_ms: 1,

@@ -12,6 +12,7 @@ pub mod cuda;
 pub mod epoch_window;
 pub mod rotation;
 
+use bytes::Bytes;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
@@ -48,15 +49,26 @@ pub struct Geometry {
 }
 
 /// The answers of one pass: `Q` pages of `page_size` bytes, `answer(q)` answers `keys[q]`.
+///
+/// The bytes are a [`Bytes`]: the buffer the scanner wrote them into (the CPU scanner's
+/// accumulators, or a buffer a backend lends), passed on by reference count, never copied, to the
+/// worker's write of the job's result ([`Answers::into_shared`]), so the answer bytes are copied
+/// once on their way to Redis: into the Redis command (issue 28).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answers {
     page_size: usize,
-    bytes: Vec<u8>,
+    bytes: Bytes,
 }
 
 impl Answers {
-    /// Wraps `bytes`, which holds whole answers back to back.
+    /// Wraps `bytes`, which holds whole answers back to back (taken over, not copied).
     pub fn new(page_size: usize, bytes: Vec<u8>) -> Answers {
+        Answers::shared(page_size, Bytes::from(bytes))
+    }
+
+    /// Wraps answers held in a shared buffer, e.g. a slice of a buffer the backend lends until
+    /// the last reference is dropped ([`Bytes::from_owner`]).
+    pub fn shared(page_size: usize, bytes: Bytes) -> Answers {
         assert_eq!(bytes.len() % page_size, 0, "answers are whole pages");
         Answers { page_size, bytes }
     }
@@ -81,7 +93,14 @@ impl Answers {
         &self.bytes
     }
 
+    /// The bytes as an owned vector: no copy when they came from one ([`Answers::new`]) and
+    /// nothing else holds them.
     pub fn into_bytes(self) -> Vec<u8> {
+        Vec::from(self.bytes)
+    }
+
+    /// The bytes as they are held, without a copy: what the worker hands to its Redis write.
+    pub fn into_shared(self) -> Bytes {
         self.bytes
     }
 }

@@ -20,11 +20,13 @@
 //! (a job joined in part is joined whole) and their outcomes are written; what was read but not
 //! joined is handed back to the group by the caller.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use pirq_queue::consumer::{Delivery, Outcome, ShardStart};
+use pirq_queue::record::Pages;
 use pirq_queue::RequestId;
 use pirq_scan::rotation::{Finished, Rotation, Step, Ticket};
 use pirq_scan::ScanError;
@@ -280,8 +282,9 @@ struct Running {
     joined: usize,
     /// Parts joined and not finished.
     parts: usize,
-    /// The answers, back to back (a job of one part moves its part's answers in).
-    pages: Vec<u8>,
+    /// Each finished part's answers, by its first key: the scanner's buffers, passed on to the
+    /// write as they are (never joined here: the Redis command is their one copy).
+    pages: BTreeMap<usize, Bytes>,
     error: Option<ErrorBody>,
     /// Longest turn of its parts (for the claim-idle time).
     turn: Duration,
@@ -310,14 +313,14 @@ fn rotate(
         // Take jobs: wait for one only when nothing is in flight.
         if admitting && rotation.in_flight() == 0 && waiting.is_empty() && joining.is_none() {
             match jobs.blocking_recv() {
-                Some(ready) => waiting.push_back(new_running(ready, capacity, page_size)),
+                Some(ready) => waiting.push_back(new_running(ready)),
                 None => admitting = false,
             }
         }
         // Read more only while fewer than a rotation's worth of keys wait: what is read is held.
         while admitting && waiting.iter().map(|r| r.ready.keys.len()).sum::<usize>() < capacity {
             match jobs.try_recv() {
-                Ok(ready) => waiting.push_back(new_running(ready, capacity, page_size)),
+                Ok(ready) => waiting.push_back(new_running(ready)),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => admitting = false,
             }
@@ -449,12 +452,8 @@ fn rotate(
             r.parts -= 1;
             r.turn = r.turn.max(f.turn);
             match f.answers {
-                Ok(answers) if r.ready.keys.len() == answers.len() => {
-                    r.pages = answers.into_bytes();
-                }
                 Ok(answers) => {
-                    let at = first * page_size;
-                    r.pages[at..at + answers.as_bytes().len()].copy_from_slice(answers.as_bytes());
+                    r.pages.insert(first, answers.into_shared());
                 }
                 Err(e) => {
                     // The rest of the job does not join.
@@ -477,18 +476,13 @@ fn rotate(
     }
 }
 
-/// A job read from the admission, before it joins: a job of several parts gets its answer
-/// buffer now (a job of one part moves its part's answers in at the end).
-fn new_running(ready: Ready, capacity: usize, page_size: usize) -> Running {
-    let pages = match ready.keys.len() > capacity {
-        true => vec![0u8; ready.keys.len() * page_size],
-        false => Vec::new(),
-    };
+/// A job read from the admission, before it joins.
+fn new_running(ready: Ready) -> Running {
     Running {
         ready,
         joined: 0,
         parts: 0,
-        pages,
+        pages: BTreeMap::new(),
         error: None,
         turn: Duration::ZERO,
     }
@@ -515,7 +509,8 @@ fn outcome(worker: &Worker, r: Running, page_size: usize) -> Outcome {
     } = r;
     let o = match error {
         None => Outcome::Done {
-            pages,
+            // The parts in key order, as one answer string.
+            pages: Pages::new(pages.into_values().collect()),
             entry_id: ready.entry_id.clone(),
             request_id: ready.request_id,
             epoch: ready.epoch,
