@@ -14,7 +14,9 @@ use pirq_shared::layout::{Layout, PrefixError};
 #[derive(Args, Debug, Clone)]
 pub struct RedisArgs {
     /// Redis URL of this party (each party has its own Redis): `redis://` in plain TCP, or
-    /// `rediss://` over TLS (the system's trust roots unless `--redis-ca-cert` names a CA).
+    /// `rediss://` over TLS (the system's trust roots unless `--redis-ca-cert` names a CA); a
+    /// Redis Cluster as `redis+cluster://HOST:PORT[,HOST:PORT...]` (`rediss+cluster://` over
+    /// TLS): one or more of its nodes, from which the rest of the cluster is found.
     #[arg(
         long = "redis",
         env = "PIRQ_REDIS_URL",
@@ -44,7 +46,8 @@ pub struct RedisArgs {
 
 impl RedisArgs {
     /// The Redis `--redis` names (nothing connects yet), over TLS for `rediss://` with the CA
-    /// and client certificate given. A malformed URL is refused with the forms to write
+    /// and client certificate given; on a cluster, the commands that name no key go to the node
+    /// serving this party's keys (`--prefix`). A malformed URL is refused with the forms to write
     /// instead, without echoing it (it may hold a password); an unreadable file, with its path.
     pub fn target(&self) -> anyhow::Result<RedisTarget> {
         let tls_files = self.redis_ca_cert.is_some() || self.redis_client_cert.is_some();
@@ -63,13 +66,18 @@ impl RedisArgs {
             )),
             _ => None,
         };
-        Ok(RedisTarget::open(
+        let target = RedisTarget::open(
             &self.redis_url,
             TlsFiles {
                 ca_cert,
                 client_cert_key,
             },
-        )?)
+        )?;
+        // A bad prefix is refused where the layout is made, with its own message.
+        Ok(match self.layout() {
+            Ok(layout) => target.for_party(&layout),
+            Err(_) => target,
+        })
     }
 
     /// The key names under `--prefix`, once the prefix is checked.

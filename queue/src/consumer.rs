@@ -15,9 +15,9 @@ use pirq_shared::layout::{job_field, query_field as qf, shard_group, Layout};
 use pirq_shared::metrics as m;
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
+use crate::connect::{Conn, Settings};
 use crate::record::{DoneFields, Pages, StatusEvent};
 use crate::reply::{self, Fields};
 use crate::{probe, scripts, Connection, QueueError, RedisTarget, RequestId};
@@ -162,11 +162,13 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// a connection whose commands never block). The reply timeout is `block` + [`REPLY_SLACK`]:
 /// a blocking read holds its connection for the whole block time when no entry arrives, so a
 /// shorter timeout would fail every idle read (and log a warning every couple of seconds).
-pub(crate) fn connection_config(block: Duration) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(block + REPLY_SLACK))
-        .set_max_delay(MAX_RECONNECT_DELAY)
+pub(crate) fn connection_settings(block: Duration) -> Settings {
+    Settings {
+        connect_timeout: CONNECT_TIMEOUT,
+        response_timeout: block + REPLY_SLACK,
+        reconnect_retries: None,
+        max_reconnect_delay: Some(MAX_RECONNECT_DELAY),
+    }
 }
 
 /// What [`Consumer::start_shard_window`] found for one job.
@@ -187,8 +189,8 @@ pub struct Consumer {
     shard: ShardSpec,
     group: String,
     consumer: String,
-    reader: ConnectionManager,
-    writer: ConnectionManager,
+    reader: Conn,
+    writer: Conn,
     result_ttl: u64,
     policy: Policy,
     /// `XACKDEL` (Redis ≥ 8.2) found at start: one command instead of `XACK` + `XDEL`.
@@ -298,7 +300,7 @@ impl Consumer {
     /// Finds what this Redis offers instead of assuming it: `XACKDEL` (8.2) is probed with
     /// `COMMAND INFO`. Returns the server version for the log.
     pub async fn probe(&self) -> Result<String, QueueError> {
-        let mut conn = self.writer.clone();
+        let mut conn = self.writer.node();
         let version = probe::server_version(&mut conn).await?;
         let ackdel = probe::command_exists(&mut conn, "XACKDEL").await?;
         self.ackdel.store(ackdel, Ordering::Relaxed);

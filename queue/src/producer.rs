@@ -1,8 +1,8 @@
 //! The gateway's side of the protocol (the producer): submit a query, read its record, read the
 //! registration, append an epoch. Every Redis command a gateway sends goes through here.
 //!
-//! One [`ConnectionManager`] (a multiplexed connection that reconnects by itself) carries all of
-//! them; the gateway never sends a blocking command, so one connection is enough. Each call is
+//! One [`Connection`](crate::Connection) (a multiplexed connection that reconnects by itself,
+//! to one Redis or to a cluster) carries all of them; the gateway never sends a blocking command, so one connection is enough. Each call is
 //! bounded by the configured timeout, so a Redis that is down or stuck becomes an error the
 //! handlers answer with 503 instead of a hung request.
 
@@ -13,8 +13,8 @@ use pirq_shared::digest::Digest;
 use pirq_shared::layout::{db_field, Layout, UPDATE_FIELD};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::Job;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::connect::{Conn, Settings};
 use crate::registration::{Heartbeats, RegisteredDb, WorkerRecord};
 use crate::{scripts, FailureKind, QueryRecord, QueueError, RedisTarget, RequestId};
 
@@ -64,7 +64,7 @@ pub enum Appended {
 /// A gateway's connection to its party's Redis.
 #[derive(Clone)]
 pub struct Producer {
-    conn: ConnectionManager,
+    conn: Conn,
     layout: Layout,
     timeout: Duration,
 }
@@ -77,12 +77,14 @@ impl Producer {
         layout: Layout,
         timeout: Duration,
     ) -> Result<Producer, QueueError> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = target.connection_with(config)?.conn;
+        let conn = target
+            .connection_with(Settings {
+                connect_timeout: timeout,
+                response_timeout: timeout,
+                reconnect_retries: Some(2),
+                max_reconnect_delay: Some(Duration::from_millis(500)),
+            })?
+            .conn;
         Ok(Producer {
             conn,
             layout,
@@ -108,6 +110,7 @@ impl Producer {
             let fut = async {
                 match what {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
+                    Query::NodeCmd(c) => c.query_async::<T>(&mut conn.node()).await,
                     Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
                     Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
                 }
@@ -124,7 +127,8 @@ impl Producer {
     }
 
     pub async fn ping(&self) -> Result<(), QueueError> {
-        self.run::<String>(Query::Cmd(&redis::cmd("PING"))).await?;
+        self.run::<String>(Query::NodeCmd(&redis::cmd("PING")))
+            .await?;
         Ok(())
     }
 
@@ -183,7 +187,7 @@ impl Producer {
     pub async fn wait_aof(&self, timeout: Duration) -> Result<bool, QueueError> {
         let mut cmd = redis::cmd("WAITAOF");
         cmd.arg(1).arg(0).arg(timeout.as_millis() as u64);
-        let (local, _replicas): (i64, i64) = self.run(Query::Cmd(&cmd)).await?;
+        let (local, _replicas): (i64, i64) = self.run(Query::NodeCmd(&cmd)).await?;
         Ok(local >= 1)
     }
 
@@ -355,6 +359,8 @@ impl Producer {
 #[derive(Clone, Copy)]
 enum Query<'a> {
     Cmd(&'a redis::Cmd),
+    /// A command that names no key, for the node of the party's slot ([`Conn::node`]).
+    NodeCmd(&'a redis::Cmd),
     /// `EVALSHA`, loading the script first on `NOSCRIPT`.
     Script(&'a redis::ScriptInvocation<'a>),
     /// Several commands in one write (not a transaction).

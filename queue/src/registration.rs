@@ -15,11 +15,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::connect::Conn;
 use pirq_shared::digest::Digest;
 use pirq_shared::layout::{db_field, Layout};
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::EpochRange;
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
@@ -177,10 +177,7 @@ pub(crate) struct Heartbeats {
 }
 
 impl Heartbeats {
-    pub(crate) async fn read(
-        conn: &mut ConnectionManager,
-        layout: &Layout,
-    ) -> redis::RedisResult<Heartbeats> {
+    pub(crate) async fn read(conn: &mut Conn, layout: &Layout) -> redis::RedisResult<Heartbeats> {
         let ids: Vec<String> = conn.smembers(layout.workers()).await?;
         if ids.is_empty() {
             return Ok(Heartbeats::default());
@@ -283,7 +280,7 @@ struct Registered {
 }
 
 impl Registered {
-    async fn read(conn: &mut ConnectionManager, layout: &Layout) -> redis::RedisResult<Self> {
+    async fn read(conn: &mut Conn, layout: &Layout) -> redis::RedisResult<Self> {
         Ok(Registered {
             fields: conn.hgetall(layout.db()).await?,
         })

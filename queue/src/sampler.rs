@@ -148,7 +148,7 @@ fn entry_ms(id: &str) -> Option<u64> {
 
 /// Redis's `used_memory` (`INFO memory`), bytes.
 pub async fn used_memory(conn: &Connection) -> Result<u64, QueueError> {
-    let mut conn = conn.conn.clone();
+    let mut conn = conn.conn.node();
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(&mut conn)
@@ -209,7 +209,7 @@ pub async fn persistence(conn: &Connection) -> (Option<String>, Option<String>) 
 }
 
 async fn config_get(conn: &Connection, name: &str) -> Option<String> {
-    let mut conn = conn.conn.clone();
+    let mut conn = conn.conn.node();
     let v: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg(name)
@@ -221,7 +221,7 @@ async fn config_get(conn: &Connection, name: &str) -> Option<String> {
 
 /// `(redis_version, WAITAOF known)`: what `--durability fsync` can rely on.
 pub async fn durability_features(conn: &Connection) -> Result<(String, bool), QueueError> {
-    let mut conn = conn.conn.clone();
+    let mut conn = conn.conn.node();
     let version = crate::probe::server_version(&mut conn).await?;
     let known = crate::probe::command_exists(&mut conn, "WAITAOF").await?;
     Ok((version, known))

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use pirq_shared::layout::{Layout, UPDATE_FIELD};
-use redis::aio::ConnectionManager;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 
@@ -26,7 +25,7 @@ pub struct UpdateEntry {
 /// A worker's reader of the updates stream, on a connection of its own (`XREAD BLOCK` holds
 /// it while waiting).
 pub struct UpdatesReader {
-    conn: ConnectionManager,
+    conn: crate::connect::Conn,
     layout: Layout,
 }
 

@@ -9,7 +9,8 @@ use std::fmt;
 
 /// The forms of a Redis URL, for the message that refuses a malformed one.
 pub const REDIS_URL_FORMS: &str =
-    "redis://[:PASSWORD@]HOST:PORT[/DB], rediss://... (TLS) or unix:///PATH/TO/SOCKET";
+    "redis://[:PASSWORD@]HOST:PORT[/DB], rediss://... (TLS), unix:///PATH/TO/SOCKET, or for a \
+     Redis Cluster redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...] (rediss+cluster:// over TLS)";
 
 /// What to say about a Redis URL the `redis` crate refused: what is wrong and what to type. The
 /// URL itself is not repeated (it may hold a password).

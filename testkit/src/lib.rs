@@ -4,6 +4,7 @@
 //! - [`Redis`]: a real `redis-server` on a free port in its own directory, `$PIRQ_REDIS_SERVER`
 //!   when set (scripts/test.sh runs the durability and fault suites again with Redis 7.4), killed
 //!   on drop;
+//!   or a real Redis Cluster of several nodes ([`Redis::start_cluster`], `redis+cluster://`);
 //! - [`Proc`]: a child process with its log file, killed on drop (the e2e harness runs its
 //!   gateways and workers as these too);
 //! - [`TestDb`]: a `.pirdb` file of deterministic synthetic pages in a temporary directory;
@@ -21,13 +22,15 @@ mod db;
 pub mod fake_party;
 pub mod jobs;
 mod process;
+mod redis_cluster;
 mod redis_server;
 pub mod tamper;
 mod tls;
 
 pub use db::TestDb;
 pub use process::{free_port, Proc};
-pub use redis_server::{redis_server, Redis, RedisTls};
+pub use redis_cluster::{ClusterNode, ClusterNodes, ClusterShape, NODE_TIMEOUT_MS};
+pub use redis_server::{redis_cli, redis_server, Redis, RedisTls};
 pub use tls::{CertFiles, TestCa};
 
 /// Whether the GPU tests run: only with `PIRQ_GPU_TESTS=1` (scripts/gpu-test.sh sets it on a

@@ -35,10 +35,24 @@ pub fn cluster_mode_from_env() -> bool {
 pub struct Redis {
     pub proc: Proc,
     pub port: u16,
-    dir: TempDir,
-    aof: bool,
-    tls: Option<RedisTls>,
-    cluster_mode: bool,
+    pub(crate) dir: TempDir,
+    pub(crate) aof: bool,
+    pub(crate) tls: Option<RedisTls>,
+    pub(crate) cluster_mode: bool,
+    /// The other nodes of a real Redis Cluster ([`Redis::start_cluster`]).
+    pub(crate) cluster: Option<crate::redis_cluster::ClusterNodes>,
+}
+
+/// The `redis-cli` beside [`redis_server`] (same directory when `$PIRQ_REDIS_SERVER` names
+/// one), else the one on `PATH`.
+pub fn redis_cli() -> String {
+    let server = redis_server();
+    match Path::new(&server).parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && dir.join("redis-cli").exists() => {
+            dir.join("redis-cli").display().to_string()
+        }
+        _ => "redis-cli".to_string(),
+    }
 }
 
 /// The files of a Redis that speaks TLS only (`--port 0 --tls-port PORT`).
@@ -129,6 +143,7 @@ impl Redis {
                 aof,
                 tls: tls.clone(),
                 cluster_mode,
+                cluster: None,
             };
             match redis.wait_ready().await {
                 Ok(()) => return Ok(redis),
@@ -189,6 +204,9 @@ impl Redis {
 
     /// Starts it again on the same port (after [`Proc::kill`]).
     pub async fn restart(&mut self) -> anyhow::Result<()> {
+        if self.cluster.is_some() {
+            bail!("restarting a Redis Cluster's node is not supported here");
+        }
         self.proc.kill();
         self.proc = Redis::spawn(
             self.dir.path(),
@@ -200,8 +218,17 @@ impl Redis {
         self.wait_ready().await
     }
 
-    /// `redis://127.0.0.1:PORT`, or `rediss://` when it speaks TLS.
+    /// `redis://127.0.0.1:PORT`, or `rediss://` when it speaks TLS; for a Redis Cluster,
+    /// `redis+cluster://` with every node.
     pub fn url(&self) -> String {
+        if self.cluster.is_some() {
+            let nodes: Vec<String> = self
+                .node_ports()
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect();
+            return format!("redis+cluster://{}", nodes.join(","));
+        }
         let scheme = if self.tls.is_some() {
             "rediss"
         } else {
@@ -223,8 +250,15 @@ impl Redis {
             .unwrap_or_default()
     }
 
-    /// A client of this server (for code under test that opens its own connections).
+    /// A client of this server (for code under test that opens its own connections); of a
+    /// Redis Cluster, its first node only ([`Redis::cluster_client`] reaches them all).
     pub fn open(&self) -> anyhow::Result<redis::Client> {
+        if self.cluster.is_some() {
+            return Ok(redis::Client::open(format!(
+                "redis://127.0.0.1:{}",
+                self.port
+            ))?);
+        }
         let Some(tls) = &self.tls else {
             return Ok(redis::Client::open(self.url())?);
         };

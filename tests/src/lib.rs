@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-pub use pirq_testkit::{free_port, CertFiles, Proc, Redis, TestCa, TestDb};
+pub use pirq_testkit::{free_port, CertFiles, ClusterShape, Proc, Redis, TestCa, TestDb};
 use tempfile::TempDir;
 
 /// Directory holding `pirq-gateway` and `pirq-worker`, built on first use.
@@ -75,6 +75,9 @@ pub struct PartyOptions {
     /// Redis in cluster mode, owning every slot ([`Redis::start_cluster_mode`]): refuses what a
     /// Redis Cluster refuses (keys of two slots in one script, `MULTI` or command).
     pub redis_cluster_mode: bool,
+    /// A real Redis Cluster of this shape ([`Redis::start_cluster`]); the processes get its
+    /// `redis+cluster://` URL.
+    pub redis_cluster: Option<ClusterShape>,
 }
 
 /// One party: its own Redis, one gateway, and its workers.
@@ -99,6 +102,8 @@ impl Party {
             Redis::start_tls(ca, options.redis_client_auth).await?
         } else if options.redis_aof {
             Redis::start_aof().await?
+        } else if let Some(shape) = options.redis_cluster {
+            Redis::start_cluster(shape).await?
         } else if options.redis_cluster_mode {
             Redis::start_cluster_mode().await?
         } else {

@@ -5,11 +5,16 @@
 //! read), idempotent replays, epoch pushes (append, follow, publish, trim) and sharded queries
 //! (shard start, combine), every page checked. `PIRQ_REDIS_CLUSTER_MODE=1` runs any other suite
 //! the same way.
+//!
+//! The same tests run against a real Redis Cluster of 3 primaries (`redis+cluster://`, each
+//! party its own cluster): the gateway and the workers find the party's slot among the nodes
+//! through the `redis` crate's cluster connection (scripts, `MULTI` pipelines, blocking reads,
+//! the status events' pub/sub).
 
 use std::time::{Duration, Instant};
 
 use pirq_client::{Options, Party as PartyApi};
-use pirq_e2e::{fault, Cluster, Party, PartyOptions, TestDb};
+use pirq_e2e::{fault, Cluster, ClusterShape, Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::QueryRequest;
@@ -17,12 +22,40 @@ use rand::RngCore;
 
 const TOKEN: &str = "test-admin-token";
 
-fn options() -> PartyOptions {
+/// Where a party's keys live.
+#[derive(Clone, Copy)]
+enum Redis {
+    /// One node in cluster mode, owning every slot.
+    OneNode,
+    /// A real cluster of 3 primaries.
+    ThreePrimaries,
+}
+
+fn options(redis: Redis) -> PartyOptions {
     PartyOptions {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
         worker_args: vec!["--epoch-window".into(), "2".into()],
-        redis_cluster_mode: true,
+        redis_cluster_mode: matches!(redis, Redis::OneNode),
+        redis_cluster: match redis {
+            Redis::OneNode => None,
+            Redis::ThreePrimaries => Some(ClusterShape {
+                primaries: 3,
+                replicas: 0,
+            }),
+        },
         ..PartyOptions::default()
+    }
+}
+
+/// What a party's Redis must be for the test to mean anything: a node that refuses keys of two
+/// slots, or a real cluster whose processes were given its `redis+cluster://` URL.
+async fn assert_cluster(party: &Party, redis: Redis) {
+    match redis {
+        Redis::OneNode => assert_refuses_cross_slot(party).await,
+        Redis::ThreePrimaries => {
+            assert!(party.redis.url().starts_with("redis+cluster://"));
+            assert_eq!(party.redis.node_ports().len(), 3);
+        }
     }
 }
 
@@ -49,8 +82,17 @@ async fn assert_refuses_cross_slot(party: &Party) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pages_replays_and_epochs_stay_in_one_slot() {
-    let cluster = Cluster::start(300, 256, options()).await.unwrap();
-    assert_refuses_cross_slot(&cluster.a).await;
+    pages_replays_and_epochs(Redis::OneNode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pages_replays_and_epochs_on_a_three_primary_cluster() {
+    pages_replays_and_epochs(Redis::ThreePrimaries).await;
+}
+
+async fn pages_replays_and_epochs(redis: Redis) {
+    let cluster = Cluster::start(300, 256, options(redis)).await.unwrap();
+    assert_cluster(&cluster.a, redis).await;
     let client = cluster.client(Options::default());
     let want: Vec<u64> = vec![0, 7, 150, 299];
     let got = client.fetch(&want).await.expect("fetch");
@@ -110,12 +152,21 @@ async fn pages_replays_and_epochs_stay_in_one_slot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sharded_queries_stay_in_one_slot() {
+    sharded_queries(Redis::OneNode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_queries_on_a_three_primary_cluster() {
+    sharded_queries(Redis::ThreePrimaries).await;
+}
+
+async fn sharded_queries(redis: Redis) {
     let db = TestDb::create(600, 256, rand::random()).unwrap();
     let mut parties = Vec::new();
     for prefix in ["party-a", "party-b"] {
         let options = PartyOptions {
             no_worker: true,
-            ..options()
+            ..options(redis)
         };
         let mut party = Party::start(&db.path, prefix, options).await.unwrap();
         for index in 0..2 {
@@ -126,7 +177,7 @@ async fn sharded_queries_stay_in_one_slot() {
         }
         parties.push(party);
     }
-    assert_refuses_cross_slot(&parties[0]).await;
+    assert_cluster(&parties[0], redis).await;
     let options = Options {
         timeout: Duration::from_secs(60),
         ..Options::default()
