@@ -97,14 +97,15 @@ pub struct RedisTarget {
 }
 
 #[derive(Clone)]
+/// Boxed: the clients are large, and a target is cloned into every connection's owner.
 enum TargetKind {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     Cluster {
         /// RESP2, for every command but pub/sub.
-        client: ClusterClient,
+        client: Box<ClusterClient>,
         /// RESP3, for the status events: a cluster connection receives pub/sub messages as
         /// RESP3 pushes only.
-        events: ClusterClient,
+        events: Box<ClusterClient>,
     },
 }
 
@@ -195,8 +196,8 @@ impl RedisTarget {
                     })
                 };
                 TargetKind::Cluster {
-                    client: build(redis::ProtocolVersion::RESP2)?,
-                    events: build(redis::ProtocolVersion::RESP3)?,
+                    client: Box::new(build(redis::ProtocolVersion::RESP2)?),
+                    events: Box::new(build(redis::ProtocolVersion::RESP3)?),
                 }
             }
             None => {
@@ -208,7 +209,7 @@ impl RedisTarget {
                 } else {
                     redis::Client::open(info).map_err(|e| TargetError::Url(e.to_string()))?
                 };
-                TargetKind::Single(client)
+                TargetKind::Single(Box::new(client))
             }
         };
         Ok(RedisTarget {
@@ -260,7 +261,7 @@ impl RedisTarget {
                     config = config.set_max_delay(d);
                 }
                 Conn::Single(ConnectionManager::new_lazy_with_config(
-                    client.clone(),
+                    (**client).clone(),
                     config,
                 )?)
             }
