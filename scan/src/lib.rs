@@ -52,8 +52,9 @@ pub struct Geometry {
 ///
 /// The bytes are a [`Bytes`]: the buffer the scanner wrote them into (the CPU scanner's
 /// accumulators, or a buffer a backend lends), passed on by reference count, never copied, to the
-/// worker's write of the job's result ([`Answers::into_shared`]), so the answer bytes are copied
-/// once on their way to Redis: into the Redis command (issue 28).
+/// worker's write of the job's result ([`Answers::into_shared`]), so the worker's code copies the
+/// answer bytes once on their way to Redis: into the Redis command (issue 28; the CUDA rotation
+/// still copies them out of its pinned buffer first, `docs/bench/worker-cpu.md`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answers {
     page_size: usize,
