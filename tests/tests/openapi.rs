@@ -1,6 +1,8 @@
 //! `docs/openapi.yaml` against the gateway: every route the gateway serves is in the document
 //! and nothing else, and live gateways (real Redis, workers) answer each route, error cases
-//! included, with a status, headers, content type and body that the document describes.
+//! included, with a status, headers, content type and body that the document describes: every
+//! documented status of every route, every error code listed for it, and `/v1/info` of page,
+//! key-value, signed and sharded databases.
 //!
 //! A schema is checked as JSON Schema 2020-12 (what OpenAPI 3.1 uses) by `jsonschema`, with the
 //! whole document as the root so that its `$ref`s resolve. The document's objects say
@@ -9,7 +11,7 @@
 //! event streams are checked event by event against `x-events`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -86,10 +88,66 @@ async fn send(req: reqwest::RequestBuilder) -> Reply {
     }
 }
 
-/// The document, and which documented answers the live gateways gave.
+/// A documented answer: path, method, status.
+type Answer = (String, String, String);
+/// A documented error body: path, method, status and error code.
+type ErrorAnswer = (String, String, String, String);
+
+/// Sends `request` as it is on a new connection to `base` (`http://HOST:PORT`) and reads the
+/// answer until the connection closes or its `Content-Length` is in: for what an HTTP client
+/// library would not send.
+async fn raw(base: &str, request: &str) -> Reply {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut chunk))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap_or(0);
+        bytes.extend_from_slice(&chunk[..n]);
+        if let Some(reply) = parse_reply(&bytes) {
+            return reply;
+        }
+        assert!(
+            n > 0,
+            "closed before a whole answer: {:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+    }
+}
+
+/// An HTTP/1.1 answer in `bytes` once its head and `Content-Length` bytes of body are there.
+fn parse_reply(bytes: &[u8]) -> Option<Reply> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&bytes[..end]).expect("an ASCII head");
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let mut headers = HeaderMap::new();
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        headers.append(
+            reqwest::header::HeaderName::from_bytes(name.trim().as_bytes()).ok()?,
+            value.trim().parse().ok()?,
+        );
+    }
+    let length: usize = headers.get("content-length")?.to_str().ok()?.parse().ok()?;
+    let body = bytes.get(end + 4..end + 4 + length)?.to_vec();
+    Some(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The document, and which documented answers (and error codes) the live gateways gave.
 struct Api {
     root: Value,
-    seen: Mutex<BTreeSet<(String, String, String)>>,
+    seen: Mutex<BTreeSet<Answer>>,
+    codes: Mutex<BTreeSet<ErrorAnswer>>,
 }
 
 impl Api {
@@ -101,6 +159,7 @@ impl Api {
         Api {
             root,
             seen: Mutex::new(BTreeSet::new()),
+            codes: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -168,6 +227,14 @@ impl Api {
             "{what}: the document lists no {status} for this route (body {})",
             String::from_utf8_lossy(&reply.body)
         );
+        if let Some(code) = reply.json()["error"]["code"].as_str() {
+            self.codes.lock().unwrap().insert((
+                path.to_string(),
+                method.to_string(),
+                status.clone(),
+                code.to_string(),
+            ));
+        }
         self.seen
             .lock()
             .unwrap()
@@ -381,6 +448,22 @@ fn the_document_has_every_error_code_each_with_its_status() {
     assert_eq!(codes, documented, "ErrorCode::ALL (left) vs the document");
     // Each answer that names its codes gives each one the status the gateway answers it with.
     let mut checked = 0;
+    for (path, method, status, code) in listed_codes(&api) {
+        let parsed = ErrorCode::parse(&code)
+            .unwrap_or_else(|| panic!("{method} {path} {status}: unknown {code}"));
+        assert_eq!(
+            parsed.http_status().to_string(),
+            status,
+            "{method} {path}: {code} is listed under {status}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 50, "only {checked} codes checked");
+}
+
+/// Every error code each route's documented answers list, as (path, method, status, code).
+fn listed_codes(api: &Api) -> Vec<ErrorAnswer> {
+    let mut listed = Vec::new();
     for (path, item) in api.root["paths"].as_object().unwrap() {
         for method in METHODS.iter().filter(|m| item.get(**m).is_some()) {
             let responses = item[*method]["responses"].as_object().unwrap();
@@ -393,26 +476,23 @@ fn the_document_has_every_error_code_each_with_its_status() {
                 else {
                     continue;
                 };
-                let listed = parts
+                let codes = parts
                     .iter()
                     .find_map(|p| p.pointer("/properties/error/properties/code/enum"))
                     .and_then(Value::as_array)
                     .unwrap_or_else(|| panic!("{method} {path} {status}: no codes listed"));
-                for code in listed {
-                    let code = code.as_str().unwrap();
-                    let parsed = ErrorCode::parse(code)
-                        .unwrap_or_else(|| panic!("{method} {path} {status}: unknown {code}"));
-                    assert_eq!(
-                        parsed.http_status().to_string(),
-                        *status,
-                        "{method} {path}: {code} is listed under {status}"
-                    );
-                    checked += 1;
+                for code in codes {
+                    listed.push((
+                        path.clone(),
+                        method.to_string(),
+                        status.clone(),
+                        code.as_str().unwrap().to_string(),
+                    ));
                 }
             }
         }
     }
-    assert!(checked > 50, "only {checked} codes checked");
+    listed
 }
 
 /// The answers no live run here gives, each for a reason; every other documented status of
@@ -451,10 +531,337 @@ fn produced_elsewhere(path: &str, method: &str, status: &str) -> bool {
     })
 }
 
+/// The error codes listed in produced answers that no route here gives, each for a reason:
+/// (path, method, code, why). Every other code a documented answer lists is produced and its
+/// body checked below.
+const CODES_NOT_PRODUCED: &[(&str, &str, &str, &str)] = &[(
+    "*",
+    "*",
+    "too_many_connections",
+    "answered as a connection is accepted, before a request is read: checked as `Busy`",
+)];
+
+fn code_produced_elsewhere((path, method, status, code): &ErrorAnswer) -> bool {
+    produced_elsewhere(path, method, status)
+        || CODES_NOT_PRODUCED
+            .iter()
+            .any(|(p, m, c, _)| (*p == "*" || p == path) && (*m == "*" || m == method) && c == code)
+}
+
+/// `pirq ARGS`, which must succeed.
+fn pirq(args: &[&str]) {
+    let out = std::process::Command::new(pirq_e2e::bin_dir().join("pirq"))
+        .args(args)
+        .output()
+        .expect("running pirq");
+    assert!(
+        out.status.success(),
+        "pirq {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `GET url/readyz` until it answers 200 (15 s at most), checked against the document.
+async fn wait_ready(api: &Api, http: &reqwest::Client, url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = send(http.get(format!("{url}/readyz"))).await;
+        api.check("get", "/readyz", &r);
+        if r.status == 200 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} not ready: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the main parties do not reach: `/v1/info`'s `kv`, `signing` and `shards` from a signed
+/// key-value database served by a party sharded in two (`shard_unavailable` while one shard is
+/// missing), `kv.value_kind` from a table of variable-size values, and the error bodies of a
+/// party whose Redis is full (`storage_full`) and then gone (`redis_unavailable`).
+async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let (secret, public) = (file("publisher.key"), file("publisher.pub"));
+    pirq(&[
+        "publisher",
+        "keygen",
+        "--secret",
+        &secret,
+        "--public",
+        &public,
+    ]);
+    let (fixed, signed_kv) = (file("fixed.jsonl"), file("signed-kv.pirdb"));
+    let (varied, variable_kv) = (file("varied.jsonl"), file("variable-kv.pirdb"));
+    for (records, values, seed) in [
+        (&fixed, "--value-size", "3"),
+        (&varied, "--max-value-size", "4"),
+    ] {
+        let gen = [
+            "kv",
+            "gen",
+            "--records",
+            "200",
+            "--key-size",
+            "20",
+            values,
+            "40",
+        ];
+        pirq(&[&gen[..], &["--seed", seed, "--out", records]].concat());
+    }
+    let build = |records: &str, values: &str, out: &str| {
+        let mut args = vec!["kv", "build", "--records", records, values, "40"];
+        args.extend(["--key-size", "20", "--page-size", "512", "--seed", "9"]);
+        args.extend(["--out", out]);
+        args.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let mut signed_build = build(&fixed, "--value-size", &signed_kv);
+    // Shards are whole 256-page blocks: two need more than 256 pages.
+    signed_build.extend(["--pages", "600", "--sign-key", &secret].map(String::from));
+    pirq(&signed_build.iter().map(String::as_str).collect::<Vec<_>>());
+    let variable_build = build(&varied, "--max-value-size", &variable_kv);
+    pirq(
+        &variable_build
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+
+    eprintln!("openapi: a signed kv database, sharded");
+    let options = PartyOptions {
+        no_worker: true,
+        ..Default::default()
+    };
+    let mut sharded = Party::start(Path::new(&signed_kv), "oashard", options)
+        .await
+        .unwrap();
+    sharded
+        .start_worker_with(&["--shard", "0/2"])
+        .await
+        .unwrap();
+    let s = sharded.url.clone();
+    let r = send(http.get(format!("{s}/readyz"))).await;
+    assert_eq!((r.status, r.code().as_str()), (503, "shard_unavailable"));
+    api.check("get", "/readyz", &r);
+    let r = send(http.get(format!("{s}/v1/info"))).await;
+    assert_eq!(r.status, 200);
+    api.check("get", "/v1/info", &r);
+    let ready: Vec<Value> = r.json()["shards"]
+        .as_array()
+        .expect("a sharded party lists its shards")
+        .iter()
+        .map(|shard| shard["ready"].clone())
+        .collect();
+    assert_eq!(ready, [json!(true), json!(false)], "{}", r.json());
+    sharded
+        .start_worker_with(&["--shard", "1/2"])
+        .await
+        .unwrap();
+    wait_ready(api, http, &s).await;
+    let r = send(http.get(format!("{s}/v1/info"))).await;
+    assert_eq!(r.status, 200);
+    api.check("get", "/v1/info", &r);
+    let info = r.json();
+    assert_eq!(info["kv"]["version"], 1, "{info}");
+    assert_eq!(info["kv"]["value_size"], 40, "{info}");
+    assert_eq!(info["signing"]["scheme"], "ed25519", "{info}");
+    assert_eq!(info["signing"]["tail_len"], 72, "{info}");
+    let published = std::fs::read_to_string(&public).unwrap();
+    let key = info["signing"]["publisher_key"].as_str().unwrap();
+    assert!(
+        published.contains(key),
+        "{key} is not the key in {published}"
+    );
+    assert!(info["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|shard| shard["ready"] == true));
+    // A query both shards answer.
+    let bits = info["domain_bits"].as_u64().unwrap() as u8;
+    let k = generate(bits, 1, &mut rand::rng()).unwrap().0.to_bytes();
+    let r = send(
+        http.post(format!("{s}/v1/queries"))
+            .header("prefer", "wait=20")
+            .json(&json!({"keys": [b64(&k)]})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    api.check("post", "/v1/queries", &r);
+    drop(sharded);
+
+    eprintln!("openapi: every connection busy");
+    let options = PartyOptions {
+        gateway_args: ["--max-connections", "1"].map(String::from).to_vec(),
+        no_worker: true,
+        ..Default::default()
+    };
+    let busy = Party::start(Path::new(&signed_kv), "oabusy", options)
+        .await
+        .unwrap();
+    // The one connection allowed, inside a request whose body never comes.
+    let mut held = tokio::net::TcpStream::connect(busy.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut held,
+        b"POST /v1/queries HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The gateway answers a connection past the cap as it accepts it, before reading a request.
+    let r = raw(&busy.url, "").await;
+    assert_eq!((r.status, r.code().as_str()), (503, "too_many_connections"));
+    api.check_fallback("Busy", &r);
+    drop((held, busy));
+
+    eprintln!("openapi: variable-size values, a full Redis, one that stops fsyncing, then none");
+    let options = PartyOptions {
+        gateway_args: [
+            "--admin-token",
+            TOKEN,
+            "--max-redis-memory",
+            "1",
+            "--durability",
+            "fsync",
+        ]
+        .map(String::from)
+        .to_vec(),
+        redis_aof: true,
+        ..Default::default()
+    };
+    let mut failing = Party::start(Path::new(&variable_kv), "oafail", options)
+        .await
+        .unwrap();
+    let f = failing.url.clone();
+    let r = send(http.get(format!("{f}/v1/info"))).await;
+    assert_eq!(r.status, 200);
+    api.check("get", "/v1/info", &r);
+    let info = r.json();
+    assert_eq!(
+        (
+            info["kv"]["version"].clone(),
+            info["kv"]["value_kind"].clone()
+        ),
+        (json!(2), json!("variable")),
+        "{info}"
+    );
+    assert!(
+        info.get("signing").is_none() && info.get("shards").is_none(),
+        "{info}"
+    );
+    // Redis is past a cap of one byte as soon as the gateway has sampled it (every second).
+    let bits = info["domain_bits"].as_u64().unwrap() as u8;
+    let request =
+        json!({"keys": [b64(&generate(bits, 1, &mut rand::rng()).unwrap().0.to_bytes())]});
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send(http.post(format!("{f}/v1/queries")).json(&request)).await;
+        api.check("post", "/v1/queries", &r);
+        if r.status == 429 {
+            assert_eq!(r.code(), "storage_full");
+            break;
+        }
+        assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+        assert!(Instant::now() < deadline, "never storage_full");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The job no longer certain to be on disk: Redis told to stop fsyncing every write (and,
+    // where the gateway asks WAITAOF, to stop its append-only file).
+    let mut conn = failing.redis().await.unwrap();
+    for (name, value) in [("appendfsync", "everysec"), ("appendonly", "no")] {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = send(http.post(format!("{f}/v1/queries")).json(&request)).await;
+        api.check("post", "/v1/queries", &r);
+        if r.code() == "not_durable" {
+            assert_eq!(r.status, 503);
+            break;
+        }
+        assert_eq!(
+            r.code(),
+            "storage_full",
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(Instant::now() < deadline, "never not_durable");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A body that cannot be read (a broken chunked encoding) on the admin route.
+    let r = raw(
+        &f,
+        "POST /v1/admin/epochs HTTP/1.1\r\nhost: x\r\nauthorization: Bearer openapi-admin-token\r\n\
+         content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_json"));
+    api.check("post", "/v1/admin/epochs", &r);
+
+    failing.redis.proc.kill();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let id = format!("{:032x}", rand::random::<u128>());
+    let update = json!({"epoch": 1, "pages": []});
+    let probes = [
+        ("get", "/readyz", http.get(format!("{f}/readyz"))),
+        ("get", "/v1/info", http.get(format!("{f}/v1/info"))),
+        (
+            "post",
+            "/v1/queries",
+            http.post(format!("{f}/v1/queries")).json(&request),
+        ),
+        (
+            "get",
+            "/v1/queries/{id}",
+            http.get(format!("{f}/v1/queries/{id}")),
+        ),
+        (
+            "get",
+            "/v1/queries/{id}",
+            http.get(format!("{f}/v1/queries/{id}?wait=1")),
+        ),
+        (
+            "get",
+            "/v1/queries/{id}/events",
+            http.get(format!("{f}/v1/queries/{id}/events")),
+        ),
+        (
+            "post",
+            "/v1/admin/epochs",
+            http.post(format!("{f}/v1/admin/epochs"))
+                .bearer_auth(TOKEN)
+                .json(&update),
+        ),
+    ];
+    for (method, path, req) in probes {
+        let r = send(req).await;
+        let what = format!("{method} {path} with Redis gone");
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (503, "redis_unavailable"),
+            "{what}"
+        );
+        api.check(method, path, &r);
+    }
+}
+
 /// Four parties: `live` (a worker, an admin token, small limits), `stalled` (its worker
 /// stopped once the database was registered: queries stay queued; one waiter, a backlog of
 /// one), `empty` (no worker ever: no database), `guarded` (`--query-tokens`, one submit a
-/// second).
+/// second); then the parties of [`kv_signed_sharded_and_failing_parties`]. At the end, every
+/// documented answer and every error code it lists must have been produced and checked.
 #[tokio::test]
 async fn live_gateways_answer_every_route_as_documented() {
     let api = Api::load();
@@ -969,6 +1376,8 @@ async fn live_gateways_answer_every_route_as_documented() {
     assert_eq!((r.status, r.code().as_str()), (405, "method_not_allowed"));
     api.check_fallback("MethodNotAllowed", &r);
 
+    kv_signed_sharded_and_failing_parties(&api, &http).await;
+
     // Every documented answer was produced and checked, but the few listed with a reason.
     let seen = api.seen.lock().unwrap().clone();
     let mut missing = Vec::new();
@@ -985,5 +1394,16 @@ async fn live_gateways_answer_every_route_as_documented() {
     assert!(
         missing.is_empty(),
         "documented but never produced here: {missing:?}"
+    );
+    // And every error code those answers list, each body checked against its answer.
+    let codes = api.codes.lock().unwrap().clone();
+    let missing: Vec<String> = listed_codes(&api)
+        .into_iter()
+        .filter(|answer| !codes.contains(answer) && !code_produced_elsewhere(answer))
+        .map(|(path, method, status, code)| format!("{method} {path} {status} {code}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "documented error bodies never produced here: {missing:?}"
     );
 }
