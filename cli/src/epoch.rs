@@ -32,6 +32,11 @@ pub struct MakeArgs {
     /// secret key, the one that signed the database.
     #[arg(long)]
     sign_key: Option<PathBuf>,
+    /// The publisher's manifest file (docs/spec/signed.md §4.2; needs --sign-key): the
+    /// update's signed manifest is appended to it (the file is created if absent), for both
+    /// parties to serve at GET /v1/manifests so clients can refuse rolled-back pages.
+    #[arg(long, requires = "sign_key")]
+    manifests: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -74,6 +79,16 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|path| crate::publisher::signer_for(path, db.signing()))
         .transpose()?;
+    // Checked before anything is written: a bad manifest file costs no update file.
+    let manifests = match (&args.manifests, &signer) {
+        (Some(path), Some(signer)) => {
+            crate::manifests::check_path(path, &[&args.db, &args.out])?;
+            Some(crate::manifests::ManifestFile::open_for(
+                path, &db, signer, args.epoch,
+            )?)
+        }
+        _ => None,
+    };
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
     let pages = (0..args.pages)
         .map(|_| {
@@ -97,7 +112,18 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         update.to_bincode()
     };
     db::write_atomically(&args.out, |f| std::io::Write::write_all(f, &bytes))
-        .with_context(|| format!("writing {}", args.out.display()))
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    if let (Some(file), Some(signer)) = (manifests, &signer) {
+        let manifest = file.append(signer, &update)?;
+        eprintln!(
+            "appended the manifest of epoch {} ({} pages, digest {}) to {}",
+            manifest.epoch,
+            manifest.pages.len(),
+            manifest.digest,
+            args.manifests.as_deref().expect("given").display()
+        );
+    }
+    Ok(())
 }
 
 pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {

@@ -12,6 +12,7 @@ mod interrupt;
 mod keys;
 mod kv;
 mod load;
+mod manifests;
 mod output;
 mod parties;
 mod publisher;

@@ -316,3 +316,261 @@ fn signed_updates_keep_every_page_signed_and_unsigned_ones_are_refused() {
         "{err}"
     );
 }
+
+/// The manifests in `file`, each checked against the database's signing block.
+fn manifests_of(file: &Path, db: &Path) -> Vec<pirq_shared::signing::Manifest> {
+    use pirq_shared::signing::Manifest;
+    let list = Manifest::parse_list(&std::fs::read(file).unwrap()).unwrap();
+    let block = *PirDb::open(db).unwrap().signing().unwrap();
+    Manifest::check_chain(&list, &block).unwrap();
+    list
+}
+
+#[test]
+fn signed_updates_append_their_manifests_and_a_bad_manifest_file_is_never_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (secret, _) = keygen(d, "a");
+    let (other_secret, _) = keygen(d, "b");
+    let gen = d.join("g.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "100",
+        "--page-size",
+        "256",
+        "--out",
+        s(&gen),
+        "--sign-key",
+        &secret,
+    ]);
+    let manifests = d.join("manifests.json");
+    let make = |epoch: &str, out: &Path, key: &str| {
+        pirq(&[
+            "epoch",
+            "make",
+            "--db",
+            s(&gen),
+            "--epoch",
+            epoch,
+            "--pages",
+            "4",
+            "--seed",
+            epoch,
+            "--out",
+            s(out),
+            "--sign-key",
+            key,
+            "--manifests",
+            s(&manifests),
+        ])
+    };
+    // Epoch 1 creates the file, epoch 2 (made from the same base) appends to it.
+    let (e1, e2) = (d.join("e1.bin"), d.join("e2.json"));
+    for (epoch, out) in [("1", &e1), ("2", &e2)] {
+        let said = make(epoch, out, &secret);
+        assert!(said.status.success(), "{}", stderr(&said));
+        assert!(
+            stderr(&said).contains(&format!("appended the manifest of epoch {epoch}")),
+            "{}",
+            stderr(&said)
+        );
+    }
+    let list = manifests_of(&manifests, &gen);
+    assert_eq!(list.iter().map(|m| m.epoch).collect::<Vec<_>>(), [1, 2]);
+    // Each manifest names exactly the pages its update replaced, and the digest a party that
+    // applied the updates stamps (the snapshot's).
+    let snapshot = d.join("g2.pirdb");
+    ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&gen),
+        "--update",
+        s(&e1),
+        "--update",
+        s(&e2),
+        "--out",
+        s(&snapshot),
+    ]);
+    let snap = PirDb::open(&snapshot).unwrap();
+    assert_eq!(list[1].digest, snap.digest());
+    for m in &list {
+        let update = pirq_shared::update::EpochUpdate::parse_file(
+            &std::fs::read(if m.epoch == 1 { &e1 } else { &e2 }).unwrap(),
+        )
+        .unwrap();
+        let mut pages: Vec<u64> = update.pages.iter().map(|w| w.index).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        assert_eq!(m.pages, pages, "epoch {}", m.epoch);
+    }
+    for p in 0..100 {
+        let changed = pirq_shared::signing::changed_epoch(snap.page(p).unwrap());
+        let newest = list
+            .iter()
+            .rev()
+            .find(|m| m.replaced(p))
+            .map_or(0, |m| m.epoch);
+        assert_eq!(changed, newest, "page {p}");
+    }
+
+    // Refused, and the file and the update left as they were: an epoch already in the file,
+    // one after a gap, another publisher's key, an altered file.
+    let before = std::fs::read(&manifests).unwrap();
+    let x = d.join("x.bin");
+    for (epoch, key, says) in [
+        (
+            "2",
+            &secret,
+            "ends at epoch 2: the next manifest is epoch 3, not 2",
+        ),
+        (
+            "4",
+            &secret,
+            "ends at epoch 2: the next manifest is epoch 3, not 4",
+        ),
+        (
+            "3",
+            &other_secret,
+            "the database is signed by publisher key",
+        ),
+    ] {
+        let out = make(epoch, &x, key);
+        assert!(!out.status.success(), "epoch {epoch}");
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+        assert!(!x.exists());
+        assert_eq!(std::fs::read(&manifests).unwrap(), before);
+    }
+    let mut altered = String::from_utf8(before.clone()).unwrap();
+    let at = altered.find("\"signature\": \"").unwrap() + 20;
+    let digit = if &altered[at..at + 1] == "0" {
+        "1"
+    } else {
+        "0"
+    };
+    altered.replace_range(at..at + 1, digit);
+    std::fs::write(&manifests, &altered).unwrap();
+    let out = make("3", &x, &secret);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is not this database's manifest file"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!x.exists());
+    assert_eq!(std::fs::read_to_string(&manifests).unwrap(), altered);
+    // The manifest file is never one of the command's other files.
+    let out = pirq(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&gen),
+        "--epoch",
+        "1",
+        "--pages",
+        "1",
+        "--out",
+        s(&x),
+        "--sign-key",
+        &secret,
+        "--manifests",
+        s(&gen),
+    ]);
+    assert!(stderr(&out).contains("is also"), "{}", stderr(&out));
+    // A new file starts at the epoch after the database's.
+    let fresh = d.join("fresh.json");
+    let out = pirq(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&gen),
+        "--epoch",
+        "2",
+        "--pages",
+        "1",
+        "--out",
+        s(&x),
+        "--sign-key",
+        &secret,
+        "--manifests",
+        s(&fresh),
+    ]);
+    assert!(
+        stderr(&out).contains("holds no manifest yet"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fresh.exists() && !x.exists());
+
+    // kv update: the manifest names the pages the update replaced.
+    let records = d.join("r.jsonl");
+    let lines: Vec<String> = (0..50)
+        .map(|i| serde_json::json!({"key": format!("{i:04x}"), "value": "00ff"}).to_string())
+        .collect();
+    std::fs::write(&records, lines.join("\n") + "\n").unwrap();
+    let kv = d.join("kv.pirdb");
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "2",
+        "--page-size",
+        "256",
+        "--out",
+        s(&kv),
+        "--sign-key",
+        &secret,
+    ]);
+    let changes = d.join("c.jsonl");
+    std::fs::write(
+        &changes,
+        "{\"key\":\"0003\",\"value\":\"abcd\"}\n{\"key\":\"0100\",\"value\":\"0001\"}\n",
+    )
+    .unwrap();
+    let kv_manifests = d.join("kv-manifests.json");
+    let kv1 = d.join("kv1.json");
+    ok(&[
+        "kv",
+        "update",
+        "--db",
+        s(&kv),
+        "--changes",
+        s(&changes),
+        "--epoch",
+        "1",
+        "--out",
+        s(&kv1),
+        "--sign-key",
+        &secret,
+        "--manifests",
+        s(&kv_manifests),
+    ]);
+    let list = manifests_of(&kv_manifests, &kv);
+    let update =
+        pirq_shared::update::EpochUpdate::parse_file(&std::fs::read(&kv1).unwrap()).unwrap();
+    let mut pages: Vec<u64> = update.pages.iter().map(|w| w.index).collect();
+    pages.sort_unstable();
+    assert_eq!(list.len(), 1);
+    assert_eq!((list[0].epoch, &list[0].pages), (1, &pages));
+    // Without --sign-key there is nothing to sign a manifest with.
+    let out = pirq(&[
+        "kv",
+        "update",
+        "--db",
+        s(&kv),
+        "--changes",
+        s(&changes),
+        "--epoch",
+        "1",
+        "--out",
+        s(&x),
+        "--manifests",
+        s(&kv_manifests),
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--sign-key"), "{}", stderr(&out));
+}

@@ -442,6 +442,22 @@ impl Manifest {
             })
     }
 
+    /// Checks a manifest file's list (`docs/spec/signed.md` §4.2) before anything is added to
+    /// it: every signature verifies under `block`, and the epochs are consecutive (epoch `e`'s
+    /// manifest follows `e - 1`'s), so a client reading it never finds a gap.
+    pub fn check_chain(list: &[Manifest], block: &SigningBlock) -> Result<(), SignError> {
+        for m in list {
+            m.verify(block)?;
+        }
+        if let Some(w) = list.windows(2).find(|w| w[1].epoch != w[0].epoch + 1) {
+            return Err(SignError::Manifest(format!(
+                "epoch {} follows epoch {}: the list has a gap",
+                w[1].epoch, w[0].epoch
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether this epoch replaced page `index`.
     pub fn replaced(&self, index: u64) -> bool {
         self.pages.binary_search(&index).is_ok()

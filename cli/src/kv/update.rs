@@ -48,6 +48,11 @@ pub struct UpdateArgs {
     /// database: its updates carry whole signed pages).
     #[arg(long)]
     sign_key: Option<PathBuf>,
+    /// The publisher's manifest file (docs/spec/signed.md §4.2; needs --sign-key): the
+    /// update's signed manifest is appended to it (the file is created if absent), for both
+    /// parties to serve at GET /v1/manifests so clients can refuse rolled-back values.
+    #[arg(long, requires = "sign_key")]
+    manifests: Option<PathBuf>,
 }
 
 pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
@@ -79,6 +84,16 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             args.epoch
         );
     }
+    // Checked before anything is written: a bad manifest file costs no update file.
+    let manifests = match (&args.manifests, &signer) {
+        (Some(path), Some(signer)) => {
+            crate::manifests::check_path(path, &[&args.db, &args.changes, &args.out])?;
+            Some(crate::manifests::ManifestFile::open_for(
+                path, &db, signer, args.epoch,
+            )?)
+        }
+        _ => None,
+    };
     let mut pages = db.private_pages()?;
     let mut changes = Records::new(
         records::open(&args.changes)?,
@@ -170,5 +185,15 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         args.epoch,
         update.pages.len()
     );
+    if let (Some(file), Some(signer)) = (manifests, &signer) {
+        let manifest = file.append(signer, &update)?;
+        eprintln!(
+            "appended the manifest of epoch {} ({} pages, digest {}) to {}",
+            manifest.epoch,
+            manifest.pages.len(),
+            manifest.digest,
+            args.manifests.as_deref().expect("given").display()
+        );
+    }
     Ok(())
 }
