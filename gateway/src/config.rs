@@ -58,6 +58,14 @@ pub struct Config {
     #[arg(long, env = "PIRQ_QUERY_TOKENS")]
     pub query_tokens: Option<PathBuf>,
 
+    /// The publisher's manifest file (`docs/spec/signed.md` §4.2, as `pirq epoch make` / `pirq kv
+    /// update --manifests` write it), served at `GET /v1/manifests` so verifying clients can
+    /// refuse rolled-back pages. Read again at every request: install a new one by renaming it
+    /// over the old, after the party serves the update's epoch. Without it the route answers
+    /// 404 `no_manifests`.
+    #[arg(long, env = "PIRQ_MANIFESTS")]
+    pub manifests: Option<PathBuf>,
+
     /// Queries a second each token may submit, in bursts of up to twice that; past it 429
     /// `rate_limited` with `Retry-After`. Needs `--query-tokens`.
     #[arg(long, env = "PIRQ_TOKEN_RATE", requires = "query_tokens")]

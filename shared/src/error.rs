@@ -93,11 +93,14 @@ pub enum ErrorCode {
     /// More queries a second than `--token-rate` (per token) or `--ip-rate` (per client
     /// address) allow: retry after `Retry-After`.
     RateLimited,
+    /// `GET /v1/manifests` on a party that serves no publisher manifests (no `--manifests`, or
+    /// its file is not there yet).
+    NoManifests,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 42] = [
+    pub const ALL: [ErrorCode; 43] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -140,6 +143,7 @@ impl ErrorCode {
         ErrorCode::StorageFull,
         ErrorCode::ShardUnavailable,
         ErrorCode::RateLimited,
+        ErrorCode::NoManifests,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -187,6 +191,7 @@ impl ErrorCode {
             ErrorCode::StorageFull => "storage_full",
             ErrorCode::ShardUnavailable => "shard_unavailable",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::NoManifests => "no_manifests",
         }
     }
 
@@ -214,7 +219,7 @@ impl ErrorCode {
             | ErrorCode::InvalidJob => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::AdminDisabled => 403,
-            ErrorCode::NotFound => 404,
+            ErrorCode::NotFound | ErrorCode::NoManifests => 404,
             ErrorCode::EpochNotNext => 409,
             // Outside the window of epochs the party answers exactly.
             ErrorCode::EpochUnavailable => 410,

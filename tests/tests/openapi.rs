@@ -20,6 +20,7 @@ use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_gateway::{Route, Routes};
 use pirq_shared::dpf::generate;
 use pirq_shared::error::ErrorCode;
+use pirq_shared::signing::{Manifest, PageSigner, SecretKey};
 use pirq_shared::wire::{Job, QueryRequest, QueryResult};
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use serde_json::{json, Value};
@@ -867,6 +868,13 @@ async fn live_gateways_answer_every_route_as_documented() {
     let api = Api::load();
     let db = TestDb::create(PAGES, PAGE_SIZE as u32, 5).unwrap();
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // The publisher's manifests `live` serves at /v1/manifests (signed.md §4.2).
+    let manifests_dir = tempfile::tempdir().unwrap();
+    let manifests = manifests_dir.path().join("manifests.json");
+    let signer = PageSigner::new(SecretKey::generate());
+    let list = [signer.manifest(1, pirq_shared::digest::Digest([3; 32]), vec![0, 2])];
+    std::fs::write(&manifests, Manifest::list_to_json(&list)).unwrap();
+    let manifests = manifests.display().to_string();
     let live = Party::start(
         &db.path,
         "oalive",
@@ -880,6 +888,8 @@ async fn live_gateways_answer_every_route_as_documented() {
                 "4",
                 "--max-update-bytes",
                 "4096",
+                "--manifests",
+                &manifests,
             ]),
             worker_args: args(&["--max-deliveries", "1"]),
             ..Default::default()
@@ -973,6 +983,15 @@ async fn live_gateways_answer_every_route_as_documented() {
     let r = send(http.get(format!("{}/v1/info", empty.url))).await;
     assert_eq!((r.status, r.code().as_str()), (503, "no_database"));
     api.check("get", "/v1/info", &r);
+
+    eprintln!("openapi: manifests");
+    let r = send(http.get(format!("{url}/v1/manifests"))).await;
+    assert_eq!(r.status, 200);
+    api.check("get", "/v1/manifests", &r);
+    assert_eq!(Manifest::parse_list(&r.body).unwrap(), list);
+    let r = send(http.get(format!("{}/v1/manifests", empty.url))).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "no_manifests"));
+    api.check("get", "/v1/manifests", &r);
 
     eprintln!("openapi: queries");
     // Queries: accepted (JSON and bincode answers), answered inline, read, streamed.

@@ -3,6 +3,7 @@
 mod admin;
 mod health;
 mod info;
+mod manifests;
 mod queries;
 
 use axum::extract::DefaultBodyLimit;
@@ -42,18 +43,20 @@ pub enum Route {
     QueryStatus,
     QueryEvents,
     Info,
+    Manifests,
     PushEpoch,
     Metrics,
 }
 
 impl Route {
-    pub const ALL: [Route; 8] = [
+    pub const ALL: [Route; 9] = [
         Route::Healthz,
         Route::Readyz,
         Route::SubmitQuery,
         Route::QueryStatus,
         Route::QueryEvents,
         Route::Info,
+        Route::Manifests,
         Route::PushEpoch,
         Route::Metrics,
     ];
@@ -67,6 +70,7 @@ impl Route {
             Route::QueryStatus => "/v1/queries/{id}",
             Route::QueryEvents => "/v1/queries/{id}/events",
             Route::Info => "/v1/info",
+            Route::Manifests => "/v1/manifests",
             Route::PushEpoch => "/v1/admin/epochs",
             Route::Metrics => "/metrics",
         }
@@ -85,15 +89,17 @@ impl Route {
     pub fn served_on(self, routes: Routes) -> bool {
         match self {
             Route::Healthz | Route::Readyz => true,
-            Route::SubmitQuery | Route::QueryStatus | Route::QueryEvents | Route::Info => {
-                routes != Routes::Admin
-            }
+            Route::SubmitQuery
+            | Route::QueryStatus
+            | Route::QueryEvents
+            | Route::Info
+            | Route::Manifests => routes != Routes::Admin,
             Route::PushEpoch | Route::Metrics => routes != Routes::Public,
         }
     }
 
     /// Whether `--query-tokens` and the rate limits ([`crate::access`]) guard it: the query
-    /// routes, not `/v1/info`.
+    /// routes, not `/v1/info` nor `/v1/manifests`.
     pub fn needs_query_access(self) -> bool {
         matches!(
             self,
@@ -111,6 +117,7 @@ impl Route {
             Route::QueryStatus => on(method, queries::status),
             Route::QueryEvents => on(method, queries::events),
             Route::Info => on(method, info::info),
+            Route::Manifests => on(method, manifests::manifests),
             Route::PushEpoch => on(method, admin::push_epoch),
             Route::Metrics => on(method, health::metrics),
         }
