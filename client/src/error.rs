@@ -23,6 +23,8 @@ pub enum Phase {
     RetryWait,
     /// `POST /v1/admin/epochs`.
     Push,
+    /// `GET /v1/manifests` (the publisher's epoch manifests, `docs/spec/signed.md` §4.3).
+    Manifests,
 }
 
 impl Phase {
@@ -35,6 +37,7 @@ impl Phase {
             Phase::Poll => "poll",
             Phase::RetryWait => "retry wait",
             Phase::Push => "push",
+            Phase::Manifests => "manifests",
         }
     }
 }
@@ -160,7 +163,8 @@ pub enum ClientError {
     /// (`docs/spec/signed.md` §3): one of the two parties altered its answer. Nothing of the
     /// lookup was returned.
     #[error(
-        "the answers of {parties} failed the publisher's signature: {detail}; nothing was          returned (one of these parties altered its answer)"
+        "the answers of {parties} failed the publisher's signature: {detail}; nothing was \
+         returned (one of these parties altered its answer)"
     )]
     Forged { parties: String, detail: String },
     /// The client is pinned to a publisher key, and the parties' database cannot be verified

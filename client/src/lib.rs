@@ -522,11 +522,15 @@ impl Client {
                     }
                     // Every page checked before any is returned (docs/spec/signed.md §3).
                     if let Some(block) = &agreement.signing {
+                        if self.verifier.wants_manifests(&block.db_id, answered_epoch) {
+                            self.read_manifests(block, d).await?;
+                        }
                         self.verifier.check(
                             block,
                             &self.pair_name(),
                             indices,
                             answered_epoch,
+                            digest,
                             &pages,
                         )?;
                     }
@@ -550,6 +554,27 @@ impl Client {
              try again"
                 .into(),
         ))
+    }
+
+    /// Reads both parties' publisher manifests (`docs/spec/signed.md` §4.3) and keeps those
+    /// that verify. A party that serves none, or fails to, is no error here: a manifest still
+    /// missing refuses the pages that need it. The lookup's deadline is.
+    async fn read_manifests(
+        &self,
+        block: &pirq_shared::signing::SigningBlock,
+        d: &Deadline,
+    ) -> Result<(), ClientError> {
+        let (a, b) = futures::join!(self.a.manifests_by(d), self.b.manifests_by(d));
+        let mut manifests = Vec::new();
+        for read in [a, b] {
+            match read {
+                Ok(list) => manifests.extend(list),
+                Err(e @ ClientError::Timeout { .. }) => return Err(e),
+                Err(_) => {}
+            }
+        }
+        self.verifier.add_manifests(block, manifests);
+        Ok(())
     }
 
     /// One query per party for up to `max_keys` indices.

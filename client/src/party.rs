@@ -27,6 +27,9 @@ pub const SUBMIT_ATTEMPTS: u32 = 5;
 /// The most bytes of `/v1/info` a client reads.
 pub const MAX_INFO_BYTES: usize = 64 << 10;
 
+/// The most bytes of `GET /v1/manifests` a client reads (the gateway serves no more).
+pub const MAX_MANIFESTS_BYTES: usize = 32 << 20;
+
 /// The most bytes of an error body, and the room an answer may take beyond its pages (id,
 /// status, epoch, digest, field names).
 pub const ENVELOPE_BYTES: usize = 64 << 10;
@@ -354,6 +357,39 @@ impl Party {
         self.max_keys
             .store(info.max_keys_per_query, Ordering::Relaxed);
         Ok((info, identity))
+    }
+
+    /// `GET /v1/manifests` within `d`, at most [`MAX_MANIFESTS_BYTES`]: the publisher's epoch
+    /// manifests this party serves (`docs/spec/signed.md` §4.2), shape-checked, not verified;
+    /// empty when it serves none (404 `no_manifests`).
+    pub(crate) async fn manifests_by(
+        &self,
+        d: &Deadline,
+    ) -> Result<Vec<pirq_shared::signing::Manifest>, ClientError> {
+        let resp = self
+            .send(
+                self.http.get(format!("{}/v1/manifests", self.base)),
+                Phase::Manifests,
+                d,
+            )
+            .await?;
+        if !resp.status().is_success() {
+            return match self.api_error(resp, Phase::Manifests, d).await {
+                ClientError::Api { error, .. } if error.code == "no_manifests" => Ok(Vec::new()),
+                e => Err(e),
+            };
+        }
+        let body = self
+            .body(
+                resp,
+                MAX_MANIFESTS_BYTES,
+                "/v1/manifests",
+                Phase::Manifests,
+                d,
+            )
+            .await?;
+        pirq_shared::signing::Manifest::parse_list(&body)
+            .map_err(|e| self.protocol(format!("/v1/manifests: {}", sanitize(&e.to_string()))))
     }
 
     /// `POST /v1/queries`; the body and the answer in `encoding`, bounded by

@@ -1,14 +1,19 @@
 //! Verifying answers against the publisher's signatures (`docs/spec/signed.md` §3): the pinned
 //! key, the checks of the parties' `signing` object, every retrieved page's signature, and the
-//! newest signed epoch remembered per database so the client's view never goes back (§4.4).
+//! publisher's epoch manifests that show a page is the current version (§4.3), and the newest
+//! signed epoch remembered per database so the client's view never goes back (§4.4).
 //!
 //! Every page of a lookup is checked before the lookup returns: a failure fails the whole
 //! lookup, so nothing of it reaches a caller, a terminal or a file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use pirq_shared::signing::{PublisherKey, SigningBlock, SigningInfo};
+use pirq_shared::digest::Digest;
+use pirq_shared::signing::{
+    check_fresh, Manifest, PublisherKey, SignError, SigningBlock, SigningInfo,
+};
 
 use crate::ClientError;
 
@@ -23,15 +28,30 @@ pub enum Verification {
     Unchecked,
 }
 
+/// How soon a client reads the parties' manifests again for the same answered epoch while the
+/// manifest of that epoch is still missing (an operator installs it just after the update).
+pub(crate) const MANIFEST_REREAD: Duration = Duration::from_secs(10);
+
+/// What this client knows of one signed database's history (`docs/spec/signed.md` §4.3, §4.4).
+#[derive(Debug, Default)]
+struct History {
+    /// The newest epoch the publisher's signatures have shown this client: the highest
+    /// `changed_epoch` of a verified page and the highest epoch of a verified manifest.
+    newest: u64,
+    /// The publisher's manifests this client verified, by epoch.
+    manifests: BTreeMap<u64, Manifest>,
+    /// The answered epoch the parties' manifests were last read for, and when.
+    read: Option<(u64, Instant)>,
+}
+
 /// The client's pinned publisher key and what it remembers.
 #[derive(Debug, Default)]
 pub(crate) struct Verifier {
     pub(crate) publisher: Option<PublisherKey>,
     /// Answers at an epoch below this are refused (`--min-epoch`).
     pub(crate) min_epoch: u64,
-    /// Per `db_id`: the newest epoch the publisher's signatures have shown this client (the
-    /// highest `changed_epoch` of a verified page).
-    newest_signed: Mutex<HashMap<[u8; 32], u64>>,
+    /// Per `db_id`: its newest signed epoch and verified manifests.
+    histories: Mutex<HashMap<[u8; 32], History>>,
 }
 
 impl Verifier {
@@ -39,7 +59,43 @@ impl Verifier {
         Verifier {
             publisher,
             min_epoch,
-            newest_signed: Mutex::default(),
+            histories: Mutex::default(),
+        }
+    }
+
+    /// Whether a lookup answered at `epoch` must read the parties' manifests before its pages
+    /// are checked: when this client lacks the manifest of that epoch and has not just read
+    /// them for it. This depends on the answered epoch only, never on the pages: reading them
+    /// only when a page needs an older manifest would tell the parties that the page asked for
+    /// did not change at `epoch`.
+    pub(crate) fn wants_manifests(&self, db_id: &[u8; 32], epoch: u64) -> bool {
+        if epoch == 0 {
+            return false;
+        }
+        let mut histories = self.histories.lock().expect("not poisoned");
+        let history = histories.entry(*db_id).or_default();
+        if history.manifests.contains_key(&epoch) {
+            return false;
+        }
+        if matches!(history.read, Some((e, at)) if e == epoch && at.elapsed() < MANIFEST_REREAD) {
+            return false;
+        }
+        history.read = Some((epoch, Instant::now()));
+        true
+    }
+
+    /// Keeps the manifests whose signature verifies under `block` (the union of both parties'
+    /// lists: each is signed, so a party can withhold one but not forge it), and raises the
+    /// newest signed epoch to the newest of them.
+    pub(crate) fn add_manifests(&self, block: &SigningBlock, manifests: Vec<Manifest>) {
+        let mut histories = self.histories.lock().expect("not poisoned");
+        let history = histories.entry(block.db_id).or_default();
+        for m in manifests {
+            if history.manifests.contains_key(&m.epoch) || m.verify(block).is_err() {
+                continue;
+            }
+            history.newest = history.newest.max(m.epoch);
+            history.manifests.insert(m.epoch, m);
         }
     }
 
@@ -89,55 +145,94 @@ impl Verifier {
         Ok(Some(block))
     }
 
-    /// Checks pages `pages[i]` = database page `indices[i]`, answered at `epoch` by `parties`:
-    /// signatures, epochs of last change, and the epoch against the client's floor.
+    /// Checks pages `pages[i]` = database page `indices[i]`, answered at `epoch` with database
+    /// digest `digest` by `parties`: the epoch against the client's floor, the digest against
+    /// the publisher's manifest of that epoch, every page's signature, and every page's
+    /// freshness against the manifests (`docs/spec/signed.md` §3, §4.3).
     pub(crate) fn check(
         &self,
         block: &SigningBlock,
         parties: &str,
         indices: &[u64],
         epoch: u64,
+        digest: Option<Digest>,
         pages: &[Vec<u8>],
     ) -> Result<(), ClientError> {
-        let floor = self.floor(&block.db_id);
+        let forged = |detail: String| ClientError::Forged {
+            parties: parties.to_string(),
+            detail,
+        };
+        // Signatures first, without the lock (the costly part).
+        let changed = indices
+            .iter()
+            .zip(pages)
+            .map(|(&index, page)| {
+                let changed = block
+                    .verify_page(index, page)
+                    .map_err(|e| forged(e.to_string()))?;
+                check_fresh(index, changed, epoch, &[]).map_err(|e| forged(e.to_string()))?;
+                Ok(changed)
+            })
+            .collect::<Result<Vec<u64>, ClientError>>()?;
+        let mut histories = self.histories.lock().expect("not poisoned");
+        let history = histories.entry(block.db_id).or_default();
+        let floor = self.min_epoch.max(history.newest);
         if epoch < floor {
-            return Err(ClientError::Forged {
-                parties: parties.to_string(),
-                detail: format!(
-                    "they answered at epoch {epoch}, older than epoch {floor}, which this \
-                     client has already seen signed (or was told with --min-epoch): a frozen \
-                     or rolled-back database"
-                ),
-            });
+            return Err(forged(format!(
+                "they answered at epoch {epoch}, older than epoch {floor}, which this client \
+                 has already seen signed (or was told with --min-epoch): a frozen or \
+                 rolled-back database"
+            )));
         }
-        let mut newest = 0;
-        for (&index, page) in indices.iter().zip(pages) {
-            let forged = |e: pirq_shared::signing::SignError| ClientError::Forged {
-                parties: parties.to_string(),
-                detail: e.to_string(),
-            };
-            let changed = block.verify_page(index, page).map_err(forged)?;
-            pirq_shared::signing::check_fresh(index, changed, epoch, &[]).map_err(forged)?;
-            newest = newest.max(changed);
+        if let (Some(manifest), Some(digest)) = (history.manifests.get(&epoch), digest) {
+            if manifest.digest != digest {
+                return Err(forged(format!(
+                    "they answered at epoch {epoch} from database digest {digest}, the \
+                     publisher's manifest of that epoch says {}",
+                    manifest.digest
+                )));
+            }
         }
-        let mut seen = self.newest_signed.lock().expect("not poisoned");
-        let entry = seen.entry(block.db_id).or_default();
-        *entry = (*entry).max(newest);
+        for (&index, &changed) in indices.iter().zip(&changed) {
+            if changed == epoch {
+                continue;
+            }
+            let later = history.manifests.range(changed + 1..=epoch);
+            if let Some((&at, _)) = later.clone().find(|(_, m)| m.replaced(index)) {
+                return Err(forged(
+                    SignError::Stale {
+                        index,
+                        changed,
+                        later: at,
+                    }
+                    .to_string(),
+                ));
+            }
+            // Every epoch of the range needs its manifest: one missing could be the one that
+            // replaced this page.
+            let held = later.count() as u64;
+            if held != epoch - changed {
+                let missing = (changed + 1..=epoch)
+                    .find(|e| !history.manifests.contains_key(e))
+                    .expect("fewer manifests than epochs");
+                return Err(forged(format!(
+                    "page {index} answered at epoch {epoch} is its version of epoch {changed}, \
+                     and neither party serves the publisher's manifest of epoch {missing} that \
+                     would show it current (GET /v1/manifests): a stale page cannot be ruled out"
+                )));
+            }
+        }
+        let newest = changed.into_iter().max().unwrap_or(0);
+        history.newest = history.newest.max(newest);
         Ok(())
-    }
-
-    /// The oldest epoch this client accepts answers at, for database `db_id`.
-    pub(crate) fn floor(&self, db_id: &[u8; 32]) -> u64 {
-        let seen = self.newest_signed.lock().expect("not poisoned");
-        self.min_epoch.max(seen.get(db_id).copied().unwrap_or(0))
     }
 
     /// The newest epoch the publisher's signatures have shown this client for `db_id`.
     pub(crate) fn newest_signed(&self, db_id: &[u8; 32]) -> Option<u64> {
-        self.newest_signed
+        self.histories
             .lock()
             .expect("not poisoned")
             .get(db_id)
-            .copied()
+            .map(|h| h.newest)
     }
 }
