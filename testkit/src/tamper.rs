@@ -30,15 +30,23 @@ pub enum Tamper {
     Xor(Vec<u8>),
     /// `delta` at `offset` of the page.
     XorAt { offset: usize, delta: Vec<u8> },
+    /// The `i`-th delta into the `i`-th page of each answer (from the start of the page; pages
+    /// past the list are left alone): `old ⊕ new` of the pages a lookup asks for hands the
+    /// client their older, validly signed versions (a rollback, `docs/spec/signed.md` §4).
+    XorEach(Vec<Vec<u8>>),
 }
 
 impl Tamper {
-    /// XORs the delta into `page`; whether a byte changed.
-    fn apply(&self, page: &mut [u8]) -> bool {
+    /// XORs the delta into `page`, the `position`-th of its answer; whether a byte changed.
+    fn apply(&self, position: usize, page: &mut [u8]) -> bool {
         let (offset, delta) = match self {
             Tamper::Nothing => return false,
             Tamper::Xor(d) => (0, d),
             Tamper::XorAt { offset, delta } => (*offset, delta),
+            Tamper::XorEach(deltas) => match deltas.get(position) {
+                Some(d) => (0, d),
+                None => return false,
+            },
         };
         let mut changed = false;
         for (b, d) in page.iter_mut().skip(offset).zip(delta) {
@@ -147,11 +155,11 @@ async fn relay_once(relay: &Relay, request: Request) -> anyhow::Result<Response>
         if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&bytes) {
             if let Some(pages) = value.get_mut("pages").and_then(|p| p.as_array_mut()) {
                 let mut changed = false;
-                for page in pages.iter_mut() {
+                for (position, page) in pages.iter_mut().enumerate() {
                     let Some(mut raw) = page.as_str().and_then(|s| B64.decode(s).ok()) else {
                         continue;
                     };
-                    if tamper.apply(&mut raw) {
+                    if tamper.apply(position, &mut raw) {
                         relay.tampered.fetch_add(1, Ordering::Relaxed);
                         *page = serde_json::Value::String(B64.encode(&raw));
                         changed = true;

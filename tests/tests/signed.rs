@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use pirq_client::{Client, ClientError, Options, PublisherKey, Verification, Wait};
 use pirq_e2e::{bin_dir, Party, PartyOptions};
 use pirq_shared::db::PirDb;
+use pirq_shared::update::EpochUpdate;
 use pirq_testkit::tamper::{Tamper, TamperProxy};
 
 fn pirq(args: &[&str]) -> Output {
@@ -400,4 +401,321 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         "1",
     ]);
     assert!(stderr.contains("unsigned database"), "{stderr}");
+}
+
+const ADMIN_TOKEN: &str = "signed-admin-token";
+
+/// Pushes `update` to both parties and waits until both serve its epoch.
+async fn push(parties: [&Party; 2], update: &Path) {
+    let update = EpochUpdate::parse_file(&std::fs::read(update).unwrap()).unwrap();
+    for party in parties {
+        pirq_client::Party::new(reqwest::Client::new(), &party.url)
+            .push_epoch(ADMIN_TOKEN, &update)
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for party in parties {
+        while party.info().await["epoch"]["newest"] != update.epoch {
+            assert!(
+                Instant::now() < deadline,
+                "epoch {} not applied",
+                update.epoch
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+}
+
+fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
+    a.iter().zip(b).map(|(x, y)| x ^ y).collect()
+}
+
+/// Freshness (`docs/spec/signed.md` §4): a party that XORs `old ⊕ new` of a page into its
+/// answer hands the client the page's older version, validly signed. With the publisher's
+/// manifests served at `GET /v1/manifests` (`pirq-gateway --manifests`, written by `pirq epoch
+/// make` / `pirq kv update --manifests`) the client refuses it: a page through the library and
+/// `pirq query`, a kv value through `pirq get`. Untampered answers after the update verify and
+/// are exact; with the manifests withheld by both parties a fresh client cannot tell a page
+/// that changed before the answered epoch is current, and refuses it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests() {
+    let started = Instant::now();
+    let phase = |what: &str| eprintln!("{:>6.1} s: {what}", started.elapsed().as_secs_f64());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (secret, public) = (d.join("pub.key"), d.join("pub.pub"));
+    pirq_ok(&[
+        "publisher",
+        "keygen",
+        "--secret",
+        s(&secret),
+        "--public",
+        s(&public),
+    ]);
+    let key = PublisherKey::read_file(&public).unwrap();
+    let base = d.join("base.pirdb");
+    pirq_ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "300",
+        "--page-size",
+        "512",
+        "--seed",
+        "9",
+        "--out",
+        s(&base),
+        "--sign-key",
+        s(&secret),
+    ]);
+    // The file each gateway serves at /v1/manifests; not there yet (404 no_manifests).
+    let manifests = d.join("manifests.json");
+    let options = || PartyOptions {
+        gateway_args: vec![
+            "--admin-token".into(),
+            ADMIN_TOKEN.into(),
+            "--manifests".into(),
+            s(&manifests).into(),
+        ],
+        ..Default::default()
+    };
+    let (mut a, mut b) = tokio::try_join!(
+        Party::start(&base, "fresh-a", options()),
+        Party::start(&base, "fresh-b", options()),
+    )
+    .unwrap();
+    let proxy = TamperProxy::start(&a.url).await.unwrap();
+    phase("parties started");
+
+    // The publisher's update to epoch 1, its manifest appended to the file both parties serve.
+    let e1 = d.join("e1.bin");
+    pirq_ok(&[
+        "epoch",
+        "make",
+        "--db",
+        s(&base),
+        "--epoch",
+        "1",
+        "--pages",
+        "4",
+        "--seed",
+        "3",
+        "--out",
+        s(&e1),
+        "--sign-key",
+        s(&secret),
+        "--manifests",
+        s(&manifests),
+    ]);
+    push([&a, &b], &e1).await;
+    let snapshot = d.join("e1.pirdb");
+    pirq_ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&base),
+        "--update",
+        s(&e1),
+        "--out",
+        s(&snapshot),
+    ]);
+    let (old, new) = (PirDb::open(&base).unwrap(), PirDb::open(&snapshot).unwrap());
+    let block = *old.signing().unwrap();
+    let update = EpochUpdate::parse_file(&std::fs::read(&e1).unwrap()).unwrap();
+    let alpha = update.pages.last().unwrap().index;
+    let unchanged = (0..300)
+        .find(|p| update.pages.iter().all(|w| w.index != *p))
+        .unwrap();
+    let (old_page, new_page) = (old.page(alpha).unwrap(), new.page(alpha).unwrap());
+    // Both versions carry the publisher's signature: only freshness tells them apart.
+    assert_eq!(block.verify_page(alpha, old_page), Ok(0));
+    assert_eq!(block.verify_page(alpha, new_page), Ok(1));
+    phase("epoch 1 pushed");
+
+    // Untampered, after the update: exact and verified.
+    let verifying = client(&proxy.url, &b.url, Some(key));
+    let pages = verifying.fetch(&[alpha, unchanged]).await.unwrap();
+    assert_eq!(pages.epoch, 1);
+    assert_eq!(pages.verification, Verification::Verified);
+    assert_eq!(pages.pages[0].as_slice(), new_page);
+    assert_eq!(pages.pages[1].as_slice(), new.page(unchanged).unwrap());
+    assert_eq!(verifying.newest_signed_epoch(&block.db_id), Some(1));
+
+    // Rolled back by party A: refused by the library (manifests cached) and by a fresh CLI.
+    proxy.set(Tamper::Xor(xor(old_page, new_page)));
+    for _ in 0..3 {
+        let before = proxy.tampered();
+        match verifying.fetch(&[alpha]).await {
+            Err(ClientError::Forged { parties, detail }) => {
+                assert!(parties.contains(&proxy.url) && parties.contains(&b.url));
+                assert!(
+                    detail.contains(&format!("page {alpha} is the version of epoch 0"))
+                        && detail.contains("manifest of epoch 1 replaced it"),
+                    "{detail}"
+                );
+            }
+            other => panic!("page {alpha} rolled back: {other:?}"),
+        }
+        assert!(proxy.tampered() > before, "the proxy altered nothing");
+    }
+    let (stdout, stderr) = pirq_fails(&[
+        "query",
+        "--party-a",
+        &proxy.url,
+        "--party-b",
+        &b.url,
+        "--poll",
+        "--publisher-key",
+        s(&public),
+        "--index",
+        &alpha.to_string(),
+        "--out",
+        "-",
+    ]);
+    assert!(stdout.is_empty(), "printed a rolled-back page");
+    assert!(stderr.contains("a stale page"), "{stderr}");
+    assert!(
+        stderr.contains("party A (") && stderr.contains("party B ("),
+        "{stderr}"
+    );
+    proxy.set(Tamper::Nothing);
+    phase("rolled-back page refused");
+
+    // Both parties withhold the manifests: a fresh client cannot show that a page last changed
+    // at epoch 0 is current at epoch 1, and refuses it; one changed at epoch 1 is fine.
+    let aside = d.join("aside.json");
+    std::fs::rename(&manifests, &aside).unwrap();
+    let fresh = client(&a.url, &b.url, Some(key));
+    let pages = fresh.fetch(&[alpha]).await.unwrap();
+    assert_eq!(pages.pages[0].as_slice(), new_page);
+    match fresh.fetch(&[unchanged]).await {
+        Err(ClientError::Forged { detail, .. }) => assert!(
+            detail.contains("neither party serves the publisher's manifest of epoch 1"),
+            "{detail}"
+        ),
+        other => panic!("page {unchanged} without manifests: {other:?}"),
+    }
+    std::fs::remove_file(&aside).unwrap();
+    phase("withheld manifests refused");
+
+    // A signed kv table: a value changed at epoch 1, rolled back through `pirq get`.
+    let records = d.join("records.csv");
+    let mut csv = String::from("key,value\n");
+    for i in 0..300 {
+        csv.push_str(&format!("key-{i},value-{i:08}\n"));
+    }
+    std::fs::write(&records, csv).unwrap();
+    let table = d.join("kv.pirdb");
+    pirq_ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "14",
+        "--key-encoding",
+        "utf8",
+        "--value-encoding",
+        "utf8",
+        "--page-size",
+        "256",
+        "--out",
+        s(&table),
+        "--sign-key",
+        s(&secret),
+    ]);
+    serve(&mut [&mut a, &mut b], &table).await;
+    let changes = d.join("changes.jsonl");
+    std::fs::write(
+        &changes,
+        "{\"key\":\"key-7\",\"value\":\"value-changed!\"}\n",
+    )
+    .unwrap();
+    let (kv1, kv_manifests) = (d.join("kv1.bin"), d.join("kv-manifests.json"));
+    pirq_ok(&[
+        "kv",
+        "update",
+        "--db",
+        s(&table),
+        "--changes",
+        s(&changes),
+        "--key-encoding",
+        "utf8",
+        "--value-encoding",
+        "utf8",
+        "--epoch",
+        "1",
+        "--out",
+        s(&kv1),
+        "--sign-key",
+        s(&secret),
+        "--manifests",
+        s(&kv_manifests),
+    ]);
+    push([&a, &b], &kv1).await;
+    // Installed once the parties serve the epoch, by renaming it over the served file.
+    std::fs::rename(&kv_manifests, &manifests).unwrap();
+    let table1 = d.join("kv1.pirdb");
+    pirq_ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&table),
+        "--update",
+        s(&kv1),
+        "--out",
+        s(&table1),
+    ]);
+    let (old, new) = (PirDb::open(&table).unwrap(), PirDb::open(&table1).unwrap());
+    let params = *old.kv().unwrap();
+    let block = *old.signing().unwrap();
+    let candidates = params.candidates(&params.tag(b"key-7"));
+    let deltas: Vec<Vec<u8>> = candidates
+        .as_slice()
+        .iter()
+        .map(|&c| {
+            assert!(block.verify_page(c, old.page(c).unwrap()).is_ok());
+            xor(old.page(c).unwrap(), new.page(c).unwrap())
+        })
+        .collect();
+    assert!(
+        deltas.iter().flatten().any(|b| *b != 0),
+        "key-7's pages did not change"
+    );
+    let get = |party_a: &str| {
+        pirq(&[
+            "get",
+            "--party-a",
+            party_a,
+            "--party-b",
+            &b.url,
+            "--poll",
+            "--key-text",
+            "key-7",
+            "--publisher-key",
+            s(&public),
+        ])
+    };
+    let out = get(&proxy.url);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\n", hex::encode("value-changed!"))
+    );
+    proxy.set(Tamper::XorEach(deltas));
+    let before = proxy.tampered();
+    let out = get(&proxy.url);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty(), "printed a rolled-back value");
+    assert!(stderr.contains("a stale page"), "{stderr}");
+    assert!(proxy.tampered() > before, "the proxy altered nothing");
+    proxy.set(Tamper::Nothing);
+    phase("rolled-back value refused");
 }

@@ -7,14 +7,15 @@
 // (and, unpinned, the same lie passing unnoticed: what the digest alone cannot catch).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { execFile, execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { Server } from "node:http";
-import { connect, PirqError, toHex } from "../src/index.js";
+import { connect, kvCandidates, kvTag, PirqError, toHex } from "../src/index.js";
 import { launchChromium, serveWeb } from "./browser.js";
-import { kvRecords, makeKvDb, makePageDb, makePublisherKey, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { binDir, kvRecords, makeKvDb, makePageDb, makePublisherKey, pageFromFile, Parties, pushEpoch, startParties, tempDir, warnings } from "./parties.js";
 import { startTamperingProxy, TamperingProxy } from "./tampering-proxy.js";
 
 const PAGES = 300;
@@ -215,6 +216,107 @@ test("the demo page with a publisher key: says the page is verified; with B lyin
   } finally {
     proxyB.tamper = undefined;
     await browser.close();
+  }
+});
+
+/** `pirq` (the Rust CLI) with `args`; its standard error on failure. */
+function pirqTool(args: string[]): void {
+  execFileSync(join(binDir, "pirq"), args, { stdio: "pipe" });
+}
+
+/** The pages of an update file written by `pirq epoch make` / `pirq kv update` (`.json`). */
+function updatePages(file: string): { index: number; page: Uint8Array }[] {
+  const update = JSON.parse(readFileSync(file, "utf8")) as { pages: { index: number; page: string }[] };
+  return update.pages.map((w) => ({ index: w.index, page: new Uint8Array(Buffer.from(w.page, "base64")) }));
+}
+
+const xorInto = (page: Uint8Array, delta: Uint8Array) => {
+  for (let i = 0; i < page.length; i++) page[i] ^= delta[i];
+};
+
+test("freshness (SIGNED §4): a party that hands back the older, validly signed version of a page or of a kv value is refused against the publisher's manifests from GET /v1/manifests", async () => {
+  const token = "ts-rollback-admin";
+  const work = tempDir();
+  const manifests = join(work, "manifests.json");
+  const base = makePageDb(work, PAGES, PAGE_SIZE, 9, publisher.secretFile);
+  const fresh = await startParties({ db: base, adminToken: token, gatewayArgs: ["--manifests", manifests] });
+  const proxy = await startTamperingProxy(fresh.b.url);
+  try {
+    // The publisher's update to epoch 1, its manifest appended to the file both parties serve.
+    const e1 = join(work, "e1.json");
+    pirqTool(["epoch", "make", "--db", base, "--epoch", "1", "--pages", "4", "--seed", "3", "--out", e1, "--sign-key", publisher.secretFile, "--manifests", manifests]);
+    const writes = updatePages(e1);
+    await pushEpoch(fresh.a, token, 1, writes);
+    await pushEpoch(fresh.b, token, 1, writes);
+    const { index: alpha, page: newPage } = writes[writes.length - 1];
+    const oldPage = pageFromFile(readFileSync(base), alpha);
+    const pirq = await connect(fresh.a.url, proxy.url, { publisherKey: publisher.publicKey });
+    const got = await pirq.getPages([alpha]);
+    assert.equal(got.verified, true);
+    assert.deepEqual(got.changedEpochs, [1]);
+    assert.equal(toHex(got.pages[0]), toHex(newPage.subarray(0, USABLE)));
+    // Party B XORs old ⊕ new into its answer: the client gets the epoch-0 page, validly signed.
+    const delta = oldPage.map((b, i) => b ^ newPage[i]);
+    proxy.tamper = (page) => xorInto(page, delta);
+    const before = proxy.tampered;
+    for (const client of [pirq, await connect(fresh.a.url, proxy.url, { publisherKey: publisher.publicKey })]) {
+      await assert.rejects(client.getPage(alpha), (e: unknown) => {
+        assert.ok(e instanceof PirqError, String(e));
+        assert.equal(e.code, "stale_page", e.message);
+        assert.match(e.message, new RegExp(`page ${alpha} answered at epoch 1 is its version of epoch 0, which the publisher's manifest of epoch 1 replaced`));
+        return true;
+      });
+    }
+    assert.ok(proxy.tampered > before, "the proxy altered nothing");
+    proxy.tamper = undefined;
+
+    // A signed kv table: a value changed at epoch 1, rolled back by B.
+    const records = kvRecords(200, 24);
+    const table = makeKvDb(work, records, { valueSize: 24, pageSize: 512, pages: 128, choices: 2, signKey: publisher.secretFile });
+    const kvManifests = join(work, "kv-manifests.json");
+    const kv = await startParties({ db: table, adminToken: token, gatewayArgs: ["--manifests", kvManifests] });
+    const kvProxy = await startTamperingProxy(kv.b.url);
+    try {
+      const changes = join(work, "changes.jsonl");
+      const [key] = records[17];
+      const value = new Uint8Array(24).fill(0xab);
+      writeFileSync(changes, JSON.stringify({ key: toHex(key), value: toHex(value) }) + "\n");
+      const kv1 = join(work, "kv1.json");
+      pirqTool(["kv", "update", "--db", table, "--changes", changes, "--epoch", "1", "--out", kv1, "--sign-key", publisher.secretFile, "--manifests", kvManifests]);
+      const kvWrites = updatePages(kv1);
+      await pushEpoch(kv.a, token, 1, kvWrites);
+      await pushEpoch(kv.b, token, 1, kvWrites);
+      const client = await connect(kv.a.url, kvProxy.url, { publisherKey: publisher.publicKey });
+      assert.equal(toHex((await client.get(key))!), toHex(value));
+      // B XORs old ⊕ new of each of the key's candidate pages into its share of that page: the
+      // client combines their epoch-0 versions, validly signed, which hold the old value.
+      const layout = client.info.kv!;
+      const candidates = await kvCandidates(layout.seed, await kvTag(layout.seed, key), layout.choices, client.info.numPages);
+      const oldTable = readFileSync(table);
+      const newer = new Map(kvWrites.map((w) => [w.index, w.page]));
+      const deltas = candidates.map((c) => {
+        const old = pageFromFile(oldTable, c);
+        const now = newer.get(c) ?? old;
+        return old.map((b, i) => b ^ now[i]);
+      });
+      assert.ok(deltas.some((d) => d.some((b) => b !== 0)), "the key's pages did not change");
+      kvProxy.tamper = (page, keyIndex) => xorInto(page, deltas[keyIndex]);
+      const before = kvProxy.tampered;
+      for (const c of [client, await connect(kv.a.url, kvProxy.url, { publisherKey: publisher.publicKey })]) {
+        await assert.rejects(c.get(key), (e: unknown) => {
+          assert.ok(e instanceof PirqError, String(e));
+          assert.equal(e.code, "stale_page", e.message);
+          return true;
+        });
+      }
+      assert.ok(kvProxy.tampered > before, "the proxy altered nothing");
+    } finally {
+      await kvProxy.close();
+      await kv.stop();
+    }
+  } finally {
+    await proxy.close();
+    await fresh.stop();
   }
 });
 
