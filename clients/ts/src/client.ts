@@ -110,7 +110,15 @@ interface SignedHistory {
   manifests: Map<number, Manifest>;
   /** The newest signed epoch seen: answers at an older one are refused. */
   newest: number;
+  /** The answered epoch the parties' manifests were last read for, and when (ms since the epoch). */
+  read?: { epoch: number; at: number };
 }
+
+/**
+ * How soon the manifests are read again for the same answered epoch while its manifest is still
+ * missing (an operator installs the file just after the update), in milliseconds.
+ */
+const MANIFEST_REREAD_MS = 10_000;
 
 /** A party's combined answer to one chunk of keys. */
 interface Combined {
@@ -371,14 +379,16 @@ export class Pirq {
       if (!tail) throw refuse("bad_signature", `page ${indices[i]} at epoch ${epoch} failed the publisher's signature: a party altered its answer`);
       return tail.changedEpoch;
     });
-    let fetched = false;
+    // SIGNED §4.3, when to read: the first answer at an epoch whose manifest this client lacks,
+    // whatever pages it asked for. Reading only when a page needs an older manifest would tell
+    // the parties that the page asked for did not change at this epoch.
+    const read = history.read;
+    if (epoch >= 1 && !history.manifests.has(epoch) && !(read && read.epoch === epoch && Date.now() - read.at < MANIFEST_REREAD_MS)) {
+      history.read = { epoch, at: Date.now() };
+      await this.readManifests(history, dbId, ctxA, ctxB);
+    }
     for (let i = 0; i < indices.length; i++) {
-      let verdict = freshness(indices[i], changed[i], epoch, history.manifests);
-      if (!verdict.fresh && verdict.why === "missing" && !fetched) {
-        await this.readManifests(history, dbId, ctxA, ctxB);
-        fetched = true;
-        verdict = freshness(indices[i], changed[i], epoch, history.manifests);
-      }
+      const verdict = freshness(indices[i], changed[i], epoch, history.manifests);
       if (verdict.fresh) continue;
       switch (verdict.why) {
         case "future":

@@ -197,6 +197,21 @@ test("a party that hands back the old signed version of a replaced page (XOR old
   }
 });
 
+test("manifests are read on the answered epoch alone, never because of the page asked for (SIGNED §4.3), and once per epoch", async () => {
+  let reads = 0;
+  const inner = parties(updated(), updated());
+  const counting = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    if (new URL(String(input)).pathname === "/v1/manifests") reads++;
+    return inner(input, init);
+  }) as typeof fetch;
+  const pirq = await connect(A, B, { fetch: counting, publisherKey: V.public_key });
+  // page 9 changed at the answered epoch: it needs no manifest, and both parties' are read anyway
+  assert.deepEqual((await pirq.getPages([9])).changedEpochs, [2]);
+  assert.equal(reads, 2);
+  assert.deepEqual((await pirq.getPages([5, 7])).changedEpochs, [0, 1]);
+  assert.equal(reads, 2, "kept: not read again at the same epoch");
+});
+
 test("manifests: one party's suffice (the union); none, or only forged ones, refuse a page not shown current", async () => {
   const one = await connect(A, B, { fetch: parties(updated({ manifests: undefined }), updated()), publisherKey: V.public_key });
   assert.deepEqual((await one.getPages([5])).changedEpochs, [0]);
