@@ -4,7 +4,10 @@
 // bytes into its answers and keeps the digest stamp. In Node and in headless Chromium, every
 // wait mode: untampered pages verified and exact; tampered answers refused on every lookup; the
 // parties pinned to another publisher's key refused; an unsigned database refused when pinned
-// (and, unpinned, the same lie passing unnoticed: what the digest alone cannot catch).
+// (and, unpinned, the same lie passing unnoticed: what the digest alone cannot catch). Freshness
+// (SIGNED §4): after a signed update whose manifest the parties serve (--manifests), a party
+// that hands back the older, validly signed version of a page (Node and Chromium) or of a kv
+// value (Node) is refused with stale_page.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, execFileSync } from "node:child_process";
@@ -239,7 +242,7 @@ test("freshness (SIGNED §4): a party that hands back the older, validly signed 
   const work = tempDir();
   const manifests = join(work, "manifests.json");
   const base = makePageDb(work, PAGES, PAGE_SIZE, 9, publisher.secretFile);
-  const fresh = await startParties({ db: base, adminToken: token, gatewayArgs: ["--manifests", manifests] });
+  const fresh = await startParties({ db: base, adminToken: token, corsOrigins: [web.origin], gatewayArgs: ["--manifests", manifests] });
   const proxy = await startTamperingProxy(fresh.b.url);
   try {
     // The publisher's update to epoch 1, its manifest appended to the file both parties serve.
@@ -269,6 +272,33 @@ test("freshness (SIGNED §4): a party that hands back the older, validly signed 
     }
     assert.ok(proxy.tampered > before, "the proxy altered nothing");
     proxy.tamper = undefined;
+
+    // The same in headless Chromium (the browser bundle): exact when honest, stale_page when rolled back.
+    const browser = await launchChromium();
+    try {
+      const page = await browser.context.newPage();
+      await page.goto(`${web.origin}/`);
+      await page.waitForFunction(() => "pirq" in window);
+      const run = () => page.evaluate(async ({ a, b, key, index }) => {
+        const { connect, toHex } = (window as any).pirq;
+        try {
+          const pirq = await connect(a, b, { publisherKey: key, timeoutMs: 20_000 });
+          const result = await pirq.getPages([index]);
+          return { page: toHex(result.pages[0]), changed: result.changedEpochs };
+        } catch (e: any) {
+          return { code: e.code, message: e.message };
+        }
+      }, { a: fresh.a.url, b: proxy.url, key: publisher.publicKey, index: alpha });
+      assert.deepEqual(await run(), { page: toHex(newPage.subarray(0, USABLE)), changed: [1] });
+      proxy.tamper = (page) => xorInto(page, delta);
+      const refused = await run();
+      assert.equal(refused.code, "stale_page", JSON.stringify(refused));
+      assert.match(refused.message, /which the publisher's manifest of epoch 1 replaced/);
+      await page.close();
+    } finally {
+      proxy.tamper = undefined;
+      await browser.close();
+    }
 
     // A signed kv table: a value changed at epoch 1, rolled back by B.
     const records = kvRecords(200, 24);
