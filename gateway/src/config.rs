@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use pirq_shared::layout::Layout;
 
 /// When a query counts as accepted (`--durability`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -25,6 +26,10 @@ pub struct Config {
     /// `--redis` and `--prefix`, as every server of the party takes them.
     #[command(flatten)]
     pub redis: pirq_party::RedisArgs,
+
+    /// `--partitions`, as every server of the party takes it.
+    #[command(flatten)]
+    pub partitions: pirq_party::PartitionArgs,
 
     /// Address to listen on for HTTP.
     #[arg(long, env = "PIRQ_LISTEN", default_value = "127.0.0.1:8080")]
@@ -263,6 +268,11 @@ impl Config {
             limit: self.max_update_bytes,
             timeout: self.body_timeout(),
         }
+    }
+
+    /// The party's key names: `--prefix` split into `--partitions`.
+    pub fn layout(&self) -> Result<Layout, crate::state::StateError> {
+        Ok(self.partitions.apply(self.redis.layout()?)?)
     }
 
     pub fn redis_timeout(&self) -> Duration {

@@ -1,5 +1,7 @@
 //! `pirq-gateway`: parse flags, build the state, serve until Ctrl-C or SIGTERM.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use clap::Parser;
 
@@ -7,6 +9,30 @@ use pirq_gateway::config::Durability;
 use pirq_gateway::durability::Durable;
 use pirq_gateway::{router_for, AppState, Config, Routes};
 use tokio::sync::watch;
+
+/// One partition count per party (`--partitions`, recorded in Redis): a gateway of another
+/// count would queue requests where no worker reads and look for records where none are. With
+/// Redis up the check is made before serving, and a different count refuses the start; a Redis
+/// not reachable yet is checked in the background once it is, and a different count then stops
+/// the gateway (exit status 1) with the same message.
+async fn check_partitions(config: &Config) -> anyhow::Result<()> {
+    use pirq_queue::partitions::{agree, agree_when_reachable, Disagreement};
+    let layout = config.layout()?;
+    let conn = config.redis.target()?.connection(config.redis_timeout())?;
+    match agree(&conn, &layout, config.redis_timeout()).await {
+        Ok(()) => Ok(()),
+        Err(Disagreement::Queue(e)) if e.is_transient() => {
+            tokio::spawn(async move {
+                if let Err(e) = agree_when_reachable(&conn, &layout, Duration::from_secs(5)).await {
+                    tracing::error!("{e}");
+                    std::process::exit(1);
+                }
+            });
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
@@ -33,9 +59,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let state = state.with_shutdown(stop_rx.clone());
     pirq_gateway::queue_metrics::spawn(
         &config.redis.target()?,
-        config.redis.layout()?,
+        config.layout()?,
         config.redis_timeout(),
     );
+    check_partitions(&config).await?;
     let tls = config.tls()?;
     let mut reloadables = Vec::new();
     if let Some(tls) = tls.clone() {

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use pirq_shared::layout::Layout;
 
 use tokio::sync::watch;
 
@@ -47,6 +46,8 @@ pub enum StateError {
     #[error(transparent)]
     Prefix(#[from] pirq_shared::layout::PrefixError),
     #[error(transparent)]
+    Partitions(#[from] pirq_shared::layout::PartitionsError),
+    #[error(transparent)]
     Producer(#[from] QueueError),
     /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::target`].
     #[error("{0:#}")]
@@ -59,7 +60,7 @@ pub enum StateError {
 impl AppState {
     /// Builds the state and starts the pub/sub listener. Does not need Redis to be up.
     pub fn new(config: Config, metrics: Option<PrometheusHandle>) -> Result<AppState, StateError> {
-        let layout = Layout::new(&config.redis.prefix)?;
+        let layout = config.layout()?;
         let access = Access::of(&config).map_err(StateError::Access)?;
         let target = config.redis.target().map_err(StateError::Target)?;
         let store = Producer::new(&target, layout.clone(), config.redis_timeout())?;

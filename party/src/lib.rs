@@ -7,9 +7,11 @@
 
 pub mod backoff;
 pub mod metrics;
+pub mod partitions;
 pub mod redis_args;
 
 pub use backoff::Backoff;
+pub use partitions::PartitionArgs;
 pub use redis_args::RedisArgs;
 
 /// A server's whole `main`: logging set up, then `run` on a multi-threaded Tokio runtime (what

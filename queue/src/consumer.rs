@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use pirq_shared::layout::{job_field, query_field as qf, shard_group, Layout};
+use pirq_shared::layout::{job_field, query_field as qf, shard_group, Layout, PartitionKeys};
 use pirq_shared::metrics as m;
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
@@ -22,12 +22,27 @@ use crate::record::{DoneFields, Pages, StatusEvent};
 use crate::reply::{self, Fields};
 use crate::{probe, scripts, Connection, QueueError, RedisTarget, RequestId};
 
+/// A job stream entry: the partition whose stream holds it, and its id there.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EntryId {
+    pub partition: u32,
+    /// The stream entry id (`<ms>-<seq>`), for `XACK`/`XDEL`.
+    pub id: String,
+}
+
+impl std::fmt::Display for EntryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.partition, self.id)
+    }
+}
+
 /// One stream entry as read.
 #[derive(Debug)]
 pub struct Delivery {
-    /// Stream entry id, for `XACK`/`XDEL`.
-    pub entry_id: String,
-    /// The request id, `None` when the entry has none (it did not come from a gateway).
+    /// Stream entry, for `XACK`/`XDEL`.
+    pub entry_id: EntryId,
+    /// The request id, `None` when the entry has none (it did not come from a gateway), or one
+    /// that does not live in the entry's partition (nor did that).
     pub request_id: Option<RequestId>,
     pub job: Result<Job, WireError>,
     /// When this worker read it (starts the worker time).
@@ -49,7 +64,7 @@ impl Delivery {
 #[derive(Debug)]
 pub enum Outcome {
     Done {
-        entry_id: String,
+        entry_id: EntryId,
         request_id: RequestId,
         epoch: u64,
         page_size: usize,
@@ -63,23 +78,23 @@ pub enum Outcome {
         digest: Option<pirq_shared::digest::Digest>,
     },
     Failed {
-        entry_id: String,
+        entry_id: EntryId,
         request_id: RequestId,
         error: ErrorBody,
         worker: Duration,
     },
     /// Not a job at all: acknowledge and delete, nobody waits for it.
-    Discard { entry_id: String },
+    Discard { entry_id: EntryId },
     /// Nothing left to do for this shard (the query is already final, or its record expired):
     /// acknowledge and delete, without writing anything.
-    Settled { entry_id: String },
+    Settled { entry_id: EntryId },
     /// Not answered this time: give the entry back to the group at once (not acknowledged), so
     /// any worker claims it again; `deliveries` so far stay counted.
-    Retry { entry_id: String, deliveries: u64 },
+    Retry { entry_id: EntryId, deliveries: u64 },
     /// Given up: copied to the dead-letter stream with the reason, the query (if any) `failed`
     /// with that reason, the entry acknowledged and deleted.
     DeadLetter {
-        entry_id: String,
+        entry_id: EntryId,
         request_id: Option<RequestId>,
         error: ErrorBody,
         deliveries: u64,
@@ -87,7 +102,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn entry_id(&self) -> &str {
+    pub fn entry_id(&self) -> &EntryId {
         match self {
             Outcome::Done { entry_id, .. }
             | Outcome::Failed { entry_id, .. }
@@ -182,21 +197,27 @@ pub enum ShardStart {
     OtherShardCount,
 }
 
-/// One worker's consumer of the job stream.
+/// One worker's consumer of the job streams, one per partition of the party
+/// ([`Layout::partition`]): every worker reads every partition, each through a blocking
+/// connection of its own ([`Consumer::read`] takes the partition), and each outcome goes back
+/// to the partition its entry came from.
 pub struct Consumer {
     layout: Layout,
+    /// The keys of each partition, by index.
+    partitions: Vec<PartitionKeys>,
     /// The shard this worker serves ([`ShardSpec::WHOLE`] when unsharded) and its group.
     shard: ShardSpec,
     group: String,
     consumer: String,
-    reader: Conn,
+    /// One connection for each partition's `XREADGROUP … BLOCK`, by index.
+    readers: Vec<Conn>,
     writer: Conn,
     result_ttl: u64,
     policy: Policy,
     /// `XACKDEL` (Redis ≥ 8.2) found at start: one command instead of `XACK` + `XDEL`.
     ackdel: AtomicBool,
-    /// Entry ids this worker holds (read, not yet acknowledged or handed back).
-    inflight: Mutex<HashSet<String>>,
+    /// Entries this worker holds (read, not yet acknowledged or handed back).
+    inflight: Mutex<HashSet<EntryId>>,
     /// Recent longest window, in microseconds (derives the claim-idle time): rises at once to
     /// a longer window, decays towards shorter ones.
     longest_window_us: AtomicU64,
@@ -211,14 +232,17 @@ impl Consumer {
         block: Duration,
         result_ttl: u64,
     ) -> Result<Consumer, QueueError> {
-        let reader = target.worker_connection(block)?.conn;
+        let readers = (0..layout.partitions())
+            .map(|_| Ok(target.worker_connection(block)?.conn))
+            .collect::<Result<Vec<_>, QueueError>>()?;
         let writer = target.worker_connection(Duration::ZERO)?.conn;
         Ok(Consumer {
+            partitions: layout.all_partitions().map(|(_, keys)| keys).collect(),
             layout,
             shard: ShardSpec::WHOLE,
             group: shard_group(ShardSpec::WHOLE),
             consumer,
-            reader,
+            readers,
             writer,
             result_ttl,
             policy: Policy::default(),
@@ -264,6 +288,15 @@ impl Consumer {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// How many partitions this worker reads.
+    pub fn partitions(&self) -> u32 {
+        self.partitions.len() as u32
+    }
+
+    fn keys(&self, partition: u32) -> &PartitionKeys {
+        &self.partitions[partition as usize]
     }
 
     /// A connection for other work (registration, heartbeats).
@@ -312,13 +345,20 @@ impl Consumer {
         self.ackdel.load(Ordering::Relaxed)
     }
 
-    /// Creates the stream and the group if needed. The group starts at the stream's beginning,
-    /// so jobs queued before the first worker ever ran are read too.
+    /// Creates every partition's stream and group if needed. The group starts at the stream's
+    /// beginning, so jobs queued before the first worker ever ran are read too.
     pub async fn ensure_group(&self) -> Result<(), QueueError> {
+        for p in 0..self.partitions() {
+            self.ensure_group_in(p).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_group_in(&self, partition: u32) -> Result<(), QueueError> {
         let mut conn = self.writer.clone();
         let r: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(self.layout.jobs())
+            .arg(self.keys(partition).jobs())
             .arg(&self.group)
             .arg("0")
             .arg("MKSTREAM")
@@ -330,9 +370,15 @@ impl Consumer {
         }
     }
 
-    /// Reads up to `count` new entries, blocking up to `block` when there are none.
-    pub async fn read(&self, count: usize, block: Duration) -> Result<Vec<Delivery>, QueueError> {
-        self.xreadgroup(count, Some(block), ">").await
+    /// Reads up to `count` new entries of `partition`, blocking up to `block` when there are
+    /// none (on that partition's reader connection).
+    pub async fn read(
+        &self,
+        partition: u32,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        self.xreadgroup(partition, count, Some(block), ">").await
     }
 
     /// Reads up to `count` entries already delivered to this consumer and not acknowledged,
@@ -341,19 +387,21 @@ impl Consumer {
     /// fields and are acknowledged as discards.
     pub async fn read_own_pending(
         &self,
+        partition: u32,
         count: usize,
         after: &str,
     ) -> Result<Vec<Delivery>, QueueError> {
-        self.xreadgroup(count, None, after).await
+        self.xreadgroup(partition, count, None, after).await
     }
 
     async fn xreadgroup(
         &self,
+        partition: u32,
         count: usize,
         block: Option<Duration>,
         id: &str,
     ) -> Result<Vec<Delivery>, QueueError> {
-        let mut conn = self.reader.clone();
+        let mut conn = self.readers[partition as usize].clone();
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
             .arg(&self.group)
@@ -363,13 +411,13 @@ impl Consumer {
         if let Some(block) = block {
             cmd.arg("BLOCK").arg(block.as_millis() as u64);
         }
-        cmd.arg("STREAMS").arg(self.layout.jobs()).arg(id);
+        cmd.arg("STREAMS").arg(self.keys(partition).jobs()).arg(id);
         let reply: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
         let reply = match reply {
             // The stream or group vanished (Redis restarted without persistence): make it again.
             Err(e) if e.code() == Some("NOGROUP") => {
-                tracing::warn!("job stream or group missing; creating it");
-                self.ensure_group().await?;
+                tracing::warn!(partition, "job stream or group missing; creating it");
+                self.ensure_group_in(partition).await?;
                 return Ok(Vec::new());
             }
             other => other?,
@@ -377,13 +425,14 @@ impl Consumer {
         let received = Instant::now();
         let mut deliveries: Vec<Delivery> = reply::read_reply(reply)
             .into_iter()
-            .map(|(entry_id, fields)| delivery(entry_id, fields, received))
+            .map(|(entry_id, fields)| self.delivery(partition, entry_id, fields, received))
             .collect();
-        self.drop_gone(&mut deliveries).await?;
+        self.drop_gone(partition, &mut deliveries).await?;
         self.hold(&deliveries);
         // New entries are on their first delivery; entries read again are counted by Redis.
         if id != ">" {
-            self.fill_delivery_counts(&mut deliveries).await?;
+            self.fill_delivery_counts(partition, &mut deliveries)
+                .await?;
         }
         for job in deliveries.iter().filter_map(|d| d.job.as_ref().ok()) {
             metrics::histogram!(m::WORKER_QUEUE_WAIT)
@@ -398,13 +447,14 @@ impl Consumer {
     /// counts as a delivery.
     pub async fn claim(
         &self,
+        partition: u32,
         min_idle: Duration,
         count: usize,
         cursor: &mut String,
     ) -> Result<Vec<Delivery>, QueueError> {
         let mut conn = self.writer.clone();
         let reply: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
-            .arg(self.layout.jobs())
+            .arg(self.keys(partition).jobs())
             .arg(&self.group)
             .arg(&self.consumer)
             .arg(min_idle.as_millis() as u64)
@@ -415,7 +465,7 @@ impl Consumer {
             .await;
         let reply = match reply {
             Err(e) if e.code() == Some("NOGROUP") => {
-                self.ensure_group().await?;
+                self.ensure_group_in(partition).await?;
                 return Ok(Vec::new());
             }
             other => other?,
@@ -429,11 +479,12 @@ impl Consumer {
         let received = Instant::now();
         let mut deliveries: Vec<Delivery> = entries
             .into_iter()
-            .map(|(entry_id, fields)| delivery(entry_id, fields, received))
+            .map(|(entry_id, fields)| self.delivery(partition, entry_id, fields, received))
             .collect();
-        self.drop_gone(&mut deliveries).await?;
+        self.drop_gone(partition, &mut deliveries).await?;
         self.hold(&deliveries);
-        self.fill_delivery_counts(&mut deliveries).await?;
+        self.fill_delivery_counts(partition, &mut deliveries)
+            .await?;
         if !deliveries.is_empty() {
             metrics::counter!(m::WORKER_JOBS_RECLAIMED).increment(deliveries.len() as u64);
         }
@@ -442,11 +493,15 @@ impl Consumer {
 
     /// Acknowledges entries that were deleted while pending (they come back without fields):
     /// nothing is left to answer.
-    async fn drop_gone(&self, deliveries: &mut Vec<Delivery>) -> Result<(), QueueError> {
+    async fn drop_gone(
+        &self,
+        partition: u32,
+        deliveries: &mut Vec<Delivery>,
+    ) -> Result<(), QueueError> {
         let gone: Vec<String> = deliveries
             .iter()
             .filter(|d| d.gone)
-            .map(|d| d.entry_id.clone())
+            .map(|d| d.entry_id.id.clone())
             .collect();
         if gone.is_empty() {
             return Ok(());
@@ -454,7 +509,7 @@ impl Consumer {
         deliveries.retain(|d| !d.gone);
         let mut conn = self.writer.clone();
         redis::cmd("XACK")
-            .arg(self.layout.jobs())
+            .arg(self.keys(partition).jobs())
             .arg(&self.group)
             .arg(&gone)
             .query_async::<()>(&mut conn)
@@ -464,17 +519,22 @@ impl Consumer {
 
     /// Sets each delivery's count from the group's pending list (`XPENDING` per entry, one
     /// round trip).
-    async fn fill_delivery_counts(&self, deliveries: &mut [Delivery]) -> Result<(), QueueError> {
+    async fn fill_delivery_counts(
+        &self,
+        partition: u32,
+        deliveries: &mut [Delivery],
+    ) -> Result<(), QueueError> {
         if deliveries.is_empty() {
             return Ok(());
         }
+        let jobs = self.keys(partition).jobs();
         let mut pipe = redis::pipe();
         for d in deliveries.iter() {
             pipe.cmd("XPENDING")
-                .arg(self.layout.jobs())
+                .arg(&jobs)
                 .arg(&self.group)
-                .arg(&d.entry_id)
-                .arg(&d.entry_id)
+                .arg(&d.entry_id.id)
+                .arg(&d.entry_id.id)
                 .arg(1);
         }
         let mut conn = self.writer.clone();
@@ -487,30 +547,42 @@ impl Consumer {
         Ok(())
     }
 
-    /// Entries this consumer still holds in the group, with their delivery counts, leaving out
-    /// those it already handed back (idle past [`RELEASED_IDLE_MS`] / 2).
-    pub async fn own_pending(&self, count: usize) -> Result<Vec<(String, u64)>, QueueError> {
+    /// Entries this consumer still holds in the group of any partition (up to `count` a
+    /// partition), with their delivery counts, leaving out those it already handed back (idle
+    /// past [`RELEASED_IDLE_MS`] / 2).
+    pub async fn own_pending(&self, count: usize) -> Result<Vec<(EntryId, u64)>, QueueError> {
         let mut conn = self.writer.clone();
-        let reply: Value = redis::cmd("XPENDING")
-            .arg(self.layout.jobs())
-            .arg(&self.group)
-            .arg("-")
-            .arg("+")
-            .arg(count.max(1))
-            .arg(&self.consumer)
-            .query_async(&mut conn)
-            .await?;
-        Ok(reply::pending(reply)
-            .into_iter()
-            .filter(|(_, _, idle)| *idle < RELEASED_IDLE_MS / 2)
-            .map(|(id, count, _)| (id, count))
-            .collect())
+        let mut held = Vec::new();
+        for (p, keys) in self.partitions.iter().enumerate() {
+            let reply: Value = redis::cmd("XPENDING")
+                .arg(keys.jobs())
+                .arg(&self.group)
+                .arg("-")
+                .arg("+")
+                .arg(count.max(1))
+                .arg(&self.consumer)
+                .query_async(&mut conn)
+                .await?;
+            held.extend(
+                reply::pending(reply)
+                    .into_iter()
+                    .filter(|(_, _, idle)| *idle < RELEASED_IDLE_MS / 2)
+                    .map(|(id, count, _)| {
+                        let entry = EntryId {
+                            partition: p as u32,
+                            id,
+                        };
+                        (entry, count)
+                    }),
+            );
+        }
+        Ok(held)
     }
 
     /// Hands entries back to the group without acknowledging them: their idle time is set past
     /// any claim-idle time, so the next `XAUTOCLAIM` of any worker takes them, and their
     /// delivery count is set to the given value (the claim adds one).
-    pub async fn release(&self, entries: &[(String, u64)]) -> Result<(), QueueError> {
+    pub async fn release(&self, entries: &[(EntryId, u64)]) -> Result<(), QueueError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -520,17 +592,17 @@ impl Consumer {
         }
         let mut conn = self.writer.clone();
         pipe.query_async::<()>(&mut conn).await?;
-        self.forget(entries.iter().map(|(id, _)| id.as_str()));
+        self.forget(entries.iter().map(|(id, _)| id));
         Ok(())
     }
 
-    fn release_cmd(&self, pipe: &mut redis::Pipeline, entry_id: &str, retry_count: u64) {
+    fn release_cmd(&self, pipe: &mut redis::Pipeline, entry: &EntryId, retry_count: u64) {
         pipe.cmd("XCLAIM")
-            .arg(self.layout.jobs())
+            .arg(self.keys(entry.partition).jobs())
             .arg(&self.group)
             .arg(&self.consumer)
             .arg(0)
-            .arg(entry_id)
+            .arg(&entry.id)
             .arg("IDLE")
             .arg(RELEASED_IDLE_MS)
             .arg("RETRYCOUNT")
@@ -542,21 +614,24 @@ impl Consumer {
     /// Refreshes the idle time of every entry this worker holds (`XCLAIM … JUSTID` to itself,
     /// which does not count a delivery), so no peer claims a job that is only slow.
     pub async fn touch_inflight(&self) -> Result<usize, QueueError> {
-        let ids: Vec<String> = self.inflight.lock().unwrap().iter().cloned().collect();
+        let mut ids: Vec<EntryId> = self.inflight.lock().unwrap().iter().cloned().collect();
         if ids.is_empty() {
             return Ok(0);
         }
+        ids.sort_by_key(|e| e.partition);
         let mut conn = self.writer.clone();
-        for chunk in ids.chunks(500) {
-            redis::cmd("XCLAIM")
-                .arg(self.layout.jobs())
-                .arg(&self.group)
-                .arg(&self.consumer)
-                .arg(0)
-                .arg(chunk)
-                .arg("JUSTID")
-                .query_async::<()>(&mut conn)
-                .await?;
+        for partition in ids.chunk_by(|a, b| a.partition == b.partition) {
+            for chunk in partition.chunks(500) {
+                redis::cmd("XCLAIM")
+                    .arg(self.keys(chunk[0].partition).jobs())
+                    .arg(&self.group)
+                    .arg(&self.consumer)
+                    .arg(0)
+                    .arg(chunk.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
+                    .arg("JUSTID")
+                    .query_async::<()>(&mut conn)
+                    .await?;
+            }
         }
         Ok(ids.len())
     }
@@ -568,7 +643,7 @@ impl Consumer {
 
     /// Stops refreshing these entries (acknowledged, handed back, or given up on: then they
     /// become claimable after the claim-idle time).
-    pub fn forget<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+    pub fn forget<'a>(&self, ids: impl IntoIterator<Item = &'a EntryId>) {
         let mut set = self.inflight.lock().unwrap();
         for id in ids {
             set.remove(id);
@@ -580,22 +655,51 @@ impl Consumer {
         self.inflight.lock().unwrap().len()
     }
 
-    /// Marks the queries of a window `running` and announces it.
+    /// Marks the queries of a window `running` and announces it: one script run per partition
+    /// the window's queries live in (a script touches one slot).
     pub async fn mark_running(&self, request_ids: &[RequestId]) -> Result<(), QueueError> {
-        if request_ids.is_empty() {
-            return Ok(());
+        for (partition, ids) in self.by_partition(request_ids, |id| id) {
+            let keys = self.keys(partition);
+            let mut inv = scripts::MARK_RUNNING.script().prepare_invoke();
+            for id in &ids {
+                inv.key(keys.query(id.as_str()));
+            }
+            inv.arg(self.layout.events());
+            for id in &ids {
+                inv.arg(*id);
+            }
+            let mut conn = self.writer.clone();
+            inv.invoke_async::<()>(&mut conn).await?;
         }
-        let mut inv = scripts::MARK_RUNNING.script().prepare_invoke();
-        for id in request_ids {
-            inv.key(self.layout.query(id.as_str()));
-        }
-        inv.arg(self.layout.events());
-        for id in request_ids {
-            inv.arg(id);
-        }
-        let mut conn = self.writer.clone();
-        inv.invoke_async::<()>(&mut conn).await?;
         Ok(())
+    }
+
+    /// `items` grouped by the partition of their request id, partitions in ascending order,
+    /// each group in the order given (with each item's index in `items`).
+    fn by_partition<'a, T>(
+        &self,
+        items: &'a [T],
+        id: impl Fn(&'a T) -> &'a RequestId,
+    ) -> Vec<(u32, Vec<&'a RequestId>)> {
+        self.indexed_by_partition(items, id)
+            .into_iter()
+            .map(|(p, group)| (p, group.into_iter().map(|(_, id)| id).collect()))
+            .collect()
+    }
+
+    fn indexed_by_partition<'a, T>(
+        &self,
+        items: &'a [T],
+        id: impl Fn(&'a T) -> &'a RequestId,
+    ) -> Vec<(u32, Vec<(usize, &'a RequestId)>)> {
+        let mut groups: std::collections::BTreeMap<u32, Vec<(usize, &RequestId)>> =
+            Default::default();
+        for (i, item) in items.iter().enumerate() {
+            let request = id(item);
+            let partition = self.layout.partition_of_id(request.as_str());
+            groups.entry(partition).or_default().push((i, request));
+        }
+        groups.into_iter().collect()
     }
 
     /// Sharded parties: marks a window's queries running, fixes their shard count and pins the
@@ -605,27 +709,29 @@ impl Consumer {
         &self,
         jobs: &[(RequestId, u64)],
     ) -> Result<Vec<ShardStart>, QueueError> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
+        let mut starts = vec![ShardStart::Settled; jobs.len()];
+        // One script run per partition (a script touches one slot).
+        for (partition, group) in self.indexed_by_partition(jobs, |(id, _)| id) {
+            let keys = self.keys(partition);
+            let mut inv = scripts::SHARD_START.script().prepare_invoke();
+            for (_, id) in &group {
+                inv.key(keys.query(id.as_str()));
+            }
+            inv.arg(self.layout.events()).arg(self.shard.count);
+            for (i, id) in &group {
+                inv.arg(*id).arg(jobs[*i].1);
+            }
+            let mut conn = self.writer.clone();
+            let replies: Vec<i64> = inv.invoke_async(&mut conn).await?;
+            for ((i, _), reply) in group.iter().zip(replies) {
+                starts[*i] = match reply {
+                    e if e >= 0 => ShardStart::At(e as u64),
+                    -3 => ShardStart::OtherShardCount,
+                    _ => ShardStart::Settled,
+                };
+            }
         }
-        let mut inv = scripts::SHARD_START.script().prepare_invoke();
-        for (id, _) in jobs {
-            inv.key(self.layout.query(id.as_str()));
-        }
-        inv.arg(self.layout.events()).arg(self.shard.count);
-        for (id, epoch) in jobs {
-            inv.arg(id).arg(*epoch);
-        }
-        let mut conn = self.writer.clone();
-        let replies: Vec<i64> = inv.invoke_async(&mut conn).await?;
-        Ok(replies
-            .into_iter()
-            .map(|r| match r {
-                e if e >= 0 => ShardStart::At(e as u64),
-                -3 => ShardStart::OtherShardCount,
-                _ => ShardStart::Settled,
-            })
-            .collect())
+        Ok(starts)
     }
 
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
@@ -644,11 +750,17 @@ impl Consumer {
         if outcomes.is_empty() {
             return Ok(());
         }
+        // A `MULTI` block touches one slot: the outcomes of each partition go in blocks of
+        // their own, partitions in ascending order, each in the order given.
+        let mut ordered: Vec<&Outcome> = outcomes.iter().collect();
+        ordered.sort_by_key(|o| o.entry_id().partition);
         let mut pipe = redis::pipe();
-        for block in outcomes.chunks(FINISH_BLOCK) {
-            pipe.cmd("MULTI").ignore();
-            self.finish_block(&mut pipe, block);
-            pipe.cmd("EXEC");
+        for partition in ordered.chunk_by(|a, b| a.entry_id().partition == b.entry_id().partition) {
+            for block in partition.chunks(FINISH_BLOCK) {
+                pipe.cmd("MULTI").ignore();
+                self.finish_block(&mut pipe, block);
+                pipe.cmd("EXEC");
+            }
         }
         let mut conn = self.writer.clone();
         let blocks: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
@@ -660,10 +772,14 @@ impl Consumer {
     }
 
     /// The commands of one `MULTI` block of [`Consumer::finish`].
-    fn finish_block(&self, pipe: &mut redis::Pipeline, outcomes: &[Outcome]) {
+    fn finish_block(&self, pipe: &mut redis::Pipeline, outcomes: &[&Outcome]) {
         let events = self.layout.events();
+        let Some(first) = outcomes.first() else {
+            return;
+        };
+        let keys = self.keys(first.entry_id().partition);
         let mut acked: Vec<&str> = Vec::new();
-        for outcome in outcomes {
+        for outcome in outcomes.iter().copied() {
             match outcome {
                 Outcome::Done {
                     entry_id,
@@ -677,7 +793,7 @@ impl Consumer {
                     ..
                 } => {
                     if self.shard.is_whole() {
-                        let key = self.layout.query(request_id.as_str());
+                        let key = keys.query(request_id.as_str());
                         let done = DoneFields {
                             epoch: *epoch,
                             page_size: *page_size,
@@ -699,20 +815,17 @@ impl Consumer {
                             .arg(&events)
                             .arg(event.encode())
                             .ignore();
-                        acked.push(entry_id);
+                        acked.push(&entry_id.id);
                     } else {
                         // A shard's partial: the script XORs it in and acknowledges the entry.
                         // Every shard stamps the digest of the database it answered from (the
                         // whole database's); the script fails the query if two shards differ.
                         scripts::SHARD_COMBINE
                             .eval(pipe, 4)
-                            .arg(self.layout.query(request_id.as_str()))
-                            .arg(self.layout.partial_sum(request_id.as_str()))
-                            .arg(
-                                self.layout
-                                    .partial_in(request_id.as_str(), self.shard.index),
-                            )
-                            .arg(self.layout.jobs())
+                            .arg(keys.query(request_id.as_str()))
+                            .arg(keys.partial_sum(request_id.as_str()))
+                            .arg(keys.partial_in(request_id.as_str(), self.shard.index))
+                            .arg(keys.jobs())
                             .arg(self.shard.index)
                             .arg(self.shard.count)
                             .arg(pages)
@@ -721,7 +834,7 @@ impl Consumer {
                             .arg(scan.as_micros() as u64)
                             .arg(worker.as_micros() as u64)
                             .arg(self.result_ttl)
-                            .arg(entry_id)
+                            .arg(&entry_id.id)
                             .arg(&self.group)
                             .arg(&events)
                             .arg(request_id)
@@ -735,11 +848,11 @@ impl Consumer {
                     error,
                     worker,
                 } => {
-                    self.fail_cmds(pipe, request_id, error, *worker);
-                    acked.push(entry_id);
+                    self.fail_cmds(pipe, keys, request_id, error, *worker);
+                    acked.push(&entry_id.id);
                 }
                 Outcome::Discard { entry_id } | Outcome::Settled { entry_id } => {
-                    acked.push(entry_id)
+                    acked.push(&entry_id.id)
                 }
                 Outcome::Retry {
                     entry_id,
@@ -753,9 +866,9 @@ impl Consumer {
                 } => {
                     scripts::DEAD_LETTER
                         .eval(pipe, 2)
-                        .arg(self.layout.jobs())
-                        .arg(self.layout.dead_letters())
-                        .arg(entry_id)
+                        .arg(keys.jobs())
+                        .arg(keys.dead_letters())
+                        .arg(&entry_id.id)
                         .arg(self.policy.dead_letter_max)
                         .arg(&error.code)
                         .arg(&error.message)
@@ -763,16 +876,16 @@ impl Consumer {
                         .arg(&self.consumer)
                         .ignore();
                     if let Some(request_id) = request_id {
-                        self.fail_cmds(pipe, request_id, error, Duration::ZERO);
+                        self.fail_cmds(pipe, keys, request_id, error, Duration::ZERO);
                     }
-                    acked.push(entry_id);
+                    acked.push(&entry_id.id);
                 }
             }
         }
         if !acked.is_empty() {
             if self.uses_xackdel() && self.shard.is_whole() {
                 pipe.cmd("XACKDEL")
-                    .arg(self.layout.jobs())
+                    .arg(keys.jobs())
                     .arg(&self.group)
                     .arg("IDS")
                     .arg(acked.len())
@@ -780,14 +893,11 @@ impl Consumer {
                     .ignore();
             } else {
                 pipe.cmd("XACK")
-                    .arg(self.layout.jobs())
+                    .arg(keys.jobs())
                     .arg(&self.group)
                     .arg(&acked)
                     .ignore();
-                pipe.cmd("XDEL")
-                    .arg(self.layout.jobs())
-                    .arg(&acked)
-                    .ignore();
+                pipe.cmd("XDEL").arg(keys.jobs()).arg(&acked).ignore();
             }
         }
     }
@@ -795,13 +905,14 @@ impl Consumer {
     fn fail_cmds(
         &self,
         pipe: &mut redis::Pipeline,
+        keys: &PartitionKeys,
         request_id: &RequestId,
         error: &ErrorBody,
         worker: Duration,
     ) {
         scripts::FAIL
             .eval(pipe, 1)
-            .arg(self.layout.query(request_id.as_str()))
+            .arg(keys.query(request_id.as_str()))
             .arg(&error.code)
             .arg(&error.message)
             .arg(worker.as_micros() as u64)
@@ -819,8 +930,29 @@ impl Consumer {
     }
 }
 
-/// A delivery from a stream entry as read. The request id is parsed here, once: an entry whose
-/// `id` field is not a [`RequestId`] is answered to nobody.
+impl Consumer {
+    /// A delivery from an entry of `partition`'s stream as read. The request id is parsed here,
+    /// once: an entry whose `id` field is not a [`RequestId`] of this partition (a gateway mints
+    /// every id in the partition it queues the job in) is answered to nobody.
+    fn delivery(
+        &self,
+        partition: u32,
+        entry_id: String,
+        fields: Fields,
+        received: Instant,
+    ) -> Delivery {
+        let mut delivery = delivery(entry_id, fields, received);
+        delivery.entry_id.partition = partition;
+        if let Some(id) = &delivery.request_id {
+            if self.layout.partition_of_id(id.as_str()) != partition {
+                delivery.request_id = None;
+            }
+        }
+        delivery
+    }
+}
+
+/// A delivery from a stream entry as read (partition 0; [`Consumer::delivery`] sets it).
 fn delivery(entry_id: String, fields: Fields, received: Instant) -> Delivery {
     let gone = fields.is_empty();
     let request_id =
@@ -834,7 +966,10 @@ fn delivery(entry_id: String, fields: Fields, received: Instant) -> Delivery {
         }),
     };
     Delivery {
-        entry_id,
+        entry_id: EntryId {
+            partition: 0,
+            id: entry_id,
+        },
         request_id,
         job,
         received,

@@ -38,6 +38,7 @@ pub mod connect;
 pub mod consumer;
 pub mod digests;
 pub mod events;
+pub mod partitions;
 pub(crate) mod probe;
 pub mod producer;
 pub mod record;

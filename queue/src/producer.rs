@@ -7,6 +7,8 @@
 //! handlers answer with 503 instead of a hung request.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pirq_shared::digest::Digest;
@@ -31,7 +33,9 @@ pub struct LiveWorkers {
 pub struct SubmitChecks<'a> {
     /// Seconds the `queued` record lives.
     pub pending_ttl: u64,
-    /// Refuse when the stream holds this many entries or more (0 = never).
+    /// Refuse when the party's streams hold this many entries or more (0 = never): each of its
+    /// `P` partitions is bounded at a `P`-th of it (rounded up), as the gateways fill them in
+    /// turn.
     pub max_backlog: u64,
     /// `(Idempotency-Key, request fingerprint, seconds to remember it)`.
     pub idempotency: Option<(&'a str, &'a str, u64)>,
@@ -42,7 +46,8 @@ pub struct SubmitChecks<'a> {
 pub enum Submitted {
     /// Queued under the new id.
     Queued,
-    /// Nothing queued: the backlog is full.
+    /// Nothing queued: the backlog is full (`backlog`: the party's, estimated as the full
+    /// partition's length times the partition count).
     Full { backlog: u64 },
     /// Nothing queued: the idempotency key is known, from the request `id` (`None` when the
     /// stored id is not one).
@@ -67,6 +72,8 @@ pub struct Producer {
     conn: Conn,
     layout: Layout,
     timeout: Duration,
+    /// The partition the next request without an `Idempotency-Key` goes to (round robin).
+    next_partition: Arc<AtomicU32>,
 }
 
 impl Producer {
@@ -89,7 +96,24 @@ impl Producer {
             conn,
             layout,
             timeout,
+            next_partition: Arc::new(AtomicU32::new(rand::random::<u32>())),
         })
+    }
+
+    /// A new request id, in the partition its request is to live in. A request with an
+    /// `Idempotency-Key` goes to the key's partition (a retry through any gateway finds the
+    /// key's record there); the others go to the partitions in turn, round robin. Round robin
+    /// rather than least backlog: it costs no Redis command (least backlog would read every
+    /// partition's length per query, or act on a reading a second old), and it keeps the
+    /// partitions even because every worker consumes every partition in turn. Each gateway
+    /// starts at a random partition so that gateways started together do not move in step.
+    pub fn mint_id(&self, idempotency_key: Option<&str>) -> RequestId {
+        let partitions = self.layout.partitions();
+        let partition = match idempotency_key {
+            Some(key) => self.layout.partition_of_idempotency_key(key),
+            None => self.next_partition.fetch_add(1, Ordering::Relaxed) % partitions,
+        };
+        RequestId::mint_in(partition, partitions)
     }
 
     pub fn layout(&self) -> &Layout {
@@ -142,23 +166,30 @@ impl Producer {
         job: &Job,
         checks: &SubmitChecks<'_>,
     ) -> Result<Submitted, QueueError> {
+        // Every key of the script in the id's partition (one slot): the id was minted there
+        // ([`Producer::mint_id`]), for a request with an `Idempotency-Key` in the key's.
+        let partitions = self.layout.partitions();
+        let partition = self
+            .layout
+            .partition(self.layout.partition_of_id(id.as_str()));
         let (idem_key, fingerprint, idem_ttl) = match checks.idempotency {
-            Some((key, fp, ttl)) => (self.layout.idempotency(key), fp, ttl),
+            Some((key, fp, ttl)) => (partition.idempotency(key), fp, ttl),
             // Unused, but a declared key of the same slot keeps the script cluster-safe.
-            None => (self.layout.idempotency(""), "", 0),
+            None => (partition.idempotency(""), "", 0),
         };
+        let max_backlog = checks.max_backlog.div_ceil(u64::from(partitions));
         // By SHA: the script's text is not sent (nor hashed by Redis) with every query.
         let mut script = scripts::SUBMIT.script().prepare_invoke();
         script
-            .key(self.layout.query(id.as_str()))
-            .key(self.layout.jobs())
+            .key(partition.query(id.as_str()))
+            .key(partition.jobs())
             .key(idem_key)
             .arg(id)
             .arg(job.keys.len())
             .arg(job.accepted_ms)
             .arg(checks.pending_ttl)
             .arg(job.to_bincode())
-            .arg(checks.max_backlog)
+            .arg(max_backlog)
             .arg(fingerprint)
             .arg(idem_ttl)
             .arg(checks.idempotency.map_or("", |(key, _, _)| key));
@@ -166,7 +197,9 @@ impl Producer {
         match verdict.as_str() {
             "queued" => Ok(Submitted::Queued),
             "full" => Ok(Submitted::Full {
-                backlog: detail.parse().unwrap_or(checks.max_backlog),
+                backlog: detail
+                    .parse::<u64>()
+                    .map_or(checks.max_backlog, |b| b * u64::from(partitions)),
             }),
             "known" => {
                 let (fp, id) = detail.split_once(' ').unwrap_or(("", ""));
@@ -233,7 +266,12 @@ impl Producer {
             .ignore();
         if let Some(key) = idempotency_key {
             pipe.cmd("PEXPIRE")
-                .arg(self.layout.idempotency(key))
+                // Written by the submit script beside the record, in the id's partition.
+                .arg(
+                    self.layout
+                        .partition(self.layout.partition_of_id(id.as_str()))
+                        .idempotency(key),
+                )
                 .arg(ms)
                 .arg("LT")
                 .ignore();

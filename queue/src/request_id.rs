@@ -25,6 +25,21 @@ impl RequestId {
         RequestId::from_bits(rand::random::<u128>())
     }
 
+    /// A new id of 128 random bits that lives in `partition` of a party of `partitions`
+    /// (`pirq_shared::layout::Layout::partition_of_id`: the id's value modulo the count): drawn
+    /// again until it does, about `partitions` draws. Every id of the partition is equally
+    /// likely; what an id reveals beyond the partition it names is nothing.
+    pub fn mint_in(partition: u32, partitions: u32) -> RequestId {
+        let partitions = u128::from(partitions.max(1));
+        let partition = u128::from(partition) % partitions;
+        loop {
+            let bits = rand::random::<u128>();
+            if bits % partitions == partition {
+                return RequestId::from_bits(bits);
+            }
+        }
+    }
+
     fn from_bits(bits: u128) -> RequestId {
         let mut text = [0u8; 32];
         text.copy_from_slice(format!("{bits:032x}").as_bytes());
@@ -95,6 +110,21 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(RequestId::parse(a.as_str()), Ok(a));
         assert_eq!(a.to_string().len(), 32);
+    }
+
+    #[test]
+    fn ids_minted_in_a_partition_live_in_it() {
+        let layout = pirq_shared::layout::Layout::new("p")
+            .unwrap()
+            .with_partitions(5)
+            .unwrap();
+        for p in 0..5 {
+            for _ in 0..20 {
+                let id = RequestId::mint_in(p, 5);
+                assert_eq!(layout.partition_of_id(id.as_str()), p);
+            }
+        }
+        assert_ne!(RequestId::mint_in(1, 5), RequestId::mint_in(1, 5));
     }
 
     #[test]

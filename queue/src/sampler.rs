@@ -36,10 +36,38 @@ pub struct GroupSample {
     pub lag: u64,
 }
 
-/// Reads the queue once. Missing keys (no job yet, no consumer group yet) read as zero.
+/// Reads the queue once, every partition: depths, pending counts and groups add up, the oldest
+/// age is the oldest of any partition. Missing keys (no job yet, no consumer group yet) read as
+/// zero.
 pub async fn queue(conn: &Connection, layout: &Layout) -> Result<QueueSample, QueueError> {
+    let mut total = QueueSample::default();
+    for (p, keys) in layout.all_partitions() {
+        let sample = partition(conn, layout, &keys.jobs(), p == 0).await?;
+        total.depth += sample.depth;
+        total.pending += sample.pending;
+        total.oldest_age = total.oldest_age.max(sample.oldest_age);
+        total.live_workers = total.live_workers.max(sample.live_workers);
+        for group in sample.groups {
+            match total.groups.iter_mut().find(|g| g.name == group.name) {
+                Some(sum) => {
+                    sum.pending += group.pending;
+                    sum.lag += group.lag;
+                }
+                None => total.groups.push(group),
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// One partition's stream (`jobs`), and with `with_workers` the party's live workers.
+async fn partition(
+    conn: &Connection,
+    layout: &Layout,
+    jobs: &str,
+    with_workers: bool,
+) -> Result<QueueSample, QueueError> {
     let conn = &mut conn.conn.clone();
-    let jobs = layout.jobs();
     let (len, oldest, time, workers): (u64, StreamRangeReply, (u64, u64), Vec<String>) =
         redis::pipe()
             .cmd("XLEN")
@@ -66,7 +94,7 @@ pub async fn queue(conn: &Connection, layout: &Layout) -> Result<QueueSample, Qu
         Err(e) if e.code() == Some("NOGROUP") => 0,
         Err(e) => return Err(e.into()),
     };
-    let live_workers = if workers.is_empty() {
+    let live_workers = if workers.is_empty() || !with_workers {
         0
     } else {
         let mut pipe = redis::pipe();
@@ -160,16 +188,27 @@ pub async fn used_memory(conn: &Connection) -> Result<u64, QueueError> {
         .unwrap_or(0))
 }
 
-/// `(length, entries-added)` of the job stream, `None` if it does not exist yet or the server does
-/// not report `entries-added` (Redis < 7.0).
+/// `(length, entries-added)` of the party's job streams, every partition's summed, `None` if one
+/// does not exist yet or the server does not report `entries-added` (Redis < 7.0).
 pub async fn stream_counts(
     conn: &Connection,
     layout: &Layout,
 ) -> Result<Option<(u64, u64)>, QueueError> {
+    let mut total = (0, 0);
+    for (_, keys) in layout.all_partitions() {
+        match partition_counts(conn, &keys.jobs()).await? {
+            Some((len, added)) => total = (total.0 + len, total.1 + added),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(total))
+}
+
+async fn partition_counts(conn: &Connection, jobs: &str) -> Result<Option<(u64, u64)>, QueueError> {
     let mut conn = conn.conn.clone();
     let reply: redis::RedisResult<Value> = redis::cmd("XINFO")
         .arg("STREAM")
-        .arg(layout.jobs())
+        .arg(jobs)
         .query_async(&mut conn)
         .await;
     let reply = match reply {

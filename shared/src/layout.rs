@@ -110,11 +110,72 @@ pub mod db_field {
 #[error("invalid prefix {0:?}: use 1..=64 characters from [A-Za-z0-9_.-]")]
 pub struct PrefixError(pub String);
 
-/// The key names of one party, built from its prefix.
+/// Why a partition count was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid partition count {0}: use 1..={MAX_PARTITIONS}")]
+pub struct PartitionsError(pub u32);
+
+/// The partition count of a party by default (`--partitions`): one partition keeps every key
+/// name as it was before partitions existed (`{P}:jobs`, `{P}:q:<id>`, …).
+pub const DEFAULT_PARTITIONS: u32 = 1;
+
+/// The most partitions a party may have: far more than the primaries of any cluster it would run
+/// on (a few dozen), while each partition costs every worker one blocking connection.
+pub const MAX_PARTITIONS: u32 = 256;
+
+/// The key names of one party, built from its prefix and its partition count.
+///
+/// A party's queue is split into `partitions` partitions, each under a hash tag of its own
+/// (partition 0: `{P}`, partition `p > 0`: `{P:p}`), so that a Redis Cluster spreads them over
+/// its primaries while every script and `MULTI` block still touches one slot: a request lives
+/// in one partition (its job entry, its record, its idempotency record, its shards' partials).
+/// Which partition a request lives in is a function of its id ([`Layout::partition_of_id`]);
+/// the keys of the party as a whole (registration, updates, heartbeats) stay under `{P}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// `{P}`: the prefix inside its hash tag.
     tag: String,
+    partitions: u32,
+}
+
+/// The keys of one partition of a party's queue: its job stream and the records of the
+/// requests that live in it, all under the partition's hash tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionKeys {
+    /// `{P}` (partition 0) or `{P:p}`.
+    tag: String,
+}
+
+impl PartitionKeys {
+    /// Stream of jobs (`XADD` by gateways, read by the [`GROUP`] consumer group).
+    pub fn jobs(&self) -> String {
+        format!("{}:jobs", self.tag)
+    }
+
+    /// Hash with one query's status and, once done, its answers. Has a TTL.
+    pub fn query(&self, id: &str) -> String {
+        format!("{}:q:{id}", self.tag)
+    }
+
+    /// Dead-letter stream for the partition's jobs that could not be answered.
+    pub fn dead_letters(&self) -> String {
+        format!("{}:dead", self.tag)
+    }
+
+    /// Idempotency-Key record.
+    pub fn idempotency(&self, key: &str) -> String {
+        format!("{}:idem:{key}", self.tag)
+    }
+
+    /// Sharded parties: the running XOR of a query's partial answers.
+    pub fn partial_sum(&self, id: &str) -> String {
+        format!("{}:acc:{id}", self.tag)
+    }
+
+    /// Sharded parties: where shard `index`'s partial is staged for the `BITOP`.
+    pub fn partial_in(&self, id: &str, index: u32) -> String {
+        format!("{}:part:{id}:{index}", self.tag)
+    }
 }
 
 impl Layout {
@@ -130,6 +191,18 @@ impl Layout {
         }
         Ok(Layout {
             tag: format!("{{{prefix}}}"),
+            partitions: DEFAULT_PARTITIONS,
+        })
+    }
+
+    /// The same party split into `count` partitions (1..=[`MAX_PARTITIONS`]).
+    pub fn with_partitions(self, count: u32) -> Result<Layout, PartitionsError> {
+        if !(1..=MAX_PARTITIONS).contains(&count) {
+            return Err(PartitionsError(count));
+        }
+        Ok(Layout {
+            partitions: count,
+            ..self
         })
     }
 
@@ -138,14 +211,65 @@ impl Layout {
         &self.tag[1..self.tag.len() - 1]
     }
 
-    /// Stream of jobs (`XADD` by gateways, read by the [`GROUP`] consumer group).
-    pub fn jobs(&self) -> String {
-        format!("{}:jobs", self.tag)
+    /// How many partitions the party's queue has.
+    pub fn partitions(&self) -> u32 {
+        self.partitions
     }
 
-    /// Hash with one query's status and, once done, its answers. Has a TTL.
+    /// The keys of partition `p` (`p < partitions()`): `{P}` for partition 0, so that a party of
+    /// one partition keeps the key names it had before partitions existed, else `{P:p}` (a
+    /// prefix cannot hold `:`, so no other party's tag looks like it).
+    pub fn partition(&self, p: u32) -> PartitionKeys {
+        debug_assert!(p < self.partitions, "partition {p} of {}", self.partitions);
+        let tag = if p == 0 {
+            self.tag.clone()
+        } else {
+            format!("{{{}:{p}}}", self.prefix())
+        };
+        PartitionKeys { tag }
+    }
+
+    /// Every partition, 0 first.
+    pub fn all_partitions(&self) -> impl Iterator<Item = (u32, PartitionKeys)> + '_ {
+        (0..self.partitions).map(|p| (p, self.partition(p)))
+    }
+
+    /// The partition a request id (32 hex digits) lives in: its value modulo the count. Its
+    /// gateway draws the id at random within the partition it chose, so every part of the
+    /// protocol finds the request's keys from the id alone. Text that is not hex (never a
+    /// request id: patterns in tests) maps to partition 0.
+    pub fn partition_of_id(&self, id: &str) -> u32 {
+        u128::from_str_radix(id, 16).map_or(0, |v| (v % u128::from(self.partitions)) as u32)
+    }
+
+    /// The partition of a request that carries an `Idempotency-Key`: a function of the key
+    /// (64-bit FNV-1a, stable across builds and machines), so that a retry, whichever gateway
+    /// takes it, finds the key's record in the same partition as the first attempt.
+    pub fn partition_of_idempotency_key(&self, key: &str) -> u32 {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in key.bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        (hash % u64::from(self.partitions)) as u32
+    }
+
+    /// The partition count the party's processes were started with, recorded by the first of
+    /// them (a decimal string): a gateway or worker started with another count refuses to run,
+    /// since it would look for requests in the wrong partitions.
+    pub fn partition_count(&self) -> String {
+        format!("{}:partitions", self.tag)
+    }
+
+    /// Partition 0's job stream (the party's only one with one partition); every partition's:
+    /// [`Layout::partition`].
+    pub fn jobs(&self) -> String {
+        self.partition(0).jobs()
+    }
+
+    /// The record of the request `id`, in the id's partition.
     pub fn query(&self, id: &str) -> String {
-        format!("{}:q:{id}", self.tag)
+        self.partition(self.partition_of_id(id)).query(id)
     }
 
     /// Pub/sub channel where workers announce status changes as `"<id> <status>"`.
@@ -188,25 +312,28 @@ impl Layout {
     }
 
     /// Sharded parties: the running XOR of a query's partial answers (a string, `BITOP XOR`
-    /// target), deleted when the last shard's partial completes the query. Has a TTL.
+    /// target), deleted when the last shard's partial completes the query. Has a TTL. In the
+    /// id's partition.
     pub fn partial_sum(&self, id: &str) -> String {
-        format!("{}:acc:{id}", self.tag)
+        self.partition(self.partition_of_id(id)).partial_sum(id)
     }
 
     /// Sharded parties: where shard `index`'s partial is staged for the `BITOP` inside the
-    /// combine script (set and deleted by that one script).
+    /// combine script (set and deleted by that one script). In the id's partition.
     pub fn partial_in(&self, id: &str, index: u32) -> String {
-        format!("{}:part:{id}:{index}", self.tag)
+        self.partition(self.partition_of_id(id))
+            .partial_in(id, index)
     }
 
-    /// Dead-letter stream for jobs that could not be answered (reliability work).
+    /// Partition 0's dead-letter stream; every partition's: [`Layout::partition`].
     pub fn dead_letters(&self) -> String {
-        format!("{}:dead", self.tag)
+        self.partition(0).dead_letters()
     }
 
-    /// Idempotency-Key record (reliability work).
+    /// The record of an `Idempotency-Key`, in the key's partition.
     pub fn idempotency(&self, key: &str) -> String {
-        format!("{}:idem:{key}", self.tag)
+        self.partition(self.partition_of_idempotency_key(key))
+            .idempotency(key)
     }
 
     /// Counter of the result bytes the party's gateways have handed over to clients, ever: its
@@ -247,6 +374,34 @@ mod tests {
             l.partial_in("x", 2),
         ] {
             assert!(key.starts_with("{party-a}:"));
+        }
+    }
+
+    #[test]
+    fn partitions_have_tags_of_their_own_and_one_partition_keeps_the_old_names() {
+        let one = Layout::new("a").unwrap();
+        let id = "0000000000000000000000000000000b";
+        assert_eq!(one.query(id), "{a}:q:0000000000000000000000000000000b");
+        assert_eq!(one.idempotency("k"), "{a}:idem:k");
+        let four = Layout::new("a").unwrap().with_partitions(4).unwrap();
+        assert_eq!(four.partition_of_id(id), 3);
+        assert_eq!(four.query(id), "{a:3}:q:0000000000000000000000000000000b");
+        assert_eq!(four.partition(0).jobs(), "{a}:jobs");
+        assert_eq!(four.partition(2).jobs(), "{a:2}:jobs");
+        assert_eq!(four.partial_sum(id), format!("{{a:3}}:acc:{id}"));
+        let p = four.partition_of_idempotency_key("retry-me");
+        assert_eq!(
+            four.idempotency("retry-me"),
+            four.partition(p).idempotency("retry-me")
+        );
+        // Keys spread: 64 keys land in every one of 4 partitions.
+        let hit: std::collections::HashSet<u32> = (0..64)
+            .map(|i| four.partition_of_idempotency_key(&format!("key-{i}")))
+            .collect();
+        assert_eq!(hit.len(), 4);
+        assert_eq!(four.partition_count(), "{a}:partitions");
+        for bad in [0, MAX_PARTITIONS + 1] {
+            assert!(Layout::new("a").unwrap().with_partitions(bad).is_err());
         }
     }
 

@@ -30,7 +30,8 @@ pub async fn enqueue(
         .arg(QUEUED_TTL_S)
         .ignore()
         .cmd("XADD")
-        .arg(layout.jobs())
+        // The partition the id lives in, as a gateway would (the record's, one slot).
+        .arg(layout.partition(layout.partition_of_id(id)).jobs())
         .arg("*")
         .arg(job_field::ID)
         .arg(id)

@@ -78,6 +78,21 @@ pub struct PartyOptions {
     /// A real Redis Cluster of this shape ([`Redis::start_cluster`]); the processes get its
     /// `redis+cluster://` URL.
     pub redis_cluster: Option<ClusterShape>,
+    /// `--partitions` of the gateway and workers; `None`: `$PIRQ_PARTITIONS` (so that a whole
+    /// suite runs partitioned with `PIRQ_PARTITIONS=4 cargo test …`), else 1.
+    pub partitions: Option<u32>,
+}
+
+impl PartyOptions {
+    /// The partition count the party's processes are started with.
+    pub fn partitions(&self) -> u32 {
+        self.partitions.unwrap_or_else(|| {
+            std::env::var("PIRQ_PARTITIONS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1)
+        })
+    }
 }
 
 /// One party: its own Redis, one gateway, and its workers.
@@ -117,6 +132,7 @@ impl Party {
         let http = http_client(options.tls.as_deref())?;
         let mut args = tls_args(tls.as_ref());
         args.extend(redis.client_args());
+        args.extend(["--partitions".to_string(), options.partitions().to_string()]);
         args.extend_from_slice(&options.gateway_args);
         let (gateway, url) =
             Party::spawn_gateway(dir.path(), &redis.url(), prefix, &args, &http).await?;
@@ -214,6 +230,7 @@ impl Party {
         .arg("--db")
         .arg(db)
         .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
+        .args(["--partitions", &self.options.partitions().to_string()])
         .args(self.redis.client_args())
         .args(&self.options.worker_args)
         .args(extra)
@@ -289,9 +306,12 @@ impl Party {
         self.redis.client().await
     }
 
-    /// The party's key names.
+    /// The party's key names, in its partitions.
     pub fn layout(&self) -> pirq_shared::layout::Layout {
-        pirq_shared::layout::Layout::new(&self.prefix).expect("valid prefix")
+        pirq_shared::layout::Layout::new(&self.prefix)
+            .expect("valid prefix")
+            .with_partitions(self.options.partitions())
+            .expect("a valid partition count")
     }
 
     /// Starts the gateway again (after it exited), with extra flags.
@@ -299,6 +319,10 @@ impl Party {
         self.gateway.kill();
         let mut args = tls_args(self.tls.as_ref());
         args.extend(self.redis.client_args());
+        args.extend([
+            "--partitions".to_string(),
+            self.options.partitions().to_string(),
+        ]);
         args.extend_from_slice(&self.options.gateway_args);
         args.extend_from_slice(extra);
         let (gateway, url) = Party::spawn_gateway(
@@ -329,6 +353,7 @@ impl Party {
             .args(["--listen", &listen])
             .args(tls_args(self.tls.as_ref()))
             .args(self.redis.client_args())
+            .args(["--partitions", &self.options.partitions().to_string()])
             .args(&self.options.gateway_args)
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!(
@@ -541,31 +566,40 @@ pub mod fault {
             .unwrap_or_default()
     }
 
-    /// Entries of the job stream (waiting + unacknowledged).
+    /// Entries of the job streams (waiting + unacknowledged), every partition's.
     pub async fn stream_len(conn: &mut MultiplexedConnection, layout: &Layout) -> u64 {
-        redis::cmd("XLEN")
-            .arg(layout.jobs())
-            .query_async(conn)
-            .await
-            .unwrap_or(0)
+        let mut total = 0;
+        for (_, keys) in layout.all_partitions() {
+            total += redis::cmd("XLEN")
+                .arg(keys.jobs())
+                .query_async::<u64>(conn)
+                .await
+                .unwrap_or(0);
+        }
+        total
     }
 
-    /// Entries of the job stream delivered and not acknowledged, of one consumer or all.
+    /// Entries of the job streams delivered and not acknowledged, of one consumer or all, every
+    /// partition's.
     pub async fn pending(
         conn: &mut MultiplexedConnection,
         layout: &Layout,
         consumer: Option<&str>,
     ) -> usize {
-        let mut cmd = redis::cmd("XPENDING");
-        cmd.arg(layout.jobs())
-            .arg(GROUP)
-            .arg("-")
-            .arg("+")
-            .arg(100_000);
-        if let Some(c) = consumer {
-            cmd.arg(c);
+        let mut total = 0;
+        for (_, keys) in layout.all_partitions() {
+            let mut cmd = redis::cmd("XPENDING");
+            cmd.arg(keys.jobs())
+                .arg(GROUP)
+                .arg("-")
+                .arg("+")
+                .arg(100_000);
+            if let Some(c) = consumer {
+                cmd.arg(c);
+            }
+            let reply: Vec<redis::Value> = cmd.query_async(conn).await.unwrap_or_default();
+            total += reply.len();
         }
-        let reply: Vec<redis::Value> = cmd.query_async(conn).await.unwrap_or_default();
-        reply.len()
+        total
     }
 }

@@ -3,8 +3,9 @@
 //! like any Redis Cluster node, keys of two slots in one script, `MULTI` or command with
 //! `CROSSSLOT`) answer page queries (submit, running, the result block, the fetched-result
 //! read), idempotent replays, epoch pushes (append, follow, publish, trim) and sharded queries
-//! (shard start, combine), every page checked. `PIRQ_REDIS_CLUSTER_MODE=1` runs any other suite
-//! the same way.
+//! (shard start, combine), every page checked, with one partition and with four (each under a
+//! hash tag of its own, a window's jobs from several of them: each script and `MULTI` block
+//! still in one). `PIRQ_REDIS_CLUSTER_MODE=1` runs any other suite the same way.
 //!
 //! The same tests run against a real Redis Cluster of 3 primaries (`redis+cluster://`, each
 //! party its own cluster): the gateway and the workers find the party's slot among the nodes
@@ -31,7 +32,7 @@ enum Redis {
     ThreePrimaries,
 }
 
-fn options(redis: Redis) -> PartyOptions {
+fn options(redis: Redis, partitions: u32) -> PartyOptions {
     PartyOptions {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
         worker_args: vec!["--epoch-window".into(), "2".into()],
@@ -43,6 +44,7 @@ fn options(redis: Redis) -> PartyOptions {
                 replicas: 0,
             }),
         },
+        partitions: Some(partitions),
         ..PartyOptions::default()
     }
 }
@@ -55,6 +57,23 @@ async fn assert_cluster(party: &Party, redis: Redis) {
         Redis::ThreePrimaries => {
             assert!(party.redis.url().starts_with("redis+cluster://"));
             assert_eq!(party.redis.node_ports().len(), 3);
+        }
+    }
+}
+
+/// Fetches `want` from `concurrent` lookups at once (so that a worker's windows hold jobs of
+/// several partitions), checking every page against `page`.
+async fn fetch_concurrently(
+    client: &pirq_client::Client,
+    want: &[u64],
+    concurrent: usize,
+    page: impl Fn(u64) -> Vec<u8>,
+) {
+    let fetches = (0..concurrent).map(|_| client.fetch(want));
+    for got in futures::future::join_all(fetches).await {
+        let got = got.expect("fetch");
+        for (i, index) in want.iter().enumerate() {
+            assert_eq!(got.pages[i], page(*index), "page {index}");
         }
     }
 }
@@ -82,23 +101,25 @@ async fn assert_refuses_cross_slot(party: &Party) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pages_replays_and_epochs_stay_in_one_slot() {
-    pages_replays_and_epochs(Redis::OneNode).await;
+    pages_replays_and_epochs(Redis::OneNode, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_partitions_stay_in_one_slot_each() {
+    pages_replays_and_epochs(Redis::OneNode, 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pages_replays_and_epochs_on_a_three_primary_cluster() {
-    pages_replays_and_epochs(Redis::ThreePrimaries).await;
+    pages_replays_and_epochs(Redis::ThreePrimaries, 1).await;
 }
 
-async fn pages_replays_and_epochs(redis: Redis) {
-    let cluster = Cluster::start(300, 256, options(redis)).await.unwrap();
+async fn pages_replays_and_epochs(redis: Redis, partitions: u32) {
+    let cluster = Cluster::start(300, 256, options(redis, partitions)).await.unwrap();
     assert_cluster(&cluster.a, redis).await;
     let client = cluster.client(Options::default());
     let want: Vec<u64> = vec![0, 7, 150, 299];
-    let got = client.fetch(&want).await.expect("fetch");
-    for (i, index) in want.iter().enumerate() {
-        assert_eq!(got.pages[i], cluster.db.page(*index), "page {index}");
-    }
+    fetch_concurrently(&client, &want, 8, |i| cluster.db.page(i).to_vec()).await;
 
     // An idempotent submit and its replay (the idempotency record beside the job).
     let http = reqwest::Client::new();
@@ -152,21 +173,21 @@ async fn pages_replays_and_epochs(redis: Redis) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sharded_queries_stay_in_one_slot() {
-    sharded_queries(Redis::OneNode).await;
+    sharded_queries(Redis::OneNode, 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sharded_queries_on_a_three_primary_cluster() {
-    sharded_queries(Redis::ThreePrimaries).await;
+    sharded_queries(Redis::ThreePrimaries, 1).await;
 }
 
-async fn sharded_queries(redis: Redis) {
+async fn sharded_queries(redis: Redis, partitions: u32) {
     let db = TestDb::create(600, 256, rand::random()).unwrap();
     let mut parties = Vec::new();
     for prefix in ["party-a", "party-b"] {
         let options = PartyOptions {
             no_worker: true,
-            ..options(redis)
+            ..options(redis, partitions)
         };
         let mut party = Party::start(&db.path, prefix, options).await.unwrap();
         for index in 0..2 {
@@ -185,8 +206,5 @@ async fn sharded_queries(redis: Redis) {
     let client =
         pirq_client::Client::with_options(&parties[0].url, &parties[1].url, options).unwrap();
     let want: Vec<u64> = vec![0, 299, 300, 599];
-    let got = client.fetch(&want).await.expect("fetch");
-    for (i, index) in want.iter().enumerate() {
-        assert_eq!(got.pages[i], db.page(*index), "page {index}");
-    }
+    fetch_concurrently(&client, &want, 8, |i| db.page(i).to_vec()).await;
 }

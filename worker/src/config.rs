@@ -56,6 +56,10 @@ pub struct Config {
     #[command(flatten)]
     pub redis: pirq_party::RedisArgs,
 
+    /// `--partitions`, as every server of the party takes it.
+    #[command(flatten)]
+    pub partitions: pirq_party::PartitionArgs,
+
     /// The `.pirdb` page database file to serve.
     #[arg(long, env = "PIRQ_DB", required_unless_present = "synthetic")]
     pub db: Option<PathBuf>,

@@ -28,7 +28,7 @@ fn main() -> std::process::ExitCode {
 
 async fn run() -> anyhow::Result<()> {
     let config = Config::parse();
-    let layout = config.redis.layout()?;
+    let layout = config.partitions.apply(config.redis.layout()?)?;
     let target = config.redis.target()?;
     // Served from the start: /healthz answers while a large database loads; /readyz says why
     // the worker is not serving yet.
@@ -111,6 +111,13 @@ async fn run() -> anyhow::Result<()> {
         .with_policy(config.policy())
         .with_shard(shard),
     );
+    // One partition count per party: a worker of another count would leave partitions unread.
+    pirq_queue::partitions::agree_when_reachable(
+        &queue.connection(),
+        &layout,
+        Duration::from_secs(5),
+    )
+    .await?;
     // One shard layout per party, checked before this worker joins a consumer group: a worker
     // of another layout would answer pages that overlap the live workers' shards.
     wait_for_layout(&queue, &layout, shard, &consumer)

@@ -22,7 +22,7 @@ use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::ErrorBody;
 use tokio::sync::watch;
 
-use pirq_queue::consumer::{Consumer, Delivery, Outcome};
+use pirq_queue::consumer::{Consumer, Delivery, EntryId, Outcome};
 use pirq_queue::RequestId;
 
 /// Applies the delivery limit to a window's outcomes: failures with deliveries left are handed
@@ -31,7 +31,7 @@ use pirq_queue::RequestId;
 /// `deliveries` maps entry ids to their delivery counts.
 pub fn apply_policy(
     outcomes: Vec<Outcome>,
-    deliveries: &HashMap<String, u64>,
+    deliveries: &HashMap<EntryId, u64>,
     max_deliveries: u64,
 ) -> Vec<Outcome> {
     outcomes
@@ -71,7 +71,7 @@ pub fn apply_policy(
 }
 
 fn dead_letter(
-    entry_id: String,
+    entry_id: EntryId,
     request_id: Option<RequestId>,
     error: ErrorBody,
     deliveries: u64,
@@ -145,7 +145,7 @@ pub async fn release_held(queue: &Consumer) -> Result<usize, pirq_queue::QueueEr
             return Ok(total);
         }
         let n = held.len();
-        let back: Vec<(String, u64)> = held
+        let back: Vec<(EntryId, u64)> = held
             .into_iter()
             .map(|(id, count)| (id, count.saturating_sub(1)))
             .collect();
@@ -153,10 +153,8 @@ pub async fn release_held(queue: &Consumer) -> Result<usize, pirq_queue::QueueEr
         metrics::counter!(pirq_shared::metrics::WORKER_JOBS_RELEASED).increment(n as u64);
         total += n;
         // Released entries stay listed under this consumer (with a huge idle time, and left
-        // out of `own_pending`); a short page was the last.
-        if n < 500 {
-            return Ok(total);
-        }
+        // out of `own_pending`): the next round reads the next page of any partition that had
+        // more, and an empty one ends.
     }
 }
 
@@ -164,9 +162,16 @@ pub async fn release_held(queue: &Consumer) -> Result<usize, pirq_queue::QueueEr
 mod tests {
     use super::*;
 
+    fn entry_id(id: &str) -> EntryId {
+        EntryId {
+            partition: 0,
+            id: id.into(),
+        }
+    }
+
     fn failed(entry: &str) -> Outcome {
         Outcome::Failed {
-            entry_id: entry.into(),
+            entry_id: entry_id(entry),
             request_id: RequestId::parse(&"a".repeat(32)).unwrap(),
             error: ErrorBody::new(ErrorCode::KeyLength, "key 0: bad length"),
             worker: Duration::ZERO,
@@ -175,7 +180,7 @@ mod tests {
 
     #[test]
     fn failures_retry_until_the_last_delivery_then_dead_letter() {
-        let counts: HashMap<String, u64> = [("1-0".to_string(), 1), ("2-0".to_string(), 3)].into();
+        let counts: HashMap<EntryId, u64> = [(entry_id("1-0"), 1), (entry_id("2-0"), 3)].into();
         let out = apply_policy(vec![failed("1-0"), failed("2-0")], &counts, 3);
         assert!(matches!(&out[0], Outcome::Retry { deliveries: 1, .. }));
         match &out[1] {

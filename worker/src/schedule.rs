@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pirq_queue::consumer::{Delivery, Outcome, ShardStart};
+use pirq_queue::consumer::{Delivery, EntryId, Outcome, ShardStart};
 use pirq_queue::record::Pages;
 use pirq_queue::RequestId;
 use pirq_scan::rotation::{Finished, Rotation, Step, Ticket};
@@ -86,7 +86,7 @@ pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
 
 /// A checked job, ready to join the rotation.
 pub struct Ready {
-    pub entry_id: String,
+    pub entry_id: EntryId,
     pub request_id: RequestId,
     pub received: Instant,
     pub accepted_ms: u64,
@@ -545,7 +545,7 @@ fn outcome(worker: &Worker, r: Running, page_size: usize) -> Outcome {
 /// The delivery limit applied to one job's outcome ([`reclaim::apply_policy`]): a failure with
 /// deliveries left is handed back for another try.
 fn settle(worker: &Worker, outcome: Outcome, deliveries: u64) -> Outcome {
-    let counts = HashMap::from([(outcome.entry_id().to_string(), deliveries)]);
+    let counts = HashMap::from([(outcome.entry_id().clone(), deliveries)]);
     reclaim::apply_policy(vec![outcome], &counts, worker.queue.policy().max_deliveries)
         .pop()
         .expect("one outcome in, one out")

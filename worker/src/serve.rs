@@ -51,9 +51,45 @@ pub async fn hand_back_held(queue: &Consumer) {
     tracing::warn!("held jobs not handed back; peers claim them after the claim-idle time");
 }
 
-/// Keeps the channel fed from the stream until `stop`.
+/// Keeps the channel fed from every partition's stream until `stop`: one reader a partition,
+/// each blocking on its own connection, so a job queued in any partition is read at once.
+///
+/// Fair under load: a reader reads only when the channel has room, and at most its share of
+/// the channel (capacity / partitions) at a time; readers waiting for room get it in the order
+/// they asked (Tokio's channel permits are first come, first served), so while every partition
+/// has a backlog the worker takes from each in turn, and none starves behind a busier one.
 pub async fn read_loop(
     queue: Arc<Consumer>,
+    tx: mpsc::Sender<Delivery>,
+    block: Duration,
+    stop: watch::Receiver<bool>,
+    health: Arc<Health>,
+) {
+    let share = tx
+        .max_capacity()
+        .div_ceil(queue.partitions() as usize)
+        .max(1);
+    // Dropped (the task aborted) or done, the set aborts every reader.
+    let mut readers = tokio::task::JoinSet::new();
+    for partition in 0..queue.partitions() {
+        readers.spawn(read_partition(
+            queue.clone(),
+            partition,
+            share,
+            tx.clone(),
+            block,
+            stop.clone(),
+            health.clone(),
+        ));
+    }
+    while readers.join_next().await.is_some() {}
+}
+
+/// One partition's reader of [`read_loop`], reading at most `share` entries at a time.
+async fn read_partition(
+    queue: Arc<Consumer>,
+    partition: u32,
+    share: usize,
     tx: mpsc::Sender<Delivery>,
     block: Duration,
     mut stop: watch::Receiver<bool>,
@@ -77,14 +113,15 @@ pub async fn read_loop(
                 _ = stop.changed() => return,
             }
         }
+        let room = tx.capacity().clamp(1, share);
         let claim_now = own_pending.is_none() && tokio::time::Instant::now() >= next_claim;
         let read = match &own_pending {
-            Some(after) => queue.read_own_pending(tx.capacity(), after).await,
+            Some(after) => queue.read_own_pending(partition, room, after).await,
             None if claim_now => {
                 let idle = queue.claim_idle();
-                let r = queue.claim(idle, tx.capacity(), &mut cursor).await;
+                let r = queue.claim(partition, idle, room, &mut cursor).await;
                 // A full page: more may be waiting, claim again at once; else after a while.
-                if !matches!(&r, Ok(d) if d.len() >= tx.capacity()) && cursor == "0-0" {
+                if !matches!(&r, Ok(d) if d.len() >= room) && cursor == "0-0" {
                     next_claim = tokio::time::Instant::now()
                         + (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
                 }
@@ -92,6 +129,7 @@ pub async fn read_loop(
                     if !d.is_empty() {
                         tracing::info!(
                             jobs = d.len(),
+                            partition,
                             "claimed jobs idle past the claim-idle time"
                         );
                     }
@@ -100,7 +138,7 @@ pub async fn read_loop(
             }
             None => {
                 queue
-                    .read(tx.capacity(), block.min(Duration::from_secs(1)))
+                    .read(partition, room, block.min(Duration::from_secs(1)))
                     .await
             }
         };
@@ -109,7 +147,7 @@ pub async fn read_loop(
             Ok(deliveries) => {
                 backoff.reset();
                 if own_pending.is_some() {
-                    own_pending = deliveries.last().map(|d| d.entry_id.clone());
+                    own_pending = deliveries.last().map(|d| d.entry_id.id.clone());
                     if let Some(n) = own_pending.as_ref().map(|_| deliveries.len()) {
                         tracing::info!(jobs = n, "resuming jobs this consumer held before");
                     }
@@ -131,7 +169,7 @@ pub async fn read_loop(
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading the job stream failed; retrying");
+                tracing::warn!(error = %e, partition, "reading the job stream failed; retrying");
                 backoff.wait().await;
             }
         }

@@ -63,7 +63,8 @@ pub async fn submit(
         ));
     }
 
-    let id = RequestId::mint();
+    // In the partition the request is to live in (the key's, with an Idempotency-Key).
+    let id = st.store.mint_id(idem_key.as_deref());
     let job = Job {
         keys: request.keys,
         epoch: request.epoch,
