@@ -1,9 +1,10 @@
 //! Every Redis key name pirq uses, in one place.
 //!
-//! All keys of one party live under its prefix `P` wrapped in a hash tag, `{P}:...`, so that in
-//! a Redis Cluster they share one slot: the gateway's `MULTI` (status hash + `XADD`) and the
-//! worker's result pipelines touch several keys at once. `docs/redis.md` describes each key's
-//! type, TTL and writers; keep the two in step.
+//! All keys of one party live under its prefix `P` wrapped in a hash tag: the party's own keys
+//! under `{P}`, the queue's under the tag of one of its partitions (`{P}`, `{P:1}`, …), so that
+//! in a Redis Cluster every script and `MULTI` block (the gateway's submit, the worker's result
+//! blocks) touches one slot while the partitions spread over the primaries. `docs/redis.md`
+//! describes each key's type, TTL and writers; keep the two in step.
 
 use std::fmt;
 

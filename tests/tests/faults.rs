@@ -105,12 +105,23 @@ async fn lost_pairs(cluster: &Cluster, jobs: &[(u64, String, String)], within: D
 
 #[tokio::test]
 async fn worker_killed_mid_window_under_load_loses_nothing() {
+    worker_killed_mid_window(None).await;
+}
+
+/// The same with the party's queue in four partitions: the survivor reclaims in each.
+#[tokio::test]
+async fn worker_killed_mid_window_loses_nothing_in_four_partitions() {
+    worker_killed_mid_window(Some(4)).await;
+}
+
+async fn worker_killed_mid_window(partitions: Option<u32>) {
     // 4 MiB, at most 4 keys in flight in a worker's rotating scan: under load the killed worker
     // holds keys mid-turn and the jobs read ahead waiting for room.
     const PAGES: u64 = 1 << 13;
     const JOBS: usize = 300;
     let opts = PartyOptions {
         worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "1000"]),
+        partitions,
         ..Default::default()
     };
     let mut cluster = Cluster::start(PAGES, 512, opts).await.unwrap();

@@ -158,6 +158,16 @@ fn local_get(db: &PirDb, key: &[u8]) -> Option<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_and_updates_by_key_at_every_pinned_epoch() {
+    lookups_and_updates(None).await;
+}
+
+/// The same with each party's queue in four partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_and_updates_by_key_in_four_partitions() {
+    lookups_and_updates(Some(4)).await;
+}
+
+async fn lookups_and_updates(partitions: Option<u32>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (records_path, records) = gen(d, "records.jsonl", 1000, 11);
@@ -177,6 +187,7 @@ async fn lookups_and_updates_by_key_at_every_pinned_epoch() {
     let options = PartyOptions {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
         worker_args: vec!["--epoch-window".into(), "8".into()],
+        partitions,
         ..PartyOptions::default()
     };
     let (a, b) = tokio::try_join!(
