@@ -71,9 +71,9 @@ async fn partition(
     let (len, oldest, time, workers): (u64, StreamRangeReply, (u64, u64), Vec<String>) =
         redis::pipe()
             .cmd("XLEN")
-            .arg(&jobs)
+            .arg(jobs)
             .cmd("XRANGE")
-            .arg(&jobs)
+            .arg(jobs)
             .arg("-")
             .arg("+")
             .arg("COUNT")
@@ -85,7 +85,7 @@ async fn partition(
             .await?;
     // XPENDING fails with NOGROUP until the first worker has created the group.
     let pending = match redis::cmd("XPENDING")
-        .arg(&jobs)
+        .arg(jobs)
         .arg(GROUP)
         .query_async::<StreamPendingReply>(conn)
         .await
@@ -113,7 +113,7 @@ async fn partition(
         .unwrap_or_default();
     let groups = match redis::cmd("XINFO")
         .arg("GROUPS")
-        .arg(&jobs)
+        .arg(jobs)
         .query_async::<redis::Value>(conn)
         .await
     {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use pirq_queue::consumer::{Consumer, Outcome, ShardStart};
+use pirq_queue::consumer::{Consumer, EntryId, Outcome, ShardStart};
 use pirq_queue::RequestId;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::Layout;
@@ -44,8 +44,8 @@ async fn submit(conn: &mut ConnectionManager, layout: &Layout, id: &str) {
 }
 
 /// Reads the next entry through `q`'s group and returns its entry id.
-async fn read_one(q: &Consumer) -> String {
-    let d = q.read(1, Duration::from_millis(500)).await.unwrap();
+async fn read_one(q: &Consumer) -> EntryId {
+    let d = q.read(0, 1, Duration::from_millis(500)).await.unwrap();
     assert_eq!(d.len(), 1, "one job delivered to group {}", q.group());
     d[0].entry_id.clone()
 }
@@ -55,9 +55,9 @@ fn rid(id: &str) -> RequestId {
     RequestId::parse(id).expect("a request id")
 }
 
-fn done(entry_id: &str, id: &str, epoch: u64, byte: u8) -> Outcome {
+fn done(entry_id: &EntryId, id: &str, epoch: u64, byte: u8) -> Outcome {
     Outcome::Done {
-        entry_id: entry_id.into(),
+        entry_id: entry_id.clone(),
         request_id: rid(id),
         epoch,
         page_size: PS,
@@ -109,7 +109,7 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
     );
     // Within shard 1 the job went to one consumer only.
     assert!(s1_replica
-        .read(1, Duration::from_millis(100))
+        .read(0, 1, Duration::from_millis(100))
         .await
         .unwrap()
         .is_empty());

@@ -115,7 +115,9 @@ async fn pages_replays_and_epochs_on_a_three_primary_cluster() {
 }
 
 async fn pages_replays_and_epochs(redis: Redis, partitions: u32) {
-    let cluster = Cluster::start(300, 256, options(redis, partitions)).await.unwrap();
+    let cluster = Cluster::start(300, 256, options(redis, partitions))
+        .await
+        .unwrap();
     assert_cluster(&cluster.a, redis).await;
     let client = cluster.client(Options::default());
     let want: Vec<u64> = vec![0, 7, 150, 299];
