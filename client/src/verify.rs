@@ -236,3 +236,101 @@ impl Verifier {
             .map(|h| h.newest)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pirq_shared::signing::{PageSigner, SecretKey};
+
+    fn setup() -> (PageSigner, Verifier) {
+        let signer = PageSigner::new(SecretKey::from_seed([5; 32]));
+        let verifier = Verifier::new(Some(signer.block.publisher), 0);
+        (signer, verifier)
+    }
+
+    fn page(signer: &PageSigner, index: u64, changed: u64, fill: u8) -> Vec<u8> {
+        let mut page = vec![fill; 256];
+        signer.sign(index, changed, &mut page);
+        page
+    }
+
+    fn refused(result: Result<(), ClientError>, says: &str) {
+        match result {
+            Err(ClientError::Forged { detail, .. }) => assert!(detail.contains(says), "{detail}"),
+            other => panic!("expected a refusal saying {says:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn manifests_are_read_per_answered_epoch_never_per_page() {
+        let (signer, v) = setup();
+        let id = signer.block.db_id;
+        assert!(!v.wants_manifests(&id, 0), "epoch 0 has no manifest");
+        assert!(v.wants_manifests(&id, 1));
+        assert!(!v.wants_manifests(&id, 1), "just read for epoch 1");
+        v.add_manifests(
+            &signer.block,
+            vec![signer.manifest(1, Digest([1; 32]), vec![3])],
+        );
+        assert!(!v.wants_manifests(&id, 1), "held");
+        assert!(v.wants_manifests(&id, 2));
+    }
+
+    #[test]
+    fn stale_unprovable_and_frozen_answers_are_refused_and_forged_manifests_ignored() {
+        let (signer, v) = setup();
+        let block = signer.block;
+        let forged = Manifest::sign(
+            &block,
+            &SecretKey::from_seed([6; 32]),
+            2,
+            Digest([2; 32]),
+            vec![],
+        );
+        v.add_manifests(
+            &block,
+            vec![signer.manifest(1, Digest([1; 32]), vec![3]), forged],
+        );
+        let (old3, new3, p4) = (
+            page(&signer, 3, 0, 1),
+            page(&signer, 3, 1, 2),
+            page(&signer, 4, 0, 3),
+        );
+        // Epoch 1 replaced page 3: its epoch-0 version is stale, its epoch-1 one and page 4 fresh.
+        refused(
+            v.check(&block, "A and B", &[3], 1, None, &[old3]),
+            "a stale page",
+        );
+        v.check(
+            &block,
+            "A and B",
+            &[3, 4],
+            1,
+            Some(Digest([1; 32])),
+            &[new3, p4.clone()],
+        )
+        .unwrap();
+        // Answers stamped with another digest than the manifest of their epoch.
+        refused(
+            v.check(
+                &block,
+                "A and B",
+                &[4],
+                1,
+                Some(Digest([9; 32])),
+                std::slice::from_ref(&p4),
+            ),
+            "the publisher's manifest of that epoch says",
+        );
+        // Epoch 2's only manifest was forged (dropped): page 4 cannot be shown current there.
+        refused(
+            v.check(&block, "A and B", &[4], 2, None, std::slice::from_ref(&p4)),
+            "manifest of epoch 2",
+        );
+        // The floor: this client has seen epoch 1 signed, so answers at epoch 0 are refused.
+        refused(
+            v.check(&block, "A and B", &[4], 0, None, &[p4]),
+            "older than epoch 1",
+        );
+    }
+}
