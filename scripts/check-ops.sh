@@ -11,7 +11,8 @@
 #      `promtool check rules` and their unit tests (ops/prometheus/alerts.test.yml), where promtool
 #      is installed (Debian's prometheus package, which scripts/install-deps.sh installs; skipped
 #      with a SKIPPED line otherwise, and a failure with PIRQ_REQUIRE_PROMTOOL=1, as scripts/test.sh
-#      runs it); the host-network override; the licence of every manifest.
+#      runs it); the host-network override; the licence of every manifest; every relative link
+#      and #anchor of the repository's Markdown files (test_docs_links.py).
 #
 # Bringing the stack up for real is ops/compose/smoke.sh (scripts/test.sh with PIRQ_COMPOSE_SMOKE=1).
 #
