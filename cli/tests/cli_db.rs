@@ -3,34 +3,9 @@
 //! verified, and mistakes get messages that say what to type.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn pirq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pirq"))
-        .args(args)
-        .output()
-        .expect("running pirq")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(!out.status.success(), "pirq {args:?} succeeded");
-    stderr(&out)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{fails, ok, s};
 
 /// `pirq db gen`: `pages` synthetic pages of 256 bytes under `seed`, at `out`.
 fn gen(out: &Path, pages: u64, seed: u64) {

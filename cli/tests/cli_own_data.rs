@@ -11,32 +11,8 @@ use std::time::{Duration, Instant};
 
 use pirq_shared::db::PirDb;
 
-fn pirq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pirq"))
-        .args(args)
-        .output()
-        .expect("running pirq")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(!out.status.success(), "pirq {args:?} succeeded");
-    stderr(&out)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{fails, ok, pirq, s, stderr};
 
 /// The names in `dir`, sorted: what a tool left behind.
 fn names(dir: &Path) -> Vec<String> {

@@ -14,16 +14,6 @@ use proptest::prelude::*;
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use rotation_model::{drive, Model};
 
-fn model_of(file: &TestDb, epoch: u64) -> Model {
-    let pages = (0..file.db.num_pages())
-        .map(|p| file.page(p).to_vec())
-        .collect();
-    Model {
-        pages: vec![pages],
-        first_epoch: epoch,
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
@@ -41,7 +31,7 @@ proptest! {
             CpuScanner::new(file.db.clone(), 2).unwrap().with_epoch_window(window),
         );
         let mut rotation = CpuRotation::new(scanner.clone(), segments);
-        let mut model = model_of(&file, 3);
+        let mut model = Model::of(&file, 3);
         let mut rng = StdRng::seed_from_u64(seed);
         let seen = drive(&mut rotation, scanner.as_ref(), &mut model, &mut rng, 60, 0.6, 0.3);
         prop_assert!(seen.exact > 0, "{seen:?}");
@@ -60,7 +50,7 @@ fn folds_mid_turn_are_exact_and_epochs_that_leave_the_window_are_refused() {
     );
     let mut rotation = CpuRotation::new(scanner.clone(), 6);
     assert_eq!(rotation.segments(), 6);
-    let mut model = model_of(&file, 0);
+    let mut model = Model::of(&file, 0);
     let mut rng = StdRng::seed_from_u64(5);
     let seen = drive(
         &mut rotation,

@@ -28,16 +28,6 @@ fn gpu(file: &TestDb, window: usize, max_keys: usize) -> Arc<CudaScanner> {
     Arc::new(CudaScanner::from_pirdb(&file.db, config, |_, _| {}).unwrap())
 }
 
-fn model_of(file: &TestDb, epoch: u64) -> Model {
-    let pages = (0..file.db.num_pages())
-        .map(|p| file.page(p).to_vec())
-        .collect();
-    Model {
-        pages: vec![pages],
-        first_epoch: epoch,
-    }
-}
-
 /// Random joins and updates on the GPU; each party's answer equals `pirq_shared`'s reference at
 /// its epoch, across folds of the base mid-turn; epochs that leave the window are refused.
 #[test]
@@ -50,7 +40,7 @@ fn gpu_rotation_is_exact_while_updates_fold_the_base_mid_turn() {
         let scanner = gpu(&file, 3, 64);
         let mut rotation = CudaRotation::new(scanner.clone(), segments);
         assert_eq!(rotation.segments(), segments);
-        let mut model = model_of(&file, 0);
+        let mut model = Model::of(&file, 0);
         let mut rng = StdRng::seed_from_u64(seed);
         let seen = drive(
             &mut rotation,

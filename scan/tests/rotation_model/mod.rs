@@ -11,6 +11,7 @@ use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_shared::update::EpochUpdate;
+use pirq_testkit::TestDb;
 use rand::{rngs::StdRng, Rng, RngCore};
 
 /// Every page at every epoch from `first_epoch` on.
@@ -20,6 +21,17 @@ pub struct Model {
 }
 
 impl Model {
+    /// The pages of `file`, which is at `epoch`: the model before any update.
+    pub fn of(file: &TestDb, epoch: u64) -> Model {
+        let pages = (0..file.db.num_pages())
+            .map(|p| file.page(p).to_vec())
+            .collect();
+        Model {
+            pages: vec![pages],
+            first_epoch: epoch,
+        }
+    }
+
     pub fn page(&self, epoch: u64, p: u64) -> &[u8] {
         &self.pages[(epoch - self.first_epoch) as usize][p as usize]
     }
