@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Database files (.pirdb): generate, inspect.
+    /// Database files (.pirdb): generate, import, inspect, verify, sign, split, apply updates.
     #[command(subcommand)]
     Db(db::DbCommand),
     /// Publisher keys: make the key pair that signs databases (docs/spec/signed.md).

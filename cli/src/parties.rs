@@ -64,8 +64,8 @@ pub struct TransportArgs {
     #[arg(long, env = "PIRQ_CA_CERT", value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
     /// Accept plain http:// to hosts other than this machine. Whoever observes both
-    /// connections then reads both DPF keys and learns the index: only for networks where
-    /// nobody can.
+    /// connections then reads both DPF keys and learns the index: only for a network that
+    /// nobody else can observe.
     #[arg(long)]
     pub insecure_http: bool,
 }
