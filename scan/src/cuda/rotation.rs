@@ -2,14 +2,20 @@
 //!
 //! The rotation keeps one workspace of the pool for its whole life. Its key columns (the
 //! selection buffer's, the answer buffer's) are handed out one key at a time: a joining group of
-//! keys gets the lowest free run of columns, its records go up into the same place of the key
-//! buffer, and its answer pages are zeroed. The expansion writes 16-key column groups whole
-//! (`dpf_expand_leaves` with `np_first`), so the groups the new keys touch are expanded again
-//! from every record in them: the keys in flight there get the same bits back (a key's
-//! expansion depends on its record alone), and free columns get bits no answer reads. Packing
-//! keys, not 16-key groups, matters because most jobs are one key: with a group each, 256 keys of
-//! capacity held only 16 jobs (measured on an H100: 272 queries/s at any load). A step then, on
-//! the workspace's stream:
+//! keys gets the lowest free run of columns and its records are packed into the same place of
+//! the pinned key buffer. The expansion writes 16-key column groups whole (`dpf_expand_leaves`
+//! with `np_first`), so the groups the new keys touch are expanded again from every record in
+//! them: the keys in flight there get the same bits back (a key's expansion depends on its record
+//! alone), and free columns get bits no answer reads. Packing keys, not 16-key groups, matters
+//! because most jobs are one key: with a group each, 256 keys of capacity held only 16 jobs
+//! (measured on an H100: 272 queries/s at any load).
+//!
+//! Joins are settled at the next step, all at once ([`CudaRotation::settle_joins`]): the records
+//! of every touched 16-key group go up and each run of touched groups is expanded in one launch
+//! sequence, and the new keys' answer pages are zeroed. Expanding at each join instead cost a
+//! whole 16-key group's expansion per job, and most jobs are one key: at 512 clients ~37 one-key
+//! joins a segment, ~16x the expansion work of a pass for the same keys. A step then, on the
+//! workspace's stream, after the joins:
 //! 1. scans the segment's 256-page blocks for columns `0..hi` (the highest column in use,
 //!    padded for the plan) — the kernels see the segment as a smaller database, both operands'
 //!    pointers moved to its first block; `partial` is cleared first and `scan_unpack`
@@ -52,6 +58,8 @@ pub struct CudaRotation {
     /// The group holding each key column.
     columns: Vec<Option<Ticket>>,
     groups: Vec<Group>,
+    /// Key columns joined since the last step: packed on the host, not yet on the device.
+    joined: Vec<Range<usize>>,
     clock: Clock,
 }
 
@@ -85,6 +93,7 @@ impl CudaRotation {
             cursor: 0,
             columns,
             groups: Vec::new(),
+            joined: Vec::new(),
             clock: Clock::default(),
         }
     }
@@ -143,54 +152,65 @@ impl CudaRotation {
         }
     }
 
-    fn join_at(&mut self, keys: &[DpfKey], first: usize, ticket: Ticket) -> Result<(), CudaError> {
-        let ps = self.scanner.db.shape().page_size;
-        let (stride, layout) = (self.stride(), self.layout);
-        let scanner = self.scanner.clone();
+    /// Packs a joining group's key records into its columns of the pinned key buffer. No
+    /// device work: the stream is idle between steps (a step ends synchronized), and the
+    /// records go up at the next step with every other join's.
+    fn pack_at(&mut self, keys: &[DpfKey], first: usize) -> Result<(), CudaError> {
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
-        let records = first * KEY_WORDS..(first + keys.len()) * KEY_WORDS;
         let host = ws.keys_host.as_mut_slice()?;
-        for (key, rec) in keys
-            .iter()
-            .zip(host[records.clone()].chunks_exact_mut(KEY_WORDS))
-        {
+        let records = &mut host[first * KEY_WORDS..(first + keys.len()) * KEY_WORDS];
+        for (key, rec) in keys.iter().zip(records.chunks_exact_mut(KEY_WORDS)) {
             pack_key(key, rec);
         }
+        Ok(())
+    }
+
+    /// Puts the joins since the last step on the device: the records of every 16-key group they
+    /// touch go up, each run of adjacent touched groups is expanded in one launch sequence, and
+    /// the new keys' answer pages are zeroed (adjacent ranges in one memset). Asynchronous, on
+    /// the workspace's stream, ahead of the step's scan.
+    fn settle_joins(&mut self) -> Result<(), CudaError> {
+        if self.joined.is_empty() {
+            return Ok(());
+        }
+        let ps = self.scanner.db.shape().page_size;
+        let (stride, layout) = (self.stride(), self.layout);
+        let mut joined = std::mem::take(&mut self.joined);
+        let groups = runs(
+            joined
+                .iter()
+                .map(|c| c.start / GROUP_KEYS..c.end.div_ceil(GROUP_KEYS))
+                .collect(),
+        );
+        joined = runs(joined);
+        let scanner = self.scanner.clone();
+        let ws = self.ws.as_mut().expect("the workspace is held until drop");
         let stream = ws.stream.clone();
-        let keys_ptr = ws.keys.ptr + (first * KEY_WORDS * 4) as u64;
-        // SAFETY: pinned; these records are not written again before this group's turn ends,
-        // and a step synchronizes the stream before it ends a turn.
-        unsafe {
-            result::memcpy_htod_async(
-                keys_ptr,
-                &ws.keys_host.as_slice()?[records],
-                stream.cu_stream(),
-            )
-        }?;
-        // Every 16-key group the new columns touch, expanded again from all its records.
-        let first_group = first / GROUP_KEYS;
-        let groups = (first + keys.len()).div_ceil(GROUP_KEYS) - first_group;
-        let group_records = ws.keys.ptr + (first_group * GROUP_KEYS * KEY_WORDS * 4) as u64;
-        scanner.expand_into(
-            ws,
-            group_records,
-            groups * GROUP_KEYS,
-            groups,
-            layout,
-            first_group,
-            stride,
-        )?;
-        // SAFETY: the answer buffer holds `stride * 16` pages; only the new columns' are zeroed.
-        unsafe {
-            result::memset_d8_async(
-                ws.answers.ptr + (first * ps) as u64,
-                0,
-                keys.len() * ps,
-                stream.cu_stream(),
-            )
-        }?;
-        for c in &mut self.columns[first..first + keys.len()] {
-            *c = Some(ticket);
+        for run in groups {
+            let records = run.start * GROUP_KEYS * KEY_WORDS..run.end * GROUP_KEYS * KEY_WORDS;
+            let device = ws.keys.ptr + (records.start * 4) as u64;
+            // SAFETY: pinned; the host records are not written again before the step that
+            // launched this copy has synchronized (joins come between steps).
+            unsafe {
+                result::memcpy_htod_async(
+                    device,
+                    &ws.keys_host.as_slice()?[records],
+                    stream.cu_stream(),
+                )
+            }?;
+            let n = run.end - run.start;
+            scanner.expand_into(ws, device, n * GROUP_KEYS, n, layout, run.start, stride)?;
+        }
+        for cols in joined {
+            // SAFETY: the answer buffer holds `stride * 16` pages; only new columns are zeroed.
+            unsafe {
+                result::memset_d8_async(
+                    ws.answers.ptr + (cols.start * ps) as u64,
+                    0,
+                    cols.len() * ps,
+                    stream.cu_stream(),
+                )
+            }?;
         }
         Ok(())
     }
@@ -231,9 +251,13 @@ impl CudaRotation {
         };
         let stream = ws.stream.clone();
         let host = ws.answers_host.as_mut_slice()?;
-        for &i in done {
-            let g = &self.groups[i];
-            let bytes = g.first * ps..(g.first + g.keys) * ps;
+        let finished = runs(
+            done.iter()
+                .map(|&i| self.groups[i].first..self.groups[i].first + self.groups[i].keys)
+                .collect(),
+        );
+        for cols in finished {
+            let bytes = cols.start * ps..cols.end * ps;
             let src = ws.answers.ptr + bytes.start as u64;
             // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
             unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
@@ -267,16 +291,12 @@ impl Rotation for CudaRotation {
             });
         };
         let joined = Instant::now();
+        self.pack_at(keys, first)?;
         let ticket = self.clock.ticket();
-        if let Err(e) = self.join_at(keys, first, ticket) {
-            let _ = self.ws().stream.synchronize();
-            for c in &mut self.columns {
-                if *c == Some(ticket) {
-                    *c = None;
-                }
-            }
-            return Err(e.into());
+        for c in &mut self.columns[first..first + keys.len()] {
+            *c = Some(ticket);
         }
+        self.joined.push(first..first + keys.len());
         self.groups.push(Group {
             ticket,
             epoch,
@@ -305,6 +325,10 @@ impl Rotation for CudaRotation {
             self.clock.turn_begins(started);
         }
         let mut step = Step::default();
+        if let Err(e) = self.settle_joins() {
+            self.clear();
+            return Err(e.into());
+        }
         let scanner = self.scanner.clone();
         // Held until the segment's device work is done: an update's fold waits for it.
         let st = scanner.epochs.read().unwrap_or_else(|e| e.into_inner());
@@ -382,6 +406,7 @@ impl Rotation for CudaRotation {
     fn clear(&mut self) -> Vec<Ticket> {
         let _ = self.ws().stream.synchronize();
         self.columns.fill(None);
+        self.joined.clear();
         self.groups.drain(..).map(|g| g.ticket).collect()
     }
 }
@@ -393,5 +418,34 @@ fn finish(g: &Group, answers: Result<Answers, ScanError>, now: Instant) -> Finis
         answers,
         waited,
         turn,
+    }
+}
+
+/// `ranges` sorted and merged where they touch or overlap: one copy, expansion or memset for
+/// each run instead of one for each range.
+fn runs(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_merge_touching_and_overlapping_ranges_only() {
+        assert_eq!(
+            runs(vec![5..7, 0..2, 2..3, 9..10, 6..8]),
+            vec![0..3, 5..8, 9..10]
+        );
+        assert_eq!(runs(vec![]), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(runs(vec![3..4, 1..2]), vec![1..2, 3..4]);
     }
 }
