@@ -103,8 +103,11 @@ pub trait Rotation: Send {
 
 /// Wall time a segment should take: short enough that a key waits little for the next
 /// boundary (half a segment on average), long enough that a segment's fixed costs (launches,
-/// the key masks, the merge's table walk) stay small beside its scan.
-pub const TARGET_SEGMENT: Duration = Duration::from_millis(3);
+/// the key masks, the merge's table walk) stay small beside its scan. Measured on an H100 at
+/// 64 GiB (`pirq-gpu-bench --rotate-segments`, docs/bench/gpu-scan.md): 14 segments of 1.75 ms
+/// cost 1-2 % of keys/s against 7 of 3.4 ms, and halve the wait for a boundary; at load a
+/// segment grows with the keys in flight (4.6 ms with 512), so its wait grows too.
+pub const TARGET_SEGMENT: Duration = Duration::from_micros(1500);
 
 /// Fewest segments a turn has: with fewer, a key joining just after a boundary waits most of a
 /// turn's quarter; and the CPU backend shows the same behaviour as the GPU's.
@@ -205,7 +208,7 @@ mod tests {
     #[test]
     fn segments_follow_the_turn_time() {
         assert_eq!(segments_for(Duration::from_millis(1), 1000), MIN_SEGMENTS);
-        assert_eq!(segments_for(Duration::from_millis(24), 1000), 8);
+        assert_eq!(segments_for(Duration::from_millis(24), 1000), 16);
         assert_eq!(segments_for(Duration::from_secs(1), 10), 10);
     }
 }

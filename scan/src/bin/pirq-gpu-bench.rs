@@ -5,8 +5,8 @@
 //! of a pass, keys/s and the phase breakdown (h2d, expand, scan, d2h) from CUDA events; then the
 //! pool: a continuous stream of windows fed by 1, 2 or 4 threads through 1, 2 or 4 workspaces;
 //! then the rotating scan (the worker's): for each number of keys kept in flight
-//! (`--rotate-qs`), one-key groups joined whenever one leaves, over `--rotate-turns` turns: the
-//! segments, ms a segment, ms a turn and keys/s.
+//! (`--rotate-qs`) and segments a turn (`--rotate-segments`), one-key groups joined whenever one
+//! leaves, over `--rotate-turns` turns: the segments, ms a segment, ms a turn and keys/s.
 //!
 //! ```text
 //! pirq-gpu-bench --sizes-gib 8,64 --qs 1,2,4,8,16,32,64,128,192,256,384,512
@@ -69,6 +69,10 @@ struct Args {
     /// Turns timed per row of the rotating scan (after one turn of warm-up).
     #[arg(long, default_value_t = 20)]
     rotate_turns: usize,
+    /// Segments a turn in the rotating scan, one row each (0: from the measured read, as the
+    /// worker picks them).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    rotate_segments: Vec<usize>,
     /// `--epochs`: pages changed by each epoch.
     #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
     changed: Vec<usize>,
@@ -190,8 +194,16 @@ fn main() -> Result<()> {
         println!("\nrotating scan: one-key groups kept in flight\n");
         println!("| keys in flight | segments | ms/segment | ms/turn | keys/s |");
         println!("|---:|---:|---:|---:|---:|");
-        for &q in args.rotate_qs.iter().filter(|&&q| q <= max_q) {
-            let mut rotation = CudaRotation::measured(scanner.clone())?;
+        let rows = args
+            .rotate_qs
+            .iter()
+            .filter(|&&q| q <= max_q)
+            .flat_map(|&q| args.rotate_segments.iter().map(move |&s| (q, s)));
+        for (q, segments) in rows {
+            let mut rotation = match segments {
+                0 => CudaRotation::measured(scanner.clone())?,
+                n => CudaRotation::new(scanner.clone(), n),
+            };
             let (segments, turns) = (rotation.segments(), args.rotate_turns.max(1));
             let mut next = 0;
             let (mut answered, mut turn_sum, mut finished) = (0usize, Duration::ZERO, 0usize);
