@@ -159,7 +159,7 @@ for variant in $VARIANTS; do
             --listen 127.0.0.1:8101 ${GATEWAY_ARGS:-}
         # shellcheck disable=SC2086
         start "$worker_cpus" worker "$B/pirq-worker" --redis redis://127.0.0.1:7101 --prefix party-a \
-            --db "$MNT/db.pirdb" --backend cuda --max-batch-keys 256 --consumer gpu0 \
+            --db "$MNT/db.pirdb" --backend cuda --consumer gpu0 \
             --metrics-listen 127.0.0.1:9101 $cfg
         t0=$(date +%s)
         wait_worker "${PIDS[2]}"
