@@ -285,7 +285,7 @@ pub const CATALOG: &[Metric] = &[
     m(WORKER_QUEUE_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "Gateway acceptance to the worker reading the job from the stream."),
     m(WORKER_SEGMENT_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "Rotating scan: a job's keys joining (expanded) to the start of their first segment: the wait for the next segment boundary."),
+      "Rotating scan: a job read by the worker to the start of its keys' first segment: the wait for the next segment boundary (and for room, at capacity)."),
     m(WORKER_TURN_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "Rotating scan: one full turn over the worker's pages for a job's keys, first segment to last, every page XORed once."),
     m(WORKER_TURN_KEYS, Histogram, Unit::Count, &[], Worker, AfterTraffic,

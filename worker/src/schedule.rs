@@ -303,7 +303,9 @@ fn rotate(
     let capacity = rotation.capacity().max(1);
     let mut waiting: VecDeque<Running> = VecDeque::new();
     let mut running: HashMap<u64, Running> = HashMap::new();
-    let mut parts: HashMap<Ticket, (u64, usize)> = HashMap::new();
+    // Each part in flight: its job, its first key, and how long the job was held before the
+    // part joined (the segment wait counts from the worker's read, not from the join).
+    let mut parts: HashMap<Ticket, (u64, usize, Duration)> = HashMap::new();
     let mut next_job = 0u64;
     // The job whose keys join in parts, while some have not joined yet.
     let mut joining: Option<u64> = None;
@@ -373,7 +375,7 @@ fn rotate(
                         if r.joined == 0 && r.ready.mark_running {
                             joined_ids.push(r.ready.request_id);
                         }
-                        parts.insert(ticket, (id, r.joined));
+                        parts.insert(ticket, (id, r.joined, r.ready.received.elapsed()));
                         r.parts += 1;
                         r.joined += part;
                     }
@@ -443,9 +445,12 @@ fn rotate(
         };
         record_step(&step);
         for f in step.finished {
-            let Some((job, first)) = parts.remove(&f.ticket) else {
+            let Some((job, first, held)) = parts.remove(&f.ticket) else {
                 continue;
             };
+            if f.answers.is_ok() {
+                metrics::histogram!(m::WORKER_SEGMENT_WAIT).record((held + f.waited).as_secs_f64());
+            }
             let Some(r) = running.get_mut(&job) else {
                 continue;
             };
@@ -551,12 +556,11 @@ fn settle(worker: &Worker, outcome: Outcome, deliveries: u64) -> Outcome {
         .expect("one outcome in, one out")
 }
 
-/// The rotation's metrics: each finished group's wait for its first segment and its turn, and
-/// the keys of each turn.
+/// The rotation's metrics: each finished group's turn and the keys of each turn (the wait for
+/// the first segment is recorded where the job's read time is known).
 fn record_step(step: &Step) {
     for f in &step.finished {
         if f.answers.is_ok() {
-            metrics::histogram!(m::WORKER_SEGMENT_WAIT).record(f.waited.as_secs_f64());
             metrics::histogram!(m::WORKER_TURN_DURATION).record(f.turn.as_secs_f64());
         }
     }
