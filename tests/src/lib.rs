@@ -54,6 +54,55 @@ pub fn bin_dir() -> &'static Path {
     })
 }
 
+/// A connection to one Redis or to a Redis Cluster ([`Party::redis_keys`]).
+#[derive(Clone)]
+pub enum RedisConn {
+    One(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RedisConn::One(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RedisConn::One(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::One(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Whether the slow Redis Cluster tests run (`PIRQ_CLUSTER_TESTS=1`: kv lookups and a worker
+/// killed on a 3-primary cluster, a primary failing over under load). Elsewhere such a test
+/// returns at once and says so on stderr, naming `test`.
+pub fn cluster_tests_enabled(test: &str) -> bool {
+    let on = std::env::var("PIRQ_CLUSTER_TESTS").is_ok_and(|v| v == "1");
+    if !on {
+        eprintln!("skipping {test}: set PIRQ_CLUSTER_TESTS=1 to run it on a Redis Cluster");
+    }
+    on
+}
+
 /// Flags for a party's processes beyond the essentials.
 #[derive(Clone, Debug, Default)]
 pub struct PartyOptions {
@@ -306,6 +355,15 @@ impl Party {
         self.redis.client().await
     }
 
+    /// A connection that reaches the party's keys whether its Redis is one server or a Redis
+    /// Cluster (where [`Party::redis`] reaches the first node only).
+    pub async fn redis_keys(&self) -> anyhow::Result<RedisConn> {
+        Ok(match self.redis.cluster() {
+            Some(_) => RedisConn::Cluster(self.redis.cluster_client().await?),
+            None => RedisConn::One(self.redis.client().await?),
+        })
+    }
+
     /// The party's key names, in its partitions.
     pub fn layout(&self) -> pirq_shared::layout::Layout {
         pirq_shared::layout::Layout::new(&self.prefix)
@@ -469,7 +527,7 @@ pub mod fault {
     use base64::Engine as _;
     use pirq_shared::layout::{Layout, GROUP};
     use pirq_shared::wire::QueryRequest;
-    use redis::aio::MultiplexedConnection;
+    use redis::aio::ConnectionLike;
 
     /// One `POST /v1/queries` (JSON): `(status, body, Retry-After)`; `Err` when nothing
     /// answered (connection refused or reset).
@@ -567,7 +625,7 @@ pub mod fault {
     }
 
     /// Entries of the job streams (waiting + unacknowledged), every partition's.
-    pub async fn stream_len(conn: &mut MultiplexedConnection, layout: &Layout) -> u64 {
+    pub async fn stream_len(conn: &mut impl ConnectionLike, layout: &Layout) -> u64 {
         let mut total = 0;
         for (_, keys) in layout.all_partitions() {
             total += redis::cmd("XLEN")
@@ -582,7 +640,7 @@ pub mod fault {
     /// Entries of the job streams delivered and not acknowledged, of one consumer or all, every
     /// partition's.
     pub async fn pending(
-        conn: &mut MultiplexedConnection,
+        conn: &mut impl ConnectionLike,
         layout: &Layout,
         consumer: Option<&str>,
     ) -> usize {

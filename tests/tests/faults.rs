@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use pirq_e2e::fault::{self, pending, stream_len};
-use pirq_e2e::{Cluster, PartyOptions};
+use pirq_e2e::{cluster_tests_enabled, Cluster, ClusterShape, PartyOptions};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::GROUP;
 use pirq_shared::wire::{Job, QueryRequest};
@@ -105,16 +105,30 @@ async fn lost_pairs(cluster: &Cluster, jobs: &[(u64, String, String)], within: D
 
 #[tokio::test]
 async fn worker_killed_mid_window_under_load_loses_nothing() {
-    worker_killed_mid_window(None).await;
+    worker_killed_mid_window(None, None).await;
 }
 
 /// The same with the party's queue in four partitions: the survivor reclaims in each.
 #[tokio::test]
 async fn worker_killed_mid_window_loses_nothing_in_four_partitions() {
-    worker_killed_mid_window(Some(4)).await;
+    worker_killed_mid_window(Some(4), None).await;
 }
 
-async fn worker_killed_mid_window(partitions: Option<u32>) {
+/// The same on a Redis Cluster of 3 primaries (`PIRQ_CLUSTER_TESTS=1`): the survivor reclaims
+/// through the cluster connection.
+#[tokio::test]
+async fn worker_killed_mid_window_on_a_redis_cluster_loses_nothing() {
+    if !cluster_tests_enabled("worker_killed_mid_window_on_a_redis_cluster_loses_nothing") {
+        return;
+    }
+    let shape = ClusterShape {
+        primaries: 3,
+        replicas: 0,
+    };
+    worker_killed_mid_window(None, Some(shape)).await;
+}
+
+async fn worker_killed_mid_window(partitions: Option<u32>, redis_cluster: Option<ClusterShape>) {
     // 4 MiB, at most 4 keys in flight in a worker's rotating scan: under load the killed worker
     // holds keys mid-turn and the jobs read ahead waiting for room.
     const PAGES: u64 = 1 << 13;
@@ -122,12 +136,13 @@ async fn worker_killed_mid_window(partitions: Option<u32>) {
     let opts = PartyOptions {
         worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "1000"]),
         partitions,
+        redis_cluster,
         ..Default::default()
     };
     let mut cluster = Cluster::start(PAGES, 512, opts).await.unwrap();
     cluster.a.start_worker().await.unwrap(); // w1, the survivor
     let layout = cluster.a.layout();
-    let mut conn = cluster.a.redis().await.unwrap();
+    let mut conn = cluster.a.redis_keys().await.unwrap();
 
     let mut rng = rand::rng();
     let indices: Vec<u64> = (0..JOBS).map(|_| rng.random_range(0..PAGES)).collect();

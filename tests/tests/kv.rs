@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, Options, Party as PartyApi};
-use pirq_e2e::{bin_dir, Party, PartyOptions};
+use pirq_e2e::{bin_dir, cluster_tests_enabled, ClusterShape, Party, PartyOptions};
 use pirq_shared::db::PirDb;
 use rand::RngCore;
 
@@ -158,16 +158,29 @@ fn local_get(db: &PirDb, key: &[u8]) -> Option<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_and_updates_by_key_at_every_pinned_epoch() {
-    lookups_and_updates(None).await;
+    lookups_and_updates(None, None).await;
 }
 
 /// The same with each party's queue in four partitions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_and_updates_by_key_in_four_partitions() {
-    lookups_and_updates(Some(4)).await;
+    lookups_and_updates(Some(4), None).await;
 }
 
-async fn lookups_and_updates(partitions: Option<u32>) {
+/// The same with each party on a Redis Cluster of 3 primaries (`PIRQ_CLUSTER_TESTS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_and_updates_by_key_on_a_redis_cluster() {
+    if !cluster_tests_enabled("lookups_and_updates_by_key_on_a_redis_cluster") {
+        return;
+    }
+    let shape = ClusterShape {
+        primaries: 3,
+        replicas: 0,
+    };
+    lookups_and_updates(None, Some(shape)).await;
+}
+
+async fn lookups_and_updates(partitions: Option<u32>, redis_cluster: Option<ClusterShape>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (records_path, records) = gen(d, "records.jsonl", 1000, 11);
@@ -188,6 +201,7 @@ async fn lookups_and_updates(partitions: Option<u32>) {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
         worker_args: vec!["--epoch-window".into(), "8".into()],
         partitions,
+        redis_cluster,
         ..PartyOptions::default()
     };
     let (a, b) = tokio::try_join!(
