@@ -134,37 +134,59 @@ impl Redis {
             .await?)
     }
 
-    /// The port of the primary serving `key`'s slot now (`CLUSTER SHARDS` of a live node).
+    /// The port of the primary serving `key`'s slot now, as the first node that answers says
+    /// (`CLUSTER SLOTS`); asked node by node, so that a killed node costs one refused
+    /// connection, not a cluster client's retries.
     pub async fn primary_for(&self, key: &str) -> anyhow::Result<u16> {
-        let mut conn = self.cluster_client().await?;
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut conn)
-            .await?;
-        let slots: Vec<(u16, u16, Vec<redis::Value>)> = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async::<Vec<redis::Value>>(&mut conn)
-            .await?
-            .into_iter()
-            .filter_map(|range| redis::from_redis_value(range).ok())
-            .map(
-                |(start, end, primary, _rest): (u16, u16, Vec<redis::Value>, Vec<redis::Value>)| {
-                    (start, end, primary)
-                },
-            )
-            .collect();
-        for (start, end, primary) in slots {
-            if (start..=end).contains(&slot) {
-                if let Some(port) = primary
-                    .get(1)
-                    .and_then(|p| redis::from_redis_value(p.clone()).ok())
-                {
-                    return Ok(port);
+        let mut slot = None;
+        for port in self.node_ports() {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+            let connect = client.get_multiplexed_async_connection();
+            let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_millis(500), connect).await
+            else {
+                continue;
+            };
+            let Ok(key_slot) = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(key)
+                .query_async::<i64>(&mut conn)
+                .await
+            else {
+                continue;
+            };
+            slot = Some(key_slot);
+            // Each range: [start, end, [host, port, id, …] of the primary, replicas …].
+            let Ok(ranges) = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async::<Vec<redis::Value>>(&mut conn)
+                .await
+            else {
+                continue;
+            };
+            let int = |v: &redis::Value| match v {
+                redis::Value::Int(n) => Some(*n),
+                _ => None,
+            };
+            for range in &ranges {
+                let redis::Value::Array(items) = range else {
+                    continue;
+                };
+                let (Some(start), Some(end)) =
+                    (items.first().and_then(int), items.get(1).and_then(int))
+                else {
+                    continue;
+                };
+                if !(start..=end).contains(&key_slot) {
+                    continue;
+                }
+                if let Some(redis::Value::Array(primary)) = items.get(2) {
+                    if let Some(port) = primary.get(1).and_then(int) {
+                        return Ok(port as u16);
+                    }
                 }
             }
         }
-        bail!("no primary serves slot {slot}")
+        bail!("no node says which primary serves slot {slot:?}")
     }
 
     /// SIGKILLs the node on `port` (the first node included); it stays down.
