@@ -2,37 +2,31 @@
 //! every writer, `pirq db verify --publisher-key` refusing a flipped byte and another
 //! publisher, signed updates and `pirq db apply` keeping every page signed.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
 
 use pirq_shared::db::PirDb;
 use pirq_shared::signing::PublisherKey;
 
-fn pirq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pirq"))
-        .args(args)
-        .output()
-        .expect("running pirq")
-}
+mod common;
+// Here `ok` is everything a tool said: the signing tools report on standard error.
+use common::{fails, pirq, s, said as ok, stderr};
 
-fn ok(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(!out.status.success(), "pirq {args:?} succeeded");
-    stderr(&out)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+/// `dir/g.pirdb`: 100 pages of 256 bytes signed with `secret`.
+fn signed_gen(dir: &Path, secret: &str) -> PathBuf {
+    let gen = dir.join("g.pirdb");
+    ok(&[
+        "db",
+        "gen",
+        "--pages",
+        "100",
+        "--page-size",
+        "256",
+        "--out",
+        s(&gen),
+        "--sign-key",
+        secret,
+    ]);
+    gen
 }
 
 /// A key pair in `dir` named `name`: (secret file, public file).
@@ -224,19 +218,7 @@ fn signed_updates_keep_every_page_signed_and_unsigned_ones_are_refused() {
     let d = dir.path();
     let (secret, public) = keygen(d, "a");
     let (other_secret, _) = keygen(d, "b");
-    let gen = d.join("g.pirdb");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "100",
-        "--page-size",
-        "256",
-        "--out",
-        s(&gen),
-        "--sign-key",
-        &secret,
-    ]);
+    let gen = signed_gen(d, &secret);
     let signed = d.join("e1.bin");
     ok(&[
         "epoch",
@@ -332,19 +314,7 @@ fn signed_updates_append_their_manifests_and_a_bad_manifest_file_is_never_replac
     let d = dir.path();
     let (secret, _) = keygen(d, "a");
     let (other_secret, _) = keygen(d, "b");
-    let gen = d.join("g.pirdb");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "100",
-        "--page-size",
-        "256",
-        "--out",
-        s(&gen),
-        "--sign-key",
-        &secret,
-    ]);
+    let gen = signed_gen(d, &secret);
     let manifests = d.join("manifests.json");
     let make = |epoch: &str, out: &Path, key: &str| {
         pirq(&[

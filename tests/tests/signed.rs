@@ -7,7 +7,7 @@
 //! database, are refused before a key is sent; without a key a signed database works and the
 //! CLI says once that it is not verifying. The same for key-value lookups (`pirq get`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -164,25 +164,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         rng_state ^= rng_state << 17;
         rng_state
     };
-    let tampers = [
-        Tamper::XorAt {
-            offset: 3,
-            delta: vec![1],
-        },
-        Tamper::XorAt {
-            offset: 439,
-            delta: vec![0x80],
-        },
-        Tamper::XorAt {
-            offset: 440,
-            delta: vec![1],
-        },
-        Tamper::XorAt {
-            offset: 511,
-            delta: vec![0x40],
-        },
-        Tamper::Xor((0..512).map(|_| next() as u8).collect()),
-    ];
+    let tampers = tampers_of(512, usable, &mut next);
     for (round, tamper) in tampers.iter().enumerate() {
         proxy.set(tamper.clone());
         for _ in 0..4 {
@@ -274,31 +256,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
     assert_eq!(stderr.matches("not being verified").count(), 1, "{stderr}");
 
     // A key-value table, signed: `pirq get` through the tampering proxy.
-    let records = d.join("records.csv");
-    let mut csv = String::from("key,value\n");
-    for i in 0..300 {
-        csv.push_str(&format!("key-{i},value-{i:08}\n"));
-    }
-    std::fs::write(&records, csv).unwrap();
-    let table = d.join("kv.pirdb");
-    pirq_ok(&[
-        "kv",
-        "build",
-        "--records",
-        s(&records),
-        "--value-size",
-        "14",
-        "--key-encoding",
-        "utf8",
-        "--value-encoding",
-        "utf8",
-        "--page-size",
-        "256",
-        "--out",
-        s(&table),
-        "--sign-key",
-        s(&secret),
-    ]);
+    let table = signed_kv_table(d, &secret);
     serve(&mut [&mut a, &mut b], &table).await;
     phase("serving the kv table");
     let get = |party_a: &str, extra: &[&str]| {
@@ -335,25 +293,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         )
     );
     // Pages of 256 bytes: usable bytes 0..184, changed_epoch 184..192, signature 192..256.
-    let kv_tampers = [
-        Tamper::XorAt {
-            offset: 3,
-            delta: vec![1],
-        },
-        Tamper::XorAt {
-            offset: 183,
-            delta: vec![0x80],
-        },
-        Tamper::XorAt {
-            offset: 184,
-            delta: vec![1],
-        },
-        Tamper::XorAt {
-            offset: 255,
-            delta: vec![0x40],
-        },
-        Tamper::Xor((0..256).map(|_| next() as u8).collect()),
-    ];
+    let kv_tampers = tampers_of(256, 184, &mut next);
     for tamper in &kv_tampers {
         proxy.set(tamper.clone());
         let before = proxy.tampered();
@@ -406,6 +346,55 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
 const ADMIN_TOKEN: &str = "signed-admin-token";
 
 /// Pushes `update` to both parties and waits until both serve its epoch.
+/// A kv table of 300 records `key-I` → `value-IIIIIIII` (text, values of 14 bytes) on pages of
+/// 256 bytes, signed with `secret`, built in `dir` from a CSV file there: the table's path.
+fn signed_kv_table(dir: &Path, secret: &Path) -> PathBuf {
+    let records = dir.join("records.csv");
+    let mut csv = String::from("key,value\n");
+    for i in 0..300 {
+        csv.push_str(&format!("key-{i},value-{i:08}\n"));
+    }
+    std::fs::write(&records, csv).unwrap();
+    let table = dir.join("kv.pirdb");
+    pirq_ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&records),
+        "--value-size",
+        "14",
+        "--key-encoding",
+        "utf8",
+        "--value-encoding",
+        "utf8",
+        "--page-size",
+        "256",
+        "--out",
+        s(&table),
+        "--sign-key",
+        s(secret),
+    ]);
+    table
+}
+
+/// What a tampering party XORs into its answers to pages of `page_size` bytes whose first
+/// `usable` are data (signed.md's page tail after them: the changed epoch, then the signature):
+/// a bit of the data's first and last byte, of the tail's first and last byte, and a whole
+/// random page.
+fn tampers_of(page_size: usize, usable: usize, next: &mut impl FnMut() -> u64) -> [Tamper; 5] {
+    let bit = |offset: usize, delta: u8| Tamper::XorAt {
+        offset,
+        delta: vec![delta],
+    };
+    [
+        bit(3, 1),
+        bit(usable - 1, 0x80),
+        bit(usable, 1),
+        bit(page_size - 1, 0x40),
+        Tamper::Xor((0..page_size).map(|_| next() as u8).collect()),
+    ]
+}
+
 async fn push(parties: [&Party; 2], update: &Path) {
     let update = EpochUpdate::parse_file(&std::fs::read(update).unwrap()).unwrap();
     for party in parties {
@@ -601,31 +590,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
     phase("withheld manifests refused");
 
     // A signed kv table: a value changed at epoch 1, rolled back through `pirq get`.
-    let records = d.join("records.csv");
-    let mut csv = String::from("key,value\n");
-    for i in 0..300 {
-        csv.push_str(&format!("key-{i},value-{i:08}\n"));
-    }
-    std::fs::write(&records, csv).unwrap();
-    let table = d.join("kv.pirdb");
-    pirq_ok(&[
-        "kv",
-        "build",
-        "--records",
-        s(&records),
-        "--value-size",
-        "14",
-        "--key-encoding",
-        "utf8",
-        "--value-encoding",
-        "utf8",
-        "--page-size",
-        "256",
-        "--out",
-        s(&table),
-        "--sign-key",
-        s(&secret),
-    ]);
+    let table = signed_kv_table(d, &secret);
     serve(&mut [&mut a, &mut b], &table).await;
     let changes = d.join("changes.jsonl");
     std::fs::write(

@@ -20,6 +20,13 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `pirq ARGS`, which must succeed; all it said: standard output, then standard error.
+pub fn said(args: &[&str]) -> String {
+    let out = pirq(args);
+    assert!(out.status.success(), "pirq {args:?}: {}", stderr(&out));
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+}
+
 /// Runs `pirq ARGS`, which must fail; its standard error.
 pub fn fails(args: &[&str]) -> String {
     let out = pirq(args);
