@@ -26,10 +26,12 @@ if max > 0 then
   local len = redis.call('XLEN', KEYS[2])
   if len >= max then return {'full', tostring(len)} end
 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'keys', ARGV[2], 'accepted_ms', ARGV[3])
 if ARGV[9] ~= '' then
   -- The gateway that hands the result over shortens the idempotency record with it.
-  redis.call('HSET', KEYS[1], 'idem', ARGV[9])
+  redis.call('HSET', KEYS[1], 'status', 'queued', 'keys', ARGV[2], 'accepted_ms', ARGV[3],
+    'idem', ARGV[9])
+else
+  redis.call('HSET', KEYS[1], 'status', 'queued', 'keys', ARGV[2], 'accepted_ms', ARGV[3])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'job', ARGV[5])

@@ -577,19 +577,34 @@ async fn write(worker: Arc<Worker>, mut events: mpsc::UnboundedReceiver<Event>) 
         while let Ok(e) = events.try_recv() {
             queued.push(e);
         }
+        let mut running = Vec::new();
         let mut outcomes = Vec::new();
         for event in queued {
             match event {
-                Event::Running(ids) => {
-                    // Outcomes sent before these marks go first: a mark never follows its "done".
-                    serve::write_outcomes(&worker.queue, std::mem::take(&mut outcomes)).await;
-                    if let Err(e) = worker.queue.mark_running(&ids).await {
-                        tracing::warn!(error = %e, "marking jobs running failed");
-                    }
-                }
+                Event::Running(ids) => running.extend(ids),
                 Event::Outcomes(o) => outcomes.extend(o),
             }
         }
+        // A job whose outcome goes out in this same round goes straight from `queued` to its
+        // final status: its `running` mark (a script run, an HSET and a PUBLISH a job) would
+        // be overwritten a moment later, unseen (docs/http-api.md: a fast query may go
+        // straight to its result). The other marks go first; a job's outcome always comes
+        // after its mark, so none of them belongs to an outcome of this round.
+        let finals: std::collections::HashSet<RequestId> =
+            outcomes.iter().filter_map(final_request).collect();
+        running.retain(|id| !finals.contains(id));
+        if let Err(e) = worker.queue.mark_running(&running).await {
+            tracing::warn!(error = %e, "marking jobs running failed");
+        }
         serve::write_outcomes(&worker.queue, outcomes).await;
+    }
+}
+
+/// The request an outcome makes final, if any (a retry hands the job back instead).
+fn final_request(outcome: &Outcome) -> Option<RequestId> {
+    match outcome {
+        Outcome::Done { request_id, .. } | Outcome::Failed { request_id, .. } => Some(*request_id),
+        Outcome::DeadLetter { request_id, .. } => *request_id,
+        Outcome::Discard { .. } | Outcome::Settled { .. } | Outcome::Retry { .. } => None,
     }
 }
