@@ -95,6 +95,7 @@ start() {
         mkdir -p "$dir/node-$p"
         "$server" --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
             --cluster-enabled yes --cluster-node-timeout "$node_timeout" \
+            --repl-diskless-sync-delay 0 \
             --cluster-config-file "$dir/node-$p/nodes.conf" --dir "$dir/node-$p" \
             --daemonize yes --pidfile "$dir/node-$p/redis.pid" --logfile "$dir/node-$p/redis.log"
         nodes+=("127.0.0.1:$p")
@@ -111,10 +112,14 @@ start() {
         stop
         exit 1
     fi
+    # Every node serving, and every replica holding its primary's data (a replica that never
+    # synced is never promoted).
     for n in "${nodes[@]}"; do
         local ok=
         for _ in $(seq 300); do
-            if "$cli" -h 127.0.0.1 -p "${n#*:}" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
+            if "$cli" -h 127.0.0.1 -p "${n#*:}" cluster info 2>/dev/null | grep -q '^cluster_state:ok' &&
+                ! "$cli" -h 127.0.0.1 -p "${n#*:}" info replication 2>/dev/null |
+                    grep -q '^master_link_status:down'; then
                 ok=1
                 break
             fi

@@ -200,7 +200,9 @@ impl Redis {
         }
     }
 
-    /// Waits until every node still running says `cluster_state:ok` and serves every slot.
+    /// Waits until every node still running says `cluster_state:ok` and serves every slot, and
+    /// every replica has its primary's data (`master_link_status:up`: a replica without it is
+    /// never promoted).
     pub async fn wait_cluster_ok(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         loop {
@@ -218,6 +220,16 @@ impl Redis {
                     .await
                     .unwrap_or_default();
                 if !info.contains("cluster_state:ok") || !info.contains("cluster_slots_ok:16384") {
+                    all_ok = false;
+                }
+                let replication: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or_default();
+                if replication.contains("role:slave")
+                    && !replication.contains("master_link_status:up")
+                {
                     all_ok = false;
                 }
             }
@@ -238,6 +250,9 @@ fn spawn_node(dir: &Path, port: u16) -> anyhow::Result<Proc> {
         .args(["--save", "", "--appendonly", "no"])
         .args(["--cluster-enabled", "yes"])
         .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+        // A replica's first copy at once (not after the default 5 s): until it has one, it
+        // refuses to be promoted.
+        .args(["--repl-diskless-sync-delay", "0"])
         .arg("--cluster-config-file")
         .arg(dir.join("nodes.conf"))
         .arg("--dir")
