@@ -103,7 +103,7 @@ impl Redis {
                 others: nodes.collect(),
             }),
         };
-        redis.wait_cluster_ok(Duration::from_secs(30)).await?;
+        redis.wait_cluster_ok(Duration::from_secs(90)).await?;
         Ok(redis)
     }
 
@@ -231,6 +231,9 @@ impl Redis {
                     && !replication.contains("master_link_status:up")
                 {
                     all_ok = false;
+                    if Instant::now() > deadline {
+                        eprintln!("replica 127.0.0.1:{port} not synced:\n{replication}");
+                    }
                 }
             }
             if all_ok {
