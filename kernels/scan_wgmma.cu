@@ -1,5 +1,5 @@
 // scan_wgmma.cu: the scan on Hopper's warpgroup tensor cores (sm_90a only):
-// wgmma.mma_async.sync.aligned.m64nNk256.s32.b1.b1.and.popc, N in {64, 128, 192, 256}.
+// wgmma.mma_async.sync.aligned.m64nNk256.s32.b1.b1.and.popc, N in {128, 192, 256}.
 //
 // CPU twin: `pirq_worker::scan::cpu::CpuScanner::scan`, like scan_mma.cu; the answers come out
 // through the same `partial` layout and `scan_unpack`.
@@ -39,21 +39,6 @@ extern "C" __global__ void pirq_has_wgmma() {}
 #ifdef PIRQ_WGMMA
 template <int N>
 __device__ __forceinline__ void pirq_wgmma_b1(int (&c)[N / 2], const uint4& a, unsigned long long desc);
-
-template <> __device__ __forceinline__ void pirq_wgmma_b1<64>(int (&c)[32], const uint4& a, unsigned long long desc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k256.s32.b1.b1.and.popc "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p;\n}\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]), "+r"(c[4]), "+r"(c[5]), "+r"(c[6]), "+r"(c[7]),
-          "+r"(c[8]), "+r"(c[9]), "+r"(c[10]), "+r"(c[11]), "+r"(c[12]), "+r"(c[13]), "+r"(c[14]), "+r"(c[15]),
-          "+r"(c[16]), "+r"(c[17]), "+r"(c[18]), "+r"(c[19]), "+r"(c[20]), "+r"(c[21]), "+r"(c[22]), "+r"(c[23]),
-          "+r"(c[24]), "+r"(c[25]), "+r"(c[26]), "+r"(c[27]), "+r"(c[28]), "+r"(c[29]), "+r"(c[30]), "+r"(c[31])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "n"(1));
-}
 
 template <> __device__ __forceinline__ void pirq_wgmma_b1<128>(int (&c)[64], const uint4& a, unsigned long long desc) {
     asm volatile(
@@ -332,7 +317,6 @@ __device__ __forceinline__ void scan_wgmma_body(const uint4* __restrict__ a, con
 // The variants the backend picks from: scan_wgmma_n<N>_s<STAGES>_f<wgmmas left in flight after
 // each issue>. f0 (wait for each wgmma) measured 2-8 % faster than f1 on the H100; 8 stages beat
 // 4, 12 and 16 (kernels/bench/wgmma.cu, docs/bench/gpu-scan.md).
-PIRQ_SCAN_WGMMA(64, 8, 0)
 PIRQ_SCAN_WGMMA(128, 8, 0)
 PIRQ_SCAN_WGMMA(192, 8, 0)
 PIRQ_SCAN_WGMMA(256, 8, 0)

@@ -168,11 +168,7 @@ pub enum ScanPlan {
 }
 
 /// The wgmma variants compiled into the module (sm_90a only): (n, stages).
-pub const WGMMA_VARIANTS: &[(u32, u32)] = &[(64, 8), (128, 8), (192, 8), (256, 8)];
-
-/// The key group of the `wgmma` variant for a rotation with few keys in flight (at most this
-/// many); see [`ScanPlan::wgmma_for`].
-const WGMMA_SMALL_KEYS: usize = 64;
+pub const WGMMA_VARIANTS: &[(u32, u32)] = &[(128, 8), (192, 8), (256, 8)];
 
 /// How the expansion arranges the selection bits inside each 512-byte chunk
 /// (`kernels/pirq_common.cuh`): B for `mma.sync` and the CUDA-core kernel, "B for wgmma" for
@@ -249,22 +245,14 @@ impl ScanPlan {
 
     /// The `wgmma` plan for `q` keys whatever their number: the widest key group that pads
     /// least. The rotating scan keeps one selection layout for its keys in flight, so on
-    /// Hopper it scans with `wgmma` even when few keys are in flight; up to 64 it takes the
-    /// 64-key group (a lone key's turn costs about a one-key pass, not a 128-key one's tensor
-    /// work). Above 64 the 64-key group never serves: every CTA column reads the database's
-    /// rows again, so narrower groups cost more reads for the same keys.
+    /// Hopper it scans with `wgmma` even when few keys are in flight.
     pub fn wgmma_for(q: usize) -> ScanPlan {
-        let n = if q <= WGMMA_SMALL_KEYS {
-            WGMMA_SMALL_KEYS as u32
-        } else {
-            WGMMA_VARIANTS
-                .iter()
-                .rev()
-                .map(|&(n, _)| n)
-                .filter(|&n| n as usize > WGMMA_SMALL_KEYS)
-                .min_by_key(|&n| q.next_multiple_of(n as usize))
-                .expect("wgmma variants")
-        };
+        let n = WGMMA_VARIANTS
+            .iter()
+            .rev()
+            .map(|&(n, _)| n)
+            .min_by_key(|&n| q.next_multiple_of(n as usize))
+            .expect("wgmma variants");
         ScanPlan::Wgmma {
             n,
             stages: 8,
@@ -504,8 +492,8 @@ mod tests {
             assert_eq!(ScanPlan::parse(&plan.to_string()), Some(plan), "{plan}");
             if q > 64 {
                 assert_eq!(plan.sel_layout(), SelLayout::Wgmma);
-                // No wgmma key group pads less (the 64-key one serves 64 keys at most).
-                for &(n, _) in WGMMA_VARIANTS.iter().filter(|&&(n, _)| n > 64) {
+                // No wgmma key group pads less.
+                for &(n, _) in WGMMA_VARIANTS {
                     assert!(padded <= q.next_multiple_of(n as usize), "q={q} {plan}");
                 }
             } else {
@@ -519,20 +507,6 @@ mod tests {
         assert_eq!(
             (n(128), n(192), n(256), n(384), n(512)),
             (128, 192, 256, 192, 256)
-        );
-        let rotation_n = |q| match ScanPlan::wgmma_for(q) {
-            ScanPlan::Wgmma { n, .. } => n,
-            other => panic!("{other}"),
-        };
-        assert_eq!(
-            (
-                rotation_n(1),
-                rotation_n(64),
-                rotation_n(65),
-                rotation_n(320)
-            ),
-            (64, 64, 128, 192),
-            "64-key groups only for 64 keys or fewer"
         );
         assert_eq!(ScanPlan::parse("wg256s4"), None, "not compiled");
         assert_eq!(
