@@ -90,7 +90,10 @@ fn tls_files_without_rediss_are_refused_at_start() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("need a rediss:// URL"), "{stderr}");
+    assert!(
+        stderr.contains("need a rediss:// or rediss+cluster:// URL"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 
     let out = Command::new(bin_dir().join("pirq-worker"))
