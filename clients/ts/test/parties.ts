@@ -171,6 +171,19 @@ async function httpOk(url: string, ca?: string): Promise<boolean> {
 }
 
 async function startParty(dir: string, name: string, options: PartiesOptions): Promise<PartyProcs> {
+  // freePort() names a port that is free when asked; another process (test files run in
+  // parallel) may bind it before the gateway does. A start that lost that race is retried on
+  // fresh ports.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startPartyOnce(dir, name, options);
+    } catch (e) {
+      if (attempt >= 3 || !String(e).includes("Address already in use")) throw e;
+    }
+  }
+}
+
+async function startPartyOnce(dir: string, name: string, options: PartiesOptions): Promise<PartyProcs> {
   const redisPort = await freePort();
   const gatewayPort = await freePort();
   const prefix = `ts-${name}`;
@@ -204,7 +217,13 @@ async function startParty(dir: string, name: string, options: PartiesOptions): P
   ]);
   const url = `${options.tls ? "https" : "http"}://127.0.0.1:${gatewayPort}`;
   const ca = options.tls ? readFileSync(options.tls.caFile, "utf8") : undefined;
-  await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`, ca));
+  try {
+    await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`, ca));
+  } catch (e) {
+    await Promise.all([gateway.stop(), worker.stop()]);
+    await redis.stop();
+    throw e;
+  }
   return { name, url, redis, gateway, worker };
 }
 
