@@ -39,7 +39,7 @@
 #   WORKER_THREADS   scanner threads per worker (default 1)
 # The core budget, per N, from C = $(nproc): N cores for Redis (0 … N-1), the other C - N split
 # GATEWAY_SHARE % to gateways, WORKER_SHARE % to workers, the rest to load clients (defaults
-# 40 / 30; each at least 1 core), as CPU lists for taskset. Set any of REDIS_CPUS (primary i on the
+# 40 / 40; each at least 1 core), as CPU lists for taskset. Set any of REDIS_CPUS (primary i on the
 # (i mod length)-th CPU), GATEWAY_CPUS, WORKER_CPUS, CLIENT_CPUS to use that list for every N.
 #   GATEWAYS         gateway processes (default: one per gateway core), sharing GATEWAY_CPUS
 #   WORKERS          worker processes (default: one per worker core), sharing WORKER_CPUS
@@ -95,7 +95,7 @@ WARM=${WARM:-5}
 RUNS=${RUNS:-2}
 PAGES=${PAGES:-256}
 GATEWAY_SHARE=${GATEWAY_SHARE:-40}
-WORKER_SHARE=${WORKER_SHARE:-30}
+WORKER_SHARE=${WORKER_SHARE:-40}
 NCPU=$(nproc)
 REDIS_PORT=7401
 GATEWAY_PORT=8401
@@ -103,12 +103,20 @@ ADMIN_PORT=9401
 HZ=$(getconf CLK_TCK)
 W=$(mktemp -d)
 PIDS=()
+REDIS_PID=
 CLUSTER_DIR=
+# stop_all: the party's processes first (a worker writes what it holds before it exits), then
+# its Redis
 stop_all() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
+    if [ -n "$REDIS_PID" ]; then
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+        REDIS_PID=
+    fi
     if [ -n "$CLUSTER_DIR" ]; then
         "$CLUSTER_SH" stop --port "$REDIS_PORT" --dir "$CLUSTER_DIR" || true
         CLUSTER_DIR=
@@ -231,9 +239,10 @@ one_run() {
     local clients=${CLIENTS:-$(((512 * n + gateways - 1) / gateways))}
     local primary_pids=() primary_ports=() placement=()
     if [ "$n" = 1 ] && [ "$ONE_AS_CLUSTER" != 1 ]; then
-        start "$REDIS_L" "$L/redis.log" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
-            --save "" --appendonly no --dir "$W"
-        primary_pids+=("${PIDS[-1]}")
+        taskset -c "$REDIS_L" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
+            --save "" --appendonly no --dir "$W" >"$L/redis.log" 2>&1 &
+        REDIS_PID=$!
+        primary_pids+=("$REDIS_PID")
         primary_ports+=("$REDIS_PORT")
         for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
         url="redis://127.0.0.1:$REDIS_PORT"
