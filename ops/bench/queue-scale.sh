@@ -41,6 +41,8 @@
 # GATEWAY_SHARE % to gateways, WORKER_SHARE % to workers, the rest to load clients (defaults
 # 40 / 40; each at least 1 core), as CPU lists for taskset. Set any of REDIS_CPUS (primary i on the
 # (i mod length)-th CPU), GATEWAY_CPUS, WORKER_CPUS, CLIENT_CPUS to use that list for every N.
+#   EXTRA            more runs, once each after the others: N:GATEWAY_SHARE:WORKER_SHARE … (e.g.
+#                    "8:60:25", the gateways' share raised at 8 primaries; default none)
 #   GATEWAYS         gateway processes (default: one per gateway core), sharing GATEWAY_CPUS
 #   WORKERS          worker processes (default: one per worker core), sharing WORKER_CPUS
 #   CLIENTS          closed-loop clients per gateway (default: 512 x N in all, split over the
@@ -491,7 +493,8 @@ for r in runs:
         f"{r['bound']} ({r['use_pct'][r['bound']]:.0f} %) | {sum(r['errors'].values())} |")
 by_n = {}
 for r in runs:
-    by_n.setdefault(r["primaries"], []).append(r)
+    if re.fullmatch(r"p\d+-run\d+", r["name"]):  # the EXTRA runs stand alone, in the table above
+        by_n.setdefault(r["primaries"], []).append(r)
 rows += ["", "| primaries | runs | keys/s (mean) | × the previous size | gateways' capacity, keys/s "
          "(their cores × 10⁶ / µs a key) | Redis µs/key summed | commands/key summed |",
          "|---|---|---|---|---|---|---|"]
@@ -518,7 +521,7 @@ PY
     echo "machine: $NCPU cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "binaries: $(tr '\n' ' ' <"$B/COMMIT")"
     echo "redis: $(redis-server --version)"
-    echo "PRIMARIES=\"$PRIMARIES\" PARTS_PER_PRIMARY=$PARTS_PER_PRIMARY REPLICAS=$REPLICAS DUR=$DUR WARM=$WARM RUNS=$RUNS PAGES=$PAGES KEYS=$KEYS WORKER_THREADS=$WORKER_THREADS"
+    echo "PRIMARIES=\"$PRIMARIES\" EXTRA=\"${EXTRA:-}\" PARTS_PER_PRIMARY=$PARTS_PER_PRIMARY REPLICAS=$REPLICAS DUR=$DUR WARM=$WARM RUNS=$RUNS PAGES=$PAGES KEYS=$KEYS WORKER_THREADS=$WORKER_THREADS"
 } | tee "$OUT/results.txt"
 pirq db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
 mkdir -p "$W/runs"
@@ -526,5 +529,11 @@ for primaries in $PRIMARIES; do
     for run in $(seq "$RUNS"); do
         one_run "p$primaries-run$run" "$primaries"
     done
+done
+# Then each EXTRA configuration N:GATEWAY_SHARE:WORKER_SHARE once (e.g. 8:60:25: more of the
+# cores for gateways at 8 primaries: if keys/s rises, the gateways were the limit).
+for extra in ${EXTRA:-}; do
+    IFS=: read -r primaries GATEWAY_SHARE WORKER_SHARE <<<"$extra"
+    one_run "p$primaries-gw$GATEWAY_SHARE-wk$WORKER_SHARE" "$primaries"
 done
 echo "results: $OUT/results.txt, $OUT/results.json, $OUT/summary.md"
