@@ -17,6 +17,11 @@ pub enum Durability {
     /// must run with `appendonly yes` and `appendfsync always` (checked at start and every few
     /// seconds; the gateway refuses to start otherwise).
     Fsync,
+    /// 202 only once a replica of the Redis primary that took the job has it (`WAIT 1`, to the
+    /// primary of the request's partition on a cluster): the job survives the loss of that
+    /// primary, as in a failover. Every primary serving the party must have a replica online
+    /// (checked at start and every few seconds; the gateway refuses to start otherwise).
+    Replica,
 }
 
 /// HTTP front of one pirq party: validates queries, queues them in Redis, serves results.
@@ -148,7 +153,8 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idempotency_ttl: u64,
 
-    /// When to answer 202: `ack` (Redis has the job) or `fsync` (the job is on disk).
+    /// When to answer 202: `ack` (Redis has the job), `fsync` (the job is on disk) or `replica`
+    /// (a replica of the Redis primary has the job).
     #[arg(long, env = "PIRQ_DURABILITY", value_enum, default_value_t = Durability::Ack)]
     pub durability: Durability,
 
@@ -157,6 +163,13 @@ pub struct Config {
     #[arg(long, env = "PIRQ_FSYNC_TIMEOUT_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub fsync_timeout_ms: u64,
+
+    /// Milliseconds a `--durability replica` accept waits for a replica to confirm the job
+    /// (`WAIT 1`) before answering 503 `not_durable` (the job may still be queued and
+    /// answered). Below `--redis-timeout-ms`, which bounds the whole exchange with Redis.
+    #[arg(long, env = "PIRQ_REPLICA_TIMEOUT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub replica_timeout_ms: u64,
 
     /// Milliseconds SIGTERM waits for open requests: long-polls answer at once with the current
     /// status, SSE streams end after a last `status` event; requests still open after this are
@@ -236,6 +249,10 @@ impl Config {
 
     pub fn fsync_timeout(&self) -> Duration {
         Duration::from_millis(self.fsync_timeout_ms)
+    }
+
+    pub fn replica_timeout(&self) -> Duration {
+        Duration::from_millis(self.replica_timeout_ms)
     }
 
     pub fn shutdown_grace(&self) -> Duration {

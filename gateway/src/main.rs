@@ -45,14 +45,27 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = pirq_gateway::metrics::install().context("installing the metrics recorder")?;
     let listen = config.listen;
     let mut state = AppState::new(config.clone(), Some(metrics)).context("configuration")?;
-    if config.durability == Durability::Fsync {
-        let target = config.redis.target()?;
-        match Durable::probe(&target, pirq_gateway::durability::STARTUP_PROBE_WITHIN).await {
-            Ok(d) => state = state.with_durability(d),
-            Err(why) => {
-                tracing::error!("{why}");
-                anyhow::bail!("{why}");
-            }
+    let within = pirq_gateway::durability::STARTUP_PROBE_WITHIN;
+    let durable = match config.durability {
+        Durability::Ack => None,
+        Durability::Fsync => Some(Durable::probe(&config.redis.target()?, within).await),
+        Durability::Replica if config.replica_timeout_ms >= config.redis_timeout_ms => {
+            Some(Err(format!(
+                "--replica-timeout-ms {} must be below --redis-timeout-ms {}: the redis timeout \
+                 bounds the whole WAIT",
+                config.replica_timeout_ms, config.redis_timeout_ms
+            )))
+        }
+        Durability::Replica => Some(
+            Durable::probe_replica(&config.redis.target()?, &config.layout()?, within).await,
+        ),
+    };
+    match durable {
+        None => {}
+        Some(Ok(d)) => state = state.with_durability(d),
+        Some(Err(why)) => {
+            tracing::error!("{why}");
+            anyhow::bail!("{why}");
         }
     }
     let (stop_tx, stop_rx) = watch::channel(false);

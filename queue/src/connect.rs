@@ -337,6 +337,26 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// This connection with every command sent to the primary serving `key`'s slot (on one
+    /// Redis, the same connection): for `WAIT` and `INFO replication` about the node that holds
+    /// one partition ([`crate::replication`]). On a cluster the node connection is the one the
+    /// commands naming `key`'s slot use, so `WAIT` counts their writes.
+    pub(crate) fn primary_of(&self, key: &str) -> Conn {
+        match self {
+            Conn::Single(c) => Conn::Single(c.clone()),
+            Conn::Cluster { conn, node, .. } => Conn::Cluster {
+                conn: conn.clone(),
+                home: Some(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+                    key,
+                    SlotAddr::Master,
+                ))),
+                node: node.clone(),
+            },
+        }
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(
         &'a mut self,

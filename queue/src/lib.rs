@@ -18,6 +18,7 @@
 //! | [`connect`] | [`RedisTarget`] (what `--redis` names: URL, TLS files) and [`Connection`], the only handles on Redis outside this crate |
 //! | [`events`] | the status events a gateway listens to (`{P}:done`, pub/sub) |
 //! | [`updates`] | the updates stream as a worker reads and trims it |
+//! | [`replication`] | `--durability replica`: `WAIT` for a replica after a submit, and which primaries have one |
 //! | [`sampler`] | what a gateway reads about its Redis for metrics, admission and durability |
 //!
 //! ## A request id's way
@@ -43,6 +44,7 @@ pub(crate) mod probe;
 pub mod producer;
 pub mod record;
 pub mod registration;
+pub mod replication;
 pub(crate) mod reply;
 pub mod request_id;
 pub mod sampler;

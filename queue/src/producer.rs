@@ -120,6 +120,11 @@ impl Producer {
         &self.layout
     }
 
+    /// The connection, for the commands of this crate's other modules ([`crate::replication`]).
+    pub(crate) fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
     /// The configured per-command timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout

@@ -30,7 +30,7 @@ mod tls;
 pub use db::TestDb;
 pub use process::{free_port, Proc};
 pub use redis_cluster::{ClusterNode, ClusterNodes, ClusterShape, NODE_TIMEOUT_MS};
-pub use redis_server::{redis_cli, redis_server, Redis, RedisTls};
+pub use redis_server::{cluster_mode_from_env, redis_cli, redis_server, Redis, RedisTls};
 pub use tls::{CertFiles, TestCa};
 
 /// Whether the GPU tests run: only with `PIRQ_GPU_TESTS=1` (scripts/gpu-test.sh sets it on a

@@ -57,14 +57,20 @@ pub async fn submit(
     let fingerprint = idem_key
         .as_ref()
         .map(|_| idempotency::fingerprint(&request));
-    if st.durable.mode != durability::Mode::Ack && !st.durable.holds() {
-        return Err(not_durable(
-            "redis does not fsync every write now (appendfsync always)",
-        ));
-    }
-
     // In the partition the request is to live in (the key's, with an Idempotency-Key).
     let id = st.store.mint_id(idem_key.as_deref());
+    let partition = st.store.layout().partition_of_id(id.as_str());
+    if !st.durable.holds(partition) {
+        return Err(not_durable(
+            st.durable.mode,
+            match st.durable.mode {
+                durability::Mode::Replica => {
+                    "the redis primary of this request's partition has no replica online now"
+                }
+                _ => "redis does not fsync every write now (appendfsync always)",
+            },
+        ));
+    }
     let job = Job {
         keys: request.keys,
         epoch: request.epoch,
@@ -111,11 +117,9 @@ pub async fn submit(
             id: Some(known),
         } => {
             // The first request may have got 503 `not_durable`: confirm before answering.
-            if st.durable.mode == durability::Mode::WaitAof
-                && !st.store.wait_aof(st.config.fsync_timeout()).await?
-            {
-                return Err(not_durable("WAITAOF: the job is not on disk yet"));
-            }
+            let stored = fingerprint.as_deref().map(|fp| format!("{fp} {known}"));
+            let replayed = idem_key.as_deref().zip(stored.as_deref());
+            confirm(&st, &known, replayed).await?;
             return replay(&st, &known, format).await;
         }
         Submitted::Known { .. } => {
@@ -139,11 +143,7 @@ pub async fn submit(
             .retry_after(retry));
         }
     }
-    if st.durable.mode == durability::Mode::WaitAof
-        && !st.store.wait_aof(st.config.fsync_timeout()).await?
-    {
-        return Err(not_durable("WAITAOF: the job is not on disk yet"));
-    }
+    confirm(&st, &id, None).await?;
     st.drain
         .note_admitted(job.keys.len() as u64 * u64::from(db.page_size));
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
@@ -255,10 +255,60 @@ async fn replay(st: &AppState, id: &RequestId, format: Format) -> Result<Respons
     Ok(accepted(st, id, format, &stored.result))
 }
 
-fn not_durable(why: &str) -> ApiError {
+/// `--durability fsync|replica`: waits until the queued job `id` is on disk, or on a replica;
+/// `Err` (503 `not_durable`) when it is not in time. `replayed`: the `Idempotency-Key` and its
+/// stored value when the submit was a replay ([`Producer::wait_replica`]).
+///
+/// [`Producer::wait_replica`]: pirq_queue::producer::Producer::wait_replica
+async fn confirm(
+    st: &AppState,
+    id: &RequestId,
+    replayed: Option<(&str, &str)>,
+) -> Result<(), ApiError> {
+    use pirq_queue::replication::ReplicaAck;
+    match st.durable.mode {
+        durability::Mode::WaitAof => {
+            if !st.store.wait_aof(st.config.fsync_timeout()).await? {
+                return Err(not_durable(
+                    st.durable.mode,
+                    "WAITAOF: the job is not on disk yet",
+                ));
+            }
+        }
+        durability::Mode::Replica => {
+            let timeout = st.config.replica_timeout();
+            match st.store.wait_replica(id, replayed, timeout).await? {
+                ReplicaAck::Confirmed => {}
+                ReplicaAck::Unconfirmed => {
+                    return Err(not_durable(
+                        st.durable.mode,
+                        &format!("WAIT: no replica confirmed the job within {timeout:?}"),
+                    ))
+                }
+                ReplicaAck::Missing => {
+                    return Err(ApiError::new(
+                        ErrorCode::NotDurable,
+                        "--durability replica: the redis primary that took the query failed \
+                         before a replica had it, and it will not be answered; submit it again \
+                         (with the same Idempotency-Key, if any)",
+                    )
+                    .retry_after(1))
+                }
+            }
+        }
+        durability::Mode::Ack | durability::Mode::AppendfsyncAlways => {}
+    }
+    Ok(())
+}
+
+fn not_durable(mode: durability::Mode, why: &str) -> ApiError {
     ApiError::new(
         ErrorCode::NotDurable,
-        format!("--durability fsync: {why}; the query may still be answered, retry with the same Idempotency-Key"),
+        format!(
+            "--durability {}: {why}; the query may still be answered, retry with the same \
+             Idempotency-Key",
+            mode.flag()
+        ),
     )
     .retry_after(1)
 }
