@@ -56,9 +56,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
                 config.replica_timeout_ms, config.redis_timeout_ms
             )))
         }
-        Durability::Replica => Some(
-            Durable::probe_replica(&config.redis.target()?, &config.layout()?, within).await,
-        ),
+        Durability::Replica => {
+            Some(Durable::probe_replica(&config.redis.target()?, &config.layout()?, within).await)
+        }
     };
     match durable {
         None => {}

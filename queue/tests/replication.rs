@@ -145,7 +145,10 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
         producer.wait_replica(&id, None, WAIT).await.unwrap(),
         ReplicaAck::Unconfirmed
     );
-    assert!(started.elapsed() >= WAIT, "WAIT returned before its timeout");
+    assert!(
+        started.elapsed() >= WAIT,
+        "WAIT returned before its timeout"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while replicas(&conn, &layout)
         .await
@@ -153,7 +156,10 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
         .iter()
         .any(|p| p.can_confirm())
     {
-        assert!(Instant::now() < deadline, "the primary still counts its replica");
+        assert!(
+            Instant::now() < deadline,
+            "the primary still counts its replica"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -70,7 +70,8 @@ pub enum ErrorCode {
     InvalidIdempotencyKey,
     /// The party's backlog is over `--max-backlog`: retry after `Retry-After`.
     BacklogFull,
-    /// `--durability fsync`: Redis did not confirm the job on disk in time.
+    /// `--durability fsync|replica`: Redis did not confirm the job on disk, or on a replica, in
+    /// time.
     NotDurable,
     /// `/readyz`: no live worker serves the party's newest epoch.
     NoWorkers,

@@ -1,17 +1,25 @@
 //! A party on a Redis Cluster whose primary fails under load (issue 29): party A's Redis is a
-//! cluster of 3 primaries with one replica each (party B a single Redis); while queries pour
-//! in, the primary serving A's slot is killed with SIGKILL. Its replica is promoted (the
-//! cluster's `cluster-node-timeout` is 1 s here), A's gateway and worker find it through the
-//! `redis` crate's cluster connection, and every query accepted, before and after, is answered
-//! exactly (`answer_A XOR answer_B` against the database). The figures (promotion time,
-//! refusals the clients saw and retried, lost queries) are printed.
+//! cluster of 3 primaries with replicas (party B a single Redis); while queries pour in, the
+//! primary serving A's slot is killed with SIGKILL. Its replica is promoted (the cluster's
+//! `cluster-node-timeout` is 1 s here), A's gateway and worker find it through the `redis`
+//! crate's cluster connection, and every query accepted, before and after, is answered exactly
+//! (`answer_A XOR answer_B` against the database). The figures (promotion time, refusals the
+//! clients saw and retried, lost queries) are printed.
 //!
-//! The gateway runs `--durability ack`: a submit is accepted once the primary has it, and Redis
-//! replicates asynchronously, so a primary killed between its reply and the replica's copy
-//! would lose that query. On one machine the copy follows within a millisecond; the test counts
-//! such losses rather than hiding them (it asserts none).
+//! Two runs:
 //!
-//! Slow (seven redis-servers, a failover, hundreds of queries): runs with
+//! - `--durability ack`, one replica per primary: a submit is accepted once the primary has it,
+//!   and Redis replicates asynchronously, so a primary killed between its reply and the
+//!   replica's copy would lose that query. On one machine the copy follows within a
+//!   millisecond; the test counts such losses rather than hiding them (it asserts none, which
+//!   this mode does not guarantee).
+//! - `--durability replica`, two replicas per primary: a submit is accepted only once a replica
+//!   confirmed it (`WAIT 1`), so none can be lost; the promoted primary keeps a replica, so
+//!   accepts resume after the failover. The clients' retries (503 `redis_unavailable` while the
+//!   slot has no primary, `not_durable` while the new primary has no replica online) are
+//!   counted and printed.
+//!
+//! Slow (seven or nine redis-servers, a failover, hundreds of queries): runs with
 //! `PIRQ_CLUSTER_TESTS=1` only (`scripts/test.sh` says so when it skips it):
 //! `PIRQ_CLUSTER_TESTS=1 cargo test --release -p pirq-e2e --test cluster_failover -- --nocapture`.
 
@@ -38,14 +46,30 @@ async fn a_primary_killed_under_load_fails_over_and_loses_nothing() {
     if !cluster_tests_enabled("a_primary_killed_under_load_fails_over_and_loses_nothing") {
         return;
     }
+    fail_over_under_load("ack", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replica_durability_a_failover_loses_no_accepted_query() {
+    if !cluster_tests_enabled("with_replica_durability_a_failover_loses_no_accepted_query") {
+        return;
+    }
+    fail_over_under_load("replica", 2).await;
+}
+
+/// Party A on a 3-primary cluster with `replicas` per primary and `--durability durability`;
+/// kills the primary of A's slot once a third of the queries are accepted, and asserts that
+/// every accepted query is answered exactly.
+async fn fail_over_under_load(durability: &str, replicas: usize) {
     const PAGES: u64 = 1 << 12;
     const JOBS: usize = 400;
     let db = TestDb::create(PAGES, 512, rand::random()).unwrap();
     let on_cluster = PartyOptions {
         redis_cluster: Some(ClusterShape {
             primaries: 3,
-            replicas: 1,
+            replicas,
         }),
+        gateway_args: vec!["--durability".into(), durability.into()],
         ..PartyOptions::default()
     };
     let (mut a, b) = tokio::try_join!(
@@ -150,7 +174,8 @@ async fn a_primary_killed_under_load_fails_over_and_loses_nothing() {
         .count()
         .await;
     println!(
-        "redis cluster failover under load: {JOBS} queries per party, {accepted_at_kill} accepted \
+        "redis cluster failover under load, --durability {durability}, {replicas} replica(s) \
+         per primary: {JOBS} queries per party, {accepted_at_kill} accepted \
          when primary 127.0.0.1:{primary} was killed, replica 127.0.0.1:{promoted} promoted \
          after {promoted_in:.1?}, refusals retried by the clients = {}, all accepted in \
          {accepted_in:.1?}, answered in {:.1?}, lost or wrong = {lost}",
