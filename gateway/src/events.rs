@@ -1,8 +1,8 @@
 //! The gateway's one Redis pub/sub connection, fanned out to every waiting request.
 //!
-//! Workers publish a [`StatusEvent`] (`"<id> <status>"`) on `{P}:done` whenever a query changes
-//! status. A single
-//! task per gateway stays subscribed to that channel and wakes the waiters registered for the
+//! Workers publish a [`StatusEvent`] (`"<id> <status>"`) on the channel of the query's partition
+//! (`{P}:done`, `{P:p}:done`) whenever a query changes status. A single
+//! task per gateway stays subscribed to every partition's channel and wakes the waiters registered for the
 //! id; requests never open their own subscription.
 //!
 //! A wake-up carries the status the event announced, so a waiter that only reports progress
@@ -140,7 +140,7 @@ impl Events {
 }
 
 async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>) {
-    let channel = layout.events();
+    let channel = layout.events().join(" ");
     let mut backoff = pirq_party::Backoff::default();
     loop {
         match pirq_queue::events::subscribe(&target, &layout).await {

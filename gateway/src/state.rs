@@ -63,7 +63,6 @@ impl AppState {
         let layout = config.layout()?;
         let access = Access::of(&config).map_err(StateError::Access)?;
         let target = config.redis.target().map_err(StateError::Target)?;
-        pirq_party::partitions::check_cluster(&target, &layout).map_err(StateError::Target)?;
         let store = Producer::new(&target, layout.clone(), config.redis_timeout())?;
         let events = Events::start(target.clone(), layout.clone());
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));

@@ -4,7 +4,7 @@
 -- never creates a record that expired (HSET keeps the gateway's TTL on an existing key).
 --
 -- KEYS[i]    {P}:q:<id i>   the window's query records
--- ARGV[1]    {P}:done       the status event channel
+-- ARGV[1]    {Pp}:done      the status event channel of the records' partition
 -- ARGV[i+1]  request id i
 -- returns    0
 for i, key in ipairs(KEYS) do

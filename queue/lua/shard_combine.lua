@@ -14,7 +14,7 @@
 -- {P}:part:<id>:<I>, KEYS[4] the jobs stream.
 -- ARGV: [1] shard index I, [2] S, [3] partial bytes, [4] epoch, [5] page size, [6] scan_us,
 -- [7] worker_us, [8] result TTL (s), [9] stream entry id, [10] this shard's group,
--- [11] events channel, [12] request id, [13] the digest of the database the partial was
+-- [11] the events channel of the record's partition ({Pp}:done), [12] request id, [13] the digest of the database the partial was
 -- answered from ('' when unknown).
 -- Returns 'done', 'partial', 'duplicate', 'final' (already done or failed, or failed now because
 -- the shards answered from databases with different digests), 'gone' (the record expired) or

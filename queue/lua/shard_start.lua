@@ -8,7 +8,7 @@
 -- together, even when an update lands between two shards' passes.
 --
 -- KEYS[i]: the query record {P}:q:<id> of job i.
--- ARGV[1]: the events channel; ARGV[2]: this worker's S;
+-- ARGV[1]: the events channel of the records' partition ({Pp}:done); ARGV[2]: this worker's S;
 -- ARGV[2 + 2i - 1]: job i's request id; ARGV[2 + 2i]: the epoch this worker proposes (the job's
 -- pinned epoch, or this worker's newest).
 -- Returns, per job: the epoch to answer at (>= 0), -1 record gone (expired: nobody waits),

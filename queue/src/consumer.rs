@@ -20,7 +20,7 @@ use redis::Value;
 use crate::connect::{Conn, Settings};
 use crate::record::{DoneFields, Pages, StatusEvent};
 use crate::reply::{self, Fields};
-use crate::{probe, scripts, Connection, QueueError, RedisTarget, RequestId};
+use crate::{one_slot, probe, scripts, Connection, QueueError, RedisTarget, RequestId};
 
 /// A job stream entry: the partition whose stream holds it, and its id there.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -538,7 +538,7 @@ impl Consumer {
                 .arg(1);
         }
         let mut conn = self.writer.clone();
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let replies: Vec<Value> = one_slot::send(&pipe, &mut conn).await?;
         for (d, reply) in deliveries.iter_mut().zip(replies) {
             if let Some((_, count, _)) = reply::pending(reply).into_iter().next() {
                 d.deliveries = count.max(1);
@@ -586,12 +586,20 @@ impl Consumer {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for (id, count) in entries {
-            self.release_cmd(&mut pipe, id, *count);
-        }
-        let mut conn = self.writer.clone();
-        pipe.query_async::<()>(&mut conn).await?;
+        // One pipeline per partition (one hash slot each), sent at once.
+        let mut ordered: Vec<&(EntryId, u64)> = entries.iter().collect();
+        ordered.sort_by_key(|(id, _)| id.partition);
+        let sends = ordered
+            .chunk_by(|a, b| a.0.partition == b.0.partition)
+            .map(|partition| {
+                let mut pipe = redis::pipe();
+                for (id, count) in partition {
+                    self.release_cmd(&mut pipe, id, *count);
+                }
+                let mut conn = self.writer.clone();
+                async move { one_slot::send::<()>(&pipe, &mut conn).await }
+            });
+        futures::future::try_join_all(sends).await?;
         self.forget(entries.iter().map(|(id, _)| id));
         Ok(())
     }
@@ -619,20 +627,22 @@ impl Consumer {
             return Ok(0);
         }
         ids.sort_by_key(|e| e.partition);
-        let mut conn = self.writer.clone();
-        for partition in ids.chunk_by(|a, b| a.partition == b.partition) {
-            for chunk in partition.chunks(500) {
-                redis::cmd("XCLAIM")
-                    .arg(self.keys(chunk[0].partition).jobs())
+        // One command per 500 entries of a partition (each on one stream), all sent at once.
+        let claims = ids
+            .chunk_by(|a, b| a.partition == b.partition)
+            .flat_map(|partition| partition.chunks(500))
+            .map(|chunk| {
+                let mut cmd = redis::cmd("XCLAIM");
+                cmd.arg(self.keys(chunk[0].partition).jobs())
                     .arg(&self.group)
                     .arg(&self.consumer)
                     .arg(0)
                     .arg(chunk.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
-                    .arg("JUSTID")
-                    .query_async::<()>(&mut conn)
-                    .await?;
-            }
-        }
+                    .arg("JUSTID");
+                let mut conn = self.writer.clone();
+                async move { cmd.query_async::<()>(&mut conn).await }
+            });
+        futures::future::try_join_all(claims).await?;
         Ok(ids.len())
     }
 
@@ -656,21 +666,25 @@ impl Consumer {
     }
 
     /// Marks the queries of a window `running` and announces it: one script run per partition
-    /// the window's queries live in (a script touches one slot).
+    /// the window's queries live in (a script touches one slot), all sent at once.
     pub async fn mark_running(&self, request_ids: &[RequestId]) -> Result<(), QueueError> {
-        for (partition, ids) in self.by_partition(request_ids, |id| id) {
-            let keys = self.keys(partition);
-            let mut inv = scripts::MARK_RUNNING.script().prepare_invoke();
-            for id in &ids {
-                inv.key(keys.query(id.as_str()));
-            }
-            inv.arg(self.layout.events());
-            for id in &ids {
-                inv.arg(*id);
-            }
-            let mut conn = self.writer.clone();
-            inv.invoke_async::<()>(&mut conn).await?;
-        }
+        let runs = self
+            .by_partition(request_ids, |id| id)
+            .into_iter()
+            .map(|(partition, ids)| {
+                let keys = self.keys(partition);
+                let mut inv = scripts::MARK_RUNNING.script().prepare_invoke();
+                for id in &ids {
+                    inv.key(keys.query(id.as_str()));
+                }
+                inv.arg(keys.events());
+                for id in &ids {
+                    inv.arg(*id);
+                }
+                let mut conn = self.writer.clone();
+                async move { inv.invoke_async::<()>(&mut conn).await }
+            });
+        futures::future::try_join_all(runs).await?;
         Ok(())
     }
 
@@ -710,19 +724,23 @@ impl Consumer {
         jobs: &[(RequestId, u64)],
     ) -> Result<Vec<ShardStart>, QueueError> {
         let mut starts = vec![ShardStart::Settled; jobs.len()];
-        // One script run per partition (a script touches one slot).
-        for (partition, group) in self.indexed_by_partition(jobs, |(id, _)| id) {
-            let keys = self.keys(partition);
+        // One script run per partition (a script touches one slot), all sent at once.
+        let groups = self.indexed_by_partition(jobs, |(id, _)| id);
+        let runs = groups.iter().map(|(partition, group)| {
+            let keys = self.keys(*partition);
             let mut inv = scripts::SHARD_START.script().prepare_invoke();
-            for (_, id) in &group {
+            for (_, id) in group {
                 inv.key(keys.query(id.as_str()));
             }
-            inv.arg(self.layout.events()).arg(self.shard.count);
-            for (i, id) in &group {
+            inv.arg(keys.events()).arg(self.shard.count);
+            for (i, id) in group {
                 inv.arg(*id).arg(jobs[*i].1);
             }
             let mut conn = self.writer.clone();
-            let replies: Vec<i64> = inv.invoke_async(&mut conn).await?;
+            async move { inv.invoke_async::<Vec<i64>>(&mut conn).await }
+        });
+        let replies = futures::future::try_join_all(runs).await?;
+        for ((_, group), replies) in groups.iter().zip(replies) {
             for ((i, _), reply) in group.iter().zip(replies) {
                 starts[*i] = match reply {
                     e if e >= 0 => ShardStart::At(e as u64),
@@ -740,44 +758,59 @@ impl Consumer {
     /// deletes the entry once the last shard's partial completed the query
     /// (`queue/lua/shard_combine.lua`).
     ///
-    /// One pipeline (one round trip), cut into `MULTI` blocks of [`FINISH_BLOCK`] outcomes:
-    /// each result lands together with its acknowledgement, and Redis announces a block's
-    /// results as soon as it has run it. One `MULTI` over a whole window held every
-    /// announcement back until the last page of the window had been read and written (a
-    /// window of 128 4 KiB answers is over half a MiB), so the first clients heard of their
-    /// answers only when the last ones did.
+    /// One pipeline (one round trip) per partition the outcomes belong to, all sent at once:
+    /// each partition's keys and status channel sit in one hash slot, so on a Redis Cluster each
+    /// pipeline goes to the node serving it ([`Consumer::finish_pipelines`]). Each pipeline is
+    /// cut into `MULTI` blocks of [`FINISH_BLOCK`] outcomes: each result lands together with its
+    /// acknowledgement, and Redis announces a block's results as soon as it has run it. One
+    /// `MULTI` over a whole window held every announcement back until the last page of the
+    /// window had been read and written (a window of 128 4 KiB answers is over half a MiB), so
+    /// the first clients heard of their answers only when the last ones did.
     pub async fn finish(&self, outcomes: &[Outcome]) -> Result<(), QueueError> {
         if outcomes.is_empty() {
             return Ok(());
         }
-        // A `MULTI` block touches one slot: the outcomes of each partition go in blocks of
-        // their own, partitions in ascending order, each in the order given.
-        let mut ordered: Vec<&Outcome> = outcomes.iter().collect();
-        ordered.sort_by_key(|o| o.entry_id().partition);
-        let mut pipe = redis::pipe();
-        for partition in ordered.chunk_by(|a, b| a.entry_id().partition == b.entry_id().partition) {
-            for block in partition.chunks(FINISH_BLOCK) {
-                pipe.cmd("MULTI").ignore();
-                self.finish_block(&mut pipe, block);
-                pipe.cmd("EXEC");
+        let sends = self.finish_pipelines(outcomes).into_iter().map(|pipe| {
+            let mut conn = self.writer.clone();
+            async move {
+                let blocks: Vec<redis::Value> = one_slot::send(&pipe, &mut conn).await?;
+                for block in blocks {
+                    reply::check_exec(block)?;
+                }
+                Ok::<(), QueueError>(())
             }
-        }
-        let mut conn = self.writer.clone();
-        let blocks: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-        for block in blocks {
-            reply::check_exec(block)?;
-        }
+        });
+        futures::future::try_join_all(sends).await?;
         self.forget(outcomes.iter().map(Outcome::entry_id));
         Ok(())
     }
 
+    /// The pipelines of [`Consumer::finish`]: one per partition among `outcomes` (ascending),
+    /// each of `MULTI` blocks of at most [`FINISH_BLOCK`] outcomes, in the order given.
+    fn finish_pipelines(&self, outcomes: &[Outcome]) -> Vec<redis::Pipeline> {
+        let mut ordered: Vec<&Outcome> = outcomes.iter().collect();
+        ordered.sort_by_key(|o| o.entry_id().partition);
+        ordered
+            .chunk_by(|a, b| a.entry_id().partition == b.entry_id().partition)
+            .map(|partition| {
+                let mut pipe = redis::pipe();
+                for block in partition.chunks(FINISH_BLOCK) {
+                    pipe.cmd("MULTI").ignore();
+                    self.finish_block(&mut pipe, block);
+                    pipe.cmd("EXEC");
+                }
+                pipe
+            })
+            .collect()
+    }
+
     /// The commands of one `MULTI` block of [`Consumer::finish`].
     fn finish_block(&self, pipe: &mut redis::Pipeline, outcomes: &[&Outcome]) {
-        let events = self.layout.events();
         let Some(first) = outcomes.first() else {
             return;
         };
         let keys = self.keys(first.entry_id().partition);
+        let events = keys.events();
         let mut acked: Vec<&str> = Vec::new();
         for outcome in outcomes.iter().copied() {
             match outcome {
@@ -924,7 +957,7 @@ impl Consumer {
             status: QueryStatus::Failed,
         };
         pipe.cmd("PUBLISH")
-            .arg(self.layout.events())
+            .arg(keys.events())
             .arg(event.encode())
             .ignore();
     }
@@ -1018,5 +1051,98 @@ mod claim_idle_tests {
         );
         // A longer window counts at once.
         assert_eq!(decayed_longest(longest, 900_000), 900_000);
+    }
+}
+
+#[cfg(test)]
+mod one_slot_tests {
+    use super::*;
+    use crate::connect::TlsFiles;
+    use crate::one_slot;
+    use pirq_shared::error::ErrorCode;
+
+    /// A window's outcomes from every partition: Done, Failed, DeadLetter, Retry and Settled.
+    fn window(partitions: u32) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        for p in 0..partitions {
+            for n in 0..(FINISH_BLOCK as u32 + 3) {
+                let entry_id = EntryId {
+                    partition: p,
+                    id: format!("{n}-0"),
+                };
+                let request_id = RequestId::mint_in(p, partitions);
+                let error = ErrorBody::new(ErrorCode::InvalidJob, "bad job");
+                outcomes.push(match n % 5 {
+                    0 | 1 => Outcome::Done {
+                        entry_id,
+                        request_id,
+                        epoch: 3,
+                        page_size: 4,
+                        pages: Pages::new(vec![bytes::Bytes::from_static(b"abcd")]),
+                        scan: Duration::from_millis(1),
+                        worker: Duration::from_millis(2),
+                        accepted_ms: 0,
+                        digest: None,
+                    },
+                    2 => Outcome::Failed {
+                        entry_id,
+                        request_id,
+                        error,
+                        worker: Duration::ZERO,
+                    },
+                    3 => Outcome::DeadLetter {
+                        entry_id,
+                        request_id: Some(request_id),
+                        error,
+                        deliveries: 3,
+                    },
+                    _ => Outcome::Retry {
+                        entry_id,
+                        deliveries: 1,
+                    },
+                });
+            }
+        }
+        outcomes
+    }
+
+    /// The result writes of a window holding jobs of every partition: one pipeline per
+    /// partition, each in that partition's slot (its records, stream, dead letters and status
+    /// channel), for an unsharded worker and a shard's; with one partition, one pipeline.
+    #[tokio::test]
+    async fn a_windows_result_writes_keep_to_one_slot_per_pipeline() {
+        let target = RedisTarget::open("redis://127.0.0.1:1", TlsFiles::default()).unwrap();
+        for partitions in [1, 4] {
+            let layout = Layout::new("pirq")
+                .unwrap()
+                .with_partitions(partitions)
+                .unwrap();
+            for shard in [ShardSpec::WHOLE, ShardSpec { index: 1, count: 2 }] {
+                let consumer =
+                    Consumer::new(&target, layout.clone(), "w".into(), Duration::ZERO, 60)
+                        .unwrap()
+                        .with_shard(shard);
+                let pipes = consumer.finish_pipelines(&window(partitions));
+                assert_eq!(pipes.len(), partitions as usize);
+                for (p, pipe) in pipes.iter().enumerate() {
+                    let slot = one_slot::check(pipe).unwrap();
+                    let tag = layout.partition(p as u32).jobs();
+                    assert_eq!(slot, Some(redis::cluster_routing::Slot::for_key(tag)));
+                }
+                // The blocks of every partition in one pipeline (as before partitions could
+                // sit on several nodes) is what a cluster refuses.
+                if partitions > 1 {
+                    let outcomes = window(partitions);
+                    let ordered: Vec<&Outcome> = outcomes.iter().collect();
+                    let mut all = redis::pipe();
+                    for partition in
+                        ordered.chunk_by(|a, b| a.entry_id().partition == b.entry_id().partition)
+                    {
+                        consumer.finish_block(&mut all, partition);
+                    }
+                    assert!(one_slot::check(&all).is_err());
+                }
+            }
+        }
     }
 }

@@ -1,8 +1,11 @@
-//! The status events as a gateway hears them: one pub/sub subscription to `{P}:done`, each
+//! The status events as a gateway hears them: one pub/sub subscription to every partition's
+//! channel (`{P}:done`, `{P:1}:done`, …: each partition's workers announce on the channel under
+//! its hash tag, so that a cluster client sends the announcement with the result), each
 //! message parsed into a [`StatusEvent`] (messages that are not one are skipped).
 //!
 //! On a Redis Cluster a `PUBLISH` reaches every node, so the subscription may sit on any of
-//! them; it is made through the `redis` crate's cluster connection (RESP3, where messages come
+//! them (one `SUBSCRIBE` naming every channel; a plain channel, unlike a sharded one, is not
+//! held to a slot); it is made through the `redis` crate's cluster connection (RESP3, where messages come
 //! as pushes), which finds a live node from the slot map.
 
 use std::time::Duration;
@@ -27,12 +30,12 @@ pub async fn subscribe(
     target: &RedisTarget,
     layout: &Layout,
 ) -> Result<BoxStream<'static, StatusEvent>, QueueError> {
-    let channel = layout.events();
+    let channels = layout.events();
     match target.kind() {
         Kind::Single(client) => {
             let attempt = async {
                 let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(&channel).await?;
+                pubsub.subscribe(&channels).await?;
                 Ok::<_, QueueError>(pubsub)
             };
             let pubsub = within(attempt).await?;
@@ -49,7 +52,7 @@ pub async fn subscribe(
                 .set_push_sender(tx);
             let attempt = async {
                 let mut conn = events.get_async_connection_with_config(config).await?;
-                conn.subscribe(&channel).await?;
+                conn.subscribe(&channels).await?;
                 Ok::<_, QueueError>(conn)
             };
             let conn = within(attempt).await?;

@@ -16,7 +16,8 @@
 //! | [`probe`] | what this Redis offers (`XACKDEL`, `WAITAOF`, version) |
 //! | [`reply`] | raw reply parsing (stream entries, pending lists; RESP2 and RESP3) |
 //! | [`connect`] | [`RedisTarget`] (what `--redis` names: URL, TLS files) and [`Connection`], the only handles on Redis outside this crate |
-//! | [`events`] | the status events a gateway listens to (`{P}:done`, pub/sub) |
+//! | [`events`] | the status events a gateway listens to (`{P}:done` and each partition's `{P:p}:done`, pub/sub) |
+//! | [`one_slot`] | every pipeline in one hash slot (checked before it is sent), as a Redis Cluster needs |
 //! | [`updates`] | the updates stream as a worker reads and trims it |
 //! | [`replication`] | `--durability replica`: `WAIT` for a replica after a submit, and which primaries have one |
 //! | [`sampler`] | what a gateway reads about its Redis for metrics, admission and durability |
@@ -29,7 +30,7 @@
 //! 2. A worker reads the entry through the consumer group ([`consumer::Consumer::read`]); the id is
 //!    parsed back ([`RequestId::from_bytes`]) or the entry is discarded.
 //! 3. The worker marks the window's records `running` ([`scripts::MARK_RUNNING`]), publishing
-//!    `"<id> running"` ([`StatusEvent`]) on `{P}:done`.
+//!    `"<id> running"` ([`StatusEvent`]) on its partition's channel (`{P}:done` for partition 0).
 //! 4. It writes `done` ([`record::DoneFields`]) or `failed` ([`scripts::FAIL`]), publishes the
 //!    event and acknowledges the entry, all in one `MULTI` ([`consumer::Consumer::finish`]).
 //! 5. The gateway's subscriber wakes the requests waiting for the id; they read the record
@@ -39,6 +40,7 @@ pub mod connect;
 pub mod consumer;
 pub mod digests;
 pub mod events;
+pub(crate) mod one_slot;
 pub mod partitions;
 pub(crate) mod probe;
 pub mod producer;

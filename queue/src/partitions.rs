@@ -47,10 +47,10 @@ pub async fn agree(
     let mut pipe = redis::pipe();
     pipe.cmd("SET").arg(&key).arg(ours).arg("NX").ignore();
     pipe.cmd("GET").arg(&key);
-    let (recorded,): (Option<String>,) = tokio::time::timeout(within, pipe.query_async(&mut conn))
-        .await
-        .map_err(|_| QueueError::Timeout(within))?
-        .map_err(QueueError::from)?;
+    let (recorded,): (Option<String>,) =
+        tokio::time::timeout(within, crate::one_slot::send(&pipe, &mut conn))
+            .await
+            .map_err(|_| QueueError::Timeout(within))??;
     let recorded = recorded.unwrap_or_default();
     if recorded.trim().parse::<u32>().ok() == Some(ours) {
         return Ok(());

@@ -141,11 +141,12 @@ impl Producer {
                     Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
                     Query::NodeCmd(c) => c.query_async::<T>(&mut conn.node()).await,
                     Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
-                    Query::Pipe(p) => p.query_async::<T>(&mut conn).await,
+                    Query::Pipe(p) => return crate::one_slot::send::<T>(p, &mut conn).await,
                 }
+                .map_err(QueueError::from)
             };
             match tokio::time::timeout(self.timeout, fut).await {
-                Ok(r) => r.map_err(QueueError::from),
+                Ok(r) => r,
                 Err(_) => Err(QueueError::Timeout(self.timeout)),
             }
         };

@@ -338,16 +338,15 @@ pub async fn check_prefix(
             prefix = %layout, registered = %registered_text,
             "--replace-db: this worker's database replaces the registered one; its updates stream is dropped"
         );
-        redis::pipe()
-            .atomic()
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .del(layout.db())
             .ignore()
             .del(layout.digests())
             .ignore()
             .del(layout.updates())
-            .ignore()
-            .query_async::<()>(conn)
-            .await?;
+            .ignore();
+        crate::one_slot::send::<()>(&pipe, conn).await?;
         return Ok(());
     }
     Err(RegistryError::Conflict {
@@ -529,8 +528,8 @@ pub async fn beat(
     }
     let conn = &mut conn.conn.clone();
     let json = serde_json::to_string(reg).expect("registration serializes");
-    redis::pipe()
-        .atomic()
+    let mut pipe = redis::pipe();
+    pipe.atomic()
         .cmd("SET")
         .arg(layout.worker(&reg.worker_id))
         .arg(json)
@@ -540,9 +539,8 @@ pub async fn beat(
         .cmd("SADD")
         .arg(layout.workers())
         .arg(&reg.worker_id)
-        .ignore()
-        .query_async::<()>(conn)
-        .await?;
+        .ignore();
+    crate::one_slot::send::<()>(&pipe, conn).await?;
     Ok(published)
 }
 
@@ -591,14 +589,13 @@ pub async fn deregister(
     worker_id: &str,
 ) -> Result<(), QueueError> {
     let conn = &mut conn.conn.clone();
-    redis::pipe()
-        .atomic()
+    let mut pipe = redis::pipe();
+    pipe.atomic()
         .del(layout.worker(worker_id))
         .ignore()
         .srem(layout.workers(), worker_id)
-        .ignore()
-        .query_async::<()>(conn)
-        .await?;
+        .ignore();
+    crate::one_slot::send::<()>(&pipe, conn).await?;
     Ok(())
 }
 

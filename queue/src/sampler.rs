@@ -40,9 +40,13 @@ pub struct GroupSample {
 /// age is the oldest of any partition. Missing keys (no job yet, no consumer group yet) read as
 /// zero.
 pub async fn queue(conn: &Connection, layout: &Layout) -> Result<QueueSample, QueueError> {
+    // One reading per partition (each on one hash slot: on a cluster, that slot's node), all at
+    // once.
+    let readings = layout
+        .all_partitions()
+        .map(|(p, keys)| async move { partition(conn, layout, &keys.jobs(), p == 0).await });
     let mut total = QueueSample::default();
-    for (p, keys) in layout.all_partitions() {
-        let sample = partition(conn, layout, &keys.jobs(), p == 0).await?;
+    for sample in futures::future::try_join_all(readings).await? {
         total.depth += sample.depth;
         total.pending += sample.pending;
         total.oldest_age = total.oldest_age.max(sample.oldest_age);
@@ -60,7 +64,8 @@ pub async fn queue(conn: &Connection, layout: &Layout) -> Result<QueueSample, Qu
     Ok(total)
 }
 
-/// One partition's stream (`jobs`), and with `with_workers` the party's live workers.
+/// One partition's stream (`jobs`), and with `with_workers` (partition 0, whose hash tag is
+/// the party's) the party's live workers.
 async fn partition(
     conn: &Connection,
     layout: &Layout,
@@ -68,21 +73,26 @@ async fn partition(
     with_workers: bool,
 ) -> Result<QueueSample, QueueError> {
     let conn = &mut conn.conn.clone();
+    let mut pipe = redis::pipe();
+    pipe.cmd("XLEN")
+        .arg(jobs)
+        .cmd("XRANGE")
+        .arg(jobs)
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .cmd("TIME");
+    if with_workers {
+        pipe.cmd("SMEMBERS").arg(layout.workers());
+    }
     let (len, oldest, time, workers): (u64, StreamRangeReply, (u64, u64), Vec<String>) =
-        redis::pipe()
-            .cmd("XLEN")
-            .arg(jobs)
-            .cmd("XRANGE")
-            .arg(jobs)
-            .arg("-")
-            .arg("+")
-            .arg("COUNT")
-            .arg(1)
-            .cmd("TIME")
-            .cmd("SMEMBERS")
-            .arg(layout.workers())
-            .query_async(conn)
-            .await?;
+        if with_workers {
+            crate::one_slot::send(&pipe, conn).await?
+        } else {
+            let (len, oldest, time) = crate::one_slot::send(&pipe, conn).await?;
+            (len, oldest, time, Vec::new())
+        };
     // XPENDING fails with NOGROUP until the first worker has created the group.
     let pending = match redis::cmd("XPENDING")
         .arg(jobs)
@@ -101,7 +111,7 @@ async fn partition(
         for id in &workers {
             pipe.exists(layout.worker(id));
         }
-        let alive: Vec<bool> = pipe.query_async(conn).await?;
+        let alive: Vec<bool> = crate::one_slot::send(&pipe, conn).await?;
         alive.into_iter().filter(|a| *a).count() as u64
     };
     let now_ms = time.0 * 1000 + time.1 / 1000;

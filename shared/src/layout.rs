@@ -177,6 +177,14 @@ impl PartitionKeys {
     pub fn partial_in(&self, id: &str, index: u32) -> String {
         format!("{}:part:{id}:{index}", self.tag)
     }
+
+    /// Pub/sub channel where workers announce the status changes of the partition's requests
+    /// as `"<id> <status>"`. One per partition, under its tag: a Redis Cluster client routes a
+    /// `PUBLISH` by its channel like a key, so the announcement goes in the same pipeline (to
+    /// the same node) as the result it announces. Gateways subscribe to every partition's.
+    pub fn events(&self) -> String {
+        format!("{}:done", self.tag)
+    }
 }
 
 impl Layout {
@@ -273,9 +281,13 @@ impl Layout {
         self.partition(self.partition_of_id(id)).query(id)
     }
 
-    /// Pub/sub channel where workers announce status changes as `"<id> <status>"`.
-    pub fn events(&self) -> String {
-        format!("{}:done", self.tag)
+    /// Every partition's status event channel ([`PartitionKeys::events`]), partition 0's
+    /// (`{P}:done`, the party's only one with one partition) first: what a gateway subscribes
+    /// to.
+    pub fn events(&self) -> Vec<String> {
+        self.all_partitions()
+            .map(|(_, keys)| keys.events())
+            .collect()
     }
 
     /// Hash describing the database the party serves ([`db_field`]); written by workers.
@@ -361,7 +373,7 @@ mod tests {
         assert_eq!(l.prefix(), "party-a");
         assert_eq!(l.jobs(), "{party-a}:jobs");
         assert_eq!(l.query("ab"), "{party-a}:q:ab");
-        assert_eq!(l.events(), "{party-a}:done");
+        assert_eq!(l.events(), ["{party-a}:done"]);
         assert_eq!(l.db(), "{party-a}:db");
         assert_eq!(l.workers(), "{party-a}:workers");
         assert_eq!(l.worker("w1"), "{party-a}:worker:w1");
@@ -390,6 +402,10 @@ mod tests {
         assert_eq!(four.partition(0).jobs(), "{a}:jobs");
         assert_eq!(four.partition(2).jobs(), "{a:2}:jobs");
         assert_eq!(four.partial_sum(id), format!("{{a:3}}:acc:{id}"));
+        assert_eq!(
+            four.events(),
+            ["{a}:done", "{a:1}:done", "{a:2}:done", "{a:3}:done"]
+        );
         let p = four.partition_of_idempotency_key("retry-me");
         assert_eq!(
             four.idempotency("retry-me"),

@@ -372,6 +372,31 @@ impl Party {
             .expect("a valid partition count")
     }
 
+    /// The primaries (ports) serving the party's partitions on its Redis Cluster, one per
+    /// partition, as the nodes say (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`).
+    pub async fn partition_primaries(&self) -> anyhow::Result<Vec<u16>> {
+        let mut ports = Vec::new();
+        for (_, keys) in self.layout().all_partitions() {
+            ports.push(self.redis.primary_for(&keys.jobs()).await?);
+        }
+        Ok(ports)
+    }
+
+    /// Panics unless the party runs on a Redis Cluster of `primaries` primaries and its
+    /// partitions sit on every one of them: a test of partitions on a cluster means nothing
+    /// while they all share one node (each pipeline would go to the same one).
+    pub async fn assert_partitions_on_every_primary(&self, primaries: usize) {
+        assert!(self.redis.url().starts_with("redis+cluster://"));
+        let ports = self.partition_primaries().await.expect("CLUSTER SLOTS");
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            primaries,
+            "partitions of {} on primaries {ports:?}",
+            self.prefix
+        );
+    }
+
     /// Starts the gateway again (after it exited), with extra flags.
     pub async fn restart_gateway(&mut self, extra: &[String]) -> anyhow::Result<()> {
         self.gateway.kill();

@@ -57,6 +57,11 @@ async fn assert_cluster(party: &Party, redis: Redis) {
         Redis::ThreePrimaries => {
             assert!(party.redis.url().starts_with("redis+cluster://"));
             assert_eq!(party.redis.node_ports().len(), 3);
+            // More than one partition: on every primary, so that a window's result writes go
+            // to three nodes.
+            if party.layout().partitions() > 1 {
+                party.assert_partitions_on_every_primary(3).await;
+            }
         }
     }
 }
@@ -114,11 +119,23 @@ async fn pages_replays_and_epochs_on_a_three_primary_cluster() {
     pages_replays_and_epochs(Redis::ThreePrimaries, 1).await;
 }
 
+/// Four partitions on a real 3-primary cluster (`PIRQ_CLUSTER_TESTS=1`): each party's
+/// partitions sit on all three primaries, and a worker's window of jobs from several of them is
+/// written in one pipeline per partition, each to its own node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_partitions_on_a_three_primary_cluster() {
+    if !pirq_e2e::cluster_tests_enabled("four_partitions_on_a_three_primary_cluster") {
+        return;
+    }
+    pages_replays_and_epochs(Redis::ThreePrimaries, 4).await;
+}
+
 async fn pages_replays_and_epochs(redis: Redis, partitions: u32) {
     let cluster = Cluster::start(300, 256, options(redis, partitions))
         .await
         .unwrap();
     assert_cluster(&cluster.a, redis).await;
+    assert_cluster(&cluster.b, redis).await;
     let client = cluster.client(Options::default());
     let want: Vec<u64> = vec![0, 7, 150, 299];
     fetch_concurrently(&client, &want, 8, |i| cluster.db.page(i).to_vec()).await;
@@ -183,6 +200,17 @@ async fn sharded_queries_on_a_three_primary_cluster() {
     sharded_queries(Redis::ThreePrimaries, 1).await;
 }
 
+/// Sharded queries with four partitions on a real 3-primary cluster (`PIRQ_CLUSTER_TESTS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharded_queries_in_four_partitions_on_a_three_primary_cluster() {
+    if !pirq_e2e::cluster_tests_enabled(
+        "sharded_queries_in_four_partitions_on_a_three_primary_cluster",
+    ) {
+        return;
+    }
+    sharded_queries(Redis::ThreePrimaries, 4).await;
+}
+
 async fn sharded_queries(redis: Redis, partitions: u32) {
     let db = TestDb::create(600, 256, rand::random()).unwrap();
     let mut parties = Vec::new();
@@ -200,7 +228,9 @@ async fn sharded_queries(redis: Redis, partitions: u32) {
         }
         parties.push(party);
     }
-    assert_cluster(&parties[0], redis).await;
+    for party in &parties {
+        assert_cluster(party, redis).await;
+    }
     let options = Options {
         timeout: Duration::from_secs(60),
         ..Options::default()
