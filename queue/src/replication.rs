@@ -135,7 +135,7 @@ impl Producer {
         // The reply may take the whole WAIT, on top of the round trip.
         let within = self.timeout() + timeout;
         let (exists, replicas): (i64, i64) =
-            match tokio::time::timeout(within, pipe.query_async(&mut node)).await {
+            match tokio::time::timeout(within, crate::one_slot::send(&pipe, &mut node)).await {
                 Ok(r) => r?,
                 Err(_) => return Err(QueueError::Timeout(within)),
             };
