@@ -43,8 +43,12 @@
 # (i mod length)-th CPU), GATEWAY_CPUS, WORKER_CPUS, CLIENT_CPUS to use that list for every N.
 #   EXTRA            more runs, once each after the others: N:GATEWAY_SHARE:WORKER_SHARE … (e.g.
 #                    "8:60:25", the gateways' share raised at 8 primaries; default none)
-#   GATEWAYS         gateway processes (default: one per gateway core), sharing GATEWAY_CPUS
-#   WORKERS          worker processes (default: one per worker core), sharing WORKER_CPUS
+#   GATEWAYS         gateway processes (default: one per gateway core)
+#   WORKERS          worker processes (default: one per worker core)
+#   PIN_EACH         1 (default): gateway i and worker i each on the (i mod count)-th core of
+#                    their group's list, so each runs one runtime thread (threads that hand
+#                    every request and reply between them cost a gateway about 40 % more CPU a
+#                    query: docs/bench/load.md, "Gateway CPU per query"); 0: each on the whole list
 #   CLIENTS          closed-loop clients per gateway (default: 512 x N in all, split over the
 #                    gateways), one load process per gateway, sharing CLIENT_CPUS
 #   OUT              results folder (default .gpu/out/queue-scale)
@@ -96,6 +100,7 @@ DUR=${DUR:-20}
 WARM=${WARM:-5}
 RUNS=${RUNS:-2}
 PAGES=${PAGES:-256}
+PIN_EACH=${PIN_EACH:-1}
 GATEWAY_SHARE=${GATEWAY_SHARE:-40}
 WORKER_SHARE=${WORKER_SHARE:-40}
 NCPU=$(nproc)
@@ -211,6 +216,19 @@ cpu_count() {
     echo "$n"
 }
 
+# nth_cpu LIST I: the (I mod count)-th CPU of a taskset list
+nth_cpu() {
+    local all=() part
+    for part in ${1//,/ }; do
+        if [[ "$part" == *-* ]]; then
+            mapfile -t -O "${#all[@]}" all < <(seq "${part%-*}" "${part#*-}")
+        else
+            all+=("$part")
+        fi
+    done
+    echo "${all[$(($2 % ${#all[@]}))]}"
+}
+
 # plan N: the CPU lists of a run with N primaries, into REDIS_L GATEWAY_L WORKER_L CLIENT_L
 plan() {
     local n=$1 rest g w c
@@ -276,14 +294,18 @@ one_run() {
     local named=() gws=() wks=() i
     for ((i = 0; i < n; i++)); do named+=("redis$i=${primary_pids[$i]}"); done
     for ((i = 0; i < gateways; i++)); do
-        start "$GATEWAY_L" "$L/gateway$i.log" pirq-gateway --redis "$url" --prefix qs \
+        local on=$GATEWAY_L
+        [ "$PIN_EACH" != 1 ] || on=$(nth_cpu "$GATEWAY_L" "$i")
+        start "$on" "$L/gateway$i.log" pirq-gateway --redis "$url" --prefix qs \
             --partitions "$parts" --listen "127.0.0.1:$((GATEWAY_PORT + i))" \
             --admin-listen "127.0.0.1:$((ADMIN_PORT + i))"
         gws+=("${PIDS[-1]}")
         named+=("gateway$i=${PIDS[-1]}")
     done
     for ((i = 0; i < workers; i++)); do
-        start "$WORKER_L" "$L/worker$i.log" pirq-worker --redis "$url" --prefix qs \
+        local on=$WORKER_L
+        [ "$PIN_EACH" != 1 ] || on=$(nth_cpu "$WORKER_L" "$i")
+        start "$on" "$L/worker$i.log" pirq-worker --redis "$url" --prefix qs \
             --partitions "$parts" --db "$W/db.pirdb" --backend cpu --threads "$WORKER_THREADS" \
             --consumer "cpu$i"
         wks+=("${PIDS[-1]}")
@@ -521,7 +543,7 @@ PY
     echo "machine: $NCPU cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "binaries: $(tr '\n' ' ' <"$B/COMMIT")"
     echo "redis: $(redis-server --version)"
-    echo "PRIMARIES=\"$PRIMARIES\" EXTRA=\"${EXTRA:-}\" PARTS_PER_PRIMARY=$PARTS_PER_PRIMARY REPLICAS=$REPLICAS DUR=$DUR WARM=$WARM RUNS=$RUNS PAGES=$PAGES KEYS=$KEYS WORKER_THREADS=$WORKER_THREADS"
+    echo "PRIMARIES=\"$PRIMARIES\" EXTRA=\"${EXTRA:-}\" PARTS_PER_PRIMARY=$PARTS_PER_PRIMARY REPLICAS=$REPLICAS PIN_EACH=$PIN_EACH DUR=$DUR WARM=$WARM RUNS=$RUNS PAGES=$PAGES KEYS=$KEYS WORKER_THREADS=$WORKER_THREADS"
 } | tee "$OUT/results.txt"
 pirq db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$W/db.pirdb" 2>&1 | tail -n 1
 mkdir -p "$W/runs"
