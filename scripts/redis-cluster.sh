@@ -157,7 +157,8 @@ start() {
         done
         [ -n "$up" ] || { echo "redis-cluster.sh: node $n did not start (see $dir/node-${n#*:}/redis.log)" >&2; stop; exit 1; }
         if [ ${#cpu_of[@]} -gt 0 ]; then
-            taskset -a -p -c "${cpu_of[$((i % ${#cpu_of[@]}))]}" "$(cat "$dir/node-${n#*:}/redis.pid")" >/dev/null
+            taskset -a -p -c "${cpu_of[$((i % ${#cpu_of[@]}))]}" "$(cat "$dir/node-${n#*:}/redis.pid")" >/dev/null ||
+                echo "redis-cluster.sh: could not pin node $n to CPU ${cpu_of[$((i % ${#cpu_of[@]}))]}; it runs unpinned" >&2
         fi
         i=$((i + 1))
     done

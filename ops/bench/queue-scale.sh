@@ -275,7 +275,8 @@ one_run() {
         url=$("$CLUSTER_SH" start --primaries "$n" --replicas "$REPLICAS" --port "$REDIS_PORT" \
             --dir "$CLUSTER_DIR" --place-tags "${tags[*]}" --cpus "$REDIS_L" 2>"$L/cluster.log") ||
             { cat "$L/cluster.log" >&2; fail "$name" "the cluster did not start"; }
-        cat "$L/cluster.log" >&2
+        # Shared slots, unpinned nodes: said in the results too.
+        sed "s/^/$name: /" "$L/cluster.log" | tee -a "$OUT/results.txt" >&2
         local i
         for ((i = 0; i < n; i++)); do
             primary_ports+=($((REDIS_PORT + i)))
