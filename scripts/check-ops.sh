@@ -12,7 +12,9 @@
 #      is installed (Debian's prometheus package, which scripts/install-deps.sh installs; skipped
 #      with a SKIPPED line otherwise, and a failure with PIRQ_REQUIRE_PROMTOOL=1, as scripts/test.sh
 #      runs it); the host-network override; the licence of every manifest; every relative link
-#      and #anchor of the repository's Markdown files (test_docs_links.py).
+#      and #anchor of the repository's Markdown files (test_docs_links.py); scripts/redis-cluster.sh
+#      against a real redis-server (clusters of 1, 2 and 4 primaries, slots placed, replicas;
+#      skipped when redis-server is not installed).
 #
 # Bringing the stack up for real is ops/compose/smoke.sh (scripts/test.sh with PIRQ_COMPOSE_SMOKE=1).
 #
