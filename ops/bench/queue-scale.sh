@@ -23,10 +23,10 @@
 #                                          # needs no cargo, no network
 #   ops/bench/queue-scale.sh run [DIR]     # on the measuring host (16 cores), from DIR
 #
-# `run` writes at most 4 files under OUT: results.txt (every run's lines, as printed),
+# `run` writes at most 5 files under OUT: results.txt (every run's lines, as printed),
 # results.json, summary.md (a Markdown table and the scaling per doubling), both rewritten after
-# each run, and logs-<run>.tar.gz only when a process died or an answer was wrong (then it exits
-# non-zero). Every process it started is stopped on exit, also on failure or Ctrl-C.
+# each run, logs-<run>.tar.gz only when a process died or an answer was wrong (then it exits
+# non-zero), and logs.tar.gz with KEEP_LOGS=1. Every process it started is stopped on exit, also on failure or Ctrl-C.
 #
 # Environment for `run`:
 #   PRIMARIES        Redis primaries, a list run in turn (default "1 2 4 8"); 1 is one plain
@@ -52,6 +52,7 @@
 #   CLIENTS          closed-loop clients per gateway (default: 512 x N in all, split over the
 #                    gateways), one load process per gateway, sharing CLIENT_CPUS
 #   OUT              results folder (default .gpu/out/queue-scale)
+#   KEEP_LOGS        1: every process's log of every run packed into OUT/logs.tar.gz at the end
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=${2:-.gpu/queue-scale}
@@ -353,6 +354,8 @@ one_run() {
     for ((i = 0; i < n; i++)); do
         redis-cli -p "${primary_ports[$i]}" INFO commandstats >"$R/commandstats$i.txt"
     done
+    # The gateways' answers by status and their refusals by cap: what a 429 or 503 was.
+    for ((i = 0; i < gateways; i++)); do get $((ADMIN_PORT + i)) /metrics "$R/metrics$i.txt"; done
     for ((i = 0; i < gateways; i++)); do
         wait "${loads[$i]}" || fail "$name" "load client $i failed: $(tail -n 3 "$L/load$i.log")"
     done
@@ -445,6 +448,22 @@ def one(d):
         groups[g + "s"] = {"cores": cores, "cpus": m[f"{g}_cpus"], "us_per_key": per_key(t),
                            "pct_of_cores": pct(t, cores),
                            "keys_per_s_per_core": (1e6 / per_key(t)) if t and keys else None}
+    # Refused answers by route and status, and refusals by cap, over the whole run.
+    refused = {}
+    for f in sorted(os.listdir(d)):
+        if not (f.startswith("metrics") and f.endswith(".txt")):
+            continue
+        for line in open(os.path.join(d, f)):
+            mt = re.match(r'pirq_gateway_http_requests_total\{(.*)\} (\S+)', line)
+            mc = re.match(r'pirq_gateway_refusals_total\{cap="([^"]*)"\} (\S+)', line)
+            if mt:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', mt.group(1)))
+                if labels.get("status", "200") >= "400":
+                    k = f'{labels.get("method", "")} {labels.get("route", "")} {labels["status"]}'
+                    refused[k] = refused.get(k, 0) + int(float(mt.group(2)))
+            elif mc and float(mc.group(2)) > 0:
+                k = f"cap {mc.group(1)}"
+                refused[k] = refused.get(k, 0) + int(float(mc.group(2)))
     placement = [int(p) for p in m["placement"].split()]
     parts_per_primary = [placement.count(i) for i in range(n)]
     # The limit: whichever of the busiest primary's core, the gateways', the workers' or the
@@ -464,6 +483,7 @@ def one(d):
         "wrong": sum(v for k, v in errors.items() if k.startswith("wrong")),
         "refused_429": sum(l["refused_429"] for l in loads),
         "refused_503": sum(l["refused_503"] for l in loads),
+        "gateway_refusals": refused,
         "latency_ms_p50": lat[len(lat) // 2] if lat else None,
         "latency_ms_p99": max(l["latency_ms"]["p99"] for l in loads) if loads else None,
         "redis": {"primary_pct": [round(p, 1) for p in primary_pct],
@@ -495,6 +515,8 @@ print(f"{r['name']}: primaries {r['primaries']} ({'cluster' if r['cluster'] else
       f"{r['refused_429']}/{r['refused_503']}")
 for cname, v in list(r["commandstats_per_key"].items())[:12]:
     print(f"    {cname:<14} {v['calls']:8.2f} calls/key {v['us']:7.2f} us/key")
+if r["gateway_refusals"]:
+    print(f"    gateways' refusals: {r['gateway_refusals']}")
 if r["wrong"]:
     print(f"WRONG answers in {r['name']}: {r['errors']}")
 
@@ -559,4 +581,8 @@ for extra in ${EXTRA:-}; do
     IFS=: read -r primaries GATEWAY_SHARE WORKER_SHARE <<<"$extra"
     one_run "p$primaries-gw$GATEWAY_SHARE-wk$WORKER_SHARE" "$primaries"
 done
+if [ "${KEEP_LOGS:-0}" = 1 ]; then
+    (cd "$W" && tar -czf "$OUT/logs.tar.gz" logs-*)
+    echo "logs: $OUT/logs.tar.gz"
+fi
 echo "results: $OUT/results.txt, $OUT/results.json, $OUT/summary.md"
