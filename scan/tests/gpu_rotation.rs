@@ -8,10 +8,11 @@
 
 mod rotation_model;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use pirq_scan::cpu::{CpuRotation, CpuScanner};
-use pirq_scan::cuda::{CudaConfig, CudaRotation, CudaScanner};
+use pirq_scan::cuda::{CudaConfig, CudaRotation, CudaScanner, ScanPlan};
 use pirq_scan::rotation::{Finished, Rotation};
 use pirq_scan::Scanner;
 use pirq_shared::dpf::{generate, DpfKey};
@@ -20,12 +21,32 @@ use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 use rotation_model::{drive, Model};
 
 fn gpu(file: &TestDb, window: usize, max_keys: usize) -> Arc<CudaScanner> {
+    gpu_with_plan(file, window, max_keys, None)
+}
+
+fn gpu_with_plan(
+    file: &TestDb,
+    window: usize,
+    max_keys: usize,
+    plan: Option<ScanPlan>,
+) -> Arc<CudaScanner> {
     let config = CudaConfig {
         epoch_window: window,
         max_batch_keys: max_keys,
+        plan,
         ..CudaConfig::default()
     };
     Arc::new(CudaScanner::from_pirdb(&file.db, config, |_, _| {}).unwrap())
+}
+
+/// The plans whose selection layouts a rotation on this GPU can scan with: the one it picks
+/// for few keys (`None`), and on Hopper `wgmma` fixed, the layout of many keys in flight.
+fn layouts(file: &TestDb) -> Vec<Option<ScanPlan>> {
+    let mut plans = vec![None];
+    if gpu(file, 1, 16).has_wgmma() {
+        plans.push(Some(ScanPlan::wgmma_for(64)));
+    }
+    plans
 }
 
 /// Random joins and updates on the GPU; each party's answer equals `pirq_shared`'s reference at
@@ -37,23 +58,27 @@ fn gpu_rotation_is_exact_while_updates_fold_the_base_mid_turn() {
     }
     for (pages, page_size, segments, seed) in [(4096u64, 512u32, 6usize, 1u64), (3000, 256, 4, 2)] {
         let file = TestDb::create_at(pages, page_size, 0, seed).unwrap();
-        let scanner = gpu(&file, 3, 64);
-        let mut rotation = CudaRotation::new(scanner.clone(), segments);
-        assert_eq!(rotation.segments(), segments);
-        let mut model = Model::of(&file, 0);
-        let mut rng = StdRng::seed_from_u64(seed);
-        let seen = drive(
-            &mut rotation,
-            scanner.as_ref(),
-            &mut model,
-            &mut rng,
-            300,
-            0.7,
-            0.25,
-        );
-        eprintln!("{pages} pages of {page_size} B, {segments} segments: {seen:?}");
-        assert!(seen.exact_across_folds >= 5, "{seen:?}");
-        assert!(seen.exact_at_old_epochs >= 5, "{seen:?}");
+        for plan in layouts(&file) {
+            let scanner = gpu_with_plan(&file, 3, 64, plan);
+            let mut rotation = CudaRotation::new(scanner.clone(), segments);
+            assert_eq!(rotation.segments(), segments);
+            let mut model = Model::of(&file, 0);
+            let mut rng = StdRng::seed_from_u64(seed);
+            let seen = drive(
+                &mut rotation,
+                scanner.as_ref(),
+                &mut model,
+                &mut rng,
+                300,
+                0.7,
+                0.25,
+            );
+            eprintln!(
+                "{pages} pages of {page_size} B, {segments} segments, plan {plan:?}: {seen:?}"
+            );
+            assert!(seen.exact_across_folds >= 5, "{seen:?}");
+            assert!(seen.exact_at_old_epochs >= 5, "{seen:?}");
+        }
     }
 }
 
@@ -73,6 +98,9 @@ fn gpu_rotation_matches_the_cpu_rotation() {
     let mut rng = StdRng::seed_from_u64(3);
     let (mut got_gpu, mut got_cpu): (Vec<Finished>, Vec<Finished>) = (Vec::new(), Vec::new());
     let mut joined = 0;
+    // Keys in flight grow past the `mma.sync` limit and drain again: on Hopper the rotation
+    // switches to `wgmma` and back mid-turn, its keys expanded again each time.
+    let mut layouts = HashSet::new();
     for step in 0..60 {
         for _ in 0..rng.random_range(0..4) {
             let k = rng.random_range(1..40);
@@ -90,6 +118,10 @@ fn gpu_rotation_matches_the_cpu_rotation() {
         }
         got_gpu.extend(on_gpu.step().unwrap().finished);
         got_cpu.extend(on_cpu.step().unwrap().finished);
+        layouts.insert(format!("{:?}", on_gpu.sel_layout()));
+    }
+    if gpu_scanner.has_wgmma() {
+        assert_eq!(layouts.len(), 2, "both layouts scanned: {layouts:?}");
     }
     assert_eq!(on_gpu.in_flight(), 0);
     assert_eq!(got_gpu.len(), joined);

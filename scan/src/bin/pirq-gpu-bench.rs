@@ -192,8 +192,8 @@ fn main() -> Result<()> {
             }
         }
         println!("\nrotating scan: one-key groups kept in flight\n");
-        println!("| keys in flight | segments | ms/segment | ms/turn | keys/s |");
-        println!("|---:|---:|---:|---:|---:|");
+        println!("| keys in flight | segments | layout | ms/segment | ms/turn | keys/s |");
+        println!("|---:|---:|---|---:|---:|---:|");
         let rows = args
             .rotate_qs
             .iter()
@@ -225,7 +225,8 @@ fn main() -> Result<()> {
             }
             let wall = started.elapsed();
             println!(
-                "| {q} | {segments} | {:.2} | {:.2} | {:.0} |",
+                "| {q} | {segments} | {:?} | {:.2} | {:.2} | {:.0} |",
+                rotation.sel_layout(),
                 ms(wall) / (turns * segments) as f64,
                 ms(turn_sum) / finished.max(1) as f64,
                 answered as f64 / wall.as_secs_f64()

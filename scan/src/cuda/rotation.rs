@@ -26,8 +26,15 @@
 //!    synchronizes; the lock is released only then, so an update's fold never runs beside a
 //!    segment.
 //!
-//! On Hopper every segment runs on `wgmma` (one selection layout for all keys in flight);
-//! elsewhere on `mma.sync` or the CUDA-core kernel, like passes.
+//! The selection layout follows the load, with the passes' rule ([`ScanPlan::for_keys_wgmma`]):
+//! on Hopper, `wgmma` while more than [`MMA_MAX_KEYS`] key columns are in use, and `mma.sync`
+//! below, where a pass of few keys reads HBM at its floor and `wgmma` at N = 128 does not (a
+//! lone key's 15-segment turn measured 24.5 ms on `wgmma` against a 22.7 ms `mma.sync` pass,
+//! H100, 64 GiB). The two layouts arrange the same bits differently, so a switch re-expands
+//! every key in flight at the next step (their answers so far are pages, which do not depend on
+//! the layout); switching down waits for [`MMA_BACK_KEYS`] columns, so that a load hovering
+//! around the threshold does not pay that expansion at every step. Elsewhere every segment runs
+//! on `mma.sync` or the CUDA-core kernel, like passes.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -46,6 +53,13 @@ use crate::{check_keys, Answers, ScanError, Scanner};
 /// Keys per column group: the expansion writes 16-key n-tile pairs whole.
 const GROUP_KEYS: usize = 16;
 
+/// Key columns in use up to which a Hopper rotation scans with `mma.sync` (the passes' threshold
+/// in [`ScanPlan::for_keys_wgmma`]).
+pub const MMA_MAX_KEYS: usize = 64;
+
+/// Key columns in use at or below which a rotation on `wgmma` goes back to `mma.sync`.
+pub const MMA_BACK_KEYS: usize = 32;
+
 /// A [`Rotation`] over a [`CudaScanner`] (made by [`Scanner::rotation`]).
 pub struct CudaRotation {
     scanner: Arc<CudaScanner>,
@@ -60,6 +74,8 @@ pub struct CudaRotation {
     groups: Vec<Group>,
     /// Key columns joined since the last step: packed on the host, not yet on the device.
     joined: Vec<Range<usize>>,
+    /// Whether every key in flight must be expanded again at the next step (the layout changed).
+    relayout: bool,
     clock: Clock,
 }
 
@@ -78,10 +94,9 @@ impl CudaRotation {
     /// Takes a workspace out of the scanner's pool (waiting for one) until dropped.
     pub fn new(scanner: Arc<CudaScanner>, segments: usize) -> CudaRotation {
         let blocks = scanner.db.shape().scan_blocks();
-        let layout = if scanner.kernels.has_wgmma() {
-            SelLayout::Wgmma
-        } else {
-            SelLayout::Mma
+        let layout = match scanner.config.plan {
+            Some(plan) => plan.sel_layout(),
+            None => SelLayout::Mma,
         };
         let ws = scanner.pool.take_owned();
         let columns = vec![None; ws.capacity_keys / GROUP_KEYS * GROUP_KEYS];
@@ -94,8 +109,14 @@ impl CudaRotation {
             columns,
             groups: Vec::new(),
             joined: Vec::new(),
+            relayout: false,
             clock: Clock::default(),
         }
+    }
+
+    /// The selection layout the next step scans with.
+    pub fn sel_layout(&self) -> SelLayout {
+        self.layout
     }
 
     /// Segments from the measured read of the whole database (`read_all`, the floor of a
@@ -128,10 +149,33 @@ impl CudaRotation {
     /// The plan for key columns `0..q` in this rotation's layout.
     fn plan(&self, q: usize) -> ScanPlan {
         match self.scanner.config.plan {
-            Some(plan) if plan.sel_layout() == self.layout => plan,
-            _ if self.layout == SelLayout::Wgmma => ScanPlan::wgmma_for(q),
-            _ => self.scanner.plan_for(q),
+            Some(plan) => plan,
+            None if self.layout == SelLayout::Wgmma => ScanPlan::wgmma_for(q),
+            None if self.scanner.kernels.has_binary_mma() => ScanPlan::for_keys(q),
+            None => self.scanner.plan_for(q),
         }
+    }
+
+    /// The layout for `hi` key columns in use, from the current one: see the module's doc. A
+    /// plan fixed in the configuration fixes the layout.
+    fn layout_for(&self, hi: usize) -> SelLayout {
+        if self.scanner.config.plan.is_some() || !self.scanner.kernels.has_wgmma() {
+            return self.layout;
+        }
+        match self.layout {
+            SelLayout::Mma if hi > MMA_MAX_KEYS => SelLayout::Wgmma,
+            SelLayout::Wgmma if hi <= MMA_BACK_KEYS => SelLayout::Mma,
+            current => current,
+        }
+    }
+
+    /// The highest key column in use, plus one.
+    fn columns_in_use(&self) -> usize {
+        self.groups
+            .iter()
+            .map(|g| g.first + g.keys)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The first key column of the lowest run of `n` free columns.
@@ -167,22 +211,30 @@ impl CudaRotation {
 
     /// Puts the joins since the last step on the device: the records of every 16-key group they
     /// touch go up, each run of adjacent touched groups is expanded in one launch sequence, and
-    /// the new keys' answer pages are zeroed (adjacent ranges in one memset). Asynchronous, on
-    /// the workspace's stream, ahead of the step's scan.
+    /// the new keys' answer pages are zeroed (adjacent ranges in one memset). After a change of
+    /// layout every group in use is expanded again the same way. Asynchronous, on the
+    /// workspace's stream, ahead of the step's scan.
     fn settle_joins(&mut self) -> Result<(), CudaError> {
-        if self.joined.is_empty() {
+        if self.joined.is_empty() && !self.relayout {
             return Ok(());
         }
         let ps = self.scanner.db.shape().page_size;
         let (stride, layout) = (self.stride(), self.layout);
-        let mut joined = std::mem::take(&mut self.joined);
+        let joined = runs(std::mem::take(&mut self.joined));
+        let expanded: Vec<Range<usize>> = if std::mem::take(&mut self.relayout) {
+            self.groups
+                .iter()
+                .map(|g| g.first..g.first + g.keys)
+                .collect()
+        } else {
+            joined.clone()
+        };
         let groups = runs(
-            joined
+            expanded
                 .iter()
                 .map(|c| c.start / GROUP_KEYS..c.end.div_ceil(GROUP_KEYS))
                 .collect(),
         );
-        joined = runs(joined);
         let scanner = self.scanner.clone();
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
         let stream = ws.stream.clone();
@@ -224,13 +276,13 @@ impl CudaRotation {
         done: &[usize],
     ) -> Result<Option<cudarc::driver::CudaSlice<u32>>, CudaError> {
         let ps = self.scanner.db.shape().page_size;
-        let hi = self
-            .groups
-            .iter()
-            .map(|g| g.first + g.keys)
-            .max()
-            .unwrap_or(0);
+        let hi = self.columns_in_use();
         if hi == 0 {
+            // Every mark of the step recorded all the same (no time between them).
+            let ws = self.ws();
+            for phase in [Phase::Scan, Phase::Merge, Phase::D2h] {
+                ws.marks.end(phase, &ws.stream)?;
+            }
             return Ok(None);
         }
         let (stride, layout, plan) = (self.stride(), self.layout, self.plan(hi));
@@ -244,11 +296,13 @@ impl CudaRotation {
         let scanner = &self.scanner;
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
         scanner.scan_blocks(ws, &plan, hi, padded, stride, segment.clone(), true)?;
+        ws.marks.end(Phase::Scan, &ws.stream)?;
         let pages = segment.start * BLOCK_PAGES..segment.end * BLOCK_PAGES;
         let kept = match st.merge_pages(&limits, pages) {
             Some(m) => Some(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?),
             None => None,
         };
+        ws.marks.end(Phase::Merge, &ws.stream)?;
         let stream = ws.stream.clone();
         let host = ws.answers_host.as_mut_slice()?;
         let finished = runs(
@@ -262,7 +316,26 @@ impl CudaRotation {
             // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
             unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
         }
+        ws.marks.end(Phase::D2h, &stream)?;
         Ok(kept)
+    }
+
+    /// Marks the start of a step's device work (before the joins' uploads and expansions).
+    fn mark_start(&self) -> Result<(), CudaError> {
+        let ws = self.ws();
+        ws.marks.start(&ws.stream)?;
+        ws.marks.end(Phase::H2d, &ws.stream)
+    }
+
+    /// Records the device time of each phase of the step that just synchronized: the joins'
+    /// expansion (their records' upload included), the segment's scan, the merge and the copies
+    /// of finished answers. Their sum against the step's wall time is the host's share.
+    fn record_device_phases(&self, keys: usize) -> Result<(), CudaError> {
+        let timings = self.ws().timings(keys)?;
+        for phase in [Phase::Expand, Phase::Scan, Phase::Merge, Phase::D2h] {
+            record_phase(phase, timings.phase(phase));
+        }
+        Ok(())
     }
 }
 
@@ -325,7 +398,16 @@ impl Rotation for CudaRotation {
             self.clock.turn_begins(started);
         }
         let mut step = Step::default();
-        if let Err(e) = self.settle_joins() {
+        let layout = self.layout_for(self.columns_in_use());
+        if layout != self.layout {
+            self.layout = layout;
+            self.relayout = true;
+        }
+        if let Err(e) = self
+            .mark_start()
+            .and_then(|()| self.settle_joins())
+            .and_then(|()| self.ws().marks.end(Phase::Expand, &self.ws().stream))
+        {
             self.clear();
             return Err(e.into());
         }
@@ -361,8 +443,9 @@ impl Rotation for CudaRotation {
             return Err(e.into());
         }
         let end = Instant::now();
-        // The segment's scan, merge and answer copies, as the host waited for them.
-        record_phase(Phase::Scan, end - now);
+        if step.keys > 0 {
+            self.record_device_phases(step.keys)?;
+        }
         for g in &mut self.groups {
             g.left -= 1;
         }
@@ -407,6 +490,7 @@ impl Rotation for CudaRotation {
         let _ = self.ws().stream.synchronize();
         self.columns.fill(None);
         self.joined.clear();
+        self.relayout = false;
         self.groups.drain(..).map(|g| g.ticket).collect()
     }
 }
