@@ -577,7 +577,6 @@ impl CudaScanner {
         let stream = &ws.stream;
         let func = self.kernels.scan(plan)?;
         let (mtiles, nblocks) = (shape.mtiles() as u32, (blocks.end - blocks.start) as u32);
-        let all_blocks = shape.scan_blocks() as u32;
         let (np_total, q32, wpp) = (np_stride as u32, q as u32, shape.words_per_page() as u32);
         // Layout A: block b's tiles at b * mtiles * 512 bytes; layout B: block b's chunks at
         // b * np_total * 512 bytes.
@@ -586,6 +585,25 @@ impl CudaScanner {
         let ntiles = (padded / 8) as u32;
         // The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
         // accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
+        let sms = stream.context().attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )? as u32;
+        // Blocks per split-K task for a grid whose z-slices have `slice` CTAs each.
+        let split = |func: &cudarc::driver::CudaFunction,
+                     threads: u32,
+                     smem: u32,
+                     slice: u32,
+                     plan: u32| {
+            let resident = func
+                .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)?
+                .max(1)
+                * sms;
+            Ok::<u32, CudaError>(task_blocks(
+                plan,
+                nblocks,
+                (MIN_WAVES * resident).div_ceil(slice.max(1)),
+            ))
+        };
         let tensor_core_scan = |grid_dim, threads, blocks_per_task: u32| -> Result<(), CudaError> {
             // SAFETY: the partial buffer holds mtiles x (np_total * 2) x 4 words.
             unsafe {
@@ -624,30 +642,33 @@ impl CudaScanner {
                 blocks_per_task,
                 ..
             } => {
-                let blocks_per_task = task_blocks(blocks_per_task, nblocks, all_blocks);
                 // padded is a multiple of nt * 8 * wn.
                 let rows = (warps / wn) * mt;
-                let grid = (
-                    ntiles / (nt * wn),
-                    mtiles.div_ceil(rows),
-                    nblocks.div_ceil(blocks_per_task),
-                );
+                let (x, y) = (ntiles / (nt * wn), mtiles.div_ceil(rows));
+                let blocks_per_task = split(
+                    func,
+                    warps * 32,
+                    plan.dynamic_smem(),
+                    x * y,
+                    blocks_per_task,
+                )?;
+                let grid = (x, y, nblocks.div_ceil(blocks_per_task));
                 tensor_core_scan(grid, warps * 32, blocks_per_task)?;
             }
             ScanPlan::Wgmma {
                 n, blocks_per_task, ..
             } => {
-                let blocks_per_task = task_blocks(blocks_per_task, nblocks, all_blocks);
                 // padded is a multiple of n, mtiles of 8 (page sizes of at least 256 bytes).
-                let grid = (
-                    padded as u32 / n,
-                    mtiles / 8,
-                    nblocks.div_ceil(blocks_per_task),
-                );
+                let (x, y) = (padded as u32 / n, mtiles / 8);
+                let blocks_per_task =
+                    split(func, 288, plan.dynamic_smem(), x * y, blocks_per_task)?;
+                let grid = (x, y, nblocks.div_ceil(blocks_per_task));
                 tensor_core_scan(grid, 288, blocks_per_task)?;
             }
             ScanPlan::Xor { blocks_per_task } => {
-                let blocks_per_task = task_blocks(blocks_per_task, nblocks, all_blocks);
+                let (warps, mt, kq) = (8u32, 2u32, 8u32);
+                let (x, y) = (q32.div_ceil(kq), mtiles.div_ceil(warps * mt));
+                let blocks_per_task = split(func, warps * 32, 0, x * y, blocks_per_task)?;
                 // The kernel XORs into the answers: cleared for a pass, kept for a rotation.
                 if !accumulate {
                     // SAFETY: answers hold q pages.
@@ -660,13 +681,8 @@ impl CudaScanner {
                         )
                     }?;
                 }
-                let (warps, mt, kq) = (8u32, 2u32, 8u32);
                 let cfg = LaunchConfig {
-                    grid_dim: (
-                        q32.div_ceil(kq),
-                        mtiles.div_ceil(warps * mt),
-                        nblocks.div_ceil(blocks_per_task),
-                    ),
+                    grid_dim: (x, y, nblocks.div_ceil(blocks_per_task)),
                     block_dim: (warps * 32, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -825,14 +841,23 @@ fn sel_ptr(ws: &Workspace, shape: &Shape, padded: usize) -> u64 {
     ws.sel.ptr + shape.sel_first_block() * padded as u64 * 32
 }
 
-/// Blocks per split-K task for a scan of `nblocks` of the range's `all_blocks`: as many tasks
-/// as a whole pass has with the plan's `plan_blocks`, spread evenly. A rotating segment is a
-/// fifteenth of the range: with the pass's task size it got a fifteenth of the pass's CTAs and
-/// a last task much shorter than the others, which left most of the GPU idle for the tail
-/// (measured on an H100 at 64 GiB: a one-key segment took 2.0 ms, 29.9 ms a turn, against a
-/// 22.9 ms pass). A whole pass keeps its task size (its last task may get shorter ones evenly).
-pub(crate) fn task_blocks(plan_blocks: u32, nblocks: u32, all_blocks: u32) -> u32 {
-    let tasks = all_blocks.div_ceil(plan_blocks.max(1)).clamp(1, nblocks.max(1));
+/// Waves of resident CTAs a scan launch should have at least: with fewer, the last wave's idle
+/// SMs are a large share of the launch.
+const MIN_WAVES: u32 = 4;
+
+/// Blocks per split-K task for a scan of `nblocks` blocks: the plan's task size, or smaller
+/// tasks where that gives fewer than `min_tasks` z-slices, spread evenly. A rotating segment is
+/// a fifteenth of the range: with the pass's task size a one-key `mma.sync` segment had a
+/// fraction of a wave of CTAs and a last task much shorter than the others (measured on an
+/// H100 at 64 GiB: 2.0 ms a segment, 29.9 ms a turn, against a 22.9 ms pass); as many tasks as
+/// a whole pass instead cost the `wgmma` kernel 8 % at 256 keys (each CTA fills and drains an
+/// 8-stage ring), so tasks are only cut down to `min_tasks` (enough for [`MIN_WAVES`] waves).
+/// A whole pass keeps its task size.
+pub(crate) fn task_blocks(plan_blocks: u32, nblocks: u32, min_tasks: u32) -> u32 {
+    let tasks = nblocks
+        .div_ceil(plan_blocks.max(1))
+        .max(min_tasks)
+        .clamp(1, nblocks.max(1));
     nblocks.div_ceil(tasks).max(1)
 }
 
@@ -841,16 +866,18 @@ mod tests {
     use super::task_blocks;
 
     #[test]
-    fn a_segment_gets_as_many_even_tasks_as_a_pass() {
+    fn a_segment_gets_enough_even_tasks() {
         // A whole pass keeps the plan's task size.
-        assert_eq!(task_blocks(1024, 65_536, 65_536), 1024);
-        // A fifteenth of it: the pass's 64 tasks, even (the last one no shorter than 5 blocks).
-        let per = task_blocks(1024, 4369, 65_536);
-        assert_eq!((per, 4369u32.div_ceil(per)), (69, 64));
+        assert_eq!(task_blocks(1024, 65_536, 15), 1024);
+        // A fifteenth of it, needing 15 z-slices for its waves: 15 even tasks.
+        let per = task_blocks(1024, 4369, 15);
+        assert_eq!((per, 4369u32.div_ceil(per)), (292, 15));
+        // Enough slices already: the plan's count, evened out (3 of 1,457, not 2,048 + 273).
+        assert_eq!(task_blocks(2048, 4369, 3), 1457);
         // Fewer blocks than tasks: one block each.
-        assert_eq!(task_blocks(2048, 3, 65_536), 1);
+        assert_eq!(task_blocks(2048, 3, 64), 1);
         // A range not a multiple of the task size: evenly split, never longer than the plan's.
-        assert_eq!(task_blocks(1024, 1500, 1500), 750);
-        assert_eq!(task_blocks(0, 10, 10), 1);
+        assert_eq!(task_blocks(1024, 1500, 1), 750);
+        assert_eq!(task_blocks(0, 10, 0), 1);
     }
 }
