@@ -660,8 +660,8 @@ impl CudaScanner {
             } => {
                 // padded is a multiple of n, mtiles of 8 (page sizes of at least 256 bytes).
                 let (x, y) = (padded as u32 / n, mtiles / 8);
-                let blocks_per_task =
-                    split(func, 288, plan.dynamic_smem(), x * y, blocks_per_task)?;
+                // Its CTAs fill and drain an 8-stage ring: the plan's task count, evened out.
+                let blocks_per_task = task_blocks(blocks_per_task, nblocks, 1);
                 let grid = (x, y, nblocks.div_ceil(blocks_per_task));
                 tensor_core_scan(grid, 288, blocks_per_task)?;
             }
@@ -841,18 +841,19 @@ fn sel_ptr(ws: &Workspace, shape: &Shape, padded: usize) -> u64 {
     ws.sel.ptr + shape.sel_first_block() * padded as u64 * 32
 }
 
-/// Waves of resident CTAs a scan launch should have at least: with fewer, the last wave's idle
-/// SMs are a large share of the launch.
-const MIN_WAVES: u32 = 4;
+/// Waves of resident CTAs an `mma.sync` or CUDA-core scan launch should have at least: with
+/// fewer, the last wave's idle SMs are a large share of the launch.
+const MIN_WAVES: u32 = 16;
 
 /// Blocks per split-K task for a scan of `nblocks` blocks: the plan's task size, or smaller
 /// tasks where that gives fewer than `min_tasks` z-slices, spread evenly. A rotating segment is
 /// a fifteenth of the range: with the pass's task size a one-key `mma.sync` segment had a
-/// fraction of a wave of CTAs and a last task much shorter than the others (measured on an
-/// H100 at 64 GiB: 2.0 ms a segment, 29.9 ms a turn, against a 22.9 ms pass); as many tasks as
-/// a whole pass instead cost the `wgmma` kernel 8 % at 256 keys (each CTA fills and drains an
-/// 8-stage ring), so tasks are only cut down to `min_tasks` (enough for [`MIN_WAVES`] waves).
-/// A whole pass keeps its task size.
+/// fraction of a wave of CTAs and a last task much shorter than the others (H100, 64 GiB, one
+/// machine, `pirq-gpu-bench --rotate-qs`: a one-key turn of 28.2–28.8 ms against a 22.9 ms
+/// pass; 25.6 ms with [`MIN_WAVES`] = 16, 26.1 with 4). The `wgmma` kernel instead lost with
+/// more tasks (256 keys: 35.1–37.3 ms a turn with the plan's 3 tasks a segment, 39.0 with a
+/// pass's 32), so it keeps its plan's count (`min_tasks` = 1), evened out. A whole pass keeps
+/// its task size.
 pub(crate) fn task_blocks(plan_blocks: u32, nblocks: u32, min_tasks: u32) -> u32 {
     let tasks = nblocks
         .div_ceil(plan_blocks.max(1))

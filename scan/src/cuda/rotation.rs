@@ -38,7 +38,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::result;
 use pirq_shared::dpf::DpfKey;
@@ -60,6 +60,12 @@ pub const MMA_MAX_KEYS: usize = 64;
 /// Key columns in use at or below which a rotation on `wgmma` goes back to `mma.sync`.
 pub const MMA_BACK_KEYS: usize = 32;
 
+/// How long before a step's predicted end the host stops sleeping and polls for it. The
+/// context synchronizes by blocking (the worker's other threads need the CPU), and waking from
+/// a blocking synchronize left the GPU idle for tens of microseconds a segment; a sleep on the
+/// host overshoots by about as much, so the last stretch is polled.
+const POLL_BEFORE_END: Duration = Duration::from_micros(300);
+
 /// A [`Rotation`] over a [`CudaScanner`] (made by [`Scanner::rotation`]).
 pub struct CudaRotation {
     scanner: Arc<CudaScanner>,
@@ -76,6 +82,8 @@ pub struct CudaRotation {
     joined: Vec<Range<usize>>,
     /// Whether every key in flight must be expanded again at the next step (the layout changed).
     relayout: bool,
+    /// Device time of the last step: how long the next one is expected to take.
+    last_step: Duration,
     clock: Clock,
 }
 
@@ -110,6 +118,7 @@ impl CudaRotation {
             groups: Vec::new(),
             joined: Vec::new(),
             relayout: false,
+            last_step: Duration::ZERO,
             clock: Clock::default(),
         }
     }
@@ -320,6 +329,24 @@ impl CudaRotation {
         Ok(kept)
     }
 
+    /// Waits for the step launched at `launched`: sleeps through all but the last
+    /// [`POLL_BEFORE_END`] of its expected length (the last step's), then polls its last mark.
+    fn wait_for_step(&self, launched: Instant) -> Result<(), CudaError> {
+        let marks = &self.ws().marks;
+        let poll_from = launched + self.last_step.saturating_sub(POLL_BEFORE_END);
+        loop {
+            if marks.done()? {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now < poll_from {
+                std::thread::sleep(poll_from - now);
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
     /// Marks the start of a step's device work (before the joins' uploads and expansions).
     fn mark_start(&self) -> Result<(), CudaError> {
         let ws = self.ws();
@@ -330,11 +357,14 @@ impl CudaRotation {
     /// Records the device time of each phase of the step that just synchronized: the joins'
     /// expansion (their records' upload included), the segment's scan, the merge and the copies
     /// of finished answers. Their sum against the step's wall time is the host's share.
-    fn record_device_phases(&self, keys: usize) -> Result<(), CudaError> {
+    fn record_device_phases(&mut self, keys: usize) -> Result<(), CudaError> {
         let timings = self.ws().timings(keys)?;
+        let mut total = Duration::ZERO;
         for phase in [Phase::Expand, Phase::Scan, Phase::Merge, Phase::D2h] {
             record_phase(phase, timings.phase(phase));
+            total += timings.phase(phase);
         }
+        self.last_step = total;
         Ok(())
     }
 }
@@ -431,11 +461,11 @@ impl Rotation for CudaRotation {
             .filter(|&i| self.groups[i].left == 1)
             .collect();
         let launched = self.launch_step(&st, segment, &done);
-        let synced = self.ws().stream.synchronize();
+        let synced = self.wait_for_step(now);
         drop(st);
         let failed = match (launched, synced) {
             (Err(e), _) => Some(e),
-            (Ok(_), Err(e)) => Some(e.into()),
+            (Ok(_), Err(e)) => Some(e),
             (Ok(_limits), Ok(())) => None,
         };
         if let Some(e) = failed {

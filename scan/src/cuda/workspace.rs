@@ -89,6 +89,12 @@ impl Marks {
         Ok(self.events[Self::position(phase) + 1].record(stream)?)
     }
 
+    /// Whether the device work up to the last mark recorded (the end of the last phase in
+    /// [`STREAM_ORDER`]) has completed; errors of earlier asynchronous work come back here.
+    pub fn done(&self) -> Result<bool, CudaError> {
+        Ok(self.events[STREAM_ORDER.len()].try_is_complete()?)
+    }
+
     /// Device time of `phase` in the pass last marked.
     fn elapsed(&self, phase: Phase) -> Result<Duration, CudaError> {
         let i = Self::position(phase);
