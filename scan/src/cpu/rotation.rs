@@ -1,6 +1,7 @@
-//! The CPU backend's rotating scan ([`crate::rotation`]): each step XORs one segment of the
-//! pages into the persistent accumulators of every key in flight, with the same per-page key
-//! masks and thread split as a pass, then merges that segment's epoch diffs.
+//! The CPU backend's rotating scan ([`crate::rotation`]): each step XORs the step's units of
+//! the pages into the persistent accumulators of every key in flight, with the same per-page
+//! key masks and thread split as a pass, then merges their epoch diffs; a step cut where a
+//! group's turn ends ([`rotation::cuts`]) does so part by part, and the group leaves at its cut.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::metrics::{record_phase, Phase};
 
 use super::{accumulator_stride, CpuScanner};
-use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
+use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Schedule, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
 /// Pages per unit of a CPU segment: one word of the key bitmaps.
@@ -20,10 +21,9 @@ const SEGMENT_ALIGN: u64 = 64;
 /// A [`Rotation`] over a [`CpuScanner`] (made by [`Scanner::rotation`]).
 pub struct CpuRotation {
     scanner: Arc<CpuScanner>,
-    /// The turn's segments, relative to the scanner's first page.
-    segments: Vec<Range<u64>>,
-    /// The segment the next step scans.
-    cursor: usize,
+    /// The turn's units, relative to the scanner's first page.
+    units: Vec<Range<u64>>,
+    schedule: Schedule,
     groups: Vec<Group>,
     clock: Clock,
 }
@@ -36,7 +36,7 @@ struct Group {
     bitmaps: Vec<Vec<u64>>,
     /// The keys' answers so far, back to back.
     acc: Vec<u8>,
-    /// Segments still to scan; 0 = done.
+    /// Units still to scan; 0 = done.
     left: usize,
     times: GroupTimes,
 }
@@ -45,10 +45,11 @@ impl CpuRotation {
     /// A rotation of `segments` segments (fewer if the range has fewer 64-page units).
     pub fn new(scanner: Arc<CpuScanner>, segments: usize) -> CpuRotation {
         let pages = scanner.range.end - scanner.range.start;
+        let schedule = Schedule::new(segments, pages.div_ceil(SEGMENT_ALIGN));
         CpuRotation {
-            segments: rotation::split(pages, segments, SEGMENT_ALIGN),
+            units: rotation::split(pages, schedule.units(), SEGMENT_ALIGN),
+            schedule,
             scanner,
-            cursor: 0,
             groups: Vec::new(),
             clock: Clock::default(),
         }
@@ -63,9 +64,9 @@ impl CpuRotation {
         CpuRotation::new(scanner, segments)
     }
 
-    /// The turn's segments (pages relative to the scanner's range).
-    pub fn segment_ranges(&self) -> &[Range<u64>] {
-        &self.segments
+    /// The turn's units (pages relative to the scanner's range).
+    pub fn unit_ranges(&self) -> &[Range<u64>] {
+        &self.units
     }
 }
 
@@ -96,7 +97,7 @@ impl Rotation for CpuRotation {
             epoch,
             bitmaps,
             acc: vec![0u8; keys.len() * self.scanner.geometry.page_size],
-            left: self.segments.len(),
+            left: self.schedule.units(),
             times: GroupTimes {
                 joined,
                 first_segment: None,
@@ -108,8 +109,9 @@ impl Rotation for CpuRotation {
     fn step(&mut self) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.geometry.page_size;
-        let segment = self.segments[self.cursor].clone();
-        if self.cursor == 0 {
+        let woke = self.groups.iter().all(|g| g.times.first_segment.is_none());
+        let units = self.schedule.next(woke);
+        if units.start == 0 {
             let started: usize = self
                 .groups
                 .iter()
@@ -120,7 +122,7 @@ impl Rotation for CpuRotation {
         }
         let mut step = Step::default();
         // The base and the window stay as they are for the whole step (an update waits), so
-        // the segment's merge uses the very base its scan read.
+        // the step's merges use the very base its scans read.
         let state = self.scanner.state.read().unwrap_or_else(|e| e.into_inner());
         let mut i = 0;
         while i < self.groups.len() {
@@ -133,35 +135,45 @@ impl Rotation for CpuRotation {
             self.clock.start(&mut g.times, now, g.bitmaps.len());
             i += 1;
         }
-        let bits: Vec<&[u64]> = self
-            .groups
-            .iter()
-            .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
-            .collect();
-        step.keys = bits.len();
-        let scan_started = Instant::now();
-        let acc = self
-            .scanner
-            .scan_segment(state.pages.as_slice(), &bits, segment.clone());
-        let merge_started = Instant::now();
-        record_phase(Phase::Scan, merge_started - scan_started);
-        let mut sums = acc.chunks_exact(accumulator_stride(ps));
+        step.keys = self.groups.iter().map(|g| g.bitmaps.len()).sum();
+        let cuts = rotation::cuts(units.len(), self.groups.iter().map(|g| g.left));
+        let (mut scan_time, mut merge_time) = (Duration::ZERO, Duration::ZERO);
         let mut merged = Ok(());
-        for g in &mut self.groups {
-            for (q, answer) in g.acc.chunks_exact_mut(ps).enumerate() {
-                let sum = sums.next().expect("one accumulator per key");
-                xor_into(answer, &sum[..ps]);
-                // Cannot fail: every group's epoch was resolved under this same lock above.
-                merged = merged.and_then(|()| {
-                    state
-                        .window
-                        .merge_pages(&g.bitmaps[q], g.epoch, segment.clone(), answer)
-                });
+        let mut from = 0;
+        for cut in cuts {
+            // The part's pages; the groups whose turn ended at an earlier cut sit it out.
+            let pages = self.units[units.start + from].start..self.units[units.start + cut - 1].end;
+            let scanned: Vec<&mut Group> = self.groups.iter_mut().filter(|g| g.left > 0).collect();
+            let bits: Vec<&[u64]> = scanned
+                .iter()
+                .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
+                .collect();
+            let scan_started = Instant::now();
+            let acc = self
+                .scanner
+                .scan_segment(state.pages.as_slice(), &bits, pages.clone());
+            let merge_started = Instant::now();
+            scan_time += merge_started - scan_started;
+            let mut sums = acc.chunks_exact(accumulator_stride(ps));
+            for g in scanned {
+                for (q, answer) in g.acc.chunks_exact_mut(ps).enumerate() {
+                    let sum = sums.next().expect("one accumulator per key");
+                    xor_into(answer, &sum[..ps]);
+                    // Cannot fail: every group's epoch was resolved under this same lock above.
+                    merged = merged.and_then(|()| {
+                        state
+                            .window
+                            .merge_pages(&g.bitmaps[q], g.epoch, pages.clone(), answer)
+                    });
+                }
+                g.left -= cut - from;
             }
-            g.left -= 1;
+            merge_time += merge_started.elapsed();
+            from = cut;
         }
         drop(state);
-        record_phase(Phase::Merge, merge_started.elapsed());
+        record_phase(Phase::Scan, scan_time);
+        record_phase(Phase::Merge, merge_time);
         if let Err(e) = merged {
             self.groups.clear();
             return Err(e.into());
@@ -174,8 +186,7 @@ impl Rotation for CpuRotation {
             let answers = Answers::new(ps, std::mem::take(&mut g.acc));
             finish(g, Ok(answers), end)
         }));
-        self.cursor = (self.cursor + 1) % self.segments.len();
-        if self.cursor == 0 {
+        if self.schedule.advance(&units) {
             step.turn_keys = Some(self.clock.turn_ends());
         }
         Ok(step)
@@ -190,7 +201,7 @@ impl Rotation for CpuRotation {
     }
 
     fn segments(&self) -> usize {
-        self.segments.len()
+        self.schedule.segments()
     }
 
     fn clear(&mut self) -> Vec<Ticket> {

@@ -15,8 +15,9 @@
 //! sequence, and the new keys' answer pages are zeroed. Expanding at each join instead cost a
 //! whole 16-key group's expansion per job, and most jobs are one key: at 512 clients ~37 one-key
 //! joins a segment, ~16x the expansion work of a pass for the same keys. A step then, on the
-//! workspace's stream, after the joins:
-//! 1. scans the segment's 256-page blocks for columns `0..hi` (the highest column in use,
+//! workspace's stream, after the joins (part by part when the step is cut where a group's turn
+//! ends, [`rotation::cuts`], each part followed by its merge and its finished groups' copies):
+//! 1. scans the step's 256-page blocks for columns `0..hi` (the highest column in use,
 //!    padded for the plan) — the kernels see the segment as a smaller database, both operands'
 //!    pointers moved to its first block; `partial` is cleared first and `scan_unpack`
 //!    XORs the parities into the answer pages (`accumulate`), which persist across segments;
@@ -47,7 +48,7 @@ use pirq_shared::metrics::{record_phase, Phase};
 use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
 use super::workspace::Workspace;
 use super::{CudaError, CudaScanner};
-use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
+use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Schedule, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
 /// Keys per column group: the expansion writes 16-key n-tile pairs whole.
@@ -72,9 +73,9 @@ pub struct CudaRotation {
     /// The workspace taken from the pool; given back on drop.
     ws: Option<Workspace>,
     layout: SelLayout,
-    /// The turn's segments, in 256-page blocks of this GPU's range.
-    segments: Vec<Range<u64>>,
-    cursor: usize,
+    /// The turn's units, in 256-page blocks of this GPU's range.
+    units: Vec<Range<u64>>,
+    schedule: Schedule,
     /// The group holding each key column.
     columns: Vec<Option<Ticket>>,
     groups: Vec<Group>,
@@ -107,13 +108,14 @@ impl CudaRotation {
             None => SelLayout::Mma,
         };
         let ws = scanner.pool.take_owned();
+        let schedule = Schedule::new(segments, blocks);
         let columns = vec![None; ws.capacity_keys / GROUP_KEYS * GROUP_KEYS];
         CudaRotation {
-            segments: rotation::split(blocks, segments, 1),
+            units: rotation::split(blocks, schedule.units(), 1),
+            schedule,
             ws: Some(ws),
             layout,
             scanner,
-            cursor: 0,
             columns,
             groups: Vec::new(),
             joined: Vec::new(),
@@ -138,9 +140,9 @@ impl CudaRotation {
         Ok(CudaRotation::new(scanner, segments))
     }
 
-    /// The turn's segments, in pages of this GPU's range.
-    pub fn segment_pages(&self) -> Vec<Range<u64>> {
-        self.segments
+    /// The turn's units, in pages of this GPU's range.
+    pub fn unit_pages(&self) -> Vec<Range<u64>> {
+        self.units
             .iter()
             .map(|b| b.start * BLOCK_PAGES..b.end * BLOCK_PAGES)
             .collect()
@@ -276,23 +278,27 @@ impl CudaRotation {
         Ok(())
     }
 
-    /// The device work of one step, through the answers' copy to the host; the caller
-    /// synchronizes. Returns the merge's limits, which must live until then.
+    /// The device work of one step over `units`, through the answers' copies to the host; the
+    /// caller synchronizes. The step is scanned and merged part by part, cut at `cuts` (units
+    /// from its start, [`rotation::cuts`]), and the answers of the groups whose turn ends at a
+    /// cut are copied right after that part: the parts after it scan their columns too, but
+    /// nothing reads those sums. Returns the merges' limits, which must live until then.
     fn launch_step(
         &mut self,
         st: &super::epoch_window::EpochState,
-        segment: Range<u64>,
-        done: &[usize],
-    ) -> Result<Option<cudarc::driver::CudaSlice<u32>>, CudaError> {
+        units: Range<usize>,
+        cuts: &[usize],
+    ) -> Result<Vec<cudarc::driver::CudaSlice<u32>>, CudaError> {
         let ps = self.scanner.db.shape().page_size;
         let hi = self.columns_in_use();
+        let mut kept = Vec::new();
         if hi == 0 {
             // Every mark of the step recorded all the same (no time between them).
             let ws = self.ws();
             for phase in [Phase::Scan, Phase::Merge, Phase::D2h] {
                 ws.marks.end(phase, &ws.stream)?;
             }
-            return Ok(None);
+            return Ok(kept);
         }
         let (stride, layout, plan) = (self.stride(), self.layout, self.plan(hi));
         let padded = plan.padded_keys(hi).min(stride * GROUP_KEYS);
@@ -304,28 +310,36 @@ impl CudaRotation {
         }
         let scanner = &self.scanner;
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
-        scanner.scan_blocks(ws, &plan, hi, padded, stride, segment.clone(), true)?;
-        ws.marks.end(Phase::Scan, &ws.stream)?;
-        let pages = segment.start * BLOCK_PAGES..segment.end * BLOCK_PAGES;
-        let kept = match st.merge_pages(&limits, pages) {
-            Some(m) => Some(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?),
-            None => None,
-        };
-        ws.marks.end(Phase::Merge, &ws.stream)?;
         let stream = ws.stream.clone();
-        let host = ws.answers_host.as_mut_slice()?;
-        let finished = runs(
-            done.iter()
-                .map(|&i| self.groups[i].first..self.groups[i].first + self.groups[i].keys)
-                .collect(),
-        );
-        for cols in finished {
-            let bytes = cols.start * ps..cols.end * ps;
-            let src = ws.answers.ptr + bytes.start as u64;
-            // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
-            unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
+        let mut from = 0;
+        for &cut in cuts {
+            let blocks =
+                self.units[units.start + from].start..self.units[units.start + cut - 1].end;
+            scanner.scan_blocks(ws, &plan, hi, padded, stride, blocks.clone(), true)?;
+            // A step in several parts: its earlier parts' merges and copies count as its scan.
+            ws.marks.end(Phase::Scan, &stream)?;
+            let pages = blocks.start * BLOCK_PAGES..blocks.end * BLOCK_PAGES;
+            if let Some(m) = st.merge_pages(&limits, pages) {
+                kept.push(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?);
+            }
+            ws.marks.end(Phase::Merge, &stream)?;
+            let host = ws.answers_host.as_mut_slice()?;
+            let finished = runs(
+                self.groups
+                    .iter()
+                    .filter(|g| g.left == cut)
+                    .map(|g| g.first..g.first + g.keys)
+                    .collect(),
+            );
+            for cols in finished {
+                let bytes = cols.start * ps..cols.end * ps;
+                let src = ws.answers.ptr + bytes.start as u64;
+                // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
+                unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
+            }
+            ws.marks.end(Phase::D2h, &stream)?;
+            from = cut;
         }
-        ws.marks.end(Phase::D2h, &stream)?;
         Ok(kept)
     }
 
@@ -405,7 +419,7 @@ impl Rotation for CudaRotation {
             epoch,
             first,
             keys: keys.len(),
-            left: self.segments.len(),
+            left: self.schedule.units(),
             times: GroupTimes {
                 joined,
                 first_segment: None,
@@ -417,8 +431,9 @@ impl Rotation for CudaRotation {
     fn step(&mut self) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.db.shape().page_size;
-        let segment = self.segments[self.cursor].clone();
-        if self.cursor == 0 {
+        let woke = self.groups.iter().all(|g| g.times.first_segment.is_none());
+        let units = self.schedule.next(woke);
+        if units.start == 0 {
             let started = self
                 .groups
                 .iter()
@@ -457,10 +472,8 @@ impl Rotation for CudaRotation {
             i += 1;
         }
         step.keys = self.groups.iter().map(|g| g.keys).sum();
-        let done: Vec<usize> = (0..self.groups.len())
-            .filter(|&i| self.groups[i].left == 1)
-            .collect();
-        let launched = self.launch_step(&st, segment, &done);
+        let cuts = rotation::cuts(units.len(), self.groups.iter().map(|g| g.left));
+        let launched = self.launch_step(&st, units.clone(), &cuts);
         let synced = self.wait_for_step(now);
         drop(st);
         let failed = match (launched, synced) {
@@ -477,7 +490,7 @@ impl Rotation for CudaRotation {
             self.record_device_phases(step.keys)?;
         }
         for g in &mut self.groups {
-            g.left -= 1;
+            g.left -= g.left.min(units.len());
         }
         let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
         let mut finished = Vec::new();
@@ -493,8 +506,7 @@ impl Rotation for CudaRotation {
             self.release(g);
         }
         step.finished.extend(finished);
-        self.cursor = (self.cursor + 1) % self.segments.len();
-        if self.cursor == 0 {
+        if self.schedule.advance(&units) {
             step.turn_keys = Some(self.clock.turn_ends());
         }
         Ok(step)
@@ -513,7 +525,7 @@ impl Rotation for CudaRotation {
     }
 
     fn segments(&self) -> usize {
-        self.segments.len()
+        self.schedule.segments()
     }
 
     fn clear(&mut self) -> Vec<Ticket> {
