@@ -16,8 +16,8 @@
 //! a step normally scans a whole segment of them, and a step taken when every key in flight is
 //! new (the rotation was idle) scans one unit only, so that keys arriving just after the first
 //! wait a quarter of a segment. A key that starts off the grid of segments ends off it too: the
-//! step in which its turn ends is scanned in parts, cut there ([`cuts`]), and it leaves at the
-//! cut.
+//! step that reaches the end of its turn stops there, and the rest of that segment is a step of
+//! its own.
 //!
 //! So the scanner never waits for a batch to form, and answers leave one segment's worth at a
 //! time instead of all together.
@@ -184,13 +184,19 @@ impl Schedule {
 
     /// The units the next step scans: up to the next point of the grid (a whole segment from a
     /// grid point), or a single unit when `woke` (every key in flight starts with this step);
-    /// never past the turn's end.
-    pub fn next(&self, woke: bool) -> Range<usize> {
+    /// never past the end of the turn of any key in flight (`left`: the fewest units a group
+    /// has left), so that a group that started off the grid leaves as soon as its turn ends,
+    /// and never past the end of the range.
+    pub fn next(&self, woke: bool, left: Option<usize>) -> Range<usize> {
         let end = if woke {
             self.cursor + 1
         } else {
             (self.cursor / self.per_step + 1) * self.per_step
         };
+        let end = end.min(
+            self.cursor
+                .saturating_add(left.unwrap_or(usize::MAX).max(1)),
+        );
         self.cursor..end.min(self.units)
     }
 
@@ -199,22 +205,6 @@ impl Schedule {
         self.cursor = step.end % self.units;
         self.cursor == 0
     }
-}
-
-/// Where a step of `len` units is cut, so that no group is scanned past the end of its turn:
-/// after `left` units for every group with fewer units left than the step has, and at the
-/// step's end. Sorted and distinct, relative to the step's first unit. A group that joined
-/// while the rotation woke from idle ends off the grid, so the steps of the next turn are cut
-/// there; every other cut is a step's end.
-pub fn cuts(len: usize, lefts: impl IntoIterator<Item = usize>) -> Vec<usize> {
-    let mut cuts: Vec<usize> = lefts
-        .into_iter()
-        .filter(|&left| left > 0 && left < len)
-        .chain([len])
-        .collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    cuts
 }
 
 /// Bookkeeping both backends share: tickets, and the times behind [`Finished::waited`],
@@ -292,21 +282,23 @@ mod tests {
     fn steps_keep_to_the_grid_and_a_woken_rotation_takes_one_unit() {
         let mut s = Schedule::new(15, 65_536);
         assert_eq!((s.units(), s.segments()), (60, 15));
-        assert_eq!(s.next(false), 0..4);
+        assert_eq!(s.next(false, None), 0..4);
         // Woken: one unit, then back to the grid.
-        let woke = s.next(true);
+        let woke = s.next(true, Some(60));
         assert_eq!(woke, 0..1);
         assert!(!s.advance(&woke));
-        let back = s.next(false);
+        let back = s.next(false, Some(59));
         assert_eq!(back, 1..4);
         s.advance(&back);
-        assert_eq!(s.next(false), 4..8);
+        assert_eq!(s.next(false, Some(56)), 4..8);
+        // A step stops where a group's turn ends.
+        assert_eq!(s.next(false, Some(1)), 4..5);
         // The last step ends the turn.
         let mut t = Schedule::new(3, 10);
         assert_eq!((t.units(), t.segments()), (9, 3));
         let mut steps = Vec::new();
         loop {
-            let step = t.next(false);
+            let step = t.next(false, None);
             steps.push(step.clone());
             if t.advance(&step) {
                 break;
@@ -316,13 +308,6 @@ mod tests {
         // A range with fewer units than segments: one unit a step.
         let few = Schedule::new(7, 4);
         assert_eq!((few.units(), few.segments()), (4, 4));
-    }
-
-    #[test]
-    fn steps_are_cut_where_a_turn_ends() {
-        assert_eq!(cuts(4, [60, 1, 3, 3, 4, 0]), vec![1, 3, 4]);
-        assert_eq!(cuts(4, []), vec![4]);
-        assert_eq!(cuts(1, [1, 2]), vec![1]);
     }
 
     #[test]

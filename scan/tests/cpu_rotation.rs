@@ -99,8 +99,8 @@ fn a_turn_answers_what_a_pass_answers() {
 }
 
 /// A rotation woken from idle scans one unit, so a group joining right after starts off the
-/// grid of segments and its last step is cut where its turn ends: both groups' answers are
-/// still a pass's, and the second leaves one step after the first.
+/// grid of segments, and the step that reaches the end of its turn stops there: both groups'
+/// answers are still a pass's, and the second leaves one (one-unit) step after the first.
 #[test]
 fn a_group_joining_just_after_a_wake_is_answered_exactly() {
     let file = TestDb::create(3000, 256, 5).unwrap();

@@ -1,7 +1,6 @@
 //! The CPU backend's rotating scan ([`crate::rotation`]): each step XORs the step's units of
 //! the pages into the persistent accumulators of every key in flight, with the same per-page
-//! key masks and thread split as a pass, then merges their epoch diffs; a step cut where a
-//! group's turn ends ([`rotation::cuts`]) does so part by part, and the group leaves at its cut.
+//! key masks and thread split as a pass, then merges their epoch diffs.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -110,7 +109,8 @@ impl Rotation for CpuRotation {
         let now = Instant::now();
         let ps = self.scanner.geometry.page_size;
         let woke = self.groups.iter().all(|g| g.times.first_segment.is_none());
-        let units = self.schedule.next(woke);
+        let left = self.groups.iter().map(|g| g.left).min();
+        let units = self.schedule.next(woke, left);
         if units.start == 0 {
             let started: usize = self
                 .groups
@@ -136,41 +136,34 @@ impl Rotation for CpuRotation {
             i += 1;
         }
         step.keys = self.groups.iter().map(|g| g.bitmaps.len()).sum();
-        let cuts = rotation::cuts(units.len(), self.groups.iter().map(|g| g.left));
-        let (mut scan_time, mut merge_time) = (Duration::ZERO, Duration::ZERO);
+        let pages = self.units[units.start].start..self.units[units.end - 1].end;
+        let bits: Vec<&[u64]> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
+            .collect();
+        let scan_started = Instant::now();
+        let acc = self
+            .scanner
+            .scan_segment(state.pages.as_slice(), &bits, pages.clone());
+        let merge_started = Instant::now();
+        let scan_time = merge_started - scan_started;
+        let mut sums = acc.chunks_exact(accumulator_stride(ps));
         let mut merged = Ok(());
-        let mut from = 0;
-        for cut in cuts {
-            // The part's pages; the groups whose turn ended at an earlier cut sit it out.
-            let pages = self.units[units.start + from].start..self.units[units.start + cut - 1].end;
-            let scanned: Vec<&mut Group> = self.groups.iter_mut().filter(|g| g.left > 0).collect();
-            let bits: Vec<&[u64]> = scanned
-                .iter()
-                .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
-                .collect();
-            let scan_started = Instant::now();
-            let acc = self
-                .scanner
-                .scan_segment(state.pages.as_slice(), &bits, pages.clone());
-            let merge_started = Instant::now();
-            scan_time += merge_started - scan_started;
-            let mut sums = acc.chunks_exact(accumulator_stride(ps));
-            for g in scanned {
-                for (q, answer) in g.acc.chunks_exact_mut(ps).enumerate() {
-                    let sum = sums.next().expect("one accumulator per key");
-                    xor_into(answer, &sum[..ps]);
-                    // Cannot fail: every group's epoch was resolved under this same lock above.
-                    merged = merged.and_then(|()| {
-                        state
-                            .window
-                            .merge_pages(&g.bitmaps[q], g.epoch, pages.clone(), answer)
-                    });
-                }
-                g.left -= cut - from;
+        for g in &mut self.groups {
+            for (q, answer) in g.acc.chunks_exact_mut(ps).enumerate() {
+                let sum = sums.next().expect("one accumulator per key");
+                xor_into(answer, &sum[..ps]);
+                // Cannot fail: every group's epoch was resolved under this same lock above.
+                merged = merged.and_then(|()| {
+                    state
+                        .window
+                        .merge_pages(&g.bitmaps[q], g.epoch, pages.clone(), answer)
+                });
             }
-            merge_time += merge_started.elapsed();
-            from = cut;
+            g.left -= units.len();
         }
+        let merge_time = merge_started.elapsed();
         drop(state);
         record_phase(Phase::Scan, scan_time);
         record_phase(Phase::Merge, merge_time);

@@ -15,8 +15,7 @@
 //! sequence, and the new keys' answer pages are zeroed. Expanding at each join instead cost a
 //! whole 16-key group's expansion per job, and most jobs are one key: at 512 clients ~37 one-key
 //! joins a segment, ~16x the expansion work of a pass for the same keys. A step then, on the
-//! workspace's stream, after the joins (part by part when the step is cut where a group's turn
-//! ends, [`rotation::cuts`], each part followed by its merge and its finished groups' copies):
+//! workspace's stream, after the joins:
 //! 1. scans the step's 256-page blocks for columns `0..hi` (the highest column in use,
 //!    padded for the plan) — the kernels see the segment as a smaller database, both operands'
 //!    pointers moved to its first block; `partial` is cleared first and `scan_unpack`
@@ -279,26 +278,21 @@ impl CudaRotation {
     }
 
     /// The device work of one step over `units`, through the answers' copies to the host; the
-    /// caller synchronizes. The step is scanned and merged part by part, cut at `cuts` (units
-    /// from its start, [`rotation::cuts`]), and the answers of the groups whose turn ends at a
-    /// cut are copied right after that part: the parts after it scan their columns too, but
-    /// nothing reads those sums. Returns the merges' limits, which must live until then.
+    /// caller synchronizes. Returns the merge's limits, which must live until then.
     fn launch_step(
         &mut self,
         st: &super::epoch_window::EpochState,
         units: Range<usize>,
-        cuts: &[usize],
-    ) -> Result<Vec<cudarc::driver::CudaSlice<u32>>, CudaError> {
+    ) -> Result<Option<cudarc::driver::CudaSlice<u32>>, CudaError> {
         let ps = self.scanner.db.shape().page_size;
         let hi = self.columns_in_use();
-        let mut kept = Vec::new();
         if hi == 0 {
             // Every mark of the step recorded all the same (no time between them).
             let ws = self.ws();
             for phase in [Phase::Scan, Phase::Merge, Phase::D2h] {
                 ws.marks.end(phase, &ws.stream)?;
             }
-            return Ok(kept);
+            return Ok(None);
         }
         let (stride, layout, plan) = (self.stride(), self.layout, self.plan(hi));
         let padded = plan.padded_keys(hi).min(stride * GROUP_KEYS);
@@ -308,38 +302,33 @@ impl CudaRotation {
             let limit = st.limit(g.epoch).unwrap_or(0);
             limits[g.first..g.first + g.keys].fill(limit);
         }
+        let blocks = self.units[units.start].start..self.units[units.end - 1].end;
         let scanner = &self.scanner;
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
+        scanner.scan_blocks(ws, &plan, hi, padded, stride, blocks.clone(), true)?;
+        ws.marks.end(Phase::Scan, &ws.stream)?;
+        let pages = blocks.start * BLOCK_PAGES..blocks.end * BLOCK_PAGES;
+        let kept = match st.merge_pages(&limits, pages) {
+            Some(m) => Some(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?),
+            None => None,
+        };
+        ws.marks.end(Phase::Merge, &ws.stream)?;
         let stream = ws.stream.clone();
-        let mut from = 0;
-        for &cut in cuts {
-            let blocks =
-                self.units[units.start + from].start..self.units[units.start + cut - 1].end;
-            scanner.scan_blocks(ws, &plan, hi, padded, stride, blocks.clone(), true)?;
-            // A step in several parts: its earlier parts' merges and copies count as its scan.
-            ws.marks.end(Phase::Scan, &stream)?;
-            let pages = blocks.start * BLOCK_PAGES..blocks.end * BLOCK_PAGES;
-            if let Some(m) = st.merge_pages(&limits, pages) {
-                kept.push(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?);
-            }
-            ws.marks.end(Phase::Merge, &stream)?;
-            let host = ws.answers_host.as_mut_slice()?;
-            let finished = runs(
-                self.groups
-                    .iter()
-                    .filter(|g| g.left == cut)
-                    .map(|g| g.first..g.first + g.keys)
-                    .collect(),
-            );
-            for cols in finished {
-                let bytes = cols.start * ps..cols.end * ps;
-                let src = ws.answers.ptr + bytes.start as u64;
-                // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
-                unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
-            }
-            ws.marks.end(Phase::D2h, &stream)?;
-            from = cut;
+        let host = ws.answers_host.as_mut_slice()?;
+        let finished = runs(
+            self.groups
+                .iter()
+                .filter(|g| g.left == units.len())
+                .map(|g| g.first..g.first + g.keys)
+                .collect(),
+        );
+        for cols in finished {
+            let bytes = cols.start * ps..cols.end * ps;
+            let src = ws.answers.ptr + bytes.start as u64;
+            // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
+            unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
         }
+        ws.marks.end(Phase::D2h, &stream)?;
         Ok(kept)
     }
 
@@ -432,7 +421,8 @@ impl Rotation for CudaRotation {
         let now = Instant::now();
         let ps = self.scanner.db.shape().page_size;
         let woke = self.groups.iter().all(|g| g.times.first_segment.is_none());
-        let units = self.schedule.next(woke);
+        let left = self.groups.iter().map(|g| g.left).min();
+        let units = self.schedule.next(woke, left);
         if units.start == 0 {
             let started = self
                 .groups
@@ -472,8 +462,7 @@ impl Rotation for CudaRotation {
             i += 1;
         }
         step.keys = self.groups.iter().map(|g| g.keys).sum();
-        let cuts = rotation::cuts(units.len(), self.groups.iter().map(|g| g.left));
-        let launched = self.launch_step(&st, units.clone(), &cuts);
+        let launched = self.launch_step(&st, units.clone());
         let synced = self.wait_for_step(now);
         drop(st);
         let failed = match (launched, synced) {
@@ -490,7 +479,7 @@ impl Rotation for CudaRotation {
             self.record_device_phases(step.keys)?;
         }
         for g in &mut self.groups {
-            g.left -= g.left.min(units.len());
+            g.left -= units.len();
         }
         let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
         let mut finished = Vec::new();

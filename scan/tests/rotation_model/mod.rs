@@ -168,9 +168,10 @@ pub fn drive(
             let pair = &mut pairs[p.pair];
             match f.answers {
                 Ok(answers) => {
-                    // One turn: its segments' steps; one more when it started with a rotation
-                    // that woke from idle (one unit, then the rest of that segment), and one
-                    // more when it started off the grid (its last step is cut where it ends).
+                    // One turn: its segments' steps, and one more when the turn crosses the
+                    // point off the grid where the last wake-up's one-unit step ended (a step
+                    // stops there while a group ends there). Two are allowed: the point is one
+                    // at a time (a wake-up needs every group before it gone).
                     let steps = step_no + 1 - p.joined_step;
                     assert!(
                         (segments..=segments + 2).contains(&steps),
