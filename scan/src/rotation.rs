@@ -6,18 +6,11 @@
 //! `S` segments, round and round. Each [`step`](Rotation::step) scans the next segment for every
 //! key in flight:
 //!
-//! - a key **joins** at the next step boundary: [`join`](Rotation::join) expands it then (its
+//! - a key **joins** at the next segment boundary: [`join`](Rotation::join) expands it then (its
 //!   selection bits over the whole range are ready before its first segment);
-//! - its **accumulator persists** across steps;
-//! - it **leaves** after exactly one turn, every page XORed in once, whatever segment it
-//!   started in.
-//!
-//! Steps follow a [`Schedule`]: the range is cut into units ([`UNITS_PER_SEGMENT`] a segment),
-//! a step normally scans a whole segment of them, and a step taken when every key in flight is
-//! new (the rotation was idle) scans one unit only, so that keys arriving just after the first
-//! wait a quarter of a segment. A key that starts off the grid of segments ends off it too: the
-//! step that reaches the end of its turn stops there, and the rest of that segment is a step of
-//! its own.
+//! - its **accumulator persists** across segments;
+//! - it **leaves** after exactly one turn, `S` segments later, every page XORed in once, whatever
+//!   segment it started in.
 //!
 //! So the scanner never waits for a batch to form, and answers leave one segment's worth at a
 //! time instead of all together.
@@ -141,72 +134,6 @@ pub fn split(pages: u64, segments: usize, align: u64) -> Vec<Range<u64>> {
         .collect()
 }
 
-/// Units a segment is cut into. A step taken when every key in flight is new (the rotation
-/// was idle) scans a single unit, and the steps after it come back to the grid of whole
-/// segments: the keys that arrive a moment after the first (the other queries of a burst, or
-/// the second half of a query in a benchmark that sends both halves to one party) then join a
-/// quarter of a segment later instead of a whole one.
-pub const UNITS_PER_SEGMENT: usize = 4;
-
-/// Where a rotation is in its turn: the range cut into [`Schedule::units`] aligned pieces,
-/// steps on a grid of `per_step` units, and the cursor. Both backends step by it, so the same
-/// joins give the same steps on the GPU and the CPU.
-#[derive(Clone, Debug)]
-pub struct Schedule {
-    units: usize,
-    per_step: usize,
-    cursor: usize,
-}
-
-impl Schedule {
-    /// `segments` steps a turn over a range of `available` aligned units: up to
-    /// [`UNITS_PER_SEGMENT`] units a step, fewer (down to one) when the range has fewer units.
-    pub fn new(segments: usize, available: u64) -> Schedule {
-        let segments = segments.max(1);
-        let available = usize::try_from(available.max(1)).unwrap_or(usize::MAX);
-        let per_step = (available / segments).clamp(1, UNITS_PER_SEGMENT);
-        Schedule {
-            units: (segments * per_step).min(available),
-            per_step,
-            cursor: 0,
-        }
-    }
-
-    /// Units a turn has (the range is split into this many, [`split`]).
-    pub fn units(&self) -> usize {
-        self.units
-    }
-
-    /// Steps a turn has when the rotation never idles: its segments.
-    pub fn segments(&self) -> usize {
-        self.units.div_ceil(self.per_step)
-    }
-
-    /// The units the next step scans: up to the next point of the grid (a whole segment from a
-    /// grid point), or a single unit when `woke` (every key in flight starts with this step);
-    /// never past the end of the turn of any key in flight (`left`: the fewest units a group
-    /// has left), so that a group that started off the grid leaves as soon as its turn ends,
-    /// and never past the end of the range.
-    pub fn next(&self, woke: bool, left: Option<usize>) -> Range<usize> {
-        let end = if woke {
-            self.cursor + 1
-        } else {
-            (self.cursor / self.per_step + 1) * self.per_step
-        };
-        let end = end.min(
-            self.cursor
-                .saturating_add(left.unwrap_or(usize::MAX).max(1)),
-        );
-        self.cursor..end.min(self.units)
-    }
-
-    /// Moves past `step`; true when that closed the turn.
-    pub fn advance(&mut self, step: &Range<usize>) -> bool {
-        self.cursor = step.end % self.units;
-        self.cursor == 0
-    }
-}
-
 /// Bookkeeping both backends share: tickets, and the times behind [`Finished::waited`],
 /// [`Finished::turn`] and [`Step::turn_keys`].
 #[derive(Debug, Default)]
@@ -276,38 +203,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn steps_keep_to_the_grid_and_a_woken_rotation_takes_one_unit() {
-        let mut s = Schedule::new(15, 65_536);
-        assert_eq!((s.units(), s.segments()), (60, 15));
-        assert_eq!(s.next(false, None), 0..4);
-        // Woken: one unit, then back to the grid.
-        let woke = s.next(true, Some(60));
-        assert_eq!(woke, 0..1);
-        assert!(!s.advance(&woke));
-        let back = s.next(false, Some(59));
-        assert_eq!(back, 1..4);
-        s.advance(&back);
-        assert_eq!(s.next(false, Some(56)), 4..8);
-        // A step stops where a group's turn ends.
-        assert_eq!(s.next(false, Some(1)), 4..5);
-        // The last step ends the turn.
-        let mut t = Schedule::new(3, 10);
-        assert_eq!((t.units(), t.segments()), (9, 3));
-        let mut steps = Vec::new();
-        loop {
-            let step = t.next(false, None);
-            steps.push(step.clone());
-            if t.advance(&step) {
-                break;
-            }
-        }
-        assert_eq!(steps, vec![0..3, 3..6, 6..9]);
-        // A range with fewer units than segments: one unit a step.
-        let few = Schedule::new(7, 4);
-        assert_eq!((few.units(), few.segments()), (4, 4));
     }
 
     #[test]

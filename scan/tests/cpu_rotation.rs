@@ -98,42 +98,6 @@ fn a_turn_answers_what_a_pass_answers() {
     assert_eq!(bytes, want.as_bytes());
 }
 
-/// A rotation woken from idle scans one unit, so a group joining right after starts off the
-/// grid of segments, and the step that reaches the end of its turn stops there: both groups'
-/// answers are still a pass's, and the second leaves one (one-unit) step after the first.
-#[test]
-fn a_group_joining_just_after_a_wake_is_answered_exactly() {
-    let file = TestDb::create(3000, 256, 5).unwrap();
-    let scanner = Arc::new(CpuScanner::new(file.db.clone(), 2).unwrap());
-    let n = file.db.header().domain_bits();
-    let mut rng = StdRng::seed_from_u64(11);
-    let keys: Vec<DpfKey> = (0..5)
-        .map(|_| generate(n, rng.next_u64() % 3000, &mut rng).unwrap().0)
-        .collect();
-    let mut rotation = CpuRotation::new(scanner.clone(), 4);
-    assert!(rotation.unit_ranges().len() > rotation.segments());
-    let first = rotation.join(&keys[..2], 0).unwrap();
-    let mut finished = rotation.step().unwrap().finished;
-    let second = rotation.join(&keys[2..], 0).unwrap();
-    let mut steps = 1;
-    let mut left_at = Vec::new();
-    while rotation.in_flight() > 0 {
-        steps += 1;
-        for f in rotation.step().unwrap().finished {
-            left_at.push((f.ticket, steps));
-            finished.push(f);
-        }
-    }
-    assert_eq!(left_at[0].0, first);
-    assert_eq!(left_at[1], (second, left_at[0].1 + 1));
-    finished.sort_by_key(|f| f.ticket);
-    let bytes: Vec<u8> = finished
-        .into_iter()
-        .flat_map(|f| f.answers.unwrap().into_bytes())
-        .collect();
-    assert_eq!(bytes, scanner.pass(&keys).unwrap().as_bytes());
-}
-
 /// A shard's turn covers its range only: its answers are the shard's partial answers.
 #[test]
 fn a_shards_turn_is_its_range() {
@@ -147,7 +111,7 @@ fn a_shards_turn_is_its_range() {
         .collect();
     let mut rotation = CpuRotation::new(shard.clone(), 4);
     assert!(rotation
-        .unit_ranges()
+        .segment_ranges()
         .iter()
         .all(|s| s.end <= range.end - range.start));
     rotation.join(&keys, 0).unwrap();

@@ -1,6 +1,6 @@
-//! The CPU backend's rotating scan ([`crate::rotation`]): each step XORs the step's units of
-//! the pages into the persistent accumulators of every key in flight, with the same per-page
-//! key masks and thread split as a pass, then merges their epoch diffs.
+//! The CPU backend's rotating scan ([`crate::rotation`]): each step XORs one segment of the
+//! pages into the persistent accumulators of every key in flight, with the same per-page key
+//! masks and thread split as a pass, then merges that segment's epoch diffs.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::metrics::{record_phase, Phase};
 
 use super::{accumulator_stride, CpuScanner};
-use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Schedule, Step, Ticket};
+use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
 /// Pages per unit of a CPU segment: one word of the key bitmaps.
@@ -20,9 +20,10 @@ const SEGMENT_ALIGN: u64 = 64;
 /// A [`Rotation`] over a [`CpuScanner`] (made by [`Scanner::rotation`]).
 pub struct CpuRotation {
     scanner: Arc<CpuScanner>,
-    /// The turn's units, relative to the scanner's first page.
-    units: Vec<Range<u64>>,
-    schedule: Schedule,
+    /// The turn's segments, relative to the scanner's first page.
+    segments: Vec<Range<u64>>,
+    /// The segment the next step scans.
+    cursor: usize,
     groups: Vec<Group>,
     clock: Clock,
 }
@@ -35,7 +36,7 @@ struct Group {
     bitmaps: Vec<Vec<u64>>,
     /// The keys' answers so far, back to back.
     acc: Vec<u8>,
-    /// Units still to scan; 0 = done.
+    /// Segments still to scan; 0 = done.
     left: usize,
     times: GroupTimes,
 }
@@ -44,11 +45,10 @@ impl CpuRotation {
     /// A rotation of `segments` segments (fewer if the range has fewer 64-page units).
     pub fn new(scanner: Arc<CpuScanner>, segments: usize) -> CpuRotation {
         let pages = scanner.range.end - scanner.range.start;
-        let schedule = Schedule::new(segments, pages.div_ceil(SEGMENT_ALIGN));
         CpuRotation {
-            units: rotation::split(pages, schedule.units(), SEGMENT_ALIGN),
-            schedule,
+            segments: rotation::split(pages, segments, SEGMENT_ALIGN),
             scanner,
+            cursor: 0,
             groups: Vec::new(),
             clock: Clock::default(),
         }
@@ -63,9 +63,9 @@ impl CpuRotation {
         CpuRotation::new(scanner, segments)
     }
 
-    /// The turn's units (pages relative to the scanner's range).
-    pub fn unit_ranges(&self) -> &[Range<u64>] {
-        &self.units
+    /// The turn's segments (pages relative to the scanner's range).
+    pub fn segment_ranges(&self) -> &[Range<u64>] {
+        &self.segments
     }
 }
 
@@ -96,7 +96,7 @@ impl Rotation for CpuRotation {
             epoch,
             bitmaps,
             acc: vec![0u8; keys.len() * self.scanner.geometry.page_size],
-            left: self.schedule.units(),
+            left: self.segments.len(),
             times: GroupTimes {
                 joined,
                 first_segment: None,
@@ -108,10 +108,8 @@ impl Rotation for CpuRotation {
     fn step(&mut self) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.geometry.page_size;
-        let woke = self.groups.iter().all(|g| g.times.first_segment.is_none());
-        let left = self.groups.iter().map(|g| g.left).min();
-        let units = self.schedule.next(woke, left);
-        if units.start == 0 {
+        let segment = self.segments[self.cursor].clone();
+        if self.cursor == 0 {
             let started: usize = self
                 .groups
                 .iter()
@@ -122,7 +120,7 @@ impl Rotation for CpuRotation {
         }
         let mut step = Step::default();
         // The base and the window stay as they are for the whole step (an update waits), so
-        // the step's merges use the very base its scans read.
+        // the segment's merge uses the very base its scan read.
         let state = self.scanner.state.read().unwrap_or_else(|e| e.into_inner());
         let mut i = 0;
         while i < self.groups.len() {
@@ -135,19 +133,18 @@ impl Rotation for CpuRotation {
             self.clock.start(&mut g.times, now, g.bitmaps.len());
             i += 1;
         }
-        step.keys = self.groups.iter().map(|g| g.bitmaps.len()).sum();
-        let pages = self.units[units.start].start..self.units[units.end - 1].end;
         let bits: Vec<&[u64]> = self
             .groups
             .iter()
             .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
             .collect();
+        step.keys = bits.len();
         let scan_started = Instant::now();
         let acc = self
             .scanner
-            .scan_segment(state.pages.as_slice(), &bits, pages.clone());
+            .scan_segment(state.pages.as_slice(), &bits, segment.clone());
         let merge_started = Instant::now();
-        let scan_time = merge_started - scan_started;
+        record_phase(Phase::Scan, merge_started - scan_started);
         let mut sums = acc.chunks_exact(accumulator_stride(ps));
         let mut merged = Ok(());
         for g in &mut self.groups {
@@ -158,15 +155,13 @@ impl Rotation for CpuRotation {
                 merged = merged.and_then(|()| {
                     state
                         .window
-                        .merge_pages(&g.bitmaps[q], g.epoch, pages.clone(), answer)
+                        .merge_pages(&g.bitmaps[q], g.epoch, segment.clone(), answer)
                 });
             }
-            g.left -= units.len();
+            g.left -= 1;
         }
-        let merge_time = merge_started.elapsed();
         drop(state);
-        record_phase(Phase::Scan, scan_time);
-        record_phase(Phase::Merge, merge_time);
+        record_phase(Phase::Merge, merge_started.elapsed());
         if let Err(e) = merged {
             self.groups.clear();
             return Err(e.into());
@@ -179,7 +174,8 @@ impl Rotation for CpuRotation {
             let answers = Answers::new(ps, std::mem::take(&mut g.acc));
             finish(g, Ok(answers), end)
         }));
-        if self.schedule.advance(&units) {
+        self.cursor = (self.cursor + 1) % self.segments.len();
+        if self.cursor == 0 {
             step.turn_keys = Some(self.clock.turn_ends());
         }
         Ok(step)
@@ -194,7 +190,7 @@ impl Rotation for CpuRotation {
     }
 
     fn segments(&self) -> usize {
-        self.schedule.segments()
+        self.segments.len()
     }
 
     fn clear(&mut self) -> Vec<Ticket> {

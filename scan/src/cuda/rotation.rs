@@ -16,7 +16,7 @@
 //! whole 16-key group's expansion per job, and most jobs are one key: at 512 clients ~37 one-key
 //! joins a segment, ~16x the expansion work of a pass for the same keys. A step then, on the
 //! workspace's stream, after the joins:
-//! 1. scans the step's 256-page blocks for columns `0..hi` (the highest column in use,
+//! 1. scans the segment's 256-page blocks for columns `0..hi` (the highest column in use,
 //!    padded for the plan) — the kernels see the segment as a smaller database, both operands'
 //!    pointers moved to its first block; `partial` is cleared first and `scan_unpack`
 //!    XORs the parities into the answer pages (`accumulate`), which persist across segments;
@@ -47,7 +47,7 @@ use pirq_shared::metrics::{record_phase, Phase};
 use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
 use super::workspace::Workspace;
 use super::{CudaError, CudaScanner};
-use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Schedule, Step, Ticket};
+use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
 /// Keys per column group: the expansion writes 16-key n-tile pairs whole.
@@ -72,9 +72,9 @@ pub struct CudaRotation {
     /// The workspace taken from the pool; given back on drop.
     ws: Option<Workspace>,
     layout: SelLayout,
-    /// The turn's units, in 256-page blocks of this GPU's range.
-    units: Vec<Range<u64>>,
-    schedule: Schedule,
+    /// The turn's segments, in 256-page blocks of this GPU's range.
+    segments: Vec<Range<u64>>,
+    cursor: usize,
     /// The group holding each key column.
     columns: Vec<Option<Ticket>>,
     groups: Vec<Group>,
@@ -107,14 +107,13 @@ impl CudaRotation {
             None => SelLayout::Mma,
         };
         let ws = scanner.pool.take_owned();
-        let schedule = Schedule::new(segments, blocks);
         let columns = vec![None; ws.capacity_keys / GROUP_KEYS * GROUP_KEYS];
         CudaRotation {
-            units: rotation::split(blocks, schedule.units(), 1),
-            schedule,
+            segments: rotation::split(blocks, segments, 1),
             ws: Some(ws),
             layout,
             scanner,
+            cursor: 0,
             columns,
             groups: Vec::new(),
             joined: Vec::new(),
@@ -139,9 +138,9 @@ impl CudaRotation {
         Ok(CudaRotation::new(scanner, segments))
     }
 
-    /// The turn's units, in pages of this GPU's range.
-    pub fn unit_pages(&self) -> Vec<Range<u64>> {
-        self.units
+    /// The turn's segments, in pages of this GPU's range.
+    pub fn segment_pages(&self) -> Vec<Range<u64>> {
+        self.segments
             .iter()
             .map(|b| b.start * BLOCK_PAGES..b.end * BLOCK_PAGES)
             .collect()
@@ -277,12 +276,13 @@ impl CudaRotation {
         Ok(())
     }
 
-    /// The device work of one step over `units`, through the answers' copies to the host; the
-    /// caller synchronizes. Returns the merge's limits, which must live until then.
+    /// The device work of one step, through the answers' copy to the host; the caller
+    /// synchronizes. Returns the merge's limits, which must live until then.
     fn launch_step(
         &mut self,
         st: &super::epoch_window::EpochState,
-        units: Range<usize>,
+        segment: Range<u64>,
+        done: &[usize],
     ) -> Result<Option<cudarc::driver::CudaSlice<u32>>, CudaError> {
         let ps = self.scanner.db.shape().page_size;
         let hi = self.columns_in_use();
@@ -302,12 +302,11 @@ impl CudaRotation {
             let limit = st.limit(g.epoch).unwrap_or(0);
             limits[g.first..g.first + g.keys].fill(limit);
         }
-        let blocks = self.units[units.start].start..self.units[units.end - 1].end;
         let scanner = &self.scanner;
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
-        scanner.scan_blocks(ws, &plan, hi, padded, stride, blocks.clone(), true)?;
+        scanner.scan_blocks(ws, &plan, hi, padded, stride, segment.clone(), true)?;
         ws.marks.end(Phase::Scan, &ws.stream)?;
-        let pages = blocks.start * BLOCK_PAGES..blocks.end * BLOCK_PAGES;
+        let pages = segment.start * BLOCK_PAGES..segment.end * BLOCK_PAGES;
         let kept = match st.merge_pages(&limits, pages) {
             Some(m) => Some(scanner.merge(ws, &m, hi, stride * GROUP_KEYS, layout)?),
             None => None,
@@ -316,10 +315,8 @@ impl CudaRotation {
         let stream = ws.stream.clone();
         let host = ws.answers_host.as_mut_slice()?;
         let finished = runs(
-            self.groups
-                .iter()
-                .filter(|g| g.left == units.len())
-                .map(|g| g.first..g.first + g.keys)
+            done.iter()
+                .map(|&i| self.groups[i].first..self.groups[i].first + self.groups[i].keys)
                 .collect(),
         );
         for cols in finished {
@@ -408,7 +405,7 @@ impl Rotation for CudaRotation {
             epoch,
             first,
             keys: keys.len(),
-            left: self.schedule.units(),
+            left: self.segments.len(),
             times: GroupTimes {
                 joined,
                 first_segment: None,
@@ -420,10 +417,8 @@ impl Rotation for CudaRotation {
     fn step(&mut self) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.db.shape().page_size;
-        let woke = self.groups.iter().all(|g| g.times.first_segment.is_none());
-        let left = self.groups.iter().map(|g| g.left).min();
-        let units = self.schedule.next(woke, left);
-        if units.start == 0 {
+        let segment = self.segments[self.cursor].clone();
+        if self.cursor == 0 {
             let started = self
                 .groups
                 .iter()
@@ -462,7 +457,10 @@ impl Rotation for CudaRotation {
             i += 1;
         }
         step.keys = self.groups.iter().map(|g| g.keys).sum();
-        let launched = self.launch_step(&st, units.clone());
+        let done: Vec<usize> = (0..self.groups.len())
+            .filter(|&i| self.groups[i].left == 1)
+            .collect();
+        let launched = self.launch_step(&st, segment, &done);
         let synced = self.wait_for_step(now);
         drop(st);
         let failed = match (launched, synced) {
@@ -479,7 +477,7 @@ impl Rotation for CudaRotation {
             self.record_device_phases(step.keys)?;
         }
         for g in &mut self.groups {
-            g.left -= units.len();
+            g.left -= 1;
         }
         let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
         let mut finished = Vec::new();
@@ -495,7 +493,8 @@ impl Rotation for CudaRotation {
             self.release(g);
         }
         step.finished.extend(finished);
-        if self.schedule.advance(&units) {
+        self.cursor = (self.cursor + 1) % self.segments.len();
+        if self.cursor == 0 {
             step.turn_keys = Some(self.clock.turn_ends());
         }
         Ok(step)
@@ -514,7 +513,7 @@ impl Rotation for CudaRotation {
     }
 
     fn segments(&self) -> usize {
-        self.schedule.segments()
+        self.segments.len()
     }
 
     fn clear(&mut self) -> Vec<Ticket> {

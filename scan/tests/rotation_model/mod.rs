@@ -168,14 +168,10 @@ pub fn drive(
             let pair = &mut pairs[p.pair];
             match f.answers {
                 Ok(answers) => {
-                    // One turn: its segments' steps, and one more when the turn crosses the
-                    // point off the grid where the last wake-up's one-unit step ended (a step
-                    // stops there while a group ends there). Two are allowed: the point is one
-                    // at a time (a wake-up needs every group before it gone).
-                    let steps = step_no + 1 - p.joined_step;
-                    assert!(
-                        (segments..=segments + 2).contains(&steps),
-                        "a group leaves after one turn: {steps} steps of {segments}"
+                    assert_eq!(
+                        step_no + 1 - p.joined_step,
+                        segments,
+                        "a group leaves after exactly one turn"
                     );
                     assert_eq!(answers.len(), pair.alphas.len());
                     // Each party's answer alone (the XOR of both hides an error in any page
