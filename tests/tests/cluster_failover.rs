@@ -81,7 +81,7 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
     let primary = a.redis.primary_for(&slot_key).await.unwrap();
 
     let accepted = Arc::new(AtomicUsize::new(0));
-    let refusals = Arc::new(AtomicU32::new(0));
+    let refusals = Arc::new(Refusals::default());
     let mut rng = rand::rng();
     let indices: Vec<u64> = (0..JOBS).map(|_| rng.random_range(0..PAGES)).collect();
     let start = Instant::now();
@@ -97,14 +97,10 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
                     async move {
                         let (k0, k1) = generate(12, index, &mut rand::rng()).unwrap();
                         let within = Duration::from_secs(60);
-                        let (ia, ra) = fault::submit_until_accepted(
-                            &http,
-                            &ua,
-                            &request(k0.to_bytes()),
-                            within,
-                        )
-                        .await;
-                        let (ib, rb) = fault::submit_until_accepted(
+                        let ia =
+                            submit_counting(&http, &ua, &request(k0.to_bytes()), within, &refusals)
+                                .await;
+                        let (ib, refused_b) = fault::submit_until_accepted(
                             &http,
                             &ub,
                             &request(k1.to_bytes()),
@@ -112,7 +108,7 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
                         )
                         .await;
                         accepted.fetch_add(1, Ordering::Relaxed);
-                        refusals.fetch_add(ra + rb, Ordering::Relaxed);
+                        refusals.party_b.fetch_add(refused_b, Ordering::Relaxed);
                         (index, ia, ib)
                     }
                 })
@@ -177,12 +173,74 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
         "redis cluster failover under load, --durability {durability}, {replicas} replica(s) \
          per primary: {JOBS} queries per party, {accepted_at_kill} accepted \
          when primary 127.0.0.1:{primary} was killed, replica 127.0.0.1:{promoted} promoted \
-         after {promoted_in:.1?}, refusals retried by the clients = {}, all accepted in \
+         after {promoted_in:.1?}, refusals retried by the clients: {refusals}, all accepted in \
          {accepted_in:.1?}, answered in {:.1?}, lost or wrong = {lost}",
-        refusals.load(Ordering::Relaxed),
         start.elapsed()
     );
     assert_eq!(lost, 0, "queries lost or answered wrongly");
     let worker_log = a.workers[0].log_text();
     assert!(a.workers[0].is_running(), "the worker died:\n{worker_log}");
+}
+
+/// The refusals the clients saw and retried, by kind (party A's by its error code).
+#[derive(Default)]
+struct Refusals {
+    /// 503 `redis_unavailable`: the slot had no reachable primary.
+    unavailable: AtomicU32,
+    /// 503 `not_durable`: no replica confirmed in time, or the partition's primary had none.
+    not_durable: AtomicU32,
+    /// 503 `not_durable` saying the job was lost (its primary failed before a replica had it).
+    lost: AtomicU32,
+    /// Other 503s, or no answer at all.
+    other: AtomicU32,
+    /// Party B's refusals (one Redis, never failed: expected 0).
+    party_b: AtomicU32,
+}
+
+impl std::fmt::Display for Refusals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = |c: &AtomicU32| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "A: {} redis_unavailable + {} not_durable (of which {} said lost) + {} other, B: {}",
+            n(&self.unavailable),
+            n(&self.not_durable) + n(&self.lost),
+            n(&self.lost),
+            n(&self.other),
+            n(&self.party_b)
+        )
+    }
+}
+
+/// Submits until a 202, counting each refusal by kind in `refusals`; the id.
+async fn submit_counting(
+    http: &reqwest::Client,
+    url: &str,
+    request: &QueryRequest,
+    within: Duration,
+    refusals: &Refusals,
+) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let counter = match fault::post(http, url, request, None).await {
+            Ok((202, body, _)) => return body["id"].as_str().expect("id").to_string(),
+            Ok((503, body, _)) => match body["error"]["code"].as_str() {
+                Some("redis_unavailable") => &refusals.unavailable,
+                Some("not_durable")
+                    if body["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("will not be answered")) =>
+                {
+                    &refusals.lost
+                }
+                Some("not_durable") => &refusals.not_durable,
+                _ => &refusals.other,
+            },
+            Err(_) => &refusals.other,
+            Ok((status, body, _)) => panic!("submit answered {status}: {body}"),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        assert!(Instant::now() < deadline, "no 202 within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
