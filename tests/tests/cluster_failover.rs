@@ -57,6 +57,76 @@ async fn with_replica_durability_a_failover_loses_no_accepted_query() {
     fail_over_under_load("replica", 2).await;
 }
 
+/// The `WAIT` and the replica check go to the primary of the request's slot: with that
+/// primary's only replica killed, every submit is refused 503 `not_durable` at once (the
+/// `WAIT` finds no replica there, though the other primaries have theirs), and within the 5 s
+/// re-check the refusal says that the primary has no replica online.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replica_durability_a_primary_without_its_replica_refuses() {
+    if !cluster_tests_enabled("with_replica_durability_a_primary_without_its_replica_refuses") {
+        return;
+    }
+    let db = TestDb::create(1 << 10, 256, rand::random()).unwrap();
+    let on_cluster = PartyOptions {
+        redis_cluster: Some(ClusterShape {
+            primaries: 3,
+            replicas: 1,
+        }),
+        gateway_args: vec!["--durability".into(), "replica".into()],
+        ..PartyOptions::default()
+    };
+    let mut a = Party::start(&db.path, "party-a", on_cluster).await.unwrap();
+    let primary = a.redis.primary_for(&a.layout().db()).await.unwrap();
+    let http = reqwest::Client::new();
+    let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
+    let query = request(k0.to_bytes());
+    let (_, refused) =
+        fault::submit_until_accepted(&http, &a.url, &query, Duration::from_secs(30)).await;
+    assert_eq!(refused, 0, "refused with every replica online");
+
+    // The replica of that primary, from its own INFO replication.
+    let client = redis::Client::open(format!("redis://127.0.0.1:{primary}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let replica: u16 = info
+        .lines()
+        .find(|l| l.starts_with("slave0:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no replica in {info}"));
+    a.redis.kill_node(replica);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let mut messages = Vec::new();
+    loop {
+        let (status, body, _) = fault::post(&http, &a.url, &query, None).await.unwrap();
+        assert_eq!(status, 503, "accepted without a replica: {body}");
+        assert_eq!(body["error"]["code"], "not_durable", "{body}");
+        let message = body["error"]["message"].as_str().unwrap().to_string();
+        let rechecked = message.contains("has no replica online");
+        messages.push(message);
+        if rechecked {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the re-check never noticed: {messages:?}"
+        );
+    }
+    println!(
+        "a primary without its replica, --durability replica: {} submits refused 503 \
+         not_durable, the re-check's after {:.1?}; first: {}",
+        messages.len(),
+        started.elapsed(),
+        messages[0]
+    );
+}
+
 /// Party A on a 3-primary cluster with `replicas` per primary and `--durability durability`;
 /// kills the primary of A's slot once a third of the queries are accepted, and asserts that
 /// every accepted query is answered exactly.
