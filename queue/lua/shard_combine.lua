@@ -7,7 +7,7 @@
 -- twice. The shard's entry is acknowledged in its own consumer group here too, so "partial in"
 -- and "acknowledged" never disagree. When the S-th partial arrives the record becomes done
 -- exactly as an unsharded worker writes it (status, epoch, page_size, pages, scan_us, worker_us,
--- the result TTL, the PUBLISH), the running sum is dropped and the stream entry is deleted:
+-- the result TTL, the SPUBLISH), the running sum is dropped and the stream entry is deleted:
 -- every shard's group has acknowledged it by then.
 --
 -- KEYS[1] the record {P}:q:<id>, KEYS[2] the running sum {P}:acc:<id>, KEYS[3] the staging key
@@ -39,7 +39,7 @@ local function fail(message)
   redis.call('HSET', record, 'status', 'failed', 'error_code', 'internal', 'error_message', message)
   redis.call('EXPIRE', record, ttl)
   redis.call('DEL', sum)
-  redis.call('PUBLISH', ARGV[11], ARGV[12] .. ' failed')
+  redis.call('SPUBLISH', ARGV[11], ARGV[12] .. ' failed')
   redis.call('XDEL', jobs, ARGV[9])
   ack()
   return 'final'
@@ -81,6 +81,6 @@ end
 redis.call('HSET', record, 'status', 'done', 'page_size', ARGV[5], 'pages', redis.call('GET', sum))
 redis.call('EXPIRE', record, ttl)
 redis.call('DEL', sum)
-redis.call('PUBLISH', ARGV[11], ARGV[12] .. ' done')
+redis.call('SPUBLISH', ARGV[11], ARGV[12] .. ' done')
 redis.call('XDEL', jobs, ARGV[9])
 return 'done'

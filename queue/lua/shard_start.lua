@@ -24,7 +24,7 @@ for i, key in ipairs(KEYS) do
   else
     if status == 'queued' then
       redis.call('HSET', key, 'status', 'running')
-      redis.call('PUBLISH', ARGV[1], id .. ' running')
+      redis.call('SPUBLISH', ARGV[1], id .. ' running')
     end
     local shards = redis.call('HGET', key, 'shards')
     local parts = tonumber(redis.call('HGET', key, 'parts') or '0')

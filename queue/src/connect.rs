@@ -99,7 +99,13 @@ pub struct RedisTarget {
 #[derive(Clone)]
 /// Boxed: the clients are large, and a target is cloned into every connection's owner.
 enum TargetKind {
-    Single(Box<redis::Client>),
+    Single {
+        /// For every command but pub/sub.
+        client: Box<redis::Client>,
+        /// RESP3, for the status events: `SSUBSCRIBE` is sent on a multiplexed connection,
+        /// whose messages come as RESP3 pushes only.
+        events: Box<redis::Client>,
+    },
     Cluster {
         /// RESP2, for every command but pub/sub.
         client: Box<ClusterClient>,
@@ -113,7 +119,7 @@ impl std::fmt::Debug for RedisTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The connection info holds the password: never printed.
         f.write_str(match self.kind {
-            TargetKind::Single(_) => "RedisTarget",
+            TargetKind::Single { .. } => "RedisTarget",
             TargetKind::Cluster { .. } => "RedisTarget(cluster)",
         })
     }
@@ -203,13 +209,21 @@ impl RedisTarget {
             None => {
                 let info = redis::IntoConnectionInfo::into_connection_info(url)
                     .map_err(|e| TargetError::Url(e.to_string()))?;
-                let client = if tls.any() {
-                    redis::Client::build_with_tls(info, tls.certificates())
-                        .map_err(|e| TargetError::Tls(e.to_string()))?
-                } else {
-                    redis::Client::open(info).map_err(|e| TargetError::Url(e.to_string()))?
+                let build = |protocol: redis::ProtocolVersion| {
+                    let settings = info.redis_settings().clone().set_protocol(protocol);
+                    let info = info.clone().set_redis_settings(settings);
+                    if tls.any() {
+                        redis::Client::build_with_tls(info, tls.clone().certificates())
+                            .map_err(|e| TargetError::Tls(e.to_string()))
+                    } else {
+                        redis::Client::open(info).map_err(|e| TargetError::Url(e.to_string()))
+                    }
                 };
-                TargetKind::Single(Box::new(client))
+                TargetKind::Single {
+                    // The URL's own protocol (RESP2 unless it asks for `protocol=resp3`).
+                    client: Box::new(build(info.redis_settings().protocol())?),
+                    events: Box::new(build(redis::ProtocolVersion::RESP3)?),
+                }
             }
         };
         Ok(RedisTarget {
@@ -250,7 +264,7 @@ impl RedisTarget {
 
     pub(crate) fn connection_with(&self, settings: Settings) -> Result<Connection, QueueError> {
         let conn = match &self.kind {
-            TargetKind::Single(client) => {
+            TargetKind::Single { client, .. } => {
                 let mut config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(settings.connect_timeout))
                     .set_response_timeout(Some(settings.response_timeout));
@@ -281,7 +295,7 @@ impl RedisTarget {
 
     pub(crate) fn kind(&self) -> Kind<'_> {
         match &self.kind {
-            TargetKind::Single(client) => Kind::Single(client),
+            TargetKind::Single { events, .. } => Kind::Single { events },
             TargetKind::Cluster { events, .. } => Kind::Cluster { events },
         }
     }
@@ -290,7 +304,7 @@ impl RedisTarget {
 /// What a [`RedisTarget`] is, for the code that must treat a cluster apart (the pub/sub of
 /// [`crate::events`]).
 pub(crate) enum Kind<'a> {
-    Single(&'a redis::Client),
+    Single { events: &'a redis::Client },
     Cluster { events: &'a ClusterClient },
 }
 

@@ -844,7 +844,7 @@ impl Consumer {
                             id: *request_id,
                             status: QueryStatus::Done,
                         };
-                        pipe.cmd("PUBLISH")
+                        pipe.cmd("SPUBLISH")
                             .arg(&events)
                             .arg(event.encode())
                             .ignore();
@@ -956,7 +956,7 @@ impl Consumer {
             id: *request_id,
             status: QueryStatus::Failed,
         };
-        pipe.cmd("PUBLISH")
+        pipe.cmd("SPUBLISH")
             .arg(keys.events())
             .arg(event.encode())
             .ignore();

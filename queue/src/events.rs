@@ -3,10 +3,23 @@
 //! its hash tag, so that a cluster client sends the announcement with the result), each
 //! message parsed into a [`StatusEvent`] (messages that are not one are skipped).
 //!
-//! On a Redis Cluster a `PUBLISH` reaches every node, so the subscription may sit on any of
-//! them (one `SUBSCRIBE` naming every channel; a plain channel, unlike a sharded one, is not
-//! held to a slot); it is made through the `redis` crate's cluster connection (RESP3, where messages come
-//! as pushes), which finds a live node from the slot map.
+//! The events are sharded pub/sub: workers `SPUBLISH`, the gateway `SSUBSCRIBE`s. On a Redis
+//! Cluster a classic `PUBLISH` is broadcast over the cluster bus to every node, so each event
+//! costs CPU on every primary and the queue stops scaling with primaries
+//! (`docs/bench/queue-scale.md`); a sharded channel lives on the node serving its slot, and
+//! `{P:p}:done` hashes to its partition's slot, so an announcement costs the node that wrote
+//! the result and no other. Redis ≥ 7.0 has both commands on one Redis as on a cluster (one
+//! Redis is one shard), so there is one path: the scripts and pipelines `SPUBLISH` everywhere,
+//! and no argument tells them which Redis they run on.
+//!
+//! The subscription is a RESP3 connection whose messages come as pushes: on one Redis a
+//! multiplexed connection (the `redis` crate has no `ssubscribe` there, so the command is sent
+//! as it is, one channel per command: each is answered by exactly one confirmation, which the
+//! connection takes as the command's reply); on a cluster the `redis` crate's cluster
+//! connection, whose `ssubscribe` sends each channel to the node of its slot (one call per
+//! channel: `SSUBSCRIBE` refuses channels of two slots). A node that gives up a slot (failover,
+//! resharding) tells its subscribers with an `sunsubscribe` push; the stream ends then, as on a
+//! dropped connection, and the caller subscribes again on a fresh connection.
 
 use std::time::Duration;
 
@@ -14,7 +27,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use pirq_shared::layout::Layout;
 use redis::cluster::ClusterConfig;
-use redis::{PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 
 use crate::connect::Kind;
 use crate::{QueueError, RedisTarget, StatusEvent};
@@ -31,49 +44,63 @@ pub async fn subscribe(
     layout: &Layout,
 ) -> Result<BoxStream<'static, StatusEvent>, QueueError> {
     let channels = layout.events();
-    match target.kind() {
-        Kind::Single(client) => {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<PushInfo>();
+    let alive: Box<dyn std::any::Any + Send> = match target.kind() {
+        Kind::Single { events } => {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(SUBSCRIBE_WITHIN))
+                .set_response_timeout(Some(SUBSCRIBE_WITHIN))
+                .set_push_sender(tx);
             let attempt = async {
-                let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(&channels).await?;
-                Ok::<_, QueueError>(pubsub)
+                let mut conn = events
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                for channel in &channels {
+                    redis::cmd("SSUBSCRIBE")
+                        .arg(channel)
+                        .query_async::<()>(&mut conn)
+                        .await?;
+                }
+                Ok::<_, QueueError>(conn)
             };
-            let pubsub = within(attempt).await?;
-            Ok(pubsub
-                .into_on_message()
-                .filter_map(|msg| async move { StatusEvent::parse(msg.get_payload_bytes()) })
-                .boxed())
+            Box::new(within(attempt).await?)
         }
         Kind::Cluster { events } => {
-            let (tx, rx) = futures::channel::mpsc::unbounded::<redis::PushInfo>();
             let config = ClusterConfig::new()
                 .set_connection_timeout(SUBSCRIBE_WITHIN)
                 .set_response_timeout(SUBSCRIBE_WITHIN)
                 .set_push_sender(tx);
             let attempt = async {
                 let mut conn = events.get_async_connection_with_config(config).await?;
-                conn.subscribe(&channels).await?;
+                for channel in &channels {
+                    conn.ssubscribe(channel).await?;
+                }
                 Ok::<_, QueueError>(conn)
             };
-            let conn = within(attempt).await?;
-            Ok(rx
-                // The connection lives as long as the stream: dropping it ends the pushes.
-                .map(move |push| {
-                    let _alive = &conn;
-                    push
-                })
-                .take_while(|push| std::future::ready(push.kind != PushKind::Disconnection))
-                .filter_map(|push| async move {
-                    match (push.kind, push.data.get(1)) {
-                        (PushKind::Message, Some(Value::BulkString(payload))) => {
-                            StatusEvent::parse(payload)
-                        }
-                        _ => None,
-                    }
-                })
-                .boxed())
+            Box::new(within(attempt).await?)
         }
-    }
+    };
+    Ok(rx
+        // The connection lives as long as the stream: dropping it ends the pushes.
+        .map(move |push| {
+            let _alive = &alive;
+            push
+        })
+        .take_while(|push| {
+            std::future::ready(!matches!(
+                push.kind,
+                PushKind::Disconnection | PushKind::SUnsubscribe
+            ))
+        })
+        .filter_map(|push| async move {
+            match (push.kind, push.data.get(1)) {
+                (PushKind::SMessage, Some(Value::BulkString(payload))) => {
+                    StatusEvent::parse(payload)
+                }
+                _ => None,
+            }
+        })
+        .boxed())
 }
 
 async fn within<T>(

@@ -30,7 +30,7 @@
 //! 2. A worker reads the entry through the consumer group ([`consumer::Consumer::read`]); the id is
 //!    parsed back ([`RequestId::from_bytes`]) or the entry is discarded.
 //! 3. The worker marks the window's records `running` ([`scripts::MARK_RUNNING`]), publishing
-//!    `"<id> running"` ([`StatusEvent`]) on its partition's channel (`{P}:done` for partition 0).
+//!    (`SPUBLISH`, sharded pub/sub: [`events`]) `"<id> running"` ([`StatusEvent`]) on its partition's channel (`{P}:done` for partition 0).
 //! 4. It writes `done` ([`record::DoneFields`]) or `failed` ([`scripts::FAIL`]), publishes the
 //!    event and acknowledges the entry, all in one `MULTI` ([`consumer::Consumer::finish`]).
 //! 5. The gateway's subscriber wakes the requests waiting for the id; they read the record

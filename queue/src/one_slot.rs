@@ -10,7 +10,7 @@
 //! partitioned suites on one Redis fail the way a cluster would.
 //!
 //! The slot of a command is found as the cluster client finds it: its first key (a script's
-//! first key after the key count), every key for the multi-key commands, and a `PUBLISH`'s
+//! first key after the key count), every key for the multi-key commands, and an `SPUBLISH`'s
 //! channel, which the client routes like a key. Commands that name no key (`MULTI`, `EXEC`,
 //! `TIME`, …) go with the rest.
 
@@ -109,7 +109,7 @@ mod tests {
             .arg("{a}:q:1")
             .arg("f")
             .arg("v")
-            .cmd("PUBLISH")
+            .cmd("SPUBLISH")
             .arg("{a}:done")
             .arg("1 done")
             .cmd("EVAL")
@@ -127,7 +127,7 @@ mod tests {
             .arg("{a:1}:q:1")
             .arg("f")
             .arg("v")
-            .cmd("PUBLISH")
+            .cmd("SPUBLISH")
             .arg("{a}:done")
             .arg("1 done");
         let e = check(&publish).unwrap_err();

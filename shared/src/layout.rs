@@ -178,10 +178,12 @@ impl PartitionKeys {
         format!("{}:part:{id}:{index}", self.tag)
     }
 
-    /// Pub/sub channel where workers announce the status changes of the partition's requests
-    /// as `"<id> <status>"`. One per partition, under its tag: a Redis Cluster client routes a
-    /// `PUBLISH` by its channel like a key, so the announcement goes in the same pipeline (to
-    /// the same node) as the result it announces. Gateways subscribe to every partition's.
+    /// Sharded pub/sub channel where workers announce the status changes of the partition's
+    /// requests as `"<id> <status>"` (`SPUBLISH`). One per partition, under its tag: a sharded
+    /// channel lives in its slot like a key, so the announcement goes in the same pipeline (to
+    /// the same node) as the result it announces, and on a Redis Cluster reaches that node only
+    /// (a classic `PUBLISH` is broadcast to every node). Gateways `SSUBSCRIBE` to every
+    /// partition's.
     pub fn events(&self) -> String {
         format!("{}:done", self.tag)
     }
