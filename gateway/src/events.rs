@@ -1,6 +1,7 @@
 //! The gateway's one Redis pub/sub connection, fanned out to every waiting request.
 //!
-//! Workers publish a [`StatusEvent`] (`"<id> <status>"`) on the channel of the query's partition
+//! Workers publish a [`StatusEvent`] (`"<id> <status>"`, `SPUBLISH`: sharded pub/sub, see
+//! `pirq_queue::events`) on the channel of the query's partition
 //! (`{P}:done`, `{P:p}:done`) whenever a query changes status. A single
 //! task per gateway stays subscribed to every partition's channel and wakes the waiters registered for the
 //! id; requests never open their own subscription.
