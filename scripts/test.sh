@@ -55,7 +55,7 @@ failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s +
 echo "== durability and fault suites again, against Redis 7.4"
 redis74=$(scripts/install-redis74.sh)
 PIRQ_REDIS_SERVER="$PWD/$redis74" cargo test --release --locked -p pirq-e2e \
-    --test faults --test slow_clients --test recovery 2>&1 | tee -a "$log"
+    --test faults --test slow_clients --test recovery --test replica_durability 2>&1 | tee -a "$log"
 passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
 
