@@ -103,6 +103,60 @@ pub fn cluster_tests_enabled(test: &str) -> bool {
     on
 }
 
+/// Where a suite's parties keep their records, for the suites that run on both (issue 29: pages,
+/// kv, epochs, shards and the kill -9 reclaim, on one Redis and on a Redis Cluster). A test body
+/// takes it, and two `#[tokio::test]`s call the body, one for each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One `redis-server` per party (as `PIRQ_PARTITIONS` and `PIRQ_REDIS_CLUSTER_MODE` say).
+    OneRedis,
+    /// A real Redis Cluster of [`Backend::PRIMARIES`] primaries per party, its queue in
+    /// [`Backend::PARTITIONS`] partitions that sit on every primary (`PIRQ_CLUSTER_TESTS=1`
+    /// only: slow).
+    Cluster,
+}
+
+impl Backend {
+    pub const PRIMARIES: usize = 3;
+    /// Four partitions of the test prefixes (`party-a`, `party-b`, …) land on all three
+    /// primaries ([`Backend::check`] asserts it).
+    pub const PARTITIONS: u32 = 4;
+
+    /// Whether `test` runs: always on one Redis, with `PIRQ_CLUSTER_TESTS=1` on a cluster (else
+    /// it says so on stderr).
+    pub fn runs(self, test: &str) -> bool {
+        match self {
+            Backend::OneRedis => true,
+            Backend::Cluster => cluster_tests_enabled(test),
+        }
+    }
+
+    /// `options` with the party's Redis set to this backend.
+    pub fn options(self, options: PartyOptions) -> PartyOptions {
+        match self {
+            Backend::OneRedis => options,
+            Backend::Cluster => PartyOptions {
+                redis_cluster: Some(ClusterShape {
+                    primaries: Self::PRIMARIES,
+                    replicas: 0,
+                }),
+                partitions: Some(Self::PARTITIONS),
+                ..options
+            },
+        }
+    }
+
+    /// Panics unless `party` runs on this backend: on a cluster, with its partitions on every
+    /// primary (a cluster test whose partitions share one node would prove little).
+    pub async fn check(self, party: &Party) {
+        if self == Backend::Cluster {
+            party
+                .assert_partitions_on_every_primary(Self::PRIMARIES)
+                .await;
+        }
+    }
+}
+
 /// Flags for a party's processes beyond the essentials.
 #[derive(Clone, Debug, Default)]
 pub struct PartyOptions {

@@ -1,23 +1,35 @@
 //! Epochs end to end: admin pushes, pinned queries, updates arriving while queries run, parties
 //! updated at different moments, and a worker that restarts and replays the updates stream.
 //! Every fetched page is compared with a model of the database at the epoch the answer reports.
+//! Each test runs on one Redis per party, and (`PIRQ_CLUSTER_TESTS=1`) on a Redis Cluster of 3
+//! primaries per party with the queue in 4 partitions ([`Backend`]).
 
 use std::time::{Duration, Instant};
 
 use pirq_client::{ClientError, Options, Party as PartyApi};
-use pirq_e2e::{Cluster, Party, PartyOptions, TestDb};
+use pirq_e2e::{Backend, Cluster, Party, PartyOptions, TestDb};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::QueryRequest;
 use rand::{Rng, RngCore};
 
 const TOKEN: &str = "test-admin-token";
 
-fn options(window: u64) -> PartyOptions {
-    PartyOptions {
+fn options(backend: Backend, window: u64) -> PartyOptions {
+    backend.options(PartyOptions {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
         worker_args: vec!["--epoch-window".into(), window.to_string()],
         ..PartyOptions::default()
-    }
+    })
+}
+
+/// Two parties on `backend` (checked), each worker keeping `window` epochs.
+async fn start(backend: Backend, pages: u64, page_size: u32, window: u64) -> Cluster {
+    let cluster = Cluster::start(pages, page_size, options(backend, window))
+        .await
+        .unwrap();
+    backend.check(&cluster.a).await;
+    backend.check(&cluster.b).await;
+    cluster
 }
 
 /// The database's contents at every epoch, starting from the file's.
@@ -113,7 +125,18 @@ async fn check_fetch(cluster: &Cluster, model: &Model, count: usize) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn admin_route_authorizes_validates_and_orders() {
-    let cluster = Cluster::start(300, 256, options(4)).await.unwrap();
+    admin_route(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admin_route_authorizes_validates_and_orders_on_a_redis_cluster() {
+    if Backend::Cluster.runs("admin_route_authorizes_validates_and_orders_on_a_redis_cluster") {
+        admin_route(Backend::Cluster).await;
+    }
+}
+
+async fn admin_route(backend: Backend) {
+    let cluster = start(backend, 300, 256, 4).await;
     let mut model = Model::new(&cluster.db);
     let http = reqwest::Client::new();
     let url = format!("{}/v1/admin/epochs", cluster.a.url);
@@ -221,17 +244,32 @@ async fn admin_route_authorizes_validates_and_orders() {
     );
 
     // A gateway without a token has the admin route off.
-    let off = Party::start(&cluster.db.path, "no-admin", PartyOptions::default())
-        .await
-        .unwrap();
+    let off = Party::start(
+        &cluster.db.path,
+        "no-admin",
+        backend.options(PartyOptions::default()),
+    )
+    .await
+    .unwrap();
     let err = api(&off).push_epoch(TOKEN, &update).await.unwrap_err();
     assert!(matches!(err, ClientError::Api { status: 403, .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn updates_stream_in_while_queries_run() {
+    updates_stream_in(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn updates_stream_in_while_queries_run_on_a_redis_cluster() {
+    if Backend::Cluster.runs("updates_stream_in_while_queries_run_on_a_redis_cluster") {
+        updates_stream_in(Backend::Cluster).await;
+    }
+}
+
+async fn updates_stream_in(backend: Backend) {
     let window = 3;
-    let cluster = Cluster::start(500, 512, options(window)).await.unwrap();
+    let cluster = start(backend, 500, 512, window).await;
     let mut model = Model::new(&cluster.db);
     let updates: Vec<EpochUpdate> = (0..8)
         .map(|e| model.next_update([0, 1, 5, 40][e % 4]))
@@ -263,7 +301,18 @@ async fn updates_stream_in_while_queries_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parties_updated_at_different_moments() {
-    let cluster = Cluster::start(200, 256, options(4)).await.unwrap();
+    updated_at_different_moments(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parties_updated_at_different_moments_on_a_redis_cluster() {
+    if Backend::Cluster.runs("parties_updated_at_different_moments_on_a_redis_cluster") {
+        updated_at_different_moments(Backend::Cluster).await;
+    }
+}
+
+async fn updated_at_different_moments(backend: Backend) {
+    let cluster = start(backend, 200, 256, 4).await;
     let mut model = Model::new(&cluster.db);
     let (a, b) = (api(&cluster.a), api(&cluster.b));
     let u1 = model.next_update(10);
@@ -284,7 +333,18 @@ async fn parties_updated_at_different_moments() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarted_worker_replays_the_updates_stream() {
-    let mut cluster = Cluster::start(300, 256, options(2)).await.unwrap();
+    restarted_worker_replays(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarted_worker_replays_the_updates_stream_on_a_redis_cluster() {
+    if Backend::Cluster.runs("restarted_worker_replays_the_updates_stream_on_a_redis_cluster") {
+        restarted_worker_replays(Backend::Cluster).await;
+    }
+}
+
+async fn restarted_worker_replays(backend: Backend) {
+    let mut cluster = start(backend, 300, 256, 2).await;
     let mut model = Model::new(&cluster.db);
     for _ in 0..4 {
         let u = model.next_update(7);

@@ -114,8 +114,9 @@ async fn worker_killed_mid_window_loses_nothing_in_four_partitions() {
     worker_killed_mid_window(Some(4), None).await;
 }
 
-/// The same on a Redis Cluster of 3 primaries (`PIRQ_CLUSTER_TESTS=1`): the survivor reclaims
-/// through the cluster connection.
+/// The same on a Redis Cluster of 3 primaries with the queue in four partitions, on all three
+/// primaries (`PIRQ_CLUSTER_TESTS=1`): the survivor reclaims in each partition, through the
+/// cluster connection, from each partition's node.
 #[tokio::test]
 async fn worker_killed_mid_window_on_a_redis_cluster_loses_nothing() {
     if !cluster_tests_enabled("worker_killed_mid_window_on_a_redis_cluster_loses_nothing") {
@@ -125,7 +126,7 @@ async fn worker_killed_mid_window_on_a_redis_cluster_loses_nothing() {
         primaries: 3,
         replicas: 0,
     };
-    worker_killed_mid_window(None, Some(shape)).await;
+    worker_killed_mid_window(Some(4), Some(shape)).await;
 }
 
 async fn worker_killed_mid_window(partitions: Option<u32>, redis_cluster: Option<ClusterShape>) {
@@ -140,6 +141,12 @@ async fn worker_killed_mid_window(partitions: Option<u32>, redis_cluster: Option
         ..Default::default()
     };
     let mut cluster = Cluster::start(PAGES, 512, opts).await.unwrap();
+    if let (Some(shape), Some(2..)) = (redis_cluster, partitions) {
+        cluster
+            .a
+            .assert_partitions_on_every_primary(shape.primaries)
+            .await;
+    }
     cluster.a.start_worker().await.unwrap(); // w1, the survivor
     let layout = cluster.a.layout();
     let mut conn = cluster.a.redis_keys().await.unwrap();

@@ -167,7 +167,8 @@ async fn lookups_and_updates_by_key_in_four_partitions() {
     lookups_and_updates(Some(4), None).await;
 }
 
-/// The same with each party on a Redis Cluster of 3 primaries (`PIRQ_CLUSTER_TESTS=1`).
+/// The same with each party on a Redis Cluster of 3 primaries, its queue in four partitions on
+/// all three primaries (`PIRQ_CLUSTER_TESTS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_and_updates_by_key_on_a_redis_cluster() {
     if !cluster_tests_enabled("lookups_and_updates_by_key_on_a_redis_cluster") {
@@ -177,7 +178,7 @@ async fn lookups_and_updates_by_key_on_a_redis_cluster() {
         primaries: 3,
         replicas: 0,
     };
-    lookups_and_updates(None, Some(shape)).await;
+    lookups_and_updates(Some(4), Some(shape)).await;
 }
 
 async fn lookups_and_updates(partitions: Option<u32>, redis_cluster: Option<ClusterShape>) {
@@ -205,10 +206,17 @@ async fn lookups_and_updates(partitions: Option<u32>, redis_cluster: Option<Clus
         ..PartyOptions::default()
     };
     let (a, b) = tokio::try_join!(
-        Party::start(&db0, "kv-a", options.clone()),
-        Party::start(&db0, "kv-b", options),
+        Party::start(&db0, "kv-party-a", options.clone()),
+        Party::start(&db0, "kv-party-b", options),
     )
     .unwrap();
+    if let (Some(shape), Some(2..)) = (redis_cluster, partitions) {
+        for party in [&a, &b] {
+            party
+                .assert_partitions_on_every_primary(shape.primaries)
+                .await;
+        }
+    }
 
     // The model of every epoch, and three epochs of updates by key.
     let mut models = vec![records.iter().cloned().collect::<HashMap<_, _>>()];

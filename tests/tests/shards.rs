@@ -1,12 +1,14 @@
 //! Sharded parties end to end: every party's pages split into S = 3 uneven shards (1000 pages =
 //! 256 + 256 + 488), each shard served by its own CPU worker processes (two replicas for shard
 //! 1), partial answers XORed together inside Redis. Every fetched page is compared with the
-//! database (or a model of it at the answer's epoch).
+//! database (or a model of it at the answer's epoch). Each test runs on one Redis per party, and
+//! (`PIRQ_CLUSTER_TESTS=1`) on a Redis Cluster of 3 primaries per party with the queue in 4
+//! partitions ([`Backend`]).
 
 use std::time::{Duration, Instant};
 
 use pirq_client::{Options, Party as PartyApi};
-use pirq_e2e::{fault, Party, PartyOptions, TestDb};
+use pirq_e2e::{fault, Backend, Party, PartyOptions, TestDb};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use rand::{Rng, RngCore};
 
@@ -15,20 +17,22 @@ const NUM_PAGES: u64 = 1000;
 const PAGE_SIZE: u32 = 256;
 const TOKEN: &str = "test-admin-token";
 
-/// A party whose shard `i` has `replicas[i]` workers.
+/// A party on `backend` (checked) whose shard `i` has `replicas[i]` workers.
 async fn sharded_party(
+    backend: Backend,
     db: &TestDb,
     prefix: &str,
     replicas: &[usize],
     worker_args: &[&str],
 ) -> Party {
-    let options = PartyOptions {
+    let options = backend.options(PartyOptions {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
         worker_args: worker_args.iter().map(|s| s.to_string()).collect(),
         no_worker: true,
         ..PartyOptions::default()
-    };
+    });
     let mut party = Party::start(&db.path, prefix, options).await.unwrap();
+    backend.check(&party).await;
     for (index, &count) in replicas.iter().enumerate() {
         for _ in 0..count {
             start_shard(&mut party, index as u32).await;
@@ -61,26 +65,51 @@ fn indices(count: usize) -> Vec<u64> {
         .collect()
 }
 
+/// The keys matching `pattern(keys of partition p)` in every partition of `party`.
+async fn keys_of_every_partition(
+    party: &Party,
+    pattern: impl Fn(&pirq_shared::layout::PartitionKeys) -> String,
+) -> Vec<String> {
+    let mut conn = party.redis_keys().await.unwrap();
+    let mut found = Vec::new();
+    for (_, keys) in party.layout().all_partitions() {
+        let some: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern(&keys))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        found.extend(some);
+    }
+    found
+}
+
 /// Nothing of a finished query stays behind: stream entries are deleted once every shard acked,
 /// and the running sums once the last partial is in.
 async fn assert_nothing_left(party: &Party) {
-    let mut conn = party.redis().await.unwrap();
+    let mut conn = party.redis_keys().await.unwrap();
     let layout = party.layout();
     assert_eq!(fault::stream_len(&mut conn, &layout).await, 0, "jobs left");
-    let sums: Vec<String> = redis::cmd("KEYS")
-        .arg(layout.partial_sum("*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let sums = keys_of_every_partition(party, |keys| keys.partial_sum("*")).await;
     assert!(sums.is_empty(), "running sums left: {sums:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn uneven_shards_with_a_replica_answer_exact_pages() {
+    uneven_shards(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uneven_shards_with_a_replica_answer_exact_pages_on_a_redis_cluster() {
+    if Backend::Cluster.runs("uneven_shards_with_a_replica_answer_exact_pages_on_a_redis_cluster") {
+        uneven_shards(Backend::Cluster).await;
+    }
+}
+
+async fn uneven_shards(backend: Backend) {
     let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
     let (a, b) = tokio::join!(
-        sharded_party(&db, "party-a", &[1, 2, 1], &[]),
-        sharded_party(&db, "party-b", &[1, 1, 1], &[]),
+        sharded_party(backend, &db, "party-a", &[1, 2, 1], &[]),
+        sharded_party(backend, &db, "party-b", &[1, 1, 1], &[]),
     );
     for party in [&a, &b] {
         assert_eq!(party.readyz().await.0, 200);
@@ -118,10 +147,23 @@ async fn uneven_shards_with_a_replica_answer_exact_pages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
+    missing_shard(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_shard_makes_the_party_unready_and_queries_wait_on_a_redis_cluster() {
+    if Backend::Cluster
+        .runs("a_missing_shard_makes_the_party_unready_and_queries_wait_on_a_redis_cluster")
+    {
+        missing_shard(Backend::Cluster).await;
+    }
+}
+
+async fn missing_shard(backend: Backend) {
     let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
     let (mut a, b) = tokio::join!(
-        sharded_party(&db, "party-a", &[1, 0, 1], &[]),
-        sharded_party(&db, "party-b", &[1, 1, 1], &[]),
+        sharded_party(backend, &db, "party-a", &[1, 0, 1], &[]),
+        sharded_party(backend, &db, "party-b", &[1, 1, 1], &[]),
     );
     let (status, body) = a.readyz().await;
     assert_eq!(status, 503, "{body}");
@@ -147,13 +189,8 @@ async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
         !fetch.is_finished(),
         "a query completed with a shard missing"
     );
-    let mut conn = a.redis().await.unwrap();
-    let layout = a.layout();
-    let ids: Vec<String> = redis::cmd("KEYS")
-        .arg(layout.query("*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let mut conn = a.redis_keys().await.unwrap();
+    let ids = keys_of_every_partition(&a, |keys| keys.query("*")).await;
     assert_eq!(ids.len(), 1);
     let (status, parts): (String, u32) = redis::cmd("HMGET")
         .arg(&ids[0])
@@ -183,12 +220,24 @@ async fn a_missing_shard_makes_the_party_unready_and_queries_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_a_shard_worker_under_load_loses_no_query() {
+    killed_shard_worker(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_a_shard_worker_under_load_loses_no_query_on_a_redis_cluster() {
+    if Backend::Cluster.runs("killing_a_shard_worker_under_load_loses_no_query_on_a_redis_cluster")
+    {
+        killed_shard_worker(Backend::Cluster).await;
+    }
+}
+
+async fn killed_shard_worker(backend: Backend) {
     let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
     // Short claim-idle time: the surviving replica takes the dead one's jobs quickly.
     let args = ["--claim-idle-ms", "400", "--max-batch-keys", "8"];
     let (mut a, b) = tokio::join!(
-        sharded_party(&db, "party-a", &[1, 2, 1], &args),
-        sharded_party(&db, "party-b", &[1, 1, 1], &args),
+        sharded_party(backend, &db, "party-a", &[1, 2, 1], &args),
+        sharded_party(backend, &db, "party-b", &[1, 1, 1], &args),
     );
     let c = std::sync::Arc::new(client(&a, &b));
     let mut tasks = Vec::new();
@@ -203,22 +252,26 @@ async fn killing_a_shard_worker_under_load_loses_no_query() {
     // Shard 1's first replica (worker index 1, consumer w1) dies holding jobs, without a chance
     // to clean up: wait until it holds some, so the fault is really injected mid-load. Looked at
     // while w1 is paused, so that the kill leaves what was seen, however fast w1 answers.
-    let mut conn = a.redis().await.unwrap();
+    let mut conn = a.redis_keys().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         a.workers[1].pause();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let held: Vec<redis::Value> = redis::cmd("XPENDING")
-            .arg(a.layout().jobs())
-            .arg("shard-1-of-3")
-            .arg("-")
-            .arg("+")
-            .arg(100)
-            .arg("w1")
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_default();
-        if !held.is_empty() {
+        let mut held = 0;
+        for (_, keys) in a.layout().all_partitions() {
+            let pending: Vec<redis::Value> = redis::cmd("XPENDING")
+                .arg(keys.jobs())
+                .arg("shard-1-of-3")
+                .arg("-")
+                .arg("+")
+                .arg(100)
+                .arg("w1")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            held += pending.len();
+        }
+        if held > 0 {
             break;
         }
         a.workers[1].resume();
@@ -245,10 +298,21 @@ async fn killing_a_shard_worker_under_load_loses_no_query() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn epochs_change_pages_in_every_shard() {
+    epochs_in_every_shard(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn epochs_change_pages_in_every_shard_on_a_redis_cluster() {
+    if Backend::Cluster.runs("epochs_change_pages_in_every_shard_on_a_redis_cluster") {
+        epochs_in_every_shard(Backend::Cluster).await;
+    }
+}
+
+async fn epochs_in_every_shard(backend: Backend) {
     let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
     let (a, b) = tokio::join!(
-        sharded_party(&db, "party-a", &[1, 2, 1], &[]),
-        sharded_party(&db, "party-b", &[1, 1, 1], &[]),
+        sharded_party(backend, &db, "party-a", &[1, 2, 1], &[]),
+        sharded_party(backend, &db, "party-b", &[1, 1, 1], &[]),
     );
     let mut model: Vec<Vec<u8>> = (0..NUM_PAGES).map(|p| db.page(p).to_vec()).collect();
     let mut rng = rand::rng();
@@ -290,8 +354,19 @@ async fn epochs_change_pages_in_every_shard() {
 /// party unready, and `/readyz` says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_of_another_shard_layout_is_refused() {
+    another_layout_refused(Backend::OneRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_of_another_shard_layout_is_refused_on_a_redis_cluster() {
+    if Backend::Cluster.runs("a_worker_of_another_shard_layout_is_refused_on_a_redis_cluster") {
+        another_layout_refused(Backend::Cluster).await;
+    }
+}
+
+async fn another_layout_refused(backend: Backend) {
     let db = TestDb::create(NUM_PAGES, PAGE_SIZE, rand::random()).unwrap();
-    let mut a = sharded_party(&db, "layout", &[1, 1, 1], &[]).await;
+    let mut a = sharded_party(backend, &db, "layout", &[1, 1, 1], &[]).await;
     for extra in [&["--shard", "0/2"][..], &[][..]] {
         let err = a.start_worker_with(extra).await.unwrap_err().to_string();
         assert!(
@@ -300,7 +375,7 @@ async fn a_worker_of_another_shard_layout_is_refused() {
         );
         assert!(err.contains("Start this worker with --shard I/3"), "{err}");
     }
-    let mut conn = a.redis().await.unwrap();
+    let mut conn = a.redis_keys().await.unwrap();
     let layout = a.layout();
     let groups: Vec<redis::Value> = redis::cmd("XINFO")
         .arg("GROUPS")
@@ -322,12 +397,14 @@ async fn a_worker_of_another_shard_layout_is_refused() {
     for (i, index) in want.iter().enumerate() {
         assert_eq!(got.pages[i], db.page(*index), "page {index}");
     }
-    let dead: u64 = redis::cmd("XLEN")
-        .arg(layout.dead_letters())
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(dead, 0);
+    for (_, keys) in layout.all_partitions() {
+        let dead: u64 = redis::cmd("XLEN")
+            .arg(keys.dead_letters())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(dead, 0);
+    }
 
     // A live worker of two shards among the three-shard workers (as if it had started at the
     // same moment as one of them): not ready, and the reason names both layouts.
