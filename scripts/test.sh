@@ -14,10 +14,12 @@
 #   6. with PIRQ_COMPOSE_SMOKE=1 only: the compose stack built and brought up for real, two
 #      parties, verified queries over HTTPS (ops/compose/smoke.sh: needs a Docker engine; image
 #      builds take minutes). Without it the suite says that it skipped it.
-#   7. with PIRQ_CLUSTER_TESTS=1 only (in step 2): kv lookups and a worker killed under load with
-#      each party on a 3-primary Redis Cluster, and a cluster primary killed under load (its
-#      replica promoted, nothing lost). Pages, epochs and shards on a 3-primary cluster always run
-#      (tests/tests/one_slot.rs). Without it the suite says that it skipped them.
+#   7. with PIRQ_CLUSTER_TESTS=1 only (in step 2): with each party on a 3-primary Redis Cluster and
+#      its queue in 4 partitions spread over the primaries, kv lookups, a worker killed under
+#      load, pages (one_slot.rs), and every test of the epochs and shards suites; and a cluster
+#      primary killed under load (its replica promoted, nothing lost). Pages, epochs and shards
+#      on a 3-primary cluster with one partition always run (tests/tests/one_slot.rs). Without it
+#      the suite says that it skipped them.
 #
 # GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
 set -euo pipefail
@@ -80,13 +82,14 @@ else
         "run it with PIRQ_COMPOSE_SMOKE=1 scripts/test.sh, or ops/compose/smoke.sh"
 fi
 
-echo "== Redis Cluster: kv, a worker killed, a primary failing over"
+echo "== Redis Cluster: kv, a worker killed, epochs, shards, four partitions, a primary failing over"
 if [ "${PIRQ_CLUSTER_TESTS:-0}" = 1 ]; then
     echo "Redis Cluster tests: ran with the tests above (PIRQ_CLUSTER_TESTS=1)"
 else
     echo "Redis Cluster tests: SKIPPED (seven redis-servers a test, a failover: minutes);" \
         "run them with PIRQ_CLUSTER_TESTS=1 scripts/test.sh, or PIRQ_CLUSTER_TESTS=1 cargo test" \
-        "--release -p pirq-e2e --test kv --test faults --test cluster_failover"
+        "--release -p pirq-e2e --test kv --test faults --test cluster_failover --test one_slot" \
+        "--test epochs --test shards"
 fi
 
 # One closing line for the whole suite (the last `cargo test` block is the empty doc-tests).
