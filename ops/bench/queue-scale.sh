@@ -66,7 +66,6 @@ build)
     rm -rf "$D" && mkdir -p "$D"
     cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/"
     copy_redis_server "$D"
-    cp "$(command -v redis-cli)" "$D/redis-cli"
     cp "$0" "$D/queue-scale.sh"
     cp scripts/redis-cluster.sh "$D/redis-cluster.sh"
     git rev-parse --short HEAD >"$D/COMMIT"

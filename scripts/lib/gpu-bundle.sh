@@ -21,12 +21,14 @@ for m in map(json.loads, sys.stdin):
 sys.exit(0 if copied else "no test executable built")' "$dir" "$prefix"
 }
 
-# copy_redis_server DIR: this machine's redis-server and the two libraries it links that the
-# GPU machine's Ubuntu lacks (liblzf, jemalloc); run with DIR on PATH and LD_LIBRARY_PATH.
+# copy_redis_server DIR: this machine's redis-server, redis-cli (the cluster tests join their
+# nodes with it) and the two libraries they link that the GPU machine's Ubuntu lacks (liblzf,
+# jemalloc); run with DIR on PATH and LD_LIBRARY_PATH.
 copy_redis_server() {
     local dir=$1 redis lib
     redis=$(command -v redis-server)
     cp "$redis" "$dir/redis-server"
+    cp "$(command -v redis-cli)" "$dir/redis-cli"
     for lib in liblzf.so.1 libjemalloc.so.2; do
         cp "$(ldd "$redis" | awk -v l="$lib" '$1 == l {print $3}')" "$dir/"
     done
