@@ -586,7 +586,7 @@ async fn write(worker: Arc<Worker>, mut events: mpsc::UnboundedReceiver<Event>) 
             }
         }
         // A job whose outcome goes out in this same round goes straight from `queued` to its
-        // final status: its `running` mark (a script run, an HSET and a PUBLISH a job) would
+        // final status: its `running` mark (a script run, an HSET and an SPUBLISH a job) would
         // be overwritten a moment later, unseen (docs/http-api.md: a fast query may go
         // straight to its result). The other marks go first; a job's outcome always comes
         // after its mark, so none of them belongs to an outcome of this round.
