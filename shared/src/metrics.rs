@@ -295,7 +295,7 @@ pub const CATALOG: &[Metric] = &[
     m(WORKER_RESULTS_WRITE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
       "Writing one window's results to Redis (records, completion events, acknowledgements), from its pass' end."),
     m(WORKER_PHASE_DURATION, Histogram, Unit::Seconds, &["phase"], Worker, AfterTraffic,
-      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan, d2h and merge. In the worker's rotating scan: expand at each join, scan and merge per segment (CPU); per segment, scan with merge and answer copies as the host waited for them (CUDA)."),
+      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan, d2h and merge. In the worker's rotating scan: expand at each join, scan and merge per segment (CPU); per segment, the GPU's own time (CUDA events) of the joins' expansion (their records' upload included), the segment's scan, the merge and the finished answers' copies (CUDA): their sum against `pirq_worker_turn_duration_seconds` shows the host's share."),
     m(WORKER_HEARTBEAT_TIMESTAMP, Gauge, Unit::Seconds, &[], Worker, Always,
       "Unix time of the worker's last heartbeat written to Redis; time() minus it is the staleness."),
     m(WORKER_EPOCH, Gauge, Unit::Count, &[], Worker, Always,
