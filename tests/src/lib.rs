@@ -20,6 +20,24 @@ use anyhow::bail;
 pub use pirq_testkit::{free_port, CertFiles, ClusterShape, Proc, Redis, TestCa, TestDb};
 use tempfile::TempDir;
 
+/// Runs `pirq-gateway` with `args` (and a free `--listen` address), expecting it to refuse to
+/// start: returns what it printed, and fails the test with that text if it exited successfully.
+pub fn gateway_refusal(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("gateway.log");
+    let out = std::fs::File::create(&log).expect("gateway log");
+    let status = Command::new(bin_dir().join("pirq-gateway"))
+        .args(args)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .stdout(out.try_clone().expect("gateway log"))
+        .stderr(out)
+        .status()
+        .expect("running pirq-gateway");
+    let text = std::fs::read_to_string(&log).expect("gateway log");
+    assert!(!status.success(), "started anyway:\n{text}");
+    text
+}
+
 /// Directory holding `pirq-gateway` and `pirq-worker`, built on first use.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

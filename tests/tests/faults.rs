@@ -304,25 +304,14 @@ async fn redis_restart_under_load_with_fsync_durability_loses_no_accepted_job() 
 #[tokio::test]
 async fn gateway_refuses_fsync_durability_without_an_fsyncing_redis() {
     let redis = pirq_e2e::Redis::start().await.unwrap(); // appendonly no
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("gateway.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let status = std::process::Command::new(pirq_e2e::bin_dir().join("pirq-gateway"))
-        .args([
-            "--redis",
-            &redis.url(),
-            "--prefix",
-            "fsync-check",
-            "--durability",
-            "fsync",
-        ])
-        .args(["--listen", &format!("127.0.0.1:{}", pirq_e2e::free_port())])
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .status()
-        .unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(!status.success(), "started anyway:\n{text}");
+    let text = pirq_e2e::gateway_refusal(&[
+        "--redis",
+        &redis.url(),
+        "--prefix",
+        "fsync-check",
+        "--durability",
+        "fsync",
+    ]);
     // Redis 7.0 has no WAITAOF and needs appendfsync always; Redis ≥ 7.2 needs appendonly.
     assert!(
         (text.contains("appendfsync always") && text.contains("appendonly=no"))

@@ -21,19 +21,14 @@ fn request(key: Vec<u8>) -> QueryRequest {
 #[tokio::test]
 async fn gateway_refuses_replica_durability_without_a_replica() {
     let redis = Redis::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("gateway.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let status = std::process::Command::new(pirq_e2e::bin_dir().join("pirq-gateway"))
-        .args(["--redis", &redis.url(), "--prefix", "replica-check"])
-        .args(["--durability", "replica"])
-        .args(["--listen", &format!("127.0.0.1:{}", pirq_e2e::free_port())])
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .status()
-        .unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(!status.success(), "started anyway:\n{text}");
+    let text = pirq_e2e::gateway_refusal(&[
+        "--redis",
+        &redis.url(),
+        "--prefix",
+        "replica-check",
+        "--durability",
+        "replica",
+    ]);
     assert!(
         text.contains("--durability replica") && text.contains("no replica online"),
         "{text}"
