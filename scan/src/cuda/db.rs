@@ -180,9 +180,7 @@ impl DeviceDb {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
         );
-        let sms = ctx.attribute(
-            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        )? as u32;
+        let sms = kernels.sms;
         let n16 = self.bytes() / 16;
         let cfg = LaunchConfig {
             grid_dim: (sms * 16, 1, 1),

@@ -40,12 +40,18 @@ pub struct Kernels {
     wgmma: bool,
     /// Compute capability (major, minor).
     pub capability: (i32, i32),
+    /// Streaming multiprocessors: the launches that size their grids by the GPU read it here
+    /// rather than asking the driver at every launch.
+    pub sms: u32,
 }
 
 impl Kernels {
     /// Compiles the sources for `ctx`'s device and loads every kernel.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Kernels, CudaError> {
         let capability = ctx.compute_capability()?;
+        let sms = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )? as u32;
         let (major, minor) = capability;
         let mut src = format!("#define {} 1\n", pirq_kernels::ONE_SOURCE_DEFINE);
         for source in pirq_kernels::SOURCES {
@@ -126,6 +132,7 @@ impl Kernels {
             scan_mma,
             wgmma,
             capability,
+            sms,
             _module: module,
         })
     }

@@ -244,8 +244,8 @@ impl ScanPlan {
     }
 
     /// The `wgmma` plan for `q` keys whatever their number: the widest key group that pads
-    /// least. The rotating scan keeps one selection layout for its keys in flight, so on
-    /// Hopper it scans with `wgmma` even when few keys are in flight.
+    /// least. The rotating scan takes it while its keys in flight are in the `wgmma` layout
+    /// (more than 64 columns in use, `scan/src/cuda/rotation.rs`), whatever their number.
     pub fn wgmma_for(q: usize) -> ScanPlan {
         let n = WGMMA_VARIANTS
             .iter()

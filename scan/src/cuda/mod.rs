@@ -585,9 +585,7 @@ impl CudaScanner {
         let ntiles = (padded / 8) as u32;
         // The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
         // accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
-        let sms = stream.context().attribute(
-            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        )? as u32;
+        let sms = self.kernels.sms;
         // Blocks per split-K task for a grid whose z-slices have `slice` CTAs each.
         let split = |func: &cudarc::driver::CudaFunction,
                      threads: u32,

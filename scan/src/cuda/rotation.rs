@@ -80,8 +80,6 @@ pub struct CudaRotation {
     groups: Vec<Group>,
     /// Key columns joined since the last step: packed on the host, not yet on the device.
     joined: Vec<Range<usize>>,
-    /// Whether every key in flight must be expanded again at the next step (the layout changed).
-    relayout: bool,
     /// Device time of the last step: how long the next one is expected to take.
     last_step: Duration,
     clock: Clock,
@@ -117,7 +115,6 @@ impl CudaRotation {
             columns,
             groups: Vec::new(),
             joined: Vec::new(),
-            relayout: false,
             last_step: Duration::ZERO,
             clock: Clock::default(),
         }
@@ -220,17 +217,17 @@ impl CudaRotation {
 
     /// Puts the joins since the last step on the device: the records of every 16-key group they
     /// touch go up, each run of adjacent touched groups is expanded in one launch sequence, and
-    /// the new keys' answer pages are zeroed (adjacent ranges in one memset). After a change of
-    /// layout every group in use is expanded again the same way. Asynchronous, on the
-    /// workspace's stream, ahead of the step's scan.
-    fn settle_joins(&mut self) -> Result<(), CudaError> {
-        if self.joined.is_empty() && !self.relayout {
+    /// the new keys' answer pages are zeroed (adjacent ranges in one memset). With `relayout`
+    /// (the layout just changed) every group in use is expanded again the same way.
+    /// Asynchronous, on the workspace's stream, ahead of the step's scan.
+    fn settle_joins(&mut self, relayout: bool) -> Result<(), CudaError> {
+        if self.joined.is_empty() && !relayout {
             return Ok(());
         }
         let ps = self.scanner.db.shape().page_size;
         let (stride, layout) = (self.stride(), self.layout);
         let joined = runs(std::mem::take(&mut self.joined));
-        let expanded: Vec<Range<usize>> = if std::mem::take(&mut self.relayout) {
+        let expanded: Vec<Range<usize>> = if relayout {
             self.groups
                 .iter()
                 .map(|g| g.first..g.first + g.keys)
@@ -429,13 +426,11 @@ impl Rotation for CudaRotation {
         }
         let mut step = Step::default();
         let layout = self.layout_for(self.columns_in_use());
-        if layout != self.layout {
-            self.layout = layout;
-            self.relayout = true;
-        }
+        let relayout = layout != self.layout;
+        self.layout = layout;
         if let Err(e) = self
             .mark_start()
-            .and_then(|()| self.settle_joins())
+            .and_then(|()| self.settle_joins(relayout))
             .and_then(|()| self.ws().marks.end(Phase::Expand, &self.ws().stream))
         {
             self.clear();
@@ -520,7 +515,6 @@ impl Rotation for CudaRotation {
         let _ = self.ws().stream.synchronize();
         self.columns.fill(None);
         self.joined.clear();
-        self.relayout = false;
         self.groups.drain(..).map(|g| g.ticket).collect()
     }
 }
