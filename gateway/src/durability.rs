@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use pirq_queue::replication::{replicas, PartitionReplicas};
 use pirq_queue::sampler::{durability_features, persistence};
-use pirq_queue::{Connection, RedisTarget};
+use pirq_queue::{Connection, QueueError, RedisTarget};
 use pirq_shared::layout::Layout;
 
 /// How often the `appendfsync always` configuration, or the replicas, are checked again.
@@ -92,21 +92,10 @@ impl Durable {
         let conn = target
             .connection(Duration::from_secs(2))
             .map_err(|e| e.to_string())?;
-        let deadline = tokio::time::Instant::now() + within;
-        let (version, waitaof) = loop {
-            match durability_features(&conn).await {
-                Ok(v) => break v,
-                Err(e) if tokio::time::Instant::now() < deadline => {
-                    tracing::warn!(error = %e, "redis not reachable to check durability; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "--durability fsync: cannot reach redis to check its persistence: {e}"
-                    ))
-                }
-            }
-        };
+        let (version, waitaof) = until_reachable(within, "fsync", "its persistence", || {
+            durability_features(&conn)
+        })
+        .await?;
         let (appendonly, appendfsync) = persistence(&conn).await;
         if waitaof {
             if appendonly.as_deref() == Some("no") {
@@ -174,21 +163,10 @@ impl Durable {
         let conn = target
             .connection(Duration::from_secs(2))
             .map_err(|e| e.to_string())?;
-        let deadline = tokio::time::Instant::now() + within;
-        let found = loop {
-            match replicas(&conn, layout).await {
-                Ok(found) => break found,
-                Err(e) if tokio::time::Instant::now() < deadline => {
-                    tracing::warn!(error = %e, "redis not reachable to check its replicas; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "--durability replica: cannot reach redis to check its replicas: {e}"
-                    ))
-                }
-            }
-        };
+        let found = until_reachable(within, "replica", "its replicas", || {
+            replicas(&conn, layout)
+        })
+        .await?;
         if let Some(bad) = found.iter().find(|p| !p.can_confirm()) {
             return Err(format!(
                 "--durability replica: {}; every primary serving the party needs a replica \
@@ -249,5 +227,35 @@ fn no_replica(p: &PartitionReplicas, cluster: bool) -> String {
         format!("{node} is not a primary (role {})", p.role)
     } else {
         format!("{node} has no replica online (INFO replication)")
+    }
+}
+
+/// Runs a start-up `check` of `--durability MODE` until Redis answers it, retrying every 500 ms
+/// for up to `within` (a gateway started beside its Redis outlasts that Redis's start); the
+/// warning and the final error name `what` it checks.
+async fn until_reachable<T, F, Fut>(
+    within: Duration,
+    mode: &str,
+    what: &str,
+    mut check: F,
+) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueueError>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "redis not reachable to check {what}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "--durability {mode}: cannot reach redis to check {what}: {e}"
+                ))
+            }
+        }
     }
 }
