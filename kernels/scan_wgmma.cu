@@ -9,11 +9,12 @@
 // `wgmma` reads the B operand (the keys' selection bits) straight from shared memory, where the
 // copy engine (`cp.async.bulk`) put it, and one instruction does 64 x N x 256 of the product.
 //
-// Work split. Grid (n-groups of N keys, m-groups of 8 m-tiles = 128 bit rows, k-splits of
-// `blocks_per_task` 256-page blocks); 288 threads: warps 0..7 are two consumer warpgroups (warp w
-// owns m-tile 8 * blockIdx.y + w, so warpgroup g covers 64 rows), warp 8 is the producer.
-// Per 256-page block the producer copies two contiguous runs into a ring stage:
-//   A: the 8 m-tiles of the block (layout A, 4 KiB; each lane later loads its own 16-byte
+// Work split. Grid (n-groups of N keys, m-groups of 12 m-tiles = 192 bit rows, k-splits of
+// `blocks_per_task` 256-page blocks); 512 threads = four warpgroups. Warpgroups 0..2 consume
+// (warp w owns m-tile 12 * blockIdx.y + w, so warpgroup g covers 64 rows); warpgroup 3 produces:
+// one lane drives the copy engine. Per 256-page block the producer copies two contiguous runs
+// into a ring stage:
+//   A: the 12 m-tiles of the block (layout A, 6 KiB; each lane later loads its own 16-byte
 //      mma fragment from it: the A operand of wgmma from registers has the same fragment layout
 //      as mma.m16n8k256's), and
 //   B: the N keys' selection bits, N * 32 bytes, in layout "B for wgmma" (pirq_common.cuh): the
@@ -23,6 +24,14 @@
 // (one arrival per consumer warp once its wgmma that read the stage has completed).
 // The accumulator layout of wgmma (per warp: rows g, g + 8 of its 16; columns 8j + 2t, +1) is the
 // mma.sync C layout per n-tile j, so the parities go to `partial` exactly as in scan_mma.cu.
+//
+// Why three consumer warpgroups and a whole producer warpgroup: what binds is the L2 -> SM
+// traffic (docs/bench/gpu-scan.md, "Roofline"): every CTA reads the N keys' bits again for its
+// rows, so more rows a CTA means fewer bytes per product. 128 accumulators a thread (N = 256) for
+// three warpgroups do not fit beside a producer warp (13 warps: 128 registers a thread), so the
+// producer is a warpgroup that gives its registers back (`setmaxnreg`: 24 a thread) and the
+// consumers take them (160). Measured 1.3x the two-warpgroup kernel it replaced
+// (bench/wgmma_old.cu) at 64 GiB on the H100.
 #ifndef PIRQ_ONE_SOURCE
 #include "pirq_common.cuh"
 #endif
@@ -142,35 +151,6 @@ __device__ __forceinline__ void pirq_bulk_copy(unsigned dst, const void* src, un
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
-// The same wait with cluster scope: the arrivals may come from the other CTAs of the cluster.
-__device__ __forceinline__ void pirq_mbar_wait_cluster(unsigned bar, unsigned parity) {
-    asm volatile(
-        "{\n.reg .pred p;\nPIRQ_WAITC:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra PIRQ_WAITC;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-// Arrives on the barrier at the same offset in CTA `rank` of the cluster.
-__device__ __forceinline__ void pirq_mbar_arrive_remote(unsigned bar, unsigned rank) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ unsigned pirq_cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void pirq_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// A contiguous global -> shared copy into the same offset of every CTA in `mask` of the cluster,
-// completing on the barrier at `bar`'s offset in each.
-__device__ __forceinline__ void pirq_bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes,
-                                                         unsigned bar, unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1], %2, [%3], %4;" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
-}
 __device__ __forceinline__ void pirq_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void pirq_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -187,15 +167,12 @@ __device__ __forceinline__ unsigned long long pirq_wgmma_desc(unsigned addr) {
 }
 #endif  // PIRQ_WGMMA
 
-#define PIRQ_WGMMA_THREADS 288u
-#define PIRQ_WGMMA_MTILES 8u
+#define PIRQ_WGMMA_THREADS 512u
+#define PIRQ_WGMMA_MTILES 12u
+#define PIRQ_WGMMA_PRODUCER_REGS 24
+#define PIRQ_WGMMA_CONSUMER_REGS 160
 
-// Dynamic shared memory of a variant: STAGES x (A 4 KiB + B N x 32 B), plus alignment slack.
-// CLUSTER = 2: the two CTAs of a cluster (adjacent m-groups, same keys and blocks) each fetch
-// half of the B tile and multicast it into both, halving the L2 traffic of B. Correct, but it
-// measured 3.5x slower than CLUSTER = 1 on the H100 (cause not found yet); only the bench
-// harness (kernels/bench/wgmma.cu) instantiates it.
-template <int N, int STAGES, int INFLIGHT, int CLUSTER>
+template <int N, int STAGES>
 __device__ __forceinline__ void scan_wgmma_body(const uint4* __restrict__ a, const uint4* __restrict__ b,
                                                 unsigned* __restrict__ partial, unsigned mtiles,
                                                 unsigned nblocks, unsigned np_total,
@@ -204,119 +181,97 @@ __device__ __forceinline__ void scan_wgmma_body(const uint4* __restrict__ a, con
     constexpr unsigned A_BYTES = PIRQ_WGMMA_MTILES * 512u;
     constexpr unsigned B_BYTES = N * 32u;
     constexpr unsigned STAGE_BYTES = A_BYTES + B_BYTES;
+    // A sub-partition holds 512 registers a lane: one warp of each warpgroup.
+    static_assert(PIRQ_WGMMA_PRODUCER_REGS + 3 * PIRQ_WGMMA_CONSUMER_REGS <= 512, "register file");
     extern __shared__ unsigned char pirq_wg_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    // The last CTA row may hold fewer m-tiles (2048 = 170 x 12 + 8 at 4 KiB pages): only those
+    // are copied; the warps past them compute on stale shared memory and write nothing.
+    const unsigned a_bytes = min(PIRQ_WGMMA_MTILES, mtiles - mt0) * 512u;
     const unsigned np0 = blockIdx.x * (N / 16);
     const unsigned kb0 = blockIdx.z * blocks_per_task;
     const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
     const unsigned steps = kb1 > kb0 ? kb1 - kb0 : 0u;
     const unsigned ring = ((unsigned)__cvta_generic_to_shared(pirq_wg_smem) + 127u) & ~127u;
     const unsigned full0 = (unsigned)__cvta_generic_to_shared(bars), empty0 = full0 + 8u * STAGES;
-    const unsigned rank = CLUSTER > 1 ? pirq_cluster_rank() : 0u;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             pirq_mbar_init(full0 + 8u * s, 1);
-            pirq_mbar_init(empty0 + 8u * s, 8 * CLUSTER);
+            pirq_mbar_init(empty0 + 8u * s, PIRQ_WGMMA_MTILES);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (CLUSTER > 1)
-        pirq_cluster_sync();
-    else
-        __syncthreads();
-    if (warp == 8) {
-        // Producer: one lane drives the copy engine.
-        if (lane == 0) {
+    __syncthreads();
+    if (warp >= PIRQ_WGMMA_MTILES) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PIRQ_WGMMA_PRODUCER_REGS));
+        if (warp == PIRQ_WGMMA_MTILES && lane == 0) {
             for (unsigned i = 0; i < steps; ++i) {
                 const unsigned s = i % STAGES;
-                if (i >= (unsigned)STAGES) {
-                    if (CLUSTER > 1)
-                        pirq_mbar_wait_cluster(empty0 + 8u * s, ((i / STAGES) - 1u) & 1u);
-                    else
-                        pirq_mbar_wait(empty0 + 8u * s, ((i / STAGES) - 1u) & 1u);
-                }
+                if (i >= (unsigned)STAGES) pirq_mbar_wait(empty0 + 8u * s, ((i / STAGES) - 1u) & 1u);
                 const unsigned long long kb = kb0 + i;
                 const unsigned full = full0 + 8u * s, dst = ring + s * STAGE_BYTES;
-                pirq_mbar_expect_tx(full, STAGE_BYTES);
-                pirq_bulk_copy(dst, a + (kb * mtiles + mt0) * 32u, A_BYTES, full);
-                const uint4* bsrc = b + (kb * np_total + np0) * 32u;
-                if (CLUSTER > 1) {
-                    constexpr unsigned PART = B_BYTES / CLUSTER;
-                    pirq_bulk_copy_multicast(dst + A_BYTES + rank * PART, bsrc + rank * (PART / 16u), PART,
-                                             full, (unsigned short)((1u << CLUSTER) - 1u));
-                } else {
-                    pirq_bulk_copy(dst + A_BYTES, bsrc, B_BYTES, full);
-                }
+                pirq_mbar_expect_tx(full, a_bytes + B_BYTES);
+                pirq_bulk_copy(dst, a + (kb * mtiles + mt0) * 32u, a_bytes, full);
+                pirq_bulk_copy(dst + A_BYTES, b + (kb * np_total + np0) * 32u, B_BYTES, full);
             }
         }
-    } else {
-        int acc[N / 2];
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(PIRQ_WGMMA_CONSUMER_REGS));
+    int acc[N / 2];
 #pragma unroll
-        for (int i = 0; i < N / 2; ++i) acc[i] = 0;
-        uint4 a_prev = make_uint4(0, 0, 0, 0);
-        unsigned s_prev = 0;
-        for (unsigned i = 0; i < steps; ++i) {
-            const unsigned s = i % STAGES;
-            pirq_mbar_wait(full0 + 8u * s, (i / STAGES) & 1u);
-            const unsigned stage = ring + s * STAGE_BYTES;
-            uint4 af;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
-                         : "r"(stage + (warp * 32u + lane) * 16u) : "memory");
-            pirq_wgmma_fence();
-            pirq_wgmma_b1<N>(acc, af, pirq_wgmma_desc(stage + A_BYTES));
-            pirq_wgmma_commit();
-            if (INFLIGHT == 0) {
-                pirq_wgmma_wait<0>();
-                __syncwarp();
-                if (lane == 0) {
-                    pirq_mbar_arrive(empty0 + 8u * s);
-                    for (unsigned r = 0; r < (unsigned)CLUSTER; ++r)
-                        if (r != rank) pirq_mbar_arrive_remote(empty0 + 8u * s, r);
-                }
-            } else {
-                // The previous wgmma (and its stage) is done once at most this one is in flight.
-                pirq_wgmma_wait<1>();
-                pirq_keep(a_prev);
-                __syncwarp();
-                if (i > 0 && lane == 0) {
-                    pirq_mbar_arrive(empty0 + 8u * s_prev);
-                    for (unsigned r = 0; r < (unsigned)CLUSTER; ++r)
-                        if (r != rank) pirq_mbar_arrive_remote(empty0 + 8u * s_prev, r);
-                }
-                a_prev = af;
-                s_prev = s;
-            }
+    for (int i = 0; i < N / 2; ++i) acc[i] = 0;
+    for (unsigned i = 0; i < steps; ++i) {
+        const unsigned s = i % STAGES;
+        pirq_mbar_wait(full0 + 8u * s, (i / STAGES) & 1u);
+        const unsigned stage = ring + s * STAGE_BYTES;
+        uint4 af;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
+                     : "r"(stage + (warp * 32u + lane) * 16u) : "memory");
+        pirq_wgmma_fence();
+        if (N == 256) {
+            // Two m64n128 halves (keys 128.. start 16 core matrices = 4 KiB into B): ptxas checks
+            // each instruction against the kernel's entry register count (128 at 512 threads),
+            // not the setmaxnreg budget, and one m64n256 needs 158.
+            pirq_wgmma_b1<128>(*reinterpret_cast<int(*)[64]>(&acc[0]), af, pirq_wgmma_desc(stage + A_BYTES));
+            pirq_wgmma_b1<128>(*reinterpret_cast<int(*)[64]>(&acc[64]), af,
+                               pirq_wgmma_desc(stage + A_BYTES + 4096u));
+        } else {
+            pirq_wgmma_b1<N>(*reinterpret_cast<int(*)[N / 2]>(&acc[0]), af, pirq_wgmma_desc(stage + A_BYTES));
         }
+        pirq_wgmma_commit();
+        // Waiting for each block's wgmma measured faster than keeping one in flight (and the
+        // register-A form allows no more than one: its registers stay read until it retires).
         pirq_wgmma_wait<0>();
-        pirq_keep(a_prev);
-        const unsigned mt = mt0 + warp;
-        if (mt < mtiles) {
-            const unsigned ntiles = np_total * 2u;
-            unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
+        pirq_keep(af);
+        __syncwarp();
+        if (lane == 0) pirq_mbar_arrive(empty0 + 8u * s);
+    }
+    const unsigned mt = mt0 + warp;
+    if (mt < mtiles) {
+        const unsigned ntiles = np_total * 2u;
+        unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
 #pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-                if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-            }
+        for (int i = 0; i < N / 2; ++i) {
+            const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
+            if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
         }
     }
-    // No CTA of a cluster leaves while another may still copy into it or arrive on its barriers.
-    if (CLUSTER > 1) pirq_cluster_sync();
 #endif
 }
 
-#define PIRQ_SCAN_WGMMA(N, ST, IF)                                                                  \
-    extern "C" __global__ void __launch_bounds__(PIRQ_WGMMA_THREADS, 1) scan_wgmma_n##N##_s##ST##_f##IF( \
+#define PIRQ_SCAN_WGMMA(N, ST)                                                                      \
+    extern "C" __global__ void __launch_bounds__(PIRQ_WGMMA_THREADS, 1) scan_wgmma_n##N##_s##ST(   \
         const uint4* __restrict__ a, const uint4* __restrict__ b, unsigned* __restrict__ partial,    \
         unsigned mtiles, unsigned nblocks, unsigned np_total, unsigned blocks_per_task) {            \
-        scan_wgmma_body<N, ST, IF, 1>(a, b, partial, mtiles, nblocks, np_total, blocks_per_task);    \
+        scan_wgmma_body<N, ST>(a, b, partial, mtiles, nblocks, np_total, blocks_per_task);           \
     }
-// The variants the backend picks from: scan_wgmma_n<N>_s<STAGES>_f<wgmmas left in flight after
-// each issue>. f0 (wait for each wgmma) measured 2-8 % faster than f1 on the H100; 8 stages beat
-// 4, 12 and 16 (kernels/bench/wgmma.cu, docs/bench/gpu-scan.md).
-PIRQ_SCAN_WGMMA(128, 8, 0)
-PIRQ_SCAN_WGMMA(192, 8, 0)
-PIRQ_SCAN_WGMMA(256, 8, 0)
+// The variants the backend picks from (`scan/src/cuda/layout.rs`, WGMMA_VARIANTS):
+// scan_wgmma_n<N>_s<STAGES>. 12 stages beat 8 by 5-6 % at N = 256 and 384-512 keys; 8 stages
+// are 2 % ahead at 256 keys (kernels/bench/wgmma.cu, docs/bench/gpu-scan.md).
+PIRQ_SCAN_WGMMA(128, 8)
+PIRQ_SCAN_WGMMA(192, 8)
+PIRQ_SCAN_WGMMA(256, 12)

@@ -31,13 +31,13 @@ __device__ __forceinline__ void scan_wgmma_ss_body(const uint4* __restrict__ a, 
                                                    unsigned nblocks, unsigned np_total,
                                                    unsigned blocks_per_task) {
 #ifdef PIRQ_WGMMA
-    constexpr unsigned A_BYTES = PIRQ_WGMMA_MTILES * 512u;
+    constexpr unsigned A_BYTES = PIRQ_WGMMA_OLD_MTILES * 512u;
     constexpr unsigned B_BYTES = N * 32u;
     constexpr unsigned STAGE_BYTES = A_BYTES + B_BYTES;
     extern __shared__ unsigned char pirq_wg_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_OLD_MTILES;
     const unsigned np0 = blockIdx.x * (N / 16);
     const unsigned kb0 = blockIdx.z * blocks_per_task;
     const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
@@ -97,7 +97,7 @@ __device__ __forceinline__ void scan_wgmma_ss_body(const uint4* __restrict__ a, 
 }
 
 #define PIRQ_SCAN_WGMMA_SS(N, ST, IF)                                                                \
-    extern "C" __global__ void __launch_bounds__(PIRQ_WGMMA_THREADS, 1) scan_wgmma_n##N##_s##ST##_ss##IF( \
+    extern "C" __global__ void __launch_bounds__(PIRQ_WGMMA_OLD_THREADS, 1) scan_wgmma_n##N##_s##ST##_ss##IF( \
         const uint4* __restrict__ a, const uint4* __restrict__ b, unsigned* __restrict__ partial,    \
         unsigned mtiles, unsigned nblocks, unsigned np_total, unsigned blocks_per_task) {            \
         scan_wgmma_ss_body<N, ST, IF>(a, b, partial, mtiles, nblocks, np_total, blocks_per_task);    \

@@ -185,7 +185,7 @@ __device__ __forceinline__ void scan_wgmma_ag_body(const uint4* __restrict__ a, 
     extern __shared__ unsigned char pirq_wg_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_OLD_MTILES;
     const unsigned np0 = blockIdx.x * (N / 16);
     const unsigned kb0 = blockIdx.z * blocks_per_task;
     const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
@@ -293,13 +293,13 @@ __device__ __forceinline__ void scan_wgmma_fold_body(const uint4* __restrict__ a
 #ifdef PIRQ_WGMMA
     constexpr int R = INFLIGHT + 1;
     static_assert(STAGES >= INFLIGHT + 2, "thread 0 refills one step behind the released ones");
-    constexpr unsigned A_BYTES = PIRQ_WGMMA_MTILES * 512u;
+    constexpr unsigned A_BYTES = PIRQ_WGMMA_OLD_MTILES * 512u;
     constexpr unsigned B_BYTES = N * 32u;
     constexpr unsigned STAGE_BYTES = A_BYTES + B_BYTES;
     extern __shared__ unsigned char pirq_wg_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_OLD_MTILES;
     const unsigned np0 = blockIdx.x * (N / 16);
     const unsigned kb0 = blockIdx.z * blocks_per_task;
     const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
@@ -415,7 +415,7 @@ __device__ __forceinline__ void scan_wgmma_agp_body(const uint4* __restrict__ a,
     extern __shared__ unsigned char pirq_wg_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_OLD_MTILES;
     const unsigned np0 = blockIdx.x * (N / 16);
     const unsigned kb0 = blockIdx.z * blocks_per_task;
     const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
@@ -489,7 +489,7 @@ __device__ __forceinline__ void scan_wgmma_agp_body(const uint4* __restrict__ a,
 #endif
 }
 #define PIRQ_SCAN_WGMMA_AGP(N, ST, D)                                                                \
-    extern "C" __global__ void __launch_bounds__(PIRQ_WGMMA_THREADS, 1) scan_wgmma_n##N##_s##ST##_agp##D( \
+    extern "C" __global__ void __launch_bounds__(PIRQ_WGMMA_OLD_THREADS, 1) scan_wgmma_n##N##_s##ST##_agp##D( \
         const uint4* __restrict__ a, const uint4* __restrict__ b, unsigned* __restrict__ partial,    \
         unsigned mtiles, unsigned nblocks, unsigned np_total, unsigned blocks_per_task) {            \
         scan_wgmma_agp_body<N, ST, D>(a, b, partial, mtiles, nblocks, np_total, blocks_per_task);    \
@@ -511,14 +511,14 @@ __device__ __forceinline__ void scan_wgmma_mc_body(const uint4* __restrict__ a, 
                                                    unsigned nblocks, unsigned np_total,
                                                    unsigned blocks_per_task) {
 #ifdef PIRQ_WGMMA
-    constexpr unsigned A_BYTES = PIRQ_WGMMA_MTILES * 512u;
+    constexpr unsigned A_BYTES = PIRQ_WGMMA_OLD_MTILES * 512u;
     constexpr unsigned B_BYTES = N * 32u;
     constexpr unsigned HALF = B_BYTES / 2u;
     constexpr unsigned STAGE_BYTES = A_BYTES + B_BYTES;
     extern __shared__ unsigned char pirq_wg_smem[];
     __shared__ __align__(8) unsigned long long bars[3 * STAGES];
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_MTILES;
+    const unsigned mt0 = blockIdx.y * PIRQ_WGMMA_OLD_MTILES;
     const unsigned np0 = blockIdx.x * (N / 16);
     const unsigned kb0 = blockIdx.z * blocks_per_task;
     const unsigned kb1 = min(kb0 + blocks_per_task, nblocks);
@@ -590,7 +590,7 @@ __device__ __forceinline__ void scan_wgmma_mc_body(const uint4* __restrict__ a, 
 #endif
 }
 #define PIRQ_SCAN_WGMMA_MC(N, ST)                                                                    \
-    extern "C" __global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(PIRQ_WGMMA_THREADS, 1)     \
+    extern "C" __global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(PIRQ_WGMMA_OLD_THREADS, 1)     \
         scan_wgmma_n##N##_s##ST##_mc(const uint4* __restrict__ a, const uint4* __restrict__ b,         \
                                      unsigned* __restrict__ partial, unsigned mtiles, unsigned nblocks, \
                                      unsigned np_total, unsigned blocks_per_task) {                  \

@@ -67,7 +67,7 @@ pub mod entry {
     /// kernels' bodies are empty otherwise).
     pub const HAS_WGMMA: &str = "pirq_has_wgmma";
     // The tensor-core variants `scan_mma_m<MT>_n<NT>_s<STAGES>_w<WN>` and
-    // `scan_wgmma_n<N>_s<STAGES>_f0` are named from their shape by `pirq-scan`'s
+    // `scan_wgmma_n<N>_s<STAGES>` are named from their shape by `pirq-scan`'s
     // `ScanPlan::kernel_name`.
 }
 

@@ -116,7 +116,7 @@ fn answers_match_cpu_scanner() {
         let (keys, _) = random_keys(n, 37);
         let want = cpu.pass(&keys).unwrap();
         let wgmma: &[&str] = if gpu.has_wgmma() {
-            &["wg128s8/2048", "wg192s8/3", "wg256s8/77"]
+            &["wg128s8/2048", "wg192s8/3", "wg256s12/77"]
         } else {
             eprintln!("no wgmma kernels on this GPU: their plans are not compared");
             &[]

@@ -156,8 +156,9 @@ pub enum ScanPlan {
         warps: u32,
         blocks_per_task: u32,
     },
-    /// `scan_wgmma_n{n}_s{stages}_f0` on Hopper's warpgroup tensor cores (sm_90a): N keys per
-    /// CTA column, selection bits in layout "B for wgmma".
+    /// `scan_wgmma_n{n}_s{stages}` on Hopper's warpgroup tensor cores (sm_90a): N keys per
+    /// CTA column, [`WGMMA_CTA_MTILES`] m-tiles per CTA row, selection bits in layout "B for
+    /// wgmma".
     Wgmma {
         n: u32,
         stages: u32,
@@ -168,7 +169,15 @@ pub enum ScanPlan {
 }
 
 /// The wgmma variants compiled into the module (sm_90a only): (n, stages).
-pub const WGMMA_VARIANTS: &[(u32, u32)] = &[(128, 8), (192, 8), (256, 8)];
+pub const WGMMA_VARIANTS: &[(u32, u32)] = &[(128, 8), (192, 8), (256, 12)];
+
+/// M-tiles (16 bit rows each) one `wgmma` CTA covers: three consumer warpgroups of four warps
+/// (`kernels/scan_wgmma.cu`). A page's `mtiles` need not be a multiple: the last CTA row
+/// copies and writes only the m-tiles that exist.
+pub const WGMMA_CTA_MTILES: u32 = 12;
+
+/// Threads of a `wgmma` CTA: three consumer warpgroups and the producer warpgroup.
+pub const WGMMA_THREADS: u32 = 512;
 
 /// How the expansion arranges the selection bits inside each 512-byte chunk
 /// (`kernels/pirq_common.cuh`): B for `mma.sync` and the CUDA-core kernel, "B for wgmma" for
@@ -247,15 +256,14 @@ impl ScanPlan {
     /// least. The rotating scan takes it while its keys in flight are in the `wgmma` layout
     /// (more than 64 columns in use, `scan/src/cuda/rotation.rs`), whatever their number.
     pub fn wgmma_for(q: usize) -> ScanPlan {
-        let n = WGMMA_VARIANTS
+        let (n, stages) = *WGMMA_VARIANTS
             .iter()
             .rev()
-            .map(|&(n, _)| n)
-            .min_by_key(|&n| q.next_multiple_of(n as usize))
+            .min_by_key(|&&(n, _)| q.next_multiple_of(n as usize))
             .expect("wgmma variants");
         ScanPlan::Wgmma {
             n,
-            stages: 8,
+            stages,
             blocks_per_task: WGMMA_BLOCKS_PER_TASK,
         }
     }
@@ -266,9 +274,9 @@ impl ScanPlan {
             ScanPlan::Mma {
                 mt, stages, warps, ..
             } => warps * stages * mt * 512,
-            // A ring of stages (A: 8 m-tiles of 512 bytes, B: n keys x 32 bytes) and the slack
-            // to align it to 128 bytes.
-            ScanPlan::Wgmma { n, stages, .. } => stages * (8 * 512 + n * 32) + 128,
+            // A ring of stages (A: the CTA's m-tiles of 512 bytes, B: n keys x 32 bytes) and the
+            // slack to align it to 128 bytes.
+            ScanPlan::Wgmma { n, stages, .. } => stages * (WGMMA_CTA_MTILES * 512 + n * 32) + 128,
             ScanPlan::Xor { .. } => 0,
         }
     }
@@ -301,13 +309,13 @@ impl ScanPlan {
             ScanPlan::Mma {
                 mt, nt, stages, wn, ..
             } => format!("scan_mma_m{mt}_n{nt}_s{stages}_w{wn}"),
-            ScanPlan::Wgmma { n, stages, .. } => format!("scan_wgmma_n{n}_s{stages}_f0"),
+            ScanPlan::Wgmma { n, stages, .. } => format!("scan_wgmma_n{n}_s{stages}"),
             ScanPlan::Xor { .. } => pirq_kernels::entry::SCAN_XOR.to_string(),
         }
     }
 
     /// Parses a plan written as `m2n8s4w2/8/256` (variant / warps / blocks per task),
-    /// `wg256s8/2048` (wgmma variant / blocks per task) or `xor/512`.
+    /// `wg256s12/2048` (wgmma variant / blocks per task) or `xor/512`.
     pub fn parse(text: &str) -> Option<ScanPlan> {
         let parts: Vec<&str> = text.split('/').collect();
         if parts[0] == "xor" {

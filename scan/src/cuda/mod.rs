@@ -37,7 +37,10 @@ use pirq_shared::metrics::Phase;
 use self::db::DeviceDb;
 use self::epoch_window::{EpochState, Merge};
 use self::kernels::Kernels;
-use self::layout::{pack_key, SelLayout, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH};
+use self::layout::{
+    pack_key, SelLayout, Shape, KEY_MAX_LEVELS, KEY_WORDS, NODE_LEVELS_PER_LAUNCH,
+    WGMMA_CTA_MTILES, WGMMA_THREADS,
+};
 use self::workspace::{workspace_bytes, Pool, Workspace};
 use crate::epoch_window::DeltaWindow;
 use crate::{check_keys, Answers, Geometry, PassCost, ScanError, Scanner};
@@ -656,12 +659,12 @@ impl CudaScanner {
             ScanPlan::Wgmma {
                 n, blocks_per_task, ..
             } => {
-                // padded is a multiple of n, mtiles of 8 (page sizes of at least 256 bytes).
-                let (x, y) = (padded as u32 / n, mtiles / 8);
+                // padded is a multiple of n.
+                let (x, y) = (padded as u32 / n, mtiles.div_ceil(WGMMA_CTA_MTILES));
                 // Its CTAs fill and drain an 8-stage ring: the plan's task count, evened out.
                 let blocks_per_task = task_blocks(blocks_per_task, nblocks, 1);
                 let grid = (x, y, nblocks.div_ceil(blocks_per_task));
-                tensor_core_scan(grid, 288, blocks_per_task)?;
+                tensor_core_scan(grid, WGMMA_THREADS, blocks_per_task)?;
             }
             ScanPlan::Xor { blocks_per_task } => {
                 let (warps, mt, kq) = (8u32, 2u32, 8u32);
