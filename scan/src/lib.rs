@@ -6,6 +6,7 @@
 //! [`epoch_window`] exactly. The worker feeds a scanner from Redis; the `pirq` tool runs one
 //! locally (`pirq answer`, `pirq bench scan`): neither knows which backend it holds.
 
+pub mod answer_pool;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -53,8 +54,9 @@ pub struct Geometry {
 /// The bytes are a [`Bytes`]: the buffer the scanner wrote them into (the CPU scanner's
 /// accumulators, or a buffer a backend lends), passed on by reference count, never copied, to the
 /// worker's write of the job's result ([`Answers::into_shared`]), so the worker's code copies the
-/// answer bytes once on their way to Redis: into the Redis command (issue 28; the CUDA rotation
-/// still copies them out of its pinned buffer first, `docs/bench/worker-cpu.md`).
+/// answer bytes once on their way to Redis: into the Redis command (issue 28,
+/// `docs/bench/worker-cpu.md`). The CUDA rotation lends the pinned blocks the device copied the
+/// answers into ([`answer_pool`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answers {
     page_size: usize,

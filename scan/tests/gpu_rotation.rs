@@ -1,6 +1,7 @@
 //! GPU rotating-scan tests: the CUDA rotation against the model of every page at every epoch
 //! (joins at random segments, updates folding the base mid-turn), against the CPU rotation
-//! key by key, and a shard's turn over its range.
+//! key by key, a shard's turn over its range, and answers lent in pinned blocks held while
+//! later steps run.
 //!
 //! They need a GPU, so they run only with `PIRQ_GPU_TESTS=1` (scripts/gpu-test.sh sets it);
 //! elsewhere each test returns at once and passes as skipped, saying so on stderr.
@@ -8,13 +9,13 @@
 
 mod rotation_model;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use pirq_scan::cpu::{CpuRotation, CpuScanner};
 use pirq_scan::cuda::{CudaConfig, CudaRotation, CudaScanner, ScanPlan};
-use pirq_scan::rotation::{Finished, Rotation};
-use pirq_scan::Scanner;
+use pirq_scan::rotation::{Finished, Rotation, Ticket};
+use pirq_scan::{Answers, Scanner};
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_testkit::{gpu_tests_enabled, TestDb};
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
@@ -174,5 +175,108 @@ fn gpu_shard_rotation_is_its_range() {
     assert_eq!(
         finished.pop().unwrap().answers.unwrap(),
         cpu.pass(&keys).unwrap()
+    );
+}
+
+/// Answers lent in pinned blocks stay exact while the worker holds them: groups leave across
+/// many steps, some answers are dropped at once (their blocks go back and are lent again),
+/// others held for several later steps or to the end (their blocks must not be lent again
+/// meanwhile), and for a stretch every answer is held so the pool runs dry and the rotation
+/// falls back to copying. Groups larger than a block are copied too. Every answer is checked
+/// byte for byte against the CPU, when it finishes and again when it is dropped.
+#[test]
+fn gpu_rotation_lent_answers_stay_exact_while_held() {
+    if !gpu_tests_enabled("gpu_rotation_lent_answers_stay_exact_while_held") {
+        return;
+    }
+    let file = TestDb::create(8000, 1024, 11).unwrap();
+    // 64 keys in flight: 16 blocks of 8 pages (PoolShape::for_keys).
+    let gpu_scanner = gpu(&file, 2, 64);
+    let cpu_scanner = CpuScanner::new(file.db.clone(), 2).unwrap();
+    let mut rotation = CudaRotation::new(gpu_scanner.clone(), 5);
+    let blocks = rotation.answer_blocks().blocks;
+    assert_eq!(blocks, 16);
+    let n = file.db.header().domain_bits();
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut want: HashMap<Ticket, Answers> = HashMap::new();
+    // Answers held: until which step (`usize::MAX`: to the end).
+    let mut held: Vec<(usize, Ticket, Answers)> = Vec::new();
+    let (mut finished, mut ran_dry, mut to_the_end) = (0, false, 0);
+    let steps = 120;
+    let mut step = 0;
+    while step < steps || rotation.in_flight() > 0 {
+        for _ in 0..rng.random_range(0..4) {
+            // Mostly 1 to 3 keys, now and then more than a block's 8 pages.
+            let k = if rng.random_bool(0.1) {
+                rng.random_range(9..16)
+            } else {
+                rng.random_range(1..4)
+            };
+            if step >= steps || !rotation.fits(k) {
+                continue;
+            }
+            let keys: Vec<DpfKey> = (0..k)
+                .map(|_| generate(n, rng.next_u64() % 8000, &mut rng).unwrap().0)
+                .collect();
+            let ticket = rotation.join(&keys, 0).unwrap();
+            want.insert(ticket, cpu_scanner.pass(&keys).unwrap());
+        }
+        for f in rotation.step().unwrap().finished {
+            let answers = f.answers.unwrap();
+            assert_eq!(
+                answers, want[&f.ticket],
+                "group {:?} as it finished",
+                f.ticket
+            );
+            finished += 1;
+            // Steps 30 to 70 hold everything for 40 steps: the pool runs dry. A few answers
+            // are held to the end (their blocks never come back); the rest for a while.
+            let until = if (30..70).contains(&step) {
+                step + 40
+            } else if to_the_end < 4 && rng.random_bool(0.1) {
+                to_the_end += 1;
+                usize::MAX
+            } else {
+                match rng.random_range(0..3) {
+                    0 => step,
+                    1 => step + rng.random_range(1..8),
+                    _ => step + rng.random_range(8..30),
+                }
+            };
+            held.push((until, f.ticket, answers));
+        }
+        ran_dry |= rotation.answer_blocks().free == 0;
+        held.retain(|(until, ticket, answers)| {
+            let keep = *until > step;
+            if !keep {
+                assert_eq!(answers, &want[ticket], "group {ticket:?} when dropped");
+            }
+            keep
+        });
+        step += 1;
+    }
+    for (_, ticket, answers) in &held {
+        assert_eq!(answers, &want[ticket], "group {ticket:?} held to the end");
+    }
+    let stats = rotation.answer_blocks();
+    eprintln!(
+        "{finished} groups, {} held to the end: {stats:?}",
+        held.len()
+    );
+    assert_eq!(finished, want.len());
+    assert!(
+        stats.leases > 2 * blocks as u64,
+        "blocks lent again: {stats:?}"
+    );
+    assert!(
+        ran_dry,
+        "the pool ran dry while answers were held: {stats:?}"
+    );
+    assert!(stats.lent_bytes > 0 && stats.copied_bytes > 0, "{stats:?}");
+    drop(held);
+    assert_eq!(
+        rotation.answer_blocks().free,
+        blocks,
+        "every block back once its answers dropped"
     );
 }

@@ -154,6 +154,8 @@ pub const WORKER_READY: &str = "pirq_worker_ready";
 pub const WORKER_VRAM_USED: &str = "pirq_worker_vram_used_bytes";
 /// GPU memory on the worker's device.
 pub const WORKER_VRAM_TOTAL: &str = "pirq_worker_vram_total_bytes";
+/// Answer pages the CUDA scanner handed to the Redis write, by whether a pinned block was lent.
+pub const WORKER_ANSWER_PAGES: &str = "pirq_worker_answer_pages_total";
 
 /// A phase of a scanner pass: the values of the `phase` label of [`WORKER_PHASE_DURATION`], and
 /// the names the backends and benches time their passes by. The CPU backend has expand, scan and
@@ -306,6 +308,8 @@ pub const CATALOG: &[Metric] = &[
       "GPU memory in use on the worker's device (database, workspaces, everything else)."),
     m(WORKER_VRAM_TOTAL, Gauge, Unit::Bytes, &[], Worker, Cuda,
       "GPU memory on the worker's device."),
+    m(WORKER_ANSWER_PAGES, Counter, Unit::Count, &["path"], Worker, Cuda,
+      "Answer pages the CUDA scanner handed to the Redis write, by path: \"lent\" (copied by the GPU into a pinned block that is lent to the write, no copy on the host before the Redis command's) or \"copied\" (the block pool was dry or a job's keys outgrew a block: copied out of the workspace's buffer first); a lasting share of copied pages means the pool is too small for the load."),
 ];
 
 /// Buckets of the `_seconds` histograms: 100 µs to 60 s, roughly ×2.5 apart.
@@ -347,6 +351,13 @@ pub fn seconds_since_unix_ms(ms: u64) -> f64 {
 pub fn record_phase(phase: Phase, took: std::time::Duration) {
     metrics::histogram!(WORKER_PHASE_DURATION, "phase" => phase.as_str())
         .record(took.as_secs_f64());
+}
+
+/// Counts a step's finished answer pages in [`WORKER_ANSWER_PAGES`]: `lent` in pinned blocks,
+/// `copied` out of the scanner's own buffer.
+pub fn record_answer_pages(lent: u64, copied: u64) {
+    metrics::counter!(WORKER_ANSWER_PAGES, "path" => "lent").increment(lent);
+    metrics::counter!(WORKER_ANSWER_PAGES, "path" => "copied").increment(copied);
 }
 
 /// Sets the VRAM gauges ([`WORKER_VRAM_USED`], [`WORKER_VRAM_TOTAL`]) from the device's

@@ -15,6 +15,7 @@
 //! [`Scanner::pass`] at once: each takes its own workspace (own stream and buffers) from the
 //! [`workspace::Pool`], so one batch's upload and expansion overlap another's scan.
 
+mod answer_blocks;
 mod db;
 mod epoch_window;
 mod kernels;

@@ -22,9 +22,16 @@
 //!    XORs the parities into the answer pages (`accumulate`), which persist across segments;
 //! 2. merges the epoch table's entries of the segment's pages (`epoch_merge` with a page range)
 //!    with the table of the base the segment was just read from, under the same read lock;
-//! 3. copies the answers of the groups whose turn ended into the pinned buffer, once, and
-//!    synchronizes; the lock is released only then, so an update's fold never runs beside a
-//!    segment.
+//! 3. copies the answers of the groups whose turn ended to the host, once, and synchronizes;
+//!    the lock is released only then, so an update's fold never runs beside a segment.
+//!
+//! The answers are copied into pinned blocks of the rotation's answer pool
+//! ([`answer_pool`](crate::answer_pool)) and handed to the worker as slices of them: the bytes
+//! the device wrote are the bytes the worker's Redis command reads, with no copy on the host
+//! between (the block goes back to the pool when the worker drops the answers). Groups the pool
+//! cannot take (dry, or a group larger than a block) are copied into the workspace's pinned
+//! buffer and out of it into a vector, as before the pool; `pirq_worker_answer_pages_total`
+//! counts both ways.
 //!
 //! The selection layout follows the load, with the passes' rule ([`ScanPlan::for_keys_wgmma`]):
 //! on Hopper, `wgmma` while more than [`MMA_MAX_KEYS`] key columns are in use, and `mma.sync`
@@ -36,17 +43,21 @@
 //! around the threshold does not pay that expansion at every step. Elsewhere every segment runs
 //! on `mma.sync` or the CUDA-core kernel, like passes.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use cudarc::driver::result;
 use pirq_shared::dpf::DpfKey;
-use pirq_shared::metrics::{record_phase, Phase};
+use pirq_shared::metrics::{record_answer_pages, record_phase, Phase};
 
+use super::answer_blocks::{answer_pool, PinnedBlock};
 use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
 use super::workspace::Workspace;
 use super::{CudaError, CudaScanner};
+use crate::answer_pool::{BlockPool, Landing, Place, PoolStats};
 use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
@@ -83,6 +94,18 @@ pub struct CudaRotation {
     /// Device time of the last step: how long the next one is expected to take.
     last_step: Duration,
     clock: Clock,
+    /// Pinned blocks the finished answers are copied into and lent out from.
+    answer_pool: BlockPool<PinnedBlock>,
+    /// The step's finished answers on their way to the host: held from their copies' launch
+    /// until the step has synchronized (on failure, until [`Rotation::clear`] has), so that a
+    /// block never goes back to the pool while the device may still write into it.
+    landing: Option<Landed>,
+}
+
+/// A step's finished groups, in column order, and where their answers land.
+struct Landed {
+    tickets: Vec<Ticket>,
+    landing: Landing<PinnedBlock>,
 }
 
 struct Group {
@@ -106,6 +129,11 @@ impl CudaRotation {
         };
         let ws = scanner.pool.take_owned();
         let columns = vec![None; ws.capacity_keys / GROUP_KEYS * GROUP_KEYS];
+        let answer_pool = answer_pool(
+            &scanner.ctx,
+            scanner.config.max_batch_keys,
+            scanner.db.shape().page_size,
+        );
         CudaRotation {
             segments: rotation::split(blocks, segments, 1),
             ws: Some(ws),
@@ -117,7 +145,14 @@ impl CudaRotation {
             joined: Vec::new(),
             last_step: Duration::ZERO,
             clock: Clock::default(),
+            answer_pool,
+            landing: None,
         }
+    }
+
+    /// What the answer pool did so far (for tests: blocks lent, reused, answers copied).
+    pub fn answer_blocks(&self) -> PoolStats {
+        self.answer_pool.stats()
     }
 
     /// The selection layout the next step scans with.
@@ -311,16 +346,28 @@ impl CudaRotation {
         ws.marks.end(Phase::Merge, &ws.stream)?;
         let stream = ws.stream.clone();
         let host = ws.answers_host.as_mut_slice()?;
-        let finished = runs(
-            done.iter()
-                .map(|&i| self.groups[i].first..self.groups[i].first + self.groups[i].keys)
-                .collect(),
-        );
-        for cols in finished {
-            let bytes = cols.start * ps..cols.end * ps;
-            let src = ws.answers.ptr + bytes.start as u64;
-            // SAFETY: pinned, as large as the answer buffer; read after the synchronize.
-            unsafe { result::memcpy_dtoh_async(&mut host[bytes], src, stream.cu_stream()) }?;
+        // The finished groups in column order, so that adjacent groups landing back to back
+        // are copied at once.
+        let mut finished: Vec<&Group> = done.iter().map(|&i| &self.groups[i]).collect();
+        finished.sort_by_key(|g| g.first);
+        let lens: Vec<usize> = finished.iter().map(|g| g.keys * ps).collect();
+        let starts: Vec<usize> = finished.iter().map(|g| g.first * ps).collect();
+        let landed = self.landing.insert(Landed {
+            tickets: finished.iter().map(|g| g.ticket).collect(),
+            landing: self.answer_pool.land(&lens),
+        });
+        for t in landed.landing.transfers(&starts) {
+            let src = ws.answers.ptr + t.src.start as u64;
+            let dst = match t.to {
+                Place::Lent { block, offset } => {
+                    &mut landed.landing.block_mut(block)[offset..offset + t.src.len()]
+                }
+                Place::Copied => &mut host[t.src],
+            };
+            // SAFETY: pinned host memory (a lent block, or the workspace's buffer, as large as
+            // the answer buffer), written only by this copy until the step synchronizes and
+            // read only after: `self.landing` holds the blocks until then.
+            unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }?;
         }
         ws.marks.end(Phase::D2h, &stream)?;
         Ok(kept)
@@ -474,12 +521,32 @@ impl Rotation for CudaRotation {
         for g in &mut self.groups {
             g.left -= 1;
         }
+        let mut lent: HashMap<Ticket, Bytes> = HashMap::new();
+        if let Some(Landed { tickets, landing }) = self.landing.take() {
+            for (ticket, share) in tickets.into_iter().zip(landing.into_shares()) {
+                lent.extend(share.map(|bytes| (ticket, bytes)));
+            }
+        }
         let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
+        let (mut lent_pages, mut copied_pages) = (0, 0);
         let mut finished = Vec::new();
         for g in self.groups.iter().filter(|g| g.left == 0) {
-            // The one copy after the GPU: pinned buffer to the answers the worker writes.
-            let bytes = host[g.first * ps..(g.first + g.keys) * ps].to_vec();
-            finished.push(finish(g, Ok(Answers::new(ps, bytes)), end));
+            let answers = match lent.remove(&g.ticket) {
+                // As the device wrote them, in a block lent until the worker drops them.
+                Some(bytes) => {
+                    lent_pages += g.keys;
+                    Answers::shared(ps, bytes)
+                }
+                // Not in the pool: out of the workspace's buffer, which the next step reuses.
+                None => {
+                    copied_pages += g.keys;
+                    Answers::new(ps, host[g.first * ps..(g.first + g.keys) * ps].to_vec())
+                }
+            };
+            finished.push(finish(g, Ok(answers), end));
+        }
+        if !finished.is_empty() {
+            record_answer_pages(lent_pages as u64, copied_pages as u64);
         }
         let (done, going): (Vec<Group>, Vec<Group>) =
             self.groups.drain(..).partition(|g| g.left == 0);
@@ -513,6 +580,8 @@ impl Rotation for CudaRotation {
 
     fn clear(&mut self) -> Vec<Ticket> {
         let _ = self.ws().stream.synchronize();
+        // Synchronized: the blocks of a failed step's copies can go back to the pool.
+        self.landing = None;
         self.columns.fill(None);
         self.joined.clear();
         self.groups.drain(..).map(|g| g.ticket).collect()
