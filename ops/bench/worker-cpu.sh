@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The worker's CPU per key on the CPU backend (issue 28, item 4: the answer bytes' copies between
-# the scanner and the Redis write), on a small machine: one party (Redis, the release gateway,
-# one CPU worker on a tiny database, so the scan costs little beside the rest of a key's way)
+# The worker's CPU per key (issue 28, item 4: the answer bytes' copies between the scanner and the
+# Redis write), on the CPU backend or (BACKEND=cuda) the CUDA one: one party (Redis, the release
+# gateway, one worker on a small database, so the scan costs little beside the rest of a key's way)
 # driven by `pirq bench load` in closed loop with both key halves sent to that party
 # (--allow-same-party: answers verify, privacy does not hold; a benchmark of cost only), bincode,
 # one key a query. Results: docs/bench/worker-cpu.md.
@@ -19,8 +19,9 @@
 #
 # Environment: RUNS per BIN_DIR (default 3), CLIENTS (default 32), DUR / WARM (seconds, default
 # 10 / 3), PAGES (default 64: one 64-page segment), PAGE_SIZE (default 4096; larger pages make
-# the copies a larger share of a key's cost), OUT (default a temporary directory: logs, JSON
-# reports, and `results`: one line "BIN_DIR us/key keys/s" a run).
+# the copies a larger share of a key's cost), BACKEND (default cpu; cuda on a GPU machine, with
+# workers built with `--features cuda`), OUT (default a temporary directory: logs, JSON reports,
+# and `results`: one line "BIN_DIR us/key keys/s" a run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -gt 0 ] || set -- target/release
@@ -32,6 +33,7 @@ DUR=${DUR:-10}
 WARM=${WARM:-3}
 PAGES=${PAGES:-64}
 PAGE_SIZE=${PAGE_SIZE:-4096}
+BACKEND=${BACKEND:-cpu}
 WORKER_CPUS=${WORKER_CPUS:-1}
 OTHER_CPUS=${OTHER_CPUS:-0}
 OUT=${OUT:-$(mktemp -d)}
@@ -89,7 +91,7 @@ one_run() {
     start "$OTHER_CPUS" gateway "$(bin "$b" pirq-gateway)" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --prefix wcpu --listen "127.0.0.1:$GW_PORT"
     start "$WORKER_CPUS" worker "$b/pirq-worker" --redis "redis://127.0.0.1:$REDIS_PORT" \
-        --prefix wcpu --db "$W/db.pirdb" --backend cpu --threads 1 --consumer cpu0 \
+        --prefix wcpu --db "$W/db.pirdb" --backend "$BACKEND" --threads 1 --consumer cpu0 \
         --metrics-listen "127.0.0.1:$METRICS_PORT"
     local worker=${PIDS[2]}
     for _ in $(seq 200); do
