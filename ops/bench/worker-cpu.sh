@@ -94,7 +94,7 @@ one_run() {
         --prefix wcpu --db "$W/db.pirdb" --backend "$BACKEND" --threads 1 --consumer cpu0 \
         --metrics-listen "127.0.0.1:$METRICS_PORT"
     local worker=${PIDS[2]}
-    for _ in $(seq 200); do
+    for _ in $(seq 1200); do # up to 2 min: a CUDA worker compiles its kernels first
         get "$GW_PORT" /v1/info "$W/info.json" 2>/dev/null &&
             grep -q '"workers":1[,}]' "$W/info.json" && break
         sleep 0.1
