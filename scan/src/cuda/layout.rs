@@ -244,7 +244,7 @@ impl ScanPlan {
     /// The plan for `q` keys on a GPU with `wgmma` (Hopper, sm_90a). Up to 64 keys a pass
     /// reads HBM at its floor with the `mma.sync` kernels, so those stay; above, `wgmma` with the
     /// widest key group that pads least (measured on an H100 at 64 GiB, docs/bench/gpu-scan.md:
-    /// 256 keys in 31.5 ms against 55 ms with `mma.sync`).
+    /// 256 keys in 27.0 ms against 55 ms with `mma.sync`).
     pub fn for_keys_wgmma(q: usize) -> ScanPlan {
         if q <= 64 {
             return ScanPlan::for_keys(q);
