@@ -226,14 +226,16 @@ impl ScanPlan {
         }
     }
 
-    /// The plan measured best on an H100 for `q` keys (docs/bench/gpu-scan.md): narrow n-tiles
-    /// for small batches, where the pass is HBM-bound anyway; for large batches 64 keys per warp
-    /// and two warps sharing each A tile through L1.
+    /// The plan measured best on an H100 for `q` keys (docs/bench/gpu-scan.md): up to 32 keys
+    /// one 32-key group of eight warps with four m-tiles each, whose pass reads HBM at its floor
+    /// (a lone key: 22.10 ms a pass and 23.05 a rotating turn on the H100, against 22.85 and
+    /// 24.97 with the 16-key plan of two m-tiles a warp that served up to 16 keys before; on the
+    /// H200 16.1 against 17.3 and 18.7); for large batches 64 keys per warp and two warps
+    /// sharing each A tile through L1.
     pub fn for_keys(q: usize) -> ScanPlan {
         let mma = ScanPlan::mma;
         match q {
-            0..=16 => mma(2, 2, 8, 1, 4, 1024),
-            17..=32 => mma(4, 4, 4, 1, 8, 1024),
+            0..=32 => mma(4, 4, 4, 1, 8, 1024),
             33..=64 => mma(2, 8, 4, 1, 4, 1024),
             // 64-key groups beat 128-key groups when 128-padding would waste a whole group.
             _ if q.next_multiple_of(128) > q.next_multiple_of(64) => mma(2, 8, 4, 1, 4, 1024),
