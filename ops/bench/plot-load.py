@@ -230,7 +230,7 @@ def main():
     ap.add_argument("series", nargs="*", help="series files (docs/bench/data/*.json)")
     ap.add_argument("--out", help="the SVG to write")
     ap.add_argument("--title", default="One party end to end, 64 GiB: batch-per-pass and rotating scan",
-                    help="with --from-reports: the series' title (a plot takes its first file's)")
+                    help="with --from-reports: the series' title; a plot of one file takes that file's, of several this")
     ap.add_argument("--from-reports", help="a directory or tarball of pirq bench load reports")
     ap.add_argument("--write-series", help="with --from-reports: the series file to write")
     ap.add_argument("--label", action="append", default=[], help="VARIANT=label")
@@ -254,7 +254,9 @@ def main():
     if args.out:
         made_from = [os.path.relpath(p) for p in args.series] + (
             [os.path.relpath(args.write_series)] if args.from_reports and args.write_series else [])
-        svg = plot(datasets, datasets[0]["title"], made_from)
+        # One file names its run; several runs share the generic title.
+        title = datasets[0]["title"] if len(datasets) == 1 else args.title
+        svg = plot(datasets, title, made_from)
         with open(args.out, "w") as f:
             f.write(svg)
         print(f"wrote {args.out}: {sum(len(d['series']) for d in datasets)} series")
