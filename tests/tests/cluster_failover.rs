@@ -6,7 +6,7 @@
 //! (`answer_A XOR answer_B` against the database). The figures (promotion time, refusals the
 //! clients saw and retried, lost queries) are printed.
 //!
-//! Two runs:
+//! Three runs:
 //!
 //! - `--durability ack`, one replica per primary: a submit is accepted once the primary has it,
 //!   and Redis replicates asynchronously, so a primary killed between its reply and the
@@ -18,6 +18,9 @@
 //!   accepts resume after the failover. The clients' retries (503 `redis_unavailable` while the
 //!   slot has no primary, `not_durable` while the new primary has no replica online) are
 //!   counted and printed.
+//! - `--durability replica` again with A's queue in four partitions spread over the three
+//!   primaries: each accept's `WAIT` goes to its own partition's primary, and the partitions
+//!   on the primaries that did not fail go on accepting.
 //!
 //! Slow (seven or nine redis-servers, a failover, hundreds of queries): runs with
 //! `PIRQ_CLUSTER_TESTS=1` only (`scripts/test.sh` says so when it skips it):
@@ -46,7 +49,7 @@ async fn a_primary_killed_under_load_fails_over_and_loses_nothing() {
     if !cluster_tests_enabled("a_primary_killed_under_load_fails_over_and_loses_nothing") {
         return;
     }
-    fail_over_under_load("ack", 1).await;
+    fail_over_under_load("ack", 1, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -54,7 +57,21 @@ async fn with_replica_durability_a_failover_loses_no_accepted_query() {
     if !cluster_tests_enabled("with_replica_durability_a_failover_loses_no_accepted_query") {
         return;
     }
-    fail_over_under_load("replica", 2).await;
+    fail_over_under_load("replica", 2, None).await;
+}
+
+/// The same with party A's queue in four partitions, which sit on all three primaries: each
+/// accept's `EXISTS` and `WAIT` go to the primary of the request's own partition, so while one
+/// primary fails over, the partitions on the others go on accepting, and no accepted query of
+/// any partition is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replica_durability_and_four_partitions_a_failover_loses_no_accepted_query() {
+    if !cluster_tests_enabled(
+        "with_replica_durability_and_four_partitions_a_failover_loses_no_accepted_query",
+    ) {
+        return;
+    }
+    fail_over_under_load("replica", 2, Some(4)).await;
 }
 
 /// The `WAIT` and the replica check go to the primary of the request's slot: with that
@@ -127,10 +144,11 @@ async fn with_replica_durability_a_primary_without_its_replica_refuses() {
     );
 }
 
-/// Party A on a 3-primary cluster with `replicas` per primary and `--durability durability`;
-/// kills the primary of A's slot once a third of the queries are accepted, and asserts that
-/// every accepted query is answered exactly.
-async fn fail_over_under_load(durability: &str, replicas: usize) {
+/// Party A on a 3-primary cluster with `replicas` per primary, `--durability durability` and
+/// its queue in `partitions` (one without); kills the primary of A's database record (with
+/// partitions, that of some of them) once a third of the queries are accepted, and asserts
+/// that every accepted query is answered exactly.
+async fn fail_over_under_load(durability: &str, replicas: usize, partitions: Option<u32>) {
     const PAGES: u64 = 1 << 12;
     const JOBS: usize = 400;
     let db = TestDb::create(PAGES, 512, rand::random()).unwrap();
@@ -140,6 +158,7 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
             replicas,
         }),
         gateway_args: vec!["--durability".into(), durability.into()],
+        partitions,
         ..PartyOptions::default()
     };
     let (mut a, b) = tokio::try_join!(
@@ -147,6 +166,9 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
         Party::start(&db.path, "party-b", PartyOptions::default()),
     )
     .unwrap();
+    if partitions.is_some() {
+        a.assert_partitions_on_every_primary(3).await;
+    }
     let slot_key = a.layout().db();
     let primary = a.redis.primary_for(&slot_key).await.unwrap();
 
@@ -241,7 +263,7 @@ async fn fail_over_under_load(durability: &str, replicas: usize) {
         .await;
     println!(
         "redis cluster failover under load, --durability {durability}, {replicas} replica(s) \
-         per primary: {JOBS} queries per party, {accepted_at_kill} accepted \
+         per primary, partitions {partitions:?}: {JOBS} queries per party, {accepted_at_kill} accepted \
          when primary 127.0.0.1:{primary} was killed, replica 127.0.0.1:{promoted} promoted \
          after {promoted_in:.1?}, refusals retried by the clients: {refusals}, all accepted in \
          {accepted_in:.1?}, answered in {:.1?}, lost or wrong = {lost}",
