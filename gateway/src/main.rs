@@ -10,20 +10,28 @@ use pirq_gateway::durability::Durable;
 use pirq_gateway::{router_for, AppState, Config, Routes};
 use tokio::sync::watch;
 
-/// One partition count per party (`--partitions`, recorded in Redis): a gateway of another
-/// count would queue requests where no worker reads and look for records where none are. With
-/// Redis up the check is made before serving, and a different count refuses the start; a Redis
-/// not reachable yet is checked in the background once it is, and a different count then stops
-/// the gateway (exit status 1) with the same message.
-async fn check_partitions(config: &Config) -> anyhow::Result<()> {
+/// The party's Redis, checked before serving: one partition count per party (`--partitions`,
+/// recorded in Redis: a gateway of another count would queue requests where no worker reads
+/// and look for records where none are), and a Redis with sharded pub/sub (7.0: every status
+/// event; `pirq_queue::requirements`). With Redis up the checks are made before serving, and a
+/// failed one refuses the start; a Redis not reachable yet is checked in the background once it
+/// is, and a failed check then stops the gateway (exit status 1) with the same message.
+async fn check_redis(config: &Config) -> anyhow::Result<()> {
     use pirq_queue::partitions::{agree, agree_when_reachable, Disagreement};
     let layout = config.layout()?;
     let conn = config.redis.target()?.connection(config.redis_timeout())?;
     match agree(&conn, &layout, config.redis_timeout()).await {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(pirq_queue::requirements::check(&conn).await?),
         Err(Disagreement::Queue(e)) if e.is_transient() => {
             tokio::spawn(async move {
-                if let Err(e) = agree_when_reachable(&conn, &layout, Duration::from_secs(5)).await {
+                let checked =
+                    match agree_when_reachable(&conn, &layout, Duration::from_secs(5)).await {
+                        Ok(()) => pirq_queue::requirements::check(&conn)
+                            .await
+                            .map_err(anyhow::Error::from),
+                        Err(e) => Err(e.into()),
+                    };
+                if let Err(e) = checked {
                     tracing::error!("{e}");
                     std::process::exit(1);
                 }
@@ -75,7 +83,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config.layout()?,
         config.redis_timeout(),
     );
-    check_partitions(&config).await?;
+    check_redis(&config).await?;
     let tls = config.tls()?;
     let mut reloadables = Vec::new();
     if let Some(tls) = tls.clone() {

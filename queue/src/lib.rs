@@ -49,6 +49,7 @@ pub mod registration;
 pub mod replication;
 pub(crate) mod reply;
 pub mod request_id;
+pub mod requirements;
 pub mod sampler;
 pub(crate) mod scripts;
 pub mod updates;

@@ -38,6 +38,33 @@ pub fn gateway_refusal(args: &[&str]) -> String {
     text
 }
 
+/// Runs `binary` (of [`bin_dir`]) with `args` until it exits, within 60 s (killed then): its
+/// exit status and its output. For processes that must refuse to start.
+pub fn run_until_exit(binary: &str, args: &[String]) -> (Option<i32>, String) {
+    let mut child = Command::new(bin_dir().join(binary))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 /// Directory holding `pirq-gateway` and `pirq-worker`, built on first use.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -6,10 +6,9 @@
 //! epochs and shards, in a Redis that refuses keys of two slots; `kv`; `faults`: kill -9
 //! reclaim) and by any suite under `PIRQ_PARTITIONS=4`.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pirq_e2e::{bin_dir, Party, PartyOptions, TestDb};
+use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::{query_field, Layout};
 use pirq_shared::wire::Job;
@@ -240,32 +239,6 @@ async fn gateways_spread_queries_over_every_partition() {
     }
 }
 
-/// Runs `binary` with `args` until it exits (within 60 s): its status and its output.
-fn run_until_exit(binary: &str, args: &[String]) -> (Option<i32>, String) {
-    let mut child = Command::new(bin_dir().join(binary))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_partition_count_is_refused_at_start() {
     let db = TestDb::create(PAGES, 256, rand::random()).unwrap();
@@ -306,9 +279,10 @@ async fn another_partition_count_is_refused_at_start() {
         ),
     ];
     for (binary, args) in refused {
-        let (status, output) = tokio::task::spawn_blocking(move || run_until_exit(binary, &args))
-            .await
-            .unwrap();
+        let (status, output) =
+            tokio::task::spawn_blocking(move || pirq_e2e::run_until_exit(binary, &args))
+                .await
+                .unwrap();
         assert_eq!(status, Some(1), "{binary} did not refuse:\n{output}");
         assert!(
             output.contains("records 4 partition(s)")

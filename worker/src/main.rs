@@ -118,6 +118,9 @@ async fn run() -> anyhow::Result<()> {
         Duration::from_secs(5),
     )
     .await?;
+    // Sharded pub/sub (Redis 7.0) carries every status event: an older Redis is refused here
+    // rather than failing every result write.
+    pirq_queue::requirements::check(&queue.connection()).await?;
     // One shard layout per party, checked before this worker joins a consumer group: a worker
     // of another layout would answer pages that overlap the live workers' shards.
     wait_for_layout(&queue, &layout, shard, &consumer)
