@@ -160,6 +160,32 @@ __device__ __forceinline__ void pirq_keep(uint4& a) {
     asm volatile("" : "+r"(a.x), "+r"(a.y), "+r"(a.z), "+r"(a.w));
 }
 
+// The lane's 16-byte A fragment of its warp's m-tile from a ring stage at `addr` (the stage's
+// A run starts with warp 0's 32 fragments).
+__device__ __forceinline__ uint4 pirq_wgmma_a_fragment(unsigned addr) {
+    uint4 a;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w)
+                 : "r"(addr) : "memory");
+    return a;
+}
+// Writes a warp's parities into `partial` in the mma.sync C layout that `scan_unpack` reads:
+// the warp owns m-tile `mt` (nothing written past `mtiles`), its N keys start at 16-key group
+// `np0` of `np_total`; one ballot a register, XORed in by the lane of that register's column.
+template <int N>
+__device__ __forceinline__ void pirq_wgmma_store_parities(const int (&acc)[N / 2], unsigned* __restrict__ partial,
+                                                          unsigned mt, unsigned mtiles, unsigned np_total,
+                                                          unsigned np0, unsigned lane) {
+    if (mt >= mtiles) return;
+    const unsigned ntiles = np_total * 2u;
+    unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
+        if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
+    }
+}
+
 // Shared-memory matrix descriptor, no swizzle: start, leading (K) and stride (N) byte offsets.
 __device__ __forceinline__ unsigned long long pirq_wgmma_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(128u >> 4) << 16) |
@@ -227,10 +253,7 @@ __device__ __forceinline__ void scan_wgmma_body(const uint4* __restrict__ a, con
         const unsigned s = i % STAGES;
         pirq_mbar_wait(full0 + 8u * s, (i / STAGES) & 1u);
         const unsigned stage = ring + s * STAGE_BYTES;
-        uint4 af;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
-                     : "r"(stage + (warp * 32u + lane) * 16u) : "memory");
+        uint4 af = pirq_wgmma_a_fragment(stage + (warp * 32u + lane) * 16u);
         pirq_wgmma_fence();
         if (N == 256) {
             // Two m64n128 halves (keys 128.. start 16 core matrices = 4 KiB into B): ptxas checks
@@ -250,16 +273,7 @@ __device__ __forceinline__ void scan_wgmma_body(const uint4* __restrict__ a, con
         __syncwarp();
         if (lane == 0) pirq_mbar_arrive(empty0 + 8u * s);
     }
-    const unsigned mt = mt0 + warp;
-    if (mt < mtiles) {
-        const unsigned ntiles = np_total * 2u;
-        unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) {
-            const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-            if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-        }
-    }
+    pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
 #endif
 }
 

@@ -110,10 +110,7 @@ __device__ __forceinline__ void scan_wgmma_old_body(const uint4* __restrict__ a,
             const unsigned s = i % STAGES;
             pirq_mbar_wait(full0 + 8u * s, (i / STAGES) & 1u);
             const unsigned stage = ring + s * STAGE_BYTES;
-            uint4 af;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
-                         : "r"(stage + (warp * 32u + lane) * 16u) : "memory");
+            uint4 af = pirq_wgmma_a_fragment(stage + (warp * 32u + lane) * 16u);
             pirq_wgmma_fence();
             pirq_wgmma_b1<N>(acc, af, pirq_wgmma_desc(stage + A_BYTES));
             pirq_wgmma_commit();
@@ -141,16 +138,7 @@ __device__ __forceinline__ void scan_wgmma_old_body(const uint4* __restrict__ a,
         }
         pirq_wgmma_wait<0>();
         pirq_keep(a_prev);
-        const unsigned mt = mt0 + warp;
-        if (mt < mtiles) {
-            const unsigned ntiles = np_total * 2u;
-            unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-                if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-            }
-        }
+        pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
     }
     // No CTA of a cluster leaves while another may still copy into it or arrive on its barriers.
     if (CLUSTER > 1) pirq_cluster_sync();

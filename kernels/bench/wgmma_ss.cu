@@ -82,16 +82,7 @@ __device__ __forceinline__ void scan_wgmma_ss_body(const uint4* __restrict__ a, 
             if (i >= (unsigned)INFLIGHT && lane == 0) pirq_mbar_arrive(empty0 + 8u * ((i - INFLIGHT) % STAGES));
         }
         pirq_wgmma_wait<0>();
-        const unsigned mt = mt0 + warp;
-        if (mt < mtiles) {
-            const unsigned ntiles = np_total * 2u;
-            unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-                if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-            }
-        }
+        pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
     }
 #endif
 }

@@ -97,9 +97,7 @@ __device__ __forceinline__ void scan_wgmma_wide_body(const uint4* __restrict__ a
             for (int j = 0; j < KB; ++j) {
                 const unsigned s = (i + j) % STAGES;
                 pirq_mbar_wait(full0 + 8u * s, ((i + j) / STAGES) & 1u);
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                             : "=r"(af[j].x), "=r"(af[j].y), "=r"(af[j].z), "=r"(af[j].w)
-                             : "r"(ring + s * STAGE_BYTES + (warp * 32u + lane) * 16u) : "memory");
+                af[j] = pirq_wgmma_a_fragment(ring + s * STAGE_BYTES + (warp * 32u + lane) * 16u);
             }
             pirq_wgmma_fence();
 #pragma unroll
@@ -127,16 +125,7 @@ __device__ __forceinline__ void scan_wgmma_wide_body(const uint4* __restrict__ a
         for (; i < steps; ++i) batch(i, pirq_int<1>{});
         // The last batch's stages need no refill, but their copies for later steps were never
         // issued either: nothing is in flight when the CTA leaves.
-        const unsigned mt = mt0 + warp;
-        if (mt < mtiles) {
-            const unsigned ntiles = np_total * 2u;
-            unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-                if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-            }
-        }
+        pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
     }
 #endif
 }
@@ -251,16 +240,7 @@ __device__ __forceinline__ void scan_wgmma_ag_body(const uint4* __restrict__ a, 
         step(i, af);
     }
     // The last step's stage needs no refill (t - 1 + STAGES >= steps for the final steps).
-    const unsigned mt = mt0 + warp;
-    if (mt < mtiles) {
-        const unsigned ntiles = np_total * 2u;
-        unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) {
-            const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-            if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-        }
-    }
+    pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
 #endif
 }
 #define PIRQ_WGMMA_AG_THREADS 256u
@@ -344,9 +324,7 @@ __device__ __forceinline__ void scan_wgmma_fold_body(const uint4* __restrict__ a
     auto load_a = [&](unsigned t, uint4& af) {
         const unsigned s = t % STAGES;
         pirq_mbar_wait(full0 + 8u * s, (t / STAGES) & 1u);
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
-                     : "r"(ring + s * STAGE_BYTES + (warp * 32u + lane) * 16u) : "memory");
+        af = pirq_wgmma_a_fragment(ring + s * STAGE_BYTES + (warp * 32u + lane) * 16u);
     };
     uint4 ar[R];
     unsigned t = 0;
@@ -378,16 +356,7 @@ __device__ __forceinline__ void scan_wgmma_fold_body(const uint4* __restrict__ a
         pirq_keep(af);
         release_upto(t + 1u);
     }
-    const unsigned mt = mt0 + warp;
-    if (mt < mtiles) {
-        const unsigned ntiles = np_total * 2u;
-        unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) {
-            const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-            if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-        }
-    }
+    pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
 #endif
 }
 #define PIRQ_SCAN_WGMMA_FOLD(N, ST, IF)                                                              \
@@ -476,16 +445,7 @@ __device__ __forceinline__ void scan_wgmma_agp_body(const uint4* __restrict__ a,
         uint4 af = __ldg(ap + i * astride);
         step(i, af);
     }
-    const unsigned mt = mt0 + warp;
-    if (mt < mtiles) {
-        const unsigned ntiles = np_total * 2u;
-        unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) {
-            const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-            if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-        }
-    }
+    pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
 #endif
 }
 #define PIRQ_SCAN_WGMMA_AGP(N, ST, D)                                                                \
@@ -562,10 +522,7 @@ __device__ __forceinline__ void scan_wgmma_mc_body(const uint4* __restrict__ a, 
             const unsigned s = i % STAGES;
             pirq_mbar_wait(full0 + 8u * s, (i / STAGES) & 1u);
             const unsigned stage = ring + s * STAGE_BYTES;
-            uint4 af;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(af.x), "=r"(af.y), "=r"(af.z), "=r"(af.w)
-                         : "r"(stage + (warp * 32u + lane) * 16u) : "memory");
+            uint4 af = pirq_wgmma_a_fragment(stage + (warp * 32u + lane) * 16u);
             pirq_wgmma_fence();
             pirq_wgmma_b1<N>(acc, af, pirq_wgmma_desc(stage + A_BYTES));
             pirq_wgmma_commit();
@@ -574,16 +531,7 @@ __device__ __forceinline__ void scan_wgmma_mc_body(const uint4* __restrict__ a, 
             __syncwarp();
             if (lane == 0) pirq_mbar_arrive(empty0 + 8u * s);
         }
-        const unsigned mt = mt0 + warp;
-        if (mt < mtiles) {
-            const unsigned ntiles = np_total * 2u;
-            unsigned* row = partial + ((unsigned long long)mt * ntiles + np0 * 2u) * 4u;
-#pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                const unsigned bits = __ballot_sync(0xffffffffu, acc[i] & 1);
-                if (lane == (unsigned)(i & 31) && bits != 0u) atomicXor(row + i, bits);
-            }
-        }
+        pirq_wgmma_store_parities<N>(acc, partial, mt0 + warp, mtiles, np_total, np0, lane);
     }
     // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
     pirq_cluster_sync();
