@@ -8,10 +8,13 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use pirq_e2e::{Party, PartyOptions, TestDb};
+use pirq_queue::connect::TlsFiles;
+use pirq_queue::{events, RedisTarget};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::{query_field, Layout};
-use pirq_shared::wire::Job;
+use pirq_shared::wire::{Job, QueryStatus};
 use pirq_testkit::jobs;
 
 const PAGES: u64 = 256;
@@ -63,44 +66,19 @@ async fn done(
         .count()
 }
 
-/// The request ids the party's workers announce `done`, in the order announced: one RESP3
-/// connection subscribed (`SSUBSCRIBE`) to every partition's status channel.
+/// The request ids the party's workers announce `done`, in the order announced: the gateway's
+/// own subscription to every partition's status channel (`pirq_queue::events`).
 async fn announcements(
     party: &Party,
     layout: &Layout,
-) -> tokio::sync::mpsc::UnboundedReceiver<String> {
-    let (push_tx, mut pushes) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
-    let client = redis::Client::open(format!("{}?protocol=resp3", party.redis.url())).unwrap();
-    let config = redis::AsyncConnectionConfig::new().set_push_sender(push_tx);
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
+) -> impl futures::Stream<Item = String> + Unpin {
+    let target = RedisTarget::open(&party.redis.url(), TlsFiles::default()).unwrap();
+    events::subscribe(&target, layout)
         .await
-        .unwrap();
-    for channel in layout.events() {
-        redis::cmd("SSUBSCRIBE")
-            .arg(&channel)
-            .query_async::<()>(&mut conn)
-            .await
-            .unwrap();
-    }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let _conn = conn; // the subscription lives as long as this task
-        while let Some(push) = pushes.recv().await {
-            if let (redis::PushKind::SMessage, Some(redis::Value::BulkString(payload))) =
-                (push.kind, push.data.get(1))
-            {
-                // "<id> <status>" (pirq_queue::StatusEvent).
-                let text = String::from_utf8_lossy(payload);
-                if let Some((id, "done")) = text.split_once(' ') {
-                    if tx.send(id.to_string()).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    rx
+        .unwrap()
+        .filter_map(|e| {
+            std::future::ready((e.status == QueryStatus::Done).then(|| e.id.to_string()))
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -148,7 +126,7 @@ async fn a_backlog_in_one_partition_does_not_starve_the_others() {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !quiet_left.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
-        let id = tokio::time::timeout(left, announced.recv())
+        let id = tokio::time::timeout(left, announced.next())
             .await
             .expect("the quiet partitions were not answered")
             .expect("the subscription ended");
