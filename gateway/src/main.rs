@@ -24,14 +24,12 @@ async fn check_redis(config: &Config) -> anyhow::Result<()> {
         Ok(()) => Ok(pirq_queue::requirements::check(&conn).await?),
         Err(Disagreement::Queue(e)) if e.is_transient() => {
             tokio::spawn(async move {
-                let checked =
-                    match agree_when_reachable(&conn, &layout, Duration::from_secs(5)).await {
-                        Ok(()) => pirq_queue::requirements::check(&conn)
-                            .await
-                            .map_err(anyhow::Error::from),
-                        Err(e) => Err(e.into()),
-                    };
-                if let Err(e) = checked {
+                let checked = async {
+                    agree_when_reachable(&conn, &layout, Duration::from_secs(5)).await?;
+                    pirq_queue::requirements::check(&conn).await?;
+                    anyhow::Ok(())
+                };
+                if let Err(e) = checked.await {
                     tracing::error!("{e}");
                     std::process::exit(1);
                 }
