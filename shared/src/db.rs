@@ -869,10 +869,11 @@ impl ShardOrigin {
             first_page: u64_at(16),
             total_pages: u64_at(24),
         };
+        // The pages the file holds, unless the block's first page puts their end past u64.
+        let held =
+            (origin.first_page.checked_add(header.num_pages)).map(|end| origin.first_page..end);
         match spec.range(origin.total_pages) {
-            Ok(r) if r == (origin.first_page..origin.first_page + header.num_pages) => {
-                Ok(Some(origin))
-            }
+            Ok(r) if Some(&r) == held.as_ref() => Ok(Some(origin)),
             Ok(r) => bad(format!(
                 "shard {spec} of {} pages is pages {r:?}, the file holds {} pages from {}",
                 origin.total_pages, header.num_pages, origin.first_page
