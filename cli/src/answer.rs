@@ -10,6 +10,7 @@ use pirq_scan::Scanner;
 use pirq_shared::bits::xor_into;
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
+use pirq_shared::outfile::Contents;
 
 #[derive(Args)]
 pub struct AnswerArgs {
@@ -30,7 +31,7 @@ pub struct CombineArgs {
     a: PathBuf,
     /// Party B's answer.
     b: PathBuf,
-    /// Where the page goes.
+    /// Where the page goes (a new file is created 0600: it is what the lookup kept private).
     #[arg(long)]
     out: PathBuf,
 }
@@ -42,7 +43,7 @@ pub fn answer(args: AnswerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not a valid DPF v1 key", args.key.display()))?;
     let scanner = CpuScanner::new(db, 0)?;
     let answers = scanner.pass(&[key])?;
-    std::fs::write(&args.out, answers.answer(0))
+    pirq_shared::outfile::write(&args.out, Contents::Public, answers.answer(0))
         .with_context(|| format!("writing {}", args.out.display()))
 }
 
@@ -58,7 +59,9 @@ pub fn combine(args: CombineArgs) -> anyhow::Result<()> {
         );
     }
     xor_into(&mut a, &b);
-    std::fs::write(&args.out, a).with_context(|| format!("writing {}", args.out.display()))
+    // The retrieved page is what the lookup kept private: the owner's only.
+    pirq_shared::outfile::write(&args.out, Contents::Secret, &a)
+        .with_context(|| format!("writing {}", args.out.display()))
 }
 
 fn read(path: &PathBuf) -> anyhow::Result<Vec<u8>> {

@@ -235,7 +235,7 @@ pub fn push(args: PushArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let http = pirq_client::http_client(args.transport.roots()?)?;
+    let http = pirq_client::http_client(args.transport.roots()?, args.transport.proxy.as_deref())?;
     let party = pirq_client::Party::new(http, &args.party);
     let epoch = runtime.block_on(party.push_epoch(&args.token, &update))?;
     eprintln!(

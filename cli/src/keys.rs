@@ -20,7 +20,7 @@ pub struct GenArgs {
     /// The index to retrieve.
     #[arg(long)]
     index: u64,
-    /// Where party A's key goes.
+    /// Where party A's key goes (a new file is created 0600).
     #[arg(long)]
     out_a: PathBuf,
     /// Where party B's key goes.
@@ -31,9 +31,11 @@ pub struct GenArgs {
 pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {
     let KeysCommand::Gen(args) = cmd;
     let (a, b) = generate(args.n, args.index, &mut rand::rng())?;
-    std::fs::write(&args.out_a, a.to_bytes())
+    // Either key and the other's holder learn the index: both are written 0600.
+    let secret = pirq_shared::outfile::Contents::Secret;
+    pirq_shared::outfile::write(&args.out_a, secret, &a.to_bytes())
         .with_context(|| format!("writing {}", args.out_a.display()))?;
-    std::fs::write(&args.out_b, b.to_bytes())
+    pirq_shared::outfile::write(&args.out_b, secret, &b.to_bytes())
         .with_context(|| format!("writing {}", args.out_b.display()))?;
     Ok(())
 }

@@ -701,8 +701,12 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
     }
     let json = serde_json::to_string_pretty(r)?;
     match &args.json {
-        Some(path) => std::fs::write(path, json + "\n")
-            .with_context(|| format!("writing {}", path.display()))?,
+        Some(path) => pirq_shared::outfile::write(
+            path,
+            pirq_shared::outfile::Contents::Public,
+            (json + "\n").as_bytes(),
+        )
+        .with_context(|| format!("writing {}", path.display()))?,
         None => println!("{json}"),
     }
     if let Some(file) = &args.record {

@@ -37,8 +37,8 @@ pub struct PartiesArgs {
     pub transport: TransportArgs,
     #[command(flatten)]
     pub tokens: TokenArgs,
-    /// Verify every page against this publisher's public key file (64 hex digits, `pirq
-    /// publisher keygen --public`): a page that fails its signature or is stale fails the
+    /// Verify every page against this publisher's public key file (`pirq publisher keygen
+    /// --public`; a secret key file is refused): a page that fails its signature or is stale fails the
     /// lookup before anything is printed or written; an unsigned database is refused.
     #[arg(long, env = "PIRQ_PUBLISHER_KEY", value_name = "FILE")]
     pub publisher_key: Option<PathBuf>,
@@ -68,6 +68,11 @@ pub struct TransportArgs {
     /// nobody else can observe.
     #[arg(long)]
     pub insecure_http: bool,
+    /// Reach https:// parties through this proxy (http://HOST:PORT), by CONNECT tunnels only:
+    /// it sees the host names, never a request. Plain-http parties never use it, and no proxy
+    /// is ever taken from HTTP_PROXY, HTTPS_PROXY or ALL_PROXY (docs/security.md).
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
 }
 
 impl TransportArgs {
@@ -93,6 +98,9 @@ impl TransportArgs {
         let mut builder = Client::builder().insecure_http(self.insecure_http);
         if let Some(path) = &self.ca_cert {
             builder = builder.ca_cert_file(path);
+        }
+        if let Some(proxy) = &self.proxy {
+            builder = builder.proxy(proxy);
         }
         Ok(builder)
     }

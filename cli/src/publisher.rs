@@ -9,9 +9,9 @@ use pirq_shared::signing::{PageSigner, PublisherKey, SecretKey, SigningBlock};
 
 #[derive(Subcommand)]
 pub enum PublisherCommand {
-    /// Make a publisher key pair: the secret key file (mode 0600, never printed) signs
-    /// databases and updates (`--sign-key`); the public key file (64 hex digits) is what
-    /// clients pin (`--publisher-key`).
+    /// Make a publisher key pair: the secret key file (`pirq-publisher-secret-v1:`, mode 0600,
+    /// never printed) signs databases and updates (`--sign-key`); the public key file
+    /// (`pirq-publisher-public-v1:` and 64 hex digits) is what clients pin (`--publisher-key`).
     Keygen(KeygenArgs),
 }
 
@@ -20,7 +20,7 @@ pub struct KeygenArgs {
     /// Where the secret key goes (created 0600; an existing file is never overwritten).
     #[arg(long)]
     secret: PathBuf,
-    /// Where the public key goes (one line of 64 hex digits).
+    /// Where the public key goes (one line: `pirq-publisher-public-v1:` and 64 hex digits).
     #[arg(long)]
     public: PathBuf,
 }

@@ -104,7 +104,9 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
             writeln!(stdout, "{}", json.finish()).context("writing standard output")?;
         } else if let Some(dir) = dir {
             let path = dir.join(format!("page-{index}.bin"));
-            std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+            // What the lookup kept private: the owner's only.
+            pirq_shared::outfile::write(&path, pirq_shared::outfile::Contents::Secret, page)
+                .with_context(|| format!("writing {}", path.display()))?;
             line.push_str(&format!(", written to {}", path.display()));
         }
         match matches {

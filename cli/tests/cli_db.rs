@@ -198,3 +198,143 @@ fn split_writes_one_file_per_shard() {
     let err = fails(&["db", "split", s(&db), "--shards", "5", "--out-dir", s(&out)]);
     assert!(err.contains("would leave shards empty"), "{err}");
 }
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// Issue 36, items 4 and 6: every tool's output is a regular file or nothing (a FIFO is
+/// refused and stays a FIFO), is written by rename (a symlink at the path is replaced, its
+/// target untouched), keeps an existing file's mode, and DPF keys and retrieved pages are
+/// created 0600.
+#[test]
+fn outputs_refuse_special_files_replace_symlinks_and_keep_modes() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let d = |name: &str| dir.path().join(name);
+    let fifo = d("fifo");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let db = d("x.pirdb");
+    gen(&db, 64, 7);
+    let input = d("input.bin");
+    std::fs::write(&input, vec![7u8; 1000]).unwrap();
+
+    // A FIFO as --out of a database writer, a key writer, an update writer: refused, kept.
+    for args in [
+        vec![
+            "db",
+            "gen",
+            "--pages",
+            "4",
+            "--page-size",
+            "256",
+            "--out",
+            s(&fifo),
+        ],
+        vec![
+            "db",
+            "import",
+            "--input",
+            s(&input),
+            "--page-size",
+            "256",
+            "--out",
+            s(&fifo),
+        ],
+        vec![
+            "keys",
+            "gen",
+            "--n",
+            "6",
+            "--index",
+            "3",
+            "--out-a",
+            s(&fifo),
+            "--out-b",
+            s(&d("b.key")),
+        ],
+        vec![
+            "epoch",
+            "make",
+            "--db",
+            s(&db),
+            "--epoch",
+            "1",
+            "--pages",
+            "1",
+            "--out",
+            s(&fifo),
+        ],
+    ] {
+        let err = fails(&args);
+        assert!(
+            err.contains("a FIFO") && err.contains("refusing"),
+            "{args:?}: {err}"
+        );
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+    }
+
+    // Symlinks at the key paths: replaced by the keys, their targets untouched; keys 0600.
+    let target = d("precious");
+    std::fs::write(&target, b"precious").unwrap();
+    let (key_a, key_b) = (d("a.key"), d("b.key"));
+    std::os::unix::fs::symlink(&target, &key_a).unwrap();
+    ok(&[
+        "keys",
+        "gen",
+        "--n",
+        "6",
+        "--index",
+        "3",
+        "--out-a",
+        s(&key_a),
+        "--out-b",
+        s(&key_b),
+    ]);
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert!(!std::fs::symlink_metadata(&key_a)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!((mode_of(&key_a), mode_of(&key_b)), (0o600, 0o600));
+
+    // answer and combine: the same rules; the combined page is created 0600.
+    let (ans_a, ans_b, page) = (d("a.ans"), d("b.ans"), d("page.bin"));
+    std::os::unix::fs::symlink(&target, &ans_a).unwrap();
+    ok(&[
+        "answer",
+        "--db",
+        s(&db),
+        "--key",
+        s(&key_a),
+        "--out",
+        s(&ans_a),
+    ]);
+    ok(&[
+        "answer",
+        "--db",
+        s(&db),
+        "--key",
+        s(&key_b),
+        "--out",
+        s(&ans_b),
+    ]);
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    ok(&["combine", s(&ans_a), s(&ans_b), "--out", s(&page)]);
+    assert_eq!(mode_of(&page), 0o600);
+    let err = fails(&["combine", s(&ans_a), s(&ans_b), "--out", s(&fifo)]);
+    assert!(err.contains("a FIFO"), "{err}");
+
+    // An existing database of mode 0600 stays 0600 when it is written again.
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600)).unwrap();
+    gen(&db, 64, 8);
+    assert_eq!(mode_of(&db), 0o600);
+}

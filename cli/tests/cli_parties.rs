@@ -389,3 +389,163 @@ async fn tls_roots_and_tokens_from_flags_or_the_environment() {
     let (out, _, _) = pirq(cmd).await;
     assert!(stderr(&out).contains("info: "), "{}", stderr(&out));
 }
+
+/// A listener standing in for a proxy on loopback: it answers every connection with a canned
+/// push answer and keeps the first line of each request (`CONNECT host:443 …`, `POST
+/// http://…`), so a test can tell whether `pirq` went through it.
+fn recording_proxy() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut line = String::new();
+            let _ = BufReader::new(&mut conn).read_line(&mut line);
+            log.lock().unwrap().push(line.trim_end().to_string());
+            let body = r#"{"epoch":7}"#;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+/// A loopback port nobody listens on (bound, then closed).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Issue 36, items 1, 2 and 10: `localhost.` and its spellings are names a resolver sends to
+/// DNS, so they get no plain HTTP; credentials in a party URL are refused unprinted; and no
+/// proxy is ever taken from the environment (a proxy there read both keys and the admin
+/// token), only `--proxy`, and then by CONNECT to https:// parties only.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_plaintext_detours_dotted_localhost_environment_proxies_or_url_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let update = dir.path().join("update.json");
+    std::fs::write(&update, r#"{"epoch": 1, "pages": []}"#).unwrap();
+    let update = update.to_str().unwrap().to_string();
+
+    for host in ["localhost.", "LOCALHOST.", "localhost%2e"] {
+        let url = format!("http://{host}:8080");
+        let (out, _, _) = pirq(args(&[
+            "query",
+            "--index",
+            "1",
+            "--party-a",
+            &url,
+            "--party-b",
+            "http://127.0.0.1:2",
+        ]))
+        .await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("refusing plain http://"), "{host}: {err}");
+        let (out, _, _) = pirq(args(&[
+            "epoch", "push", "--party", &url, "--token", "t", "--from", &update,
+        ]))
+        .await;
+        let err = stderr(&out);
+        assert!(err.contains("refusing plain http://"), "{host}: {err}");
+    }
+
+    let (out, _, _) = pirq(args(&[
+        "epoch",
+        "push",
+        "--party",
+        "https://admin:secret-pass@pir.example.invalid",
+        "--token",
+        "t",
+        "--from",
+        &update,
+    ]))
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--token-a") && !err.contains("secret-pass"),
+        "{err}"
+    );
+
+    // Every proxy variable pointing at the recording proxy: the push goes straight to the
+    // (closed) party port and fails to connect; the proxy hears nothing.
+    let (proxy, seen) = recording_proxy();
+    let party = format!("http://127.0.0.1:{}", closed_port());
+    let env: Vec<(String, String)> = [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .iter()
+    .map(|v| (v.to_string(), proxy.clone()))
+    .chain([("NO_PROXY".to_string(), String::new())])
+    .collect();
+    let (out, _, _) = pirq_with_env(
+        args(&[
+            "epoch", "push", "--party", &party, "--token", "admin-t", "--from", &update,
+        ]),
+        env.clone(),
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot connect"), "{err}");
+    let (out, _, _) = pirq_with_env(
+        args(&[
+            "query",
+            "--index",
+            "1",
+            "--party-a",
+            &party,
+            "--party-b",
+            &party,
+        ]),
+        env,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+
+    // --proxy: an https party is reached by CONNECT through it; a plain-http one directly.
+    let (out, _, _) = pirq(args(&[
+        "epoch",
+        "push",
+        "--party",
+        "https://pir-a.example.invalid:8443",
+        "--proxy",
+        &proxy,
+        "--token",
+        "t",
+        "--from",
+        &update,
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let (out, _, _) = pirq(args(&[
+        "epoch", "push", "--party", &party, "--proxy", &proxy, "--token", "t", "--from", &update,
+    ]))
+    .await;
+    assert!(stderr(&out).contains("cannot connect"), "{}", stderr(&out));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["CONNECT pir-a.example.invalid:8443 HTTP/1.1"]
+    );
+}

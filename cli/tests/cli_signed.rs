@@ -57,8 +57,27 @@ fn keygen_writes_a_private_secret_and_a_pinnable_public_key() {
     let mode = std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let text = std::fs::read_to_string(&public).unwrap();
-    assert_eq!(text.len(), 65, "64 hex digits and a newline: {text:?}");
-    PublisherKey::parse(&text).unwrap();
+    assert!(
+        text.starts_with("pirq-publisher-public-v1:") && text.len() == 25 + 65,
+        "the prefix, 64 hex digits and a newline: {text:?}"
+    );
+    PublisherKey::parse_file(&text).unwrap();
+    // Issue 36, item 6: the secret where the public key goes is refused, and not printed.
+    let secret_hex = std::fs::read_to_string(&secret).unwrap();
+    let secret_hex = secret_hex.trim().rsplit(':').next().unwrap().to_string();
+    let err = fails(&[
+        "query",
+        "--index",
+        "1",
+        "--party-a",
+        "http://127.0.0.1:1",
+        "--party-b",
+        "http://127.0.0.2:1",
+        "--publisher-key",
+        &secret,
+    ]);
+    assert!(err.contains("SECRET key file"), "{err}");
+    assert!(!err.contains(&secret_hex[..16]), "{err}");
     // Never over an existing key.
     let err = fails(&[
         "publisher",
@@ -117,7 +136,10 @@ fn signed_databases_verify_and_tampering_or_another_key_is_refused() {
     assert_eq!(info["signing"]["scheme"], "ed25519");
     assert_eq!(
         info["signing"]["publisher_key"],
-        std::fs::read_to_string(&public).unwrap().trim()
+        std::fs::read_to_string(&public)
+            .unwrap()
+            .trim()
+            .trim_start_matches("pirq-publisher-public-v1:")
     );
     let err = fails(&["db", "verify", s(&gen), "--publisher-key", &other_public]);
     assert!(err.contains("is signed by publisher key"), "{err}");

@@ -37,6 +37,7 @@ pub struct ClientBuilder {
     error: Option<ClientError>,
     publisher: Option<crate::PublisherKey>,
     min_epoch: u64,
+    proxy: Option<String>,
 }
 
 impl ClientBuilder {
@@ -116,6 +117,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Reaches `https://` parties through this proxy (`http://HOST:PORT`), by `CONNECT`
+    /// tunnels only: the proxy sees which hosts are reached, never a byte of a request, and
+    /// TLS (and the same-identity check) runs end to end. Plain-`http://` parties are never
+    /// proxied. Without this, no proxy is used, whatever `HTTP_PROXY`, `HTTPS_PROXY` or
+    /// `ALL_PROXY` say: a proxy taken silently from the environment would see both keys of
+    /// plain-HTTP loopback traffic, and admin tokens.
+    pub fn proxy(mut self, url: impl Into<String>) -> Self {
+        self.proxy = Some(url.into());
+        self
+    }
+
     /// Accepts plain `http://` to hosts other than this machine. Whoever observes both
     /// connections then learns the index: only for networks where nobody can.
     pub fn insecure_http(mut self, insecure: bool) -> Self {
@@ -183,15 +195,15 @@ impl ClientBuilder {
         check_party_url(&a, insecure)?;
         check_party_url(&b, insecure)?;
         let http = match self.http {
-            Some(_) if !self.roots.is_empty() => {
+            Some(_) if !self.roots.is_empty() || self.proxy.is_some() => {
                 return Err(ClientError::Config(
-                    "CA certificates go to the caller's own HTTP client (http_client), not \
-                     to the builder"
+                    "CA certificates and a proxy go to the caller's own HTTP client \
+                     (http_client), not to the builder"
                         .into(),
                 ))
             }
             Some(http) => http,
-            None => http_client(self.roots)?,
+            None => http_client(self.roots, self.proxy.as_deref())?,
         };
         let counters = Arc::new(Counters::default());
         let party_a = Party::labelled(http.clone(), &a, "A", self.token_a, counters.clone());
@@ -217,9 +229,15 @@ impl ClientBuilder {
 /// The HTTP client of a [`Client`] built without one (and of the CLI's `epoch push`): no
 /// redirects (a party may not send the client to another host, nor from https to http), the
 /// peer certificate kept for the same-identity check, the system's and `roots` as trust
-/// anchors, connections opened within 10 s.
-pub fn http_client(roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client, ClientError> {
+/// anchors, connections opened within 10 s; no proxy from the environment, and `proxy` (when
+/// given) for `https://` parties only ([`ClientBuilder::proxy`]).
+pub fn http_client(
+    roots: Vec<reqwest::Certificate>,
+    proxy: Option<&str>,
+) -> Result<reqwest::Client, ClientError> {
     let mut builder = reqwest::Client::builder()
+        // reqwest reads HTTP_PROXY/HTTPS_PROXY/ALL_PROXY by default: never for party traffic.
+        .no_proxy()
         .connect_timeout(CONNECT_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .tls_info(true)
@@ -227,7 +245,42 @@ pub fn http_client(roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client, 
     for root in roots {
         builder = builder.add_root_certificate(root);
     }
+    if let Some(proxy) = proxy {
+        builder = builder.proxy(connect_proxy(proxy)?);
+    }
     builder
         .build()
         .map_err(|e| ClientError::Config(format!("building the HTTP client: {e}")))
+}
+
+/// `--proxy URL` as reqwest's proxy of `https://` targets only, which it reaches by `CONNECT`:
+/// a plain-HTTP party would otherwise be sent to the proxy as a whole request, keys and token
+/// included.
+fn connect_proxy(url: &str) -> Result<reqwest::Proxy, ClientError> {
+    let bad = |why: &str| ClientError::Config(format!("proxy: {why}; write http://HOST:PORT"));
+    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
+        return Err(bad("not an http:// or https:// URL with a host"));
+    }
+    reqwest::Proxy::https(parsed).map_err(|_| bad("not a proxy URL reqwest takes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proxy_must_be_an_http_url() {
+        assert!(connect_proxy("http://127.0.0.1:3128").is_ok());
+        assert!(connect_proxy("https://proxy.example.invalid").is_ok());
+        for bad in [
+            "127.0.0.1:3128",
+            "socks5://127.0.0.1:1",
+            "ftp://x",
+            "http://",
+        ] {
+            let e = connect_proxy(bad).unwrap_err().to_string();
+            assert!(e.contains("write http://HOST:PORT"), "{bad}: {e}");
+        }
+    }
 }

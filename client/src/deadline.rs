@@ -66,6 +66,14 @@ impl Backoff {
     }
 }
 
+/// The wait before trying a refused request again: the party's `Retry-After`, but never less
+/// than the next step of `backoff` (100 ms doubling to 2 s), jittered. A `Retry-After: 0`, or
+/// one repeated without end, then costs the party a handful of requests a second at first and
+/// one every 2–3 s after, never a busy loop; a longer `Retry-After` is honoured as said.
+pub(crate) fn refusal_wait(retry_after: Option<Duration>, backoff: &mut Backoff) -> Duration {
+    jitter(retry_after.unwrap_or_default().max(backoff.next()))
+}
+
 /// `wait` stretched by a random 0–50 %: clients refused together come back spread out instead
 /// of as the same burst, and never earlier than the party asked.
 pub(crate) fn jitter(wait: Duration) -> Duration {
@@ -107,6 +115,21 @@ mod tests {
         assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000]);
         b.reset();
         assert_eq!(b.next(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn refusals_wait_at_least_the_backoff_and_at_least_what_the_party_asked() {
+        let mut b = Backoff::new();
+        let zero = Some(Duration::ZERO);
+        let waits: Vec<Duration> = (0..7).map(|_| refusal_wait(zero, &mut b)).collect();
+        for (wait, floor) in waits.iter().zip([100, 200, 400, 800, 1600, 2000, 2000]) {
+            let floor = Duration::from_millis(floor);
+            assert!(*wait >= floor && *wait < floor.mul_f64(1.5), "{waits:?}");
+        }
+        let mut b = Backoff::new();
+        let asked = refusal_wait(Some(Duration::from_secs(5)), &mut b);
+        assert!(asked >= Duration::from_secs(5), "{asked:?}");
+        assert!(refusal_wait(None, &mut Backoff::new()) >= Duration::from_millis(100));
     }
 
     #[tokio::test(start_paused = true)]

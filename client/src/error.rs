@@ -102,6 +102,20 @@ pub enum ClientError {
          capacity benchmarks only)"
     )]
     SameParty { a: String, b: String, party: String },
+    /// A party's `/v1/info` has no `party` id, or one that is not 32 lowercase hex digits: the
+    /// client cannot tell whether both URLs reach the same party, so it does not send keys.
+    #[error(
+        "party {label} ({party}) {}: the client cannot tell it from the other party, which \
+         would then see both keys; a pirq gateway always says it (a proxy in between may have \
+         removed it), or pass --allow-same-party (allow_same_party) for capacity benchmarks \
+         against one party",
+        match .said { Some(s) => format!("gives its party id as {s:?}, not 32 lowercase hex digits"), None => "does not give its party id in /v1/info".to_string() }
+    )]
+    UnknownParty {
+        label: &'static str,
+        party: String,
+        said: Option<String>,
+    },
     /// Both URLs present the same TLS identity (certificate public key): one operator holds
     /// both, and would see both keys.
     #[error(
@@ -204,6 +218,7 @@ impl ClientError {
             ClientError::BadUrl { .. } => "bad_url".into(),
             ClientError::InsecureHttp { .. } => "insecure_http".into(),
             ClientError::SameParty { .. } => "same_party".into(),
+            ClientError::UnknownParty { .. } => "unknown_party".into(),
             ClientError::SameTlsIdentity { .. } => "same_tls_identity".into(),
             ClientError::NoWorkers { .. } => "no_workers".into(),
             ClientError::Config(_) => "config".into(),

@@ -331,14 +331,24 @@ impl Client {
         self.stale.store(false, Ordering::Release);
         let ((ia, key_a), (ib, key_b)) = futures::try_join!(self.a.info_by(d), self.b.info_by(d))?;
         if !self.options.allow_same_party {
-            if let (Some(pa), Some(pb)) = (&ia.party, &ib.party) {
-                if pa == pb {
-                    return Err(ClientError::SameParty {
-                        a: self.a.base().to_string(),
-                        b: self.b.base().to_string(),
-                        party: text::sanitize(pa),
+            // A party that does not say who it is (or says it in another form) cannot be told
+            // apart from the other one: a proxy that strips `party` would otherwise send both
+            // keys of every pair to one party unchecked.
+            for (label, party, info) in [("A", &self.a, &ia), ("B", &self.b, &ib)] {
+                if !info.party.as_deref().is_some_and(text::is_party_id) {
+                    return Err(ClientError::UnknownParty {
+                        label,
+                        party: party.base().to_string(),
+                        said: info.party.as_deref().map(text::sanitize),
                     });
                 }
+            }
+            if ia.party == ib.party {
+                return Err(ClientError::SameParty {
+                    a: self.a.base().to_string(),
+                    b: self.b.base().to_string(),
+                    party: text::sanitize(ia.party.as_deref().unwrap_or_default()),
+                });
             }
             if key_a.is_some() && key_a == key_b {
                 return Err(ClientError::SameTlsIdentity {

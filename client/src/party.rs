@@ -12,7 +12,7 @@ use pirq_shared::wire::{
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
-use crate::deadline::{jitter, retry_after, Backoff, Deadline};
+use crate::deadline::{jitter, refusal_wait, retry_after, Backoff, Deadline};
 use crate::error::Phase;
 use crate::sse;
 use crate::stats::Counters;
@@ -397,7 +397,8 @@ impl Party {
     ///
     /// Every submit carries a fresh `Idempotency-Key`, so it can be sent again safely: a 429
     /// (backlog full) or 503 (a cap, or Redis down) is retried after the party's
-    /// `Retry-After`, jittered, while the deadline leaves room; a connection that failed is
+    /// `Retry-After` but no sooner than a back-off of 100 ms doubling to 2 s, jittered, while
+    /// the deadline leaves room; a connection that failed is
     /// retried up to [`SUBMIT_ATTEMPTS`] times. The party maps the retries to one request id.
     pub async fn submit(
         &self,
@@ -447,7 +448,7 @@ impl Party {
             let wait = match self.send(post.body(body.clone()), Phase::Submit, d).await {
                 Ok(r) if matches!(r.status().as_u16(), 429 | 503) => {
                     self.counters.refused(r.status().as_u16());
-                    let wait = jitter(retry_after(&r).unwrap_or_else(|| backoff.next()));
+                    let wait = refusal_wait(retry_after(&r), &mut backoff);
                     if !d.leaves(wait) {
                         return Err(self.api_error(r, Phase::Submit, d).await);
                     }

@@ -12,6 +12,13 @@ pub fn is_request_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Whether `id` is a party id as gateways give it in `/v1/info` (`party`): 32 lowercase hex
+/// digits, drawn once per party. The same-party check compares only ids of this form: anything
+/// else (an empty string, a proxy's placeholder) could not tell two parties apart.
+pub fn is_party_id(id: &str) -> bool {
+    is_request_id(id)
+}
+
 /// A party's text as a client shows it: every control character (Unicode category Cc: C0,
 /// DEL and C1, which includes the single-character CSI U+009B) removed, then cut to
 /// [`MAX_PARTY_TEXT_CHARS`] characters with `…` appended when cut. Escape sequences therefore

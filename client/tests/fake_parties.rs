@@ -285,6 +285,35 @@ async fn one_party_twice_is_refused() {
     assert!(matches!(e, ClientError::SameParty { .. }), "{e}");
 }
 
+/// Issue 36, item 7: a party whose `/v1/info` has no `party` id (a proxy stripped it) or a
+/// malformed one cannot be told from the other: refused unless `allow_same_party`.
+#[tokio::test]
+async fn a_party_that_does_not_say_who_it_is_is_refused() {
+    let with_id = |id: &str| FakeConfig {
+        party_id: Some(id.to_string()),
+        ..FakeConfig::default()
+    };
+    let a = fake(Behaviour::Honest).await;
+    for said in ["", "same", "0123456789ABCDEF0123456789ABCDEF"] {
+        let b = FakeParty::start(with_id(said)).await.unwrap();
+        let e = client(&a, &b, Wait::Inline).fetch(&[3]).await.unwrap_err();
+        assert!(
+            matches!(&e, ClientError::UnknownParty { label: "B", .. }),
+            "{said:?}: {e}"
+        );
+        assert!(e.to_string().contains("--allow-same-party"), "{e}");
+        let allowed = Client::builder()
+            .party_a(&a.url)
+            .party_b(&b.url)
+            .deadline(DEADLINE)
+            .allow_same_party(true)
+            .build()
+            .unwrap();
+        let pages = allowed.fetch(&[3]).await.unwrap();
+        assert_eq!(pages.pages[0], expected_page(3));
+    }
+}
+
 #[tokio::test]
 async fn tokens_are_sent_to_their_own_party_and_never_shown() {
     let with_token = |token: &str| FakeConfig {
@@ -415,4 +444,58 @@ fn every_behaviour_is_tested_here_and_in_typescript() {
             "SHARED_BEHAVIOURS (clients/ts/test/shared-fake.ts) lacks {name:?}"
         );
     }
+}
+
+/// Issue 36, item 5: a party that refuses every submit with `Retry-After: 0` is asked again
+/// after a back-off of 100 ms doubling (jittered), not in a busy loop: within a 2 s deadline a
+/// handful of submits, where the client without a floor sent thousands.
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_zero_is_backed_off_not_spun_on() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let posts = Arc::new(AtomicUsize::new(0));
+    let counted = posts.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                if conn.read(&mut head).unwrap_or(0) == 0 {
+                    return;
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let body = r#"{"error":{"code":"backlog_full","message":"come back later"}}"#;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 429 Too Many Requests\r\nretry-after: 0\r\n\
+                     content-type: application/json\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    let party = pirq_client::Party::new(pirq_client::http_client(Vec::new(), None).unwrap(), &url);
+    let request = pirq_client::QueryRequest {
+        keys: vec![vec![0u8; 32]],
+        epoch: None,
+    };
+    let e = party
+        .query(
+            &request,
+            Encoding::Json,
+            Wait::Poll { interval: DEADLINE },
+            DEADLINE,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Api { status: 429, .. }), "{e}");
+    let posts = posts.load(Ordering::SeqCst);
+    // 100 + 200 + 400 + 800 ms (each up to 1.5×) fit in 2 s: at most 5 tries, at least 3.
+    assert!((3..=6).contains(&posts), "{posts} submits in 2 s");
 }

@@ -653,11 +653,36 @@ pub fn write_atomically_with<T>(
     path: &Path,
     write: impl FnOnce(&mut File) -> Result<T, DbError>,
 ) -> Result<T, DbError> {
+    write_atomically_with_as(path, crate::outfile::Contents::Public, write)
+}
+
+/// [`write_atomically`] of `contents` (a secret is created 0600), with the output rules of
+/// [`crate::outfile`]: a regular file or nothing at `path`, a symlink replaced, a mode kept.
+pub fn write_atomically_as<T>(
+    path: &Path,
+    contents: crate::outfile::Contents,
+    write: impl FnOnce(&mut File) -> io::Result<T>,
+) -> Result<T, DbError> {
+    write_atomically_with_as(path, contents, |file| {
+        write(file).map_err(|source| DbError::Io {
+            path: path.to_path_buf(),
+            error: source,
+        })
+    })
+}
+
+fn write_atomically_with_as<T>(
+    path: &Path,
+    contents: crate::outfile::Contents,
+    write: impl FnOnce(&mut File) -> Result<T, DbError>,
+) -> Result<T, DbError> {
     use std::os::unix::fs::PermissionsExt;
     let io = |source| DbError::Io {
         path: path.to_path_buf(),
         error: source,
     };
+    // Before any byte is written: a FIFO or device at the path is refused, not replaced.
+    let mode = crate::outfile::mode_for(path, contents).map_err(io)?;
     let dir = parent_dir(path);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let mut tmp = tempfile::Builder::new()
@@ -669,8 +694,9 @@ pub fn write_atomically_with<T>(
     let _interrupted = crate::tempfiles::register(tmp.path());
     let value = write(tmp.as_file_mut())?;
     let file = tmp.as_file();
-    // A temporary file is created 0600; the database is read by workers of other users.
-    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+    // A temporary file is created 0600: a database, read by workers of other users, becomes
+    // 0644, a secret stays 0600, a file replaced keeps its mode.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(io)?;
     file.sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
@@ -954,6 +980,8 @@ pub struct MappedWriter {
     file: File,
     tmp: PathBuf,
     path: PathBuf,
+    /// The mode the database gets ([`crate::outfile::mode_for`]).
+    mode: u32,
     committed: bool,
     _interrupted: crate::tempfiles::Registration,
 }
@@ -980,6 +1008,12 @@ impl MappedWriter {
     ) -> Result<MappedWriter, DbError> {
         let header_bytes = header_bytes(header, meta, header.num_pages)?;
         let path = path.as_ref().to_path_buf();
+        let mode = crate::outfile::mode_for(&path, crate::outfile::Contents::Public).map_err(
+            |source| DbError::Io {
+                path: path.clone(),
+                error: source,
+            },
+        )?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -1023,6 +1057,7 @@ impl MappedWriter {
             file,
             tmp,
             path,
+            mode,
             committed: false,
             _interrupted: interrupted,
         })
@@ -1059,6 +1094,12 @@ impl MappedWriter {
         self.map[DIGEST_RANGE].copy_from_slice(&digest.0);
         self.map[PAGES_DIGEST_RANGE].copy_from_slice(&digest.0);
         self.map.flush().map_err(io(&self.tmp))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            self.file
+                .set_permissions(std::fs::Permissions::from_mode(self.mode))
+                .map_err(io(&self.tmp))?;
+        }
         self.file.sync_all().map_err(io(&self.tmp))?;
         std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
         sync_dir(parent_dir(&self.path));

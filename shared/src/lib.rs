@@ -23,6 +23,7 @@ pub mod error;
 pub mod kv;
 pub mod layout;
 pub mod metrics;
+pub mod outfile;
 pub mod shard;
 pub mod signing;
 pub mod tempfiles;

@@ -65,9 +65,51 @@ pub enum SignError {
     Manifest(String),
 }
 
-/// The publisher's public key: what a client pins. Its file is one line of 64 lowercase hex
-/// digits (the 32-byte RFC 8032 public key); readers accept surrounding white space and
-/// upper-case digits.
+/// The first bytes of a public key file (`docs/spec/signed.md` §1): what the file is, and the
+/// version of its format. A key file says what it is, so that a secret given where a public key
+/// is expected is refused instead of pinned (and printed).
+pub const PUBLIC_KEY_PREFIX: &str = "pirq-publisher-public-v1:";
+
+/// The first bytes of a secret key file.
+pub const SECRET_KEY_PREFIX: &str = "pirq-publisher-secret-v1:";
+
+/// What every pirq key file starts with, whatever its kind or version.
+const KEY_FILE_PREFIX: &str = "pirq-publisher-";
+
+/// The hex of a key file's text: after `wanted`'s prefix, or the whole text of a file written
+/// before key files had prefixes (bare hex). A file of the other kind (`other`, described by
+/// `mistake`) or of an unknown kind or version is refused; the message never holds key bytes.
+fn key_file_hex<'a>(
+    text: &'a str,
+    wanted: &str,
+    other: &str,
+    mistake: &str,
+) -> Result<&'a str, SignError> {
+    let text = text.trim();
+    if let Some(hex) = text.strip_prefix(wanted) {
+        return Ok(hex);
+    }
+    if text.starts_with(other) {
+        return Err(SignError::Key(mistake.into()));
+    }
+    if text.starts_with(KEY_FILE_PREFIX) {
+        let kind: String = text
+            .chars()
+            .take_while(|c| *c != ':')
+            .take(40)
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        return Err(SignError::Key(format!(
+            "a key file of another kind or version ({kind}); this pirq reads {wanted}"
+        )));
+    }
+    Ok(text)
+}
+
+/// The publisher's public key: what a client pins. Its file is one line:
+/// [`PUBLIC_KEY_PREFIX`] then 64 lowercase hex digits (the 32-byte RFC 8032 public key); readers
+/// accept surrounding white space, upper-case digits and a file of the bare hex digits (as
+/// written before the prefix).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PublisherKey(pub [u8; 32]);
 
@@ -91,16 +133,31 @@ impl PublisherKey {
         Ok(PublisherKey(raw))
     }
 
+    /// Parses the text of a public key file: [`PUBLIC_KEY_PREFIX`] and the key, or the bare
+    /// key; a secret key file is refused without a byte of it in the message.
+    pub fn parse_file(text: &str) -> Result<PublisherKey, SignError> {
+        let hex = key_file_hex(
+            text,
+            PUBLIC_KEY_PREFIX,
+            SECRET_KEY_PREFIX,
+            "this is a publisher SECRET key file, not the public key: give the file `pirq \
+             publisher keygen --public` wrote (the secret signs; it never goes to a client)",
+        )?;
+        PublisherKey::parse(hex)
+    }
+
     /// Reads a public key file (`pirq publisher keygen --public`).
     pub fn read_file(path: &Path) -> Result<PublisherKey, SignError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| SignError::Key(format!("{}: {e}", path.display())))?;
-        PublisherKey::parse(&text).map_err(|e| SignError::Key(format!("{}: {e}", path.display())))
+        PublisherKey::parse_file(&text)
+            .map_err(|e| SignError::Key(format!("{}: {e}", path.display())))
     }
 
-    /// The text of a public key file: 64 lowercase hex digits and a newline.
+    /// The text of a public key file: [`PUBLIC_KEY_PREFIX`], 64 lowercase hex digits and a
+    /// newline.
     pub fn to_text(&self) -> String {
-        format!("{}\n", hex::encode(self.0))
+        format!("{PUBLIC_KEY_PREFIX}{}\n", hex::encode(self.0))
     }
 
     fn verifying(&self) -> VerifyingKey {
@@ -148,7 +205,15 @@ impl SecretKey {
             )));
         }
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let bytes = hex::decode(text.trim())
+        let hex = key_file_hex(
+            &text,
+            SECRET_KEY_PREFIX,
+            PUBLIC_KEY_PREFIX,
+            "this is the publisher's public key file; --sign-key needs the secret key file \
+             (`pirq publisher keygen --secret`)",
+        )
+        .map_err(|e| err(e.to_string()))?;
+        let bytes = hex::decode(hex)
             .map_err(|_| err("not a secret key file (64 hex digits expected)".into()))?;
         let seed: [u8; 32] = bytes
             .try_into()
@@ -167,8 +232,10 @@ impl SecretKey {
             .mode(0o600)
             .open(path)
             .map_err(err)?;
-        file.write_all(format!("{}\n", hex::encode(self.0.to_bytes())).as_bytes())
-            .map_err(err)?;
+        file.write_all(
+            format!("{SECRET_KEY_PREFIX}{}\n", hex::encode(self.0.to_bytes())).as_bytes(),
+        )
+        .map_err(err)?;
         file.sync_all().map_err(err)
     }
 
@@ -589,6 +656,43 @@ mod tests {
         (key, block)
     }
 
+    /// Issue 36, item 6: key files say what they are; a secret where a public key is expected
+    /// (and the other way round) is refused without a byte of the key in the message; bare-hex
+    /// files still load.
+    #[test]
+    fn key_files_say_what_they_are_and_a_secret_is_never_pinned() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let key = SecretKey::from_seed([0x88; 32]);
+        let (secret, public) = (dir.path().join("secret"), dir.path().join("public"));
+        key.write_file(&secret).unwrap();
+        std::fs::write(&public, key.public().to_text()).unwrap();
+        let secret_text = std::fs::read_to_string(&secret).unwrap();
+        assert!(secret_text.starts_with(SECRET_KEY_PREFIX), "{secret_text}");
+        assert!(key.public().to_text().starts_with(PUBLIC_KEY_PREFIX));
+        assert_eq!(PublisherKey::read_file(&public).unwrap(), key.public());
+        assert_eq!(
+            SecretKey::read_file(&secret).unwrap().public(),
+            key.public()
+        );
+
+        let e = PublisherKey::read_file(&secret).unwrap_err().to_string();
+        assert!(e.contains("SECRET key file") && !e.contains("8888"), "{e}");
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = SecretKey::read_file(&public).err().unwrap().to_string();
+        assert!(e.contains("public key file"), "{e}");
+        let e = PublisherKey::parse_file("pirq-publisher-public-v9:abcd").unwrap_err();
+        assert!(e.to_string().contains("pirq-publisher-public-v9"), "{e}");
+
+        // Bare hex, as written before the prefix: both kinds still load.
+        let bare = dir.path().join("bare");
+        std::fs::write(&bare, format!("{}\n", "88".repeat(32))).unwrap();
+        std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(SecretKey::read_file(&bare).unwrap().public(), key.public());
+        std::fs::write(&public, format!("{}\n", key.public())).unwrap();
+        assert_eq!(PublisherKey::read_file(&public).unwrap(), key.public());
+    }
+
     #[test]
     fn a_signed_page_verifies_and_any_flipped_bit_is_refused() {
         let (key, block) = block();
@@ -628,7 +732,9 @@ mod tests {
     fn key_text_round_trips_and_junk_is_refused() {
         let (key, _) = block();
         let public = key.public();
-        assert_eq!(PublisherKey::parse(&public.to_text()), Ok(public));
+        assert_eq!(PublisherKey::parse_file(&public.to_text()), Ok(public));
+        // Files of the bare hex digits (before the prefix) still load.
+        assert_eq!(PublisherKey::parse_file(&format!("{public}\n")), Ok(public));
         assert!(PublisherKey::parse("zz").is_err());
         assert!(PublisherKey::parse(&"ab".repeat(31)).is_err());
         assert!(!format!("{key:?}").contains(&hex::encode([7u8; 32])));

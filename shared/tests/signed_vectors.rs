@@ -37,10 +37,13 @@ fn keys_and_block() {
     let public = secret.public();
     assert_eq!(public.0, arr32(&all["public_key"]));
     assert_eq!(public.to_text(), all["public_key_file"].as_str().unwrap());
-    assert_eq!(
-        PublisherKey::parse(all["public_key_file"].as_str().unwrap()),
-        Ok(public)
-    );
+    for file in ["public_key_file", "public_key_file_bare"] {
+        assert_eq!(
+            PublisherKey::parse_file(all[file].as_str().unwrap()),
+            Ok(public),
+            "{file}"
+        );
+    }
     let block = block_of(&all);
     assert_eq!(block.to_block().to_vec(), hex_of(&all["signing_block"]));
 }

@@ -100,7 +100,8 @@ pub struct FakeConfig {
     /// Seed of the synthetic pages (`db::synthetic`, as `pirq db gen --seed`).
     pub seed: u64,
     pub epoch: u64,
-    /// The `party` id in `/v1/info` (random when `None`).
+    /// The `party` id in `/v1/info` (random when `None`; `Some("")` leaves the field out, as a
+    /// proxy that strips it).
     pub party_id: Option<String>,
     /// A query token: queries and result reads then need `Authorization: Bearer <token>`.
     pub token: Option<String>,
@@ -284,7 +285,8 @@ impl Fake {
             max_keys_per_query: 64,
             workers: 1,
             digest: Some(self.digest_at(window.newest)),
-            party: Some(self.party_id.clone()),
+            // An empty id stands for a party (or a proxy in front of it) that says none.
+            party: (!self.party_id.is_empty()).then(|| self.party_id.clone()),
             kv: self.kv.clone(),
             signing: None,
             shards: Vec::new(),

@@ -516,6 +516,13 @@ export async function agree(a: Party, b: Party, ctxA: CallContext = {}, ctxB: Ca
       throw new PirqError("no_workers", "has no live workers", { party: `${party.name} (${party.url})` });
     }
   }
+  for (const [party, info] of [[a, ia], [b, ib]] as const) {
+    // A party that does not say who it is cannot be told from the other (a proxy that strips
+    // `party` would send both halves of every key to one party): refused (issue 36).
+    if (typeof info.party !== "string" || !/^[0-9a-f]{32}$/.test(info.party)) {
+      throw new PirqError("same_party", "does not give its party id (32 lowercase hex digits) in /v1/info: it cannot be told from the other party, which would then see both halves of every key", { party: `${party.name} (${party.url})` });
+    }
+  }
   if (ia.party !== undefined && ia.party === ib.party) {
     // One party behind both URLs would see both halves of every key pair: no privacy at all.
     throw new PirqError("same_party", `both URLs are the same party (identity ${ia.party}): ${a.url} and ${b.url}`);

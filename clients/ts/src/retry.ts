@@ -23,13 +23,15 @@ export function parseRetryAfter(value: string | null): number | undefined {
 
 /**
  * Milliseconds to wait before try `attempt + 1` (attempt 0 is the first request): the party's
- * `Retry-After` when it sent one, else {@link BASE_RETRY_WAIT_MS} doubled per attempt up to
- * {@link MAX_BACKOFF_MS}; then multiplied by a random factor in [1, 1.5), so never sooner than
+ * `Retry-After`, but never less than {@link BASE_RETRY_WAIT_MS} doubled per attempt up to
+ * {@link MAX_BACKOFF_MS} (so `Retry-After: 0`, or none, is a capped exponential back-off, never
+ * a busy loop: issue 36); then multiplied by a random factor in [1, 1.5), so never sooner than
  * the party asked (FAKE_PARTY.md: the Rust client does the same). The deadline bounds the rest:
  * a wait that would end past it is not made. `random` is for tests.
  */
 export function retryDelayMs(attempt: number, retryAfterSeconds: number | undefined, random: () => number = Math.random): number {
-  const base = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : Math.min(MAX_BACKOFF_MS, BASE_RETRY_WAIT_MS * 2 ** Math.min(attempt, 20));
+  const backoff = Math.min(MAX_BACKOFF_MS, BASE_RETRY_WAIT_MS * 2 ** Math.min(attempt, 20));
+  const base = Math.max(backoff, (retryAfterSeconds ?? 0) * 1000);
   return base * (1 + random() / 2);
 }
 

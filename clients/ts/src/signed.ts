@@ -54,7 +54,13 @@ export function parsePublisherKey(key: string | Uint8Array): Uint8Array {
     return new Uint8Array(key);
   }
   if (typeof key !== "string") throw new PirqError("invalid_argument", "publisherKey: the key file's text (64 hex digits) or 32 bytes");
-  const text = key.trim();
+  let text = key.trim();
+  // Key files say what they are (docs/spec/signed.md §1); a bare-hex file predates the prefix.
+  if (text.startsWith("pirq-publisher-secret-")) {
+    throw new PirqError("invalid_argument", "publisherKey: this is the publisher's SECRET key file, not the public key: give the file `pirq publisher keygen --public` wrote");
+  }
+  if (text.startsWith("pirq-publisher-public-v1:")) text = text.slice("pirq-publisher-public-v1:".length);
+  else if (text.startsWith("pirq-publisher-")) throw new PirqError("invalid_argument", "publisherKey: a key file of another kind or version; this client reads pirq-publisher-public-v1");
   if (!/^[0-9a-fA-F]{64}$/.test(text)) {
     throw new PirqError("invalid_argument", "publisherKey: not an Ed25519 public key (the key file holds 64 hex digits)");
   }

@@ -28,7 +28,7 @@ function fakeParties(a: FakeParty, b: FakeParty): typeof fetch {
   return (async (input: RequestInfo | URL, init: RequestInit = {}) => {
     const url = new URL(String(input));
     const party = url.origin === A ? a : b;
-    if (url.pathname === "/v1/info") return Response.json({ ...baseInfo, ...party.info });
+    if (url.pathname === "/v1/info") return Response.json({ ...baseInfo, party: (party === a ? "a" : "b").repeat(32), ...party.info });
     const done = () => {
       const n = (party as { keys?: number }).keys ?? 1;
       const result: Record<string, unknown> = { id: "ab".repeat(16), status: "done", epoch: party.epoch ?? 2, pages: Array(n).fill(toBase64(new Uint8Array(256))) };
@@ -89,6 +89,10 @@ test("a query that stays pending fails with timeout at the client's limit", asyn
 test("info: same party, no workers, different digests at one epoch, disjoint windows, other geometry", async () => {
   const same = { party: "5a0d3c9e2b7f41e8a6c4d2f0b8e6a4c2" };
   await assert.rejects(connect(A, B, { fetch: fakeParties({ info: same }, { info: same }) }), rejectsWith("same_party"));
+  // issue 36: a party that gives no id, or not one of 32 lowercase hex digits, cannot be told apart
+  for (const party of [undefined, "", "same", "5A0D3C9E2B7F41E8A6C4D2F0B8E6A4C2"]) {
+    await assert.rejects(connect(A, B, { fetch: fakeParties({}, { info: { party } }) }), (e: unknown) => rejectsWith("same_party", /party id/)(e) && (e as PirqError).party === `B (${B})`, String(party));
+  }
   await assert.rejects(connect(A, B, { fetch: fakeParties({}, { info: { workers: 0 } }) }), (e: unknown) => rejectsWith("no_workers")(e) && (e as PirqError).party === `B (${B})`);
   await assert.rejects(connect(A, B, { fetch: fakeParties({ info: { digest: D1 } }, { info: { digest: D2 } }) }), rejectsWith("parties_disagree", /digest/));
   // different newest epochs: different digests are expected, the lookup pins the older one

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { readBounded, SseParser, TooLarge, answerLimit, ENVELOPE_LIMIT } from "../src/body.js";
 import { partyText, partyCode, PARTY_TEXT_LIMIT } from "../src/errors.js";
 import { parseRetryAfter, retryDelayMs } from "../src/retry.js";
-import { isLoopbackHost } from "../src/url.js";
+import { isLoopbackHost, partyBaseUrl } from "../src/url.js";
 
 const enc = (s: string) => new TextEncoder().encode(s);
 
@@ -99,6 +99,9 @@ test("Retry-After: whole seconds only; the back-off is never sooner than asked, 
   assert.equal(retryDelayMs(0, 2, () => 0), 2000);
   assert.equal(retryDelayMs(0, 2, () => 0.999999), 2000 * 1.4999995);
   assert.deepEqual([0, 1, 2, 3, 4, 5, 9].map((n) => retryDelayMs(n, undefined, () => 0)), [100, 200, 400, 800, 1600, 2000, 2000]);
+  // Retry-After: 0 (issue 36): the same capped back-off, never a busy loop
+  assert.deepEqual([0, 1, 2, 3, 4, 5, 9].map((n) => retryDelayMs(n, 0, () => 0)), [100, 200, 400, 800, 1600, 2000, 2000]);
+  assert.equal(retryDelayMs(6, 5, () => 0), 5000);
   // many clients refused together come back spread over [1, 1.5) × Retry-After
   const delays = Array.from({ length: 1000 }, () => retryDelayMs(0, 1));
   assert.ok(Math.min(...delays) >= 1000 && Math.max(...delays) < 1500);
@@ -109,6 +112,12 @@ test("loopback hosts: localhost, 127.0.0.0/8, [::1] as the URL parser writes the
   for (const url of ["http://localhost:1", "http://LOCALHOST", "http://127.0.0.1", "http://127.1", "http://0x7f.0.0.1", "http://127.255.255.255", "http://[::1]", "http://[0::1]"]) {
     assert.ok(isLoopbackHost(new URL(url).hostname), url);
   }
+  // issue 36: the fully qualified forms go to DNS; the parser keeps the dot (and decodes %2e)
+  for (const url of ["http://localhost.:1", "http://LOCALHOST.", "http://localhost%2e:1", "http://localhost%2E"]) {
+    assert.ok(!isLoopbackHost(new URL(url).hostname), url);
+    assert.throws(() => partyBaseUrl("A", url), /refusing plain HTTP/, url);
+  }
+  assert.throws(() => partyBaseUrl("A", "https://user:secret@pir.example.invalid"), (e: Error) => /without credentials/.test(e.message) && !e.message.includes("secret"));
   for (const url of ["http://10.0.0.1", "http://128.0.0.1", "http://localhost.invalid", "http://127.0.0.1.invalid", "http://[::ffff:127.0.0.1]", "http://[::2]", "http://0.0.0.0", "http://x.localhost"]) {
     assert.ok(!isLoopbackHost(new URL(url).hostname), url);
   }

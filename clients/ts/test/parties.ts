@@ -105,11 +105,13 @@ export function makePageDb(dir: string, pages: number, pageSize: number, seed = 
 }
 
 /** `pirq publisher keygen` into `dir`: a publisher's key pair, as file paths and the public key's text. */
-export function makePublisherKey(dir: string, name: string): { secretFile: string; publicFile: string; publicKey: string } {
+export function makePublisherKey(dir: string, name: string): { secretFile: string; publicFile: string; publicKey: string; publicHex: string } {
   const secretFile = join(dir, `${name}.secret`);
   const publicFile = join(dir, `${name}.pub`);
   execFileSync(join(binDir, "pirq"), ["publisher", "keygen", "--secret", secretFile, "--public", publicFile], { stdio: "pipe" });
-  return { secretFile, publicFile, publicKey: readFileSync(publicFile, "utf8") };
+  const publicKey = readFileSync(publicFile, "utf8");
+  // the key file's text is `pirq-publisher-public-v1:<64 hex>` (docs/spec/signed.md §1)
+  return { secretFile, publicFile, publicKey, publicHex: publicKey.trim().replace(/^pirq-publisher-public-v1:/, "") };
 }
 
 /** Records for a kv test database: text keys `user:0000`.., values of `valueSize` bytes. */

@@ -62,6 +62,7 @@ function parties(a: Fake, b: Fake): typeof fetch {
       const signing = { scheme: "ed25519", tail_len: 72, publisher_key: V.public_key, db_id: V.db_id };
       return Response.json({
         num_pages: PAGES, page_size: PAGE_SIZE, domain_bits: 7, epoch: { oldest: 0, newest: newest(party) }, max_keys_per_query: 64, workers: 1,
+        party: (url.origin === A ? "a" : "b").repeat(32),
         ...(party.signing === false ? {} : { signing }),
       });
     }

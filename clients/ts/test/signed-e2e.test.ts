@@ -60,7 +60,7 @@ test("the parties advertise the publisher's key; pinned to it, every page verifi
   proxyB.tamper = undefined;
   for (const wait of WAITS) {
     const pirq = await connect(parties.a.url, proxyB.url, { publisherKey: publisher.publicKey, wait });
-    assert.equal(pirq.info.signing?.publisherKey, publisher.publicKey.trim());
+    assert.equal(pirq.info.signing?.publisherKey, publisher.publicHex);
     const got = await pirq.getPages([0, 299, 150]);
     assert.equal(got.verified, true);
     assert.deepEqual(got.pages.map(toHex), [0, 299, 150].map(usable), wait);
@@ -203,7 +203,7 @@ test("the demo page with a publisher key: says the page is verified; with B lyin
   const browser = await launchChromium();
   try {
     const page = await browser.context.newPage();
-    await page.goto(`${web.origin}/?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(proxyB.url)}&key=${publisher.publicKey.trim()}`);
+    await page.goto(`${web.origin}/?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(proxyB.url)}&key=${publisher.publicHex}`);
     await page.waitForFunction(() => document.getElementById("status")?.textContent === "connected");
     assert.match(await page.textContent("#info") ?? "", /signed: every page verified \(webcrypto\)/);
     await page.fill("#page-index", "77");

@@ -44,7 +44,7 @@ for (const backend of ["webcrypto", "noble"] as VerifierBackend[]) {
   test(`every page of a file signed by pirq db gen --sign-key verifies (${backend}), and only as itself`, async () => {
     const block = signingBlock(file);
     assert.equal(block.tailLen, 72);
-    assert.equal(block.publisherKey, publisher.publicKey.trim(), "the header names the key file's key");
+    assert.equal(block.publisherKey, publisher.publicHex, "the header names the key file's key");
     const verifier = await ed25519Verifier(parsePublisherKey(publisher.publicKey), backend);
     for (let p = 0; p < PAGES; p++) {
       const tail = await checkPage(verifier, block.dbId, p, pageFromFile(file, p));
@@ -64,7 +64,7 @@ for (const backend of ["webcrypto", "noble"] as VerifierBackend[]) {
 
   test(`an update made by pirq epoch make --sign-key: its pages verify as changed at epoch 1 (${backend})`, async () => {
     const { dbId } = signingBlock(file);
-    const verifier = await ed25519Verifier(fromHex(publisher.publicKey.trim()), backend);
+    const verifier = await ed25519Verifier(fromHex(publisher.publicHex), backend);
     assert.equal(update.epoch, 1);
     assert.ok(update.pages.length > 0);
     for (const w of update.pages) {

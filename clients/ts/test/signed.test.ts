@@ -14,6 +14,10 @@ const BACKENDS: VerifierBackend[] = ["webcrypto", "noble"];
 
 test("the public key file parses to the vectors' key; other text is refused", () => {
   assert.equal(toHex(parsePublisherKey(V.public_key_file)), V.public_key);
+  assert.equal(toHex(parsePublisherKey(V.public_key_file_bare)), V.public_key);
+  // issue 36: a secret key file where the public key goes is refused, its bytes not shown
+  const secretFile = "pirq-publisher-secret-v1:" + "88".repeat(32) + "\n";
+  assert.throws(() => parsePublisherKey(secretFile), (e: Error) => /SECRET key file/.test(e.message) && !e.message.includes("8888"));
   assert.equal(toHex(parsePublisherKey(`  ${V.public_key.toUpperCase()}\r\n`)), V.public_key);
   assert.equal(toHex(parsePublisherKey(fromHex(V.public_key))), V.public_key);
   for (const bad of ["", V.public_key.slice(2), V.public_key + "00", `0x${V.public_key}`, V.public_key.replace(/^../, "zz"), new Uint8Array(31)]) {

@@ -1,0 +1,149 @@
+//! Where a tool may write its output (`--out` of every `pirq` command), and how.
+//!
+//! An output path holds a regular file or nothing: a FIFO, a device node, a socket or a
+//! directory there is refused (run as root, `--out /dev/null` would otherwise turn the device
+//! into a regular file). The file is written beside the path and renamed over it
+//! ([`crate::db::write_atomically`]), so a symlink already at the path is replaced, never
+//! followed to overwrite its target. An existing file keeps its mode; a new one is created
+//! 0644, or 0600 for secret material ([`Contents::Secret`]: DPF keys, publisher secrets,
+//! pages a client retrieved privately).
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+
+/// What a file holds, which decides the mode of a new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contents {
+    /// Readable by other users (0644): a database workers of another user serve, an update,
+    /// a public key.
+    Public,
+    /// The owner's only (0600): nobody else on the machine may read it.
+    Secret,
+}
+
+impl Contents {
+    fn new_mode(self) -> u32 {
+        match self {
+            Contents::Public => 0o644,
+            Contents::Secret => 0o600,
+        }
+    }
+}
+
+/// Checks that `path` is nothing or a regular file (a symlink counts as nothing: it is
+/// replaced), and returns the mode the written file gets: the existing file's (for a secret,
+/// without any group or other bits), else `contents`' mode for a new file.
+pub fn mode_for(path: &Path, contents: Contents) -> io::Result<u32> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(contents.new_mode()),
+        Err(e) => return Err(e),
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_symlink() {
+        return Ok(contents.new_mode());
+    } else if kind.is_file() {
+        let mode = meta.permissions().mode() & 0o7777;
+        return Ok(match contents {
+            Contents::Public => mode,
+            Contents::Secret => mode & 0o7700,
+        });
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device node"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{what} is there: an output goes to a regular file or a new path, refusing to replace it"),
+    ))
+}
+
+/// Writes `bytes` to `path` as [`mode_for`] says: into a temporary file beside it, renamed over
+/// it once complete.
+pub fn write(path: &Path, contents: Contents, bytes: &[u8]) -> Result<(), crate::db::DbError> {
+    crate::db::write_atomically_as(path, contents, |f| io::Write::write_all(f, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn only_regular_files_or_nothing_are_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let socket = dir.path().join("socket");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        for (path, says) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/null"), "a device node"),
+            (socket.as_path(), "a socket"),
+            (dir.path(), "a directory"),
+        ] {
+            let e = write(path, Contents::Public, b"x").unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.contains("refusing"),
+                "{}: {e}",
+                path.display()
+            );
+        }
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        assert!(std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+
+    #[test]
+    fn a_symlink_is_replaced_not_followed_and_modes_are_kept_or_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"precious").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write(&link, Contents::Secret, b"key").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+        assert!(!std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&link).unwrap(), b"key");
+        assert_eq!(mode(&link), 0o600);
+
+        let kept = dir.path().join("kept");
+        std::fs::write(&kept, b"old").unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write(&kept, Contents::Public, b"new").unwrap();
+        assert_eq!(mode(&kept), 0o600, "an existing file's mode is kept");
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write(&kept, Contents::Secret, b"new").unwrap();
+        assert_eq!(
+            mode(&kept),
+            0o600,
+            "a secret never stays readable by others"
+        );
+
+        let fresh = dir.path().join("fresh");
+        write(&fresh, Contents::Public, b"x").unwrap();
+        assert_eq!(mode(&fresh), 0o644);
+    }
+}
