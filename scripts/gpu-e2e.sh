@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end on the GPU machine: the e2e suites (tests/tests/*.rs: real redis-server,
+# End to end on the GPU machine: the e2e suite (tests/tests/e2e/: real redis-server,
 # pirq-gateway and pirq-worker processes; byte-exact pages, epoch updates) with every worker on
 # the CUDA backend.
 #

@@ -25,10 +25,10 @@ build)
     cargo build --release -p pirq-gateway --bin pirq-gateway
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     rm -rf "$dir" && mkdir -p "$dir"
-    copy_tests "$dir" suite- -p pirq-e2e --test kv
+    copy_tests "$dir" suite- -p pirq-e2e --test e2e # run with the filter kv::
     cp target/release/pirq target/release/pirq-gateway "$dir/"
     copy_cuda_worker "$dir"
-    strip "$dir"/pirq "$dir"/pirq-gateway "$dir"/pirq-worker.real "$dir"/suite-kv
+    strip "$dir"/pirq "$dir"/pirq-gateway "$dir"/pirq-worker.real "$dir"/suite-e2e
     copy_redis_server "$dir"
     du -sh "$dir"
     ;;
@@ -67,7 +67,7 @@ run)
     if [ "${KV_SUITE:-1}" = 1 ]; then
         echo "== kv e2e suite, CUDA workers (in the background)"
         t_suite=$(date +%s)
-        ( "$dir/suite-kv" --test-threads=2 >"$dir/suite.log" 2>&1
+        ( "$dir/suite-e2e" kv:: --test-threads=2 >"$dir/suite.log" 2>&1
           echo "suite exit $? after $(($(date +%s) - t_suite)) s" >>"$dir/suite.log" ) &
         suite=$!
     fi

@@ -14,7 +14,8 @@
 #   bench-160x2  pirq-shard-bench: 160 GiB (more than one GPU holds) over two GPUs, verified
 #   e2e-160x2    redis-server + pirq-gateway + two pirq-worker --synthetic --shard I/2 (one per
 #                GPU), 160 GiB, checked through HTTP by e2e-shard-check against the generator
-#   suite-shards the e2e suite tests/tests/shards.rs with every worker on --backend cuda
+#   suite-shards the e2e suite's shards:: tests (tests/tests/e2e/shards.rs), every worker on
+#                --backend cuda
 set -euo pipefail
 
 case "${1:-}" in
@@ -28,11 +29,11 @@ build)
     rm -rf "$dest" && mkdir -p "$dest/bin"
     . scripts/lib/gpu-bundle.sh
     copy_tests "$dest/bin" "" --features cuda -p pirq-scan --test gpu_shards
-    copy_tests "$dest/bin" suite- -p pirq-e2e --test shards
+    copy_tests "$dest/bin" suite- -p pirq-e2e --test e2e # run with the filter shards::
     for b in pirq-gateway pirq-shard-bench e2e-shard-check; do cp "target/release/$b" "$dest/bin/"; done
     copy_cuda_worker "$dest/bin"
     copy_redis_server "$dest/bin"
-    strip "$dest"/bin/gpu_shards "$dest"/bin/suite-shards "$dest"/bin/pirq-gateway \
+    strip "$dest"/bin/gpu_shards "$dest"/bin/suite-e2e "$dest"/bin/pirq-gateway \
         "$dest"/bin/pirq-worker.real "$dest"/bin/pirq-shard-bench "$dest"/bin/e2e-shard-check
     cp scripts/gpu-shards.sh "$dest/run.sh"
     tar -C "$dest" -czf "$dest/bin.tgz" bin && rm -rf "$dest/bin"
@@ -61,7 +62,7 @@ run | run1)
     }
     if [[ $mode == run1 ]]; then
         step gpu_shards 120 env PIRQ_GPU_TESTS=1 "$bin/gpu_shards" --test-threads=1
-        step suite-shards 150 env PIRQ_E2E_BIN_DIR="$bin" "$bin/suite-shards" --test-threads=2
+        step suite-shards 150 env PIRQ_E2E_BIN_DIR="$bin" "$bin/suite-e2e" shards:: --test-threads=2
         step bench-120x2-gpu0 100 pirq-shard-bench --gib 120 --shards 2 --gpus 0,0 --verify 64 --qs 1,256 --reps 5
         step bench-64x1 70 pirq-shard-bench --gib 64 --shards 1 --verify 16 --qs 1,64,256 --reps 9
         exit 0
@@ -109,7 +110,7 @@ run | run1)
     export -f e2e160; export out work
     step e2e-160x2 150 bash -c e2e160
     step gpu_shards 120 env PIRQ_GPU_TESTS=1 "$bin/gpu_shards" --test-threads=1
-    step suite-shards 150 env PIRQ_E2E_BIN_DIR="$bin" "$bin/suite-shards" --test-threads=2
+    step suite-shards 150 env PIRQ_E2E_BIN_DIR="$bin" "$bin/suite-e2e" shards:: --test-threads=2
     ;;
 *)
     echo "usage: $0 build DIR | run" >&2

@@ -18,8 +18,8 @@
 #      its queue in 4 partitions spread over the primaries, kv lookups, a worker killed under
 #      load, pages (one_slot.rs), and every test of the epochs and shards suites; and a cluster
 #      primary killed under load (its replica promoted, nothing lost). Pages, epochs and shards
-#      on a 3-primary cluster with one partition always run (tests/tests/one_slot.rs). Without it
-#      the suite says that it skipped them.
+#      on a 3-primary cluster with one partition always run (tests/tests/e2e/one_slot.rs). Without
+#      it the suite says that it skipped them.
 #
 # GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
 set -euo pipefail
@@ -56,8 +56,8 @@ failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s +
 # depend most on the server: durability, faults, slow clients.
 echo "== durability and fault suites again, against Redis 7.4"
 redis74=$(scripts/install-redis74.sh)
-PIRQ_REDIS_SERVER="$PWD/$redis74" cargo test --release --locked -p pirq-e2e \
-    --test faults --test slow_clients --test recovery --test replica_durability 2>&1 | tee -a "$log"
+PIRQ_REDIS_SERVER="$PWD/$redis74" cargo test --release --locked -p pirq-e2e --test e2e -- \
+    faults:: slow_clients:: recovery:: replica_durability:: 2>&1 | tee -a "$log"
 passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
 
@@ -88,8 +88,8 @@ if [ "${PIRQ_CLUSTER_TESTS:-0}" = 1 ]; then
 else
     echo "Redis Cluster tests: SKIPPED (seven redis-servers a test, a failover: minutes);" \
         "run them with PIRQ_CLUSTER_TESTS=1 scripts/test.sh, or PIRQ_CLUSTER_TESTS=1 cargo test" \
-        "--release -p pirq-e2e --test kv --test faults --test cluster_failover --test one_slot" \
-        "--test epochs --test shards"
+        "--release -p pirq-e2e --test e2e -- kv:: faults:: cluster_failover:: one_slot:: epochs::" \
+        "shards::"
 fi
 
 # One closing line for the whole suite (the last `cargo test` block is the empty doc-tests).

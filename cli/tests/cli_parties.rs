@@ -5,16 +5,7 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use pirq_testkit::fake_party::{kv_key, kv_value, Behaviour, FakeConfig, FakeParty};
-
-async fn fake(behaviour: Behaviour) -> FakeParty {
-    FakeParty::start(FakeConfig {
-        behaviour,
-        ..FakeConfig::default()
-    })
-    .await
-    .expect("fake party")
-}
+use pirq_testkit::fake_party::{fake, kv_key, kv_value, Behaviour, FakeConfig, FakeParty};
 
 /// Runs `pirq ARGS` to completion; its output, wall time and peak resident memory (KiB).
 async fn pirq(args: Vec<String>) -> (Output, Duration, i64) {

@@ -6,18 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, ClientError, Encoding, Phase, Wait};
-use pirq_testkit::fake_party::{kv_key, kv_value, Behaviour, FakeConfig, FakeParty};
+use pirq_testkit::fake_party::{fake, kv_key, kv_value, Behaviour, FakeConfig, FakeParty};
 
 const DEADLINE: Duration = Duration::from_secs(2);
-
-async fn fake(behaviour: Behaviour) -> FakeParty {
-    FakeParty::start(FakeConfig {
-        behaviour,
-        ..FakeConfig::default()
-    })
-    .await
-    .expect("fake party")
-}
 
 /// An honest party A and party B with `behaviour`.
 async fn pair(behaviour: Behaviour) -> (FakeParty, FakeParty) {

@@ -27,7 +27,7 @@ const WAIT: Duration = Duration::from_millis(500);
 async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     if pirq_testkit::cluster_mode_from_env() {
         // REPLICAOF is refused in cluster mode; the cluster's replicas are covered by the
-        // failover test (tests/tests/cluster_failover.rs).
+        // failover test (tests/tests/e2e/cluster_failover.rs).
         println!("skipped: a cluster-mode Redis refuses REPLICAOF");
         return;
     }

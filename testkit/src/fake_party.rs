@@ -186,6 +186,17 @@ struct Fake {
     results: Mutex<HashMap<String, QueryResult>>,
 }
 
+/// A fake party of the default configuration that behaves as `behaviour`, for a test: panics
+/// when it cannot start.
+pub async fn fake(behaviour: Behaviour) -> FakeParty {
+    FakeParty::start(FakeConfig {
+        behaviour,
+        ..FakeConfig::default()
+    })
+    .await
+    .expect("fake party")
+}
+
 /// A running fake party; stopped on drop.
 pub struct FakeParty {
     pub url: String,

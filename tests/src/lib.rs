@@ -18,7 +18,30 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 pub use pirq_testkit::{free_port, CertFiles, ClusterShape, Proc, Redis, TestCa, TestDb};
+use redis::aio::ConnectionLike;
 use tempfile::TempDir;
+
+pub mod cli;
+pub mod metrics;
+pub mod requests;
+
+/// `list` as owned strings (process arguments kept in [`PartyOptions`]).
+pub fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// `used_memory` of a Redis, from `INFO memory`.
+pub async fn redis_used_memory(conn: &mut impl ConnectionLike) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .expect("INFO memory");
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory in INFO")
+}
 
 /// Runs `pirq-gateway` with `args` (and a free `--listen` address), expecting it to refuse to
 /// start: returns what it printed, and fails the test with that text if it exited successfully.
@@ -449,6 +472,11 @@ impl Party {
             .expect("a JSON body")
     }
 
+    /// `used_memory` of the party's Redis (its first node on a cluster).
+    pub async fn used_memory(&self) -> u64 {
+        redis_used_memory(&mut self.redis().await.expect("a connection to Redis")).await
+    }
+
     /// A connection to the party's Redis.
     pub async fn redis(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
         self.redis.client().await
@@ -572,6 +600,33 @@ impl Party {
         }
         self.workers.clear();
     }
+}
+
+/// Every one of `parties` serves `db` from now on: their workers are replaced
+/// (`--replace-db`, as an operator switches databases), the gateways have read the new
+/// registration, and the submit path's copy of it (kept up to a second,
+/// gateway/src/dbinfo.rs) has expired, so that queries are checked against the new database.
+pub async fn serve_database(parties: &mut [&mut Party], db: &Path) {
+    let digest = pirq_shared::db::PirDb::open(db)
+        .expect("a database")
+        .recorded_digest()
+        .expect("a database with its digest")
+        .to_hex();
+    for party in parties.iter_mut() {
+        party.stop_workers();
+        party.start_worker_on(db, &["--replace-db"]).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for party in parties.iter() {
+        while party.info().await["digest"] != digest.as_str() {
+            assert!(
+                Instant::now() < deadline,
+                "the gateway kept the old database"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
 }
 
 /// `--tls-cert`/`--tls-key` for `tls`, nothing without.

@@ -6,17 +6,10 @@
 
 use std::time::{Duration, Instant};
 
+use pirq_e2e::requests::one_key;
 use pirq_e2e::{fault, Cluster, PartyOptions, Redis};
 use pirq_shared::dpf::generate;
-use pirq_shared::wire::QueryRequest;
 use rand::Rng;
-
-fn request(key: Vec<u8>) -> QueryRequest {
-    QueryRequest {
-        keys: vec![key],
-        epoch: None,
-    }
-}
 
 #[tokio::test]
 async fn gateway_refuses_replica_durability_without_a_replica() {
@@ -72,9 +65,9 @@ async fn replica_durability_accepts_with_a_replica_and_refuses_once_it_is_gone()
         let (k0, k1) = generate(10, index, &mut rng).unwrap();
         let within = Duration::from_secs(30);
         let (ia, ra) =
-            fault::submit_until_accepted(&http, &ua, &request(k0.to_bytes()), within).await;
+            fault::submit_until_accepted(&http, &ua, &one_key(k0.to_bytes()), within).await;
         let (ib, rb) =
-            fault::submit_until_accepted(&http, &ub, &request(k1.to_bytes()), within).await;
+            fault::submit_until_accepted(&http, &ub, &one_key(k1.to_bytes()), within).await;
         refusals += ra + rb;
         jobs.push((index, ia, ib));
     }
@@ -105,7 +98,7 @@ async fn replica_durability_accepts_with_a_replica_and_refuses_once_it_is_gone()
     let deadline = Instant::now() + Duration::from_secs(20);
     let (k0, _) = generate(10, 1, &mut rng).unwrap();
     let body = loop {
-        match fault::post(&http, &ua, &request(k0.to_bytes()), None).await {
+        match fault::post(&http, &ua, &one_key(k0.to_bytes()), None).await {
             Ok((503, body, _)) if body["error"]["code"] == "not_durable" => break body,
             Ok((202, _, _)) => {}
             other => panic!("unexpected answer: {other:?}"),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pirq_e2e::fault::{post, wait_final};
-use pirq_e2e::{Party, PartyOptions, TestDb};
+use pirq_e2e::{strings, Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
 
@@ -32,23 +32,6 @@ fn query(keys: usize) -> QueryRequest {
             .collect(),
         epoch: None,
     }
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-async fn used_memory(party: &Party) -> u64 {
-    let mut conn = party.redis().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
 }
 
 /// `tasks` clients posting `request` back to back for `length`; counts answers by status.
@@ -103,7 +86,7 @@ async fn a_flood_costs_a_healthy_query_a_bounded_delay() {
         &db.path,
         "flood",
         PartyOptions {
-            gateway_args: args(&["--max-backlog", "3000", "--max-backlog-secs", "2"]),
+            gateway_args: strings(&["--max-backlog", "3000", "--max-backlog-secs", "2"]),
             ..PartyOptions::default()
         },
     )
@@ -116,7 +99,7 @@ async fn a_flood_costs_a_healthy_query_a_bounded_delay() {
     wait_final(&http, &party.url, &warm, Duration::from_secs(30))
         .await
         .unwrap();
-    let memory_before = used_memory(&party).await;
+    let memory_before = party.used_memory().await;
 
     let (flooding, counts) = flood(&party.url, query(64), 8, Duration::from_secs(6));
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -136,7 +119,7 @@ async fn a_flood_costs_a_healthy_query_a_bounded_delay() {
     let delay = sent.elapsed();
     assert_eq!(result["status"], "done", "{result}");
     flooding.await.unwrap();
-    let memory_after = used_memory(&party).await;
+    let memory_after = party.used_memory().await;
     let [accepted, refused, other] = &*counts;
     let (accepted, refused, other) = (
         accepted.load(Ordering::Relaxed),
@@ -166,10 +149,10 @@ async fn redis_memory_is_capped_and_fetched_results_are_freed_early() {
     let mut party = Party::start(&db.path, "memcap", PartyOptions::default())
         .await
         .unwrap();
-    let base = used_memory(&party).await;
+    let base = party.used_memory().await;
     let cap = base + (4 << 20);
     party
-        .restart_gateway(&args(&[
+        .restart_gateway(&strings(&[
             "--max-redis-memory",
             &cap.to_string(),
             "--fetched-result-ttl",
@@ -208,7 +191,7 @@ async fn redis_memory_is_capped_and_fetched_results_are_freed_early() {
     let (flooding, counts) = flood(&party.url, query(64), 4, Duration::from_secs(6));
     let mut peak = 0;
     while !flooding.is_finished() {
-        peak = peak.max(used_memory(&party).await);
+        peak = peak.max(party.used_memory().await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let refused = counts[1].load(Ordering::Relaxed);

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use pirq_e2e::cli::pirq_ok;
 use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_gateway::{Route, Routes};
 use pirq_shared::dpf::generate;
@@ -549,19 +550,6 @@ fn code_produced_elsewhere((path, method, status, code): &ErrorAnswer) -> bool {
             .any(|(p, m, c, _)| (*p == "*" || p == path) && (*m == "*" || m == method) && c == code)
 }
 
-/// `pirq ARGS`, which must succeed.
-fn pirq(args: &[&str]) {
-    let out = std::process::Command::new(pirq_e2e::bin_dir().join("pirq"))
-        .args(args)
-        .output()
-        .expect("running pirq");
-    assert!(
-        out.status.success(),
-        "pirq {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `GET url/readyz` until it answers 200 (15 s at most), checked against the document.
 async fn wait_ready(api: &Api, http: &reqwest::Client, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -588,7 +576,7 @@ async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str| dir.path().join(name).display().to_string();
     let (secret, public) = (file("publisher.key"), file("publisher.pub"));
-    pirq(&[
+    pirq_ok(&[
         "publisher",
         "keygen",
         "--secret",
@@ -612,7 +600,7 @@ async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client
             values,
             "40",
         ];
-        pirq(&[&gen[..], &["--seed", seed, "--out", records]].concat());
+        pirq_ok(&[&gen[..], &["--seed", seed, "--out", records]].concat());
     }
     let build = |records: &str, values: &str, out: &str| {
         let mut args = vec!["kv", "build", "--records", records, values, "40"];
@@ -623,9 +611,9 @@ async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client
     let mut signed_build = build(&fixed, "--value-size", &signed_kv);
     // Shards are whole 256-page blocks: two need more than 256 pages.
     signed_build.extend(["--pages", "600", "--sign-key", &secret].map(String::from));
-    pirq(&signed_build.iter().map(String::as_str).collect::<Vec<_>>());
+    pirq_ok(&signed_build.iter().map(String::as_str).collect::<Vec<_>>());
     let variable_build = build(&varied, "--max-value-size", &variable_kv);
-    pirq(
+    pirq_ok(
         &variable_build
             .iter()
             .map(String::as_str)

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, Encoding, Options, Wait};
-use pirq_e2e::{free_port, Party, PartyOptions, TestDb};
+use pirq_e2e::{free_port, metrics, Party, PartyOptions, TestDb};
 use pirq_shared::metrics::{self as m, Emitter, Kind, Phase, Presence, CATALOG};
 use rand::Rng;
 
@@ -96,14 +96,9 @@ impl Scrape {
     }
 }
 
-async fn scrape(url: &str) -> Scrape {
-    let text = reqwest::get(url)
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .text()
-        .await
-        .unwrap();
-    Scrape::parse(&text)
+/// The `/metrics` page of the process at `base`, parsed.
+async fn scrape(http: &reqwest::Client, base: &str) -> Scrape {
+    Scrape::parse(&metrics::scrape(http, base).await)
 }
 
 /// Whether the workers run the CUDA backend: `PIRQ_E2E_CUDA=1`, set on the GPU machine where
@@ -158,8 +153,8 @@ async fn every_catalog_metric_is_exported_after_traffic() {
     for (party, port) in [(&a, metrics_ports[0]), (&b, metrics_ports[1])] {
         let deadline = Instant::now() + Duration::from_secs(15);
         let (gateway, worker) = loop {
-            let gateway = scrape(&format!("{}/metrics", party.url)).await;
-            let worker = scrape(&format!("http://127.0.0.1:{port}/metrics")).await;
+            let gateway = scrape(&party.http, &party.url).await;
+            let worker = scrape(&party.http, &format!("http://127.0.0.1:{port}")).await;
             let missing: Vec<String> = expected(Emitter::Gateway)
                 .filter_map(|x| gateway.problem(x))
                 .chain(expected(Emitter::Worker).filter_map(|x| worker.problem(x)))

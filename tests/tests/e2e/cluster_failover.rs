@@ -32,17 +32,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use pirq_e2e::fault;
+use pirq_e2e::requests::one_key;
 use pirq_e2e::{cluster_tests_enabled, ClusterShape, Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
 use rand::Rng;
-
-fn request(key: Vec<u8>) -> QueryRequest {
-    QueryRequest {
-        keys: vec![key],
-        epoch: None,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_killed_under_load_fails_over_and_loses_nothing() {
@@ -96,7 +90,7 @@ async fn with_replica_durability_a_primary_without_its_replica_refuses() {
     let primary = a.redis.primary_for(&a.layout().db()).await.unwrap();
     let http = reqwest::Client::new();
     let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
-    let query = request(k0.to_bytes());
+    let query = one_key(k0.to_bytes());
     let (_, refused) =
         fault::submit_until_accepted(&http, &a.url, &query, Duration::from_secs(30)).await;
     assert_eq!(refused, 0, "refused with every replica online");
@@ -190,12 +184,12 @@ async fn fail_over_under_load(durability: &str, replicas: usize, partitions: Opt
                         let (k0, k1) = generate(12, index, &mut rand::rng()).unwrap();
                         let within = Duration::from_secs(60);
                         let ia =
-                            submit_counting(&http, &ua, &request(k0.to_bytes()), within, &refusals)
+                            submit_counting(&http, &ua, &one_key(k0.to_bytes()), within, &refusals)
                                 .await;
                         let (ib, refused_b) = fault::submit_until_accepted(
                             &http,
                             &ub,
-                            &request(k1.to_bytes()),
+                            &one_key(k1.to_bytes()),
                             within,
                         )
                         .await;

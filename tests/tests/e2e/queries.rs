@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pirq_client::{ClientError, Encoding, Options, Wait};
-use pirq_e2e::{Cluster, Party, PartyOptions, TestDb};
+use pirq_e2e::{metrics, Cluster, Party, PartyOptions, TestDb};
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::wire::{QueryRequest, QueryStatus};
@@ -305,21 +305,16 @@ async fn info_health_ready_and_metrics() {
         .query(&req, Encoding::Json, Wait::Events, Duration::from_secs(10))
         .await
         .unwrap();
-    let metrics = reqwest::get(format!("{}/metrics", party.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = metrics::scrape(&party.http, &party.url).await;
     for name in [
         "pirq_gateway_http_requests_total",
         "pirq_gateway_queries_accepted_total",
         "pirq_gateway_keys_accepted_total",
     ] {
-        assert!(metrics.contains(name), "{name} missing from /metrics");
+        assert!(page.contains(name), "{name} missing from /metrics");
     }
     assert!(
-        metrics.contains(r#"route="/v1/queries/{id}/events""#),
+        page.contains(r#"route="/v1/queries/{id}/events""#),
         "routes are labelled by template"
     );
 }

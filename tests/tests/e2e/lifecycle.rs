@@ -6,37 +6,15 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use pirq_e2e::fault::{self, post, stream_len};
-use pirq_e2e::{Party, PartyOptions, TestDb};
+use pirq_e2e::requests::for_page;
+use pirq_e2e::{metrics, strings, Party, PartyOptions, TestDb};
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
 
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-/// A one-key query for `index` in a database of `2^n` pages or fewer.
-fn request_n(n: u8, index: u64) -> QueryRequest {
-    let (k0, _) = generate(n, index, &mut rand::rng()).unwrap();
-    QueryRequest {
-        keys: vec![k0.to_bytes()],
-        epoch: None,
-    }
-}
-
-fn request(index: u64) -> QueryRequest {
-    request_n(10, index)
-}
-
+/// An unlabelled series of the gateway at `url`; NaN (equal to nothing) where it has none.
 async fn metric(url: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(f64::NAN)
+    let text = metrics::scrape(&reqwest::Client::new(), url).await;
+    metrics::value(&text, name).unwrap_or(f64::NAN)
 }
 
 #[tokio::test]
@@ -48,7 +26,7 @@ async fn idempotency_key_replays_the_first_request_and_refuses_another_body() {
     party.stop_workers(); // queries stay pending until a worker starts
     let http = reqwest::Client::new();
     let url = party.url.clone();
-    let req = request(3);
+    let req = for_page(10, 3);
     let key = "\"9f1c2c0e-6a57-4c0e-9a43-3b0d1f1c2e6a\"";
 
     let (s1, b1, _) = post(&http, &url, &req, Some(key)).await.unwrap();
@@ -72,7 +50,9 @@ async fn idempotency_key_replays_the_first_request_and_refuses_another_body() {
         format!("/v1/queries/{id}").as_str()
     );
     // Same key, another request: 422.
-    let (s3, b3, _) = post(&http, &url, &request(4), Some(key)).await.unwrap();
+    let (s3, b3, _) = post(&http, &url, &for_page(10, 4), Some(key))
+        .await
+        .unwrap();
     assert_eq!(s3, 422, "{b3}");
     assert_eq!(b3["error"]["code"], "idempotency_key_reused");
     // Malformed keys: 400.
@@ -120,7 +100,7 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
     const MAX: u64 = 20;
     let db = TestDb::create(1000, 256, 6).unwrap();
     let opts = PartyOptions {
-        gateway_args: args(&["--max-backlog", &MAX.to_string()]),
+        gateway_args: strings(&["--max-backlog", &MAX.to_string()]),
         ..Default::default()
     };
     let mut party = Party::start(&db.path, "backlog", opts).await.unwrap();
@@ -128,16 +108,20 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
     let http = reqwest::Client::new();
     let url = party.url.clone();
     let mut ids = Vec::new();
-    let first = request(0);
+    let first = for_page(10, 0);
     for i in 0..MAX {
-        let req = if i == 0 { first.clone() } else { request(i) };
+        let req = if i == 0 {
+            first.clone()
+        } else {
+            for_page(10, i)
+        };
         let (s, b, _) = post(&http, &url, &req, Some(&format!("k{i}")))
             .await
             .unwrap();
         assert_eq!(s, 202, "{b}");
         ids.push(b["id"].as_str().unwrap().to_string());
     }
-    let (s, b, retry) = post(&http, &url, &request(99), None).await.unwrap();
+    let (s, b, retry) = post(&http, &url, &for_page(10, 99), None).await.unwrap();
     assert_eq!(s, 429, "{b}");
     assert_eq!(b["error"]["code"], "backlog_full");
     // Nothing drains: the longest Retry-After.
@@ -160,7 +144,7 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
             .unwrap();
         assert_eq!(r["status"], "done");
     }
-    let (s, b, _) = post(&http, &url, &request(100), None).await.unwrap();
+    let (s, b, _) = post(&http, &url, &for_page(10, 100), None).await.unwrap();
     assert_eq!(s, 202, "{b}");
 
     // Full again right after that drain: Retry-After now follows the measured drain rate
@@ -169,7 +153,9 @@ async fn full_backlog_answers_429_with_retry_after_and_recovers() {
     party.stop_workers();
     let mut n = 0;
     let (retry, message) = loop {
-        let (s, b, retry) = post(&http, &url, &request(200 + n), None).await.unwrap();
+        let (s, b, retry) = post(&http, &url, &for_page(10, 200 + n), None)
+            .await
+            .unwrap();
         n += 1;
         if s == 429 {
             break (
@@ -211,8 +197,8 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
     const BACKLOG: u64 = 4 * KEYS + HELD;
     let db = TestDb::create(1 << 13, 512, 7).unwrap();
     let opts = PartyOptions {
-        gateway_args: args(&["--max-keys-per-query", &BIG.to_string()]),
-        worker_args: args(&[
+        gateway_args: strings(&["--max-keys-per-query", &BIG.to_string()]),
+        worker_args: strings(&[
             "--max-batch-keys",
             &KEYS.to_string(),
             "--claim-idle-ms",
@@ -230,7 +216,7 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
     let within = Duration::from_secs(10);
     let mut ids = Vec::new();
     for i in 0..BACKLOG {
-        let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
+        let (id, _) = fault::submit_until_accepted(&http, &url, &for_page(13, i), within).await;
         ids.push(id);
     }
     party.start_worker().await.unwrap(); // w0 again: the consumer name is by position
@@ -250,7 +236,7 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
     };
     let (big_id, _) = fault::submit_until_accepted(&http, &url, &big, within).await;
     for i in 0..HELD {
-        let (id, _) = fault::submit_until_accepted(&http, &url, &request_n(13, i), within).await;
+        let (id, _) = fault::submit_until_accepted(&http, &url, &for_page(13, i), within).await;
         ids.push(id);
     }
     // Signal once all are delivered to w0 and the big job has joined the rotation (it is
@@ -361,7 +347,7 @@ async fn sigterm_gateway_drains_long_polls_and_event_streams() {
     let http = reqwest::Client::new();
     let url = party.url.clone();
     let (id, _) =
-        fault::submit_until_accepted(&http, &url, &request(1), Duration::from_secs(10)).await;
+        fault::submit_until_accepted(&http, &url, &for_page(10, 1), Duration::from_secs(10)).await;
 
     let long_poll = {
         let (http, url, id) = (http.clone(), url.clone(), id.clone());
@@ -436,8 +422,8 @@ async fn soak_keeps_redis_memory_flat() {
     const JOBS: u64 = 150;
     let db = TestDb::create(1000, 256, 10).unwrap();
     let opts = PartyOptions {
-        gateway_args: args(&["--idempotency-ttl", "1"]),
-        worker_args: args(&["--result-ttl", "2"]),
+        gateway_args: strings(&["--idempotency-ttl", "1"]),
+        worker_args: strings(&["--result-ttl", "2"]),
         ..Default::default()
     };
     let party = Party::start(&db.path, "soak", opts).await.unwrap();
@@ -450,7 +436,9 @@ async fn soak_keeps_redis_memory_flat() {
         let mut ids = Vec::new();
         for i in 0..JOBS {
             let key = format!("soak-{round}-{i}");
-            let (s, b, _) = post(&http, &url, &request(i), Some(&key)).await.unwrap();
+            let (s, b, _) = post(&http, &url, &for_page(10, i), Some(&key))
+                .await
+                .unwrap();
             assert_eq!(s, 202, "{b}");
             ids.push(b["id"].as_str().unwrap().to_string());
         }

@@ -3,11 +3,11 @@
 //! stay; `pirq epoch push` works against the admin address. Without the flag everything is on
 //! one port, and the log says so once.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pirq_e2e::{bin_dir, free_port, Party, PartyOptions, TestCa, TestDb};
+use pirq_e2e::cli::{arg, pirq_command};
+use pirq_e2e::{free_port, Party, PartyOptions, TestCa, TestDb};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 
 const TOKEN: &str = "admin-split-token";
@@ -25,9 +25,7 @@ async fn status(http: &reqwest::Client, method: &str, url: &str) -> u16 {
 }
 
 fn push(party_url: &str, update: &std::path::Path) -> std::process::Output {
-    Command::new(bin_dir().join("pirq"))
-        .args(["epoch", "push", "--party", party_url, "--from"])
-        .arg(update)
+    pirq_command(&["epoch", "push", "--party", party_url, "--from", arg(update)])
         .env("PIRQ_ADMIN_TOKEN", TOKEN)
         .output()
         .expect("running pirq")

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use pirq_e2e::{bin_dir, Party, PartyOptions, TestDb};
+use pirq_e2e::cli::pirq_command;
+use pirq_e2e::{bin_dir, metrics, Party, PartyOptions, TestDb};
 
 const PAGES: u64 = 200;
 const PAGE_SIZE: u32 = 256;
@@ -28,8 +29,7 @@ fn options(tokens: &Path, extra: &[&str]) -> PartyOptions {
 
 /// `pirq query --index INDEX --out -` against the two parties, with `extra` flags.
 fn pirq_query(a: &Party, b: &Party, index: u64, extra: &[&str]) -> Output {
-    Command::new(bin_dir().join("pirq"))
-        .args(["query", "--party-a", &a.url, "--party-b", &b.url])
+    pirq_command(&["query", "--party-a", &a.url, "--party-b", &b.url])
         .args([
             "--index",
             &index.to_string(),
@@ -39,8 +39,6 @@ fn pirq_query(a: &Party, b: &Party, index: u64, extra: &[&str]) -> Output {
             "30",
         ])
         .args(extra)
-        .env_remove("PIRQ_TOKEN_A")
-        .env_remove("PIRQ_TOKEN_B")
         .output()
         .expect("running pirq")
 }
@@ -86,22 +84,9 @@ async fn get(http: &reqwest::Client, url: &str, token: Option<&str>) -> (u16, Op
 
 /// `pirq_gateway_access_refusals_total{reason}` from a party's `/metrics`.
 async fn refusals(party: &Party, reason: &str) -> u64 {
-    let text = party
-        .http
-        .get(format!("{}/metrics", party.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let series = format!("pirq_gateway_access_refusals_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(series.as_str()))
-        .unwrap_or_else(|| panic!("no {series} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
+    let text = metrics::scrape(&party.http, &party.url).await;
+    let series = format!("pirq_gateway_access_refusals_total{{reason=\"{reason}\"}}");
+    metrics::value(&text, &series).unwrap_or_else(|| panic!("no {series} in /metrics")) as u64
 }
 
 #[tokio::test]

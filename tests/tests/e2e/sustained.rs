@@ -9,25 +9,14 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pirq_e2e::{bin_dir, Cluster, PartyOptions};
+use pirq_e2e::cli::pirq_command;
+use pirq_e2e::{metrics, redis_used_memory, Cluster, PartyOptions};
 
 const LOAD_SECS: u64 = 60;
 /// The gateways' admission cap: far above the plateau, far below what the old retention held.
 const MAX_REDIS_MEMORY: u64 = 64 << 20;
 /// What read results may hold.
 const FETCHED_BUDGET: u64 = 8 << 20;
-
-async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(conn)
-        .await
-        .expect("INFO memory");
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory in INFO")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
@@ -42,9 +31,8 @@ async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
     };
     let cluster = Cluster::start(4096, 1024, options).await.expect("cluster");
     let report = cluster.db.dir().join("load.json");
-    let mut load = Command::new(bin_dir().join("pirq"));
-    load.args(["bench", "load", "--quiet", "--bincode", "--keys", "1"])
-        .args(["--concurrency", "64", "--warmup", "0"])
+    let mut load = pirq_command(&["bench", "load", "--quiet", "--bincode", "--keys", "1"]);
+    load.args(["--concurrency", "64", "--warmup", "0"])
         .args(["--duration", &LOAD_SECS.to_string()])
         .args(["--party-a", &cluster.a.url, "--party-b", &cluster.b.url])
         .arg("--verify")
@@ -64,7 +52,7 @@ async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut most = 0;
         for conn in &mut conns {
-            most = most.max(used_memory(conn).await);
+            most = most.max(redis_used_memory(conn).await);
         }
         samples.push((start.elapsed().as_secs_f64(), most));
     }
@@ -108,16 +96,6 @@ async fn a_minute_at_full_speed_keeps_redis_memory_flat_and_refuses_nothing() {
             "Redis memory still grew in the second half: {trace:?}"
         );
     }
-}
-
-/// The gateway's `/metrics` page.
-async fn gateway_metrics(url: &str) -> String {
-    reqwest::get(format!("{url}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text")
 }
 
 /// Raises this process's soft open-files limit to its hard one (the gateway does the same for
@@ -211,12 +189,8 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
     let waiters_held = async {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            let metrics = gateway_metrics(&party.url).await;
-            let held = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("pirq_gateway_waiters "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0);
+            let text = metrics::scrape(&party.http, &party.url).await;
+            let held = metrics::value(&text, "pirq_gateway_waiters").unwrap_or(0.0);
             if held as usize >= CLIENTS {
                 return true;
             }
@@ -238,8 +212,8 @@ async fn two_thousand_waiting_clients_are_not_refused_on_defaults() {
             outcome => other.push(outcome),
         }
     }
-    let metrics = gateway_metrics(&party.url).await;
-    let refusals: Vec<&str> = metrics
+    let text = metrics::scrape(&party.http, &party.url).await;
+    let refusals: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("pirq_gateway_refusals_total{"))
         .collect();

@@ -5,58 +5,9 @@
 //! the empty value and the largest included. The parties switch databases with `--replace-db`,
 //! as an operator would.
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
 use pirq_client::{Client, Options};
-use pirq_e2e::{bin_dir, Party, PartyOptions};
-
-fn pirq(args: &[&str]) -> Output {
-    Command::new(bin_dir().join("pirq"))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("running pirq")
-}
-
-fn pirq_ok(args: &[&str]) -> String {
-    let out = pirq(args);
-    assert!(
-        out.status.success(),
-        "pirq {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Both parties serve `db` from now on: their workers are replaced (`--replace-db`), and the
-/// gateways have read the new registration.
-async fn serve(parties: &mut [&mut Party], db: &Path, digest: &str) {
-    for party in parties.iter_mut() {
-        party.stop_workers();
-        party.start_worker_on(db, &["--replace-db"]).await.unwrap();
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for party in parties.iter() {
-        while party.info().await["digest"] != digest {
-            assert!(
-                Instant::now() < deadline,
-                "the gateway kept the old database"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-fn digest_of(db: &Path) -> String {
-    let info: serde_json::Value = serde_json::from_str(&pirq_ok(&["db", "info", s(db)])).unwrap();
-    info["digest"].as_str().unwrap().to_string()
-}
+use pirq_e2e::cli::{arg, pirq, pirq_ok};
+use pirq_e2e::{serve_database, Party, PartyOptions};
 
 /// `pirq get` against both parties with `keys` as `--key-text`: (exit code, stdout).
 fn get_text(a: &Party, b: &Party, keys: &[&str]) -> (Option<i32>, String) {
@@ -81,11 +32,11 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
         "db",
         "import",
         "--input",
-        s(&d.join("data.bin")),
+        arg(&d.join("data.bin")),
         "--page-size",
         "256",
         "--out",
-        s(&imported),
+        arg(&imported),
     ]);
     let (mut a, mut b) = tokio::try_join!(
         Party::start(&imported, "own-a", PartyOptions::default()),
@@ -104,7 +55,7 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
         "--index",
         "9",
         "--out",
-        s(&pages),
+        arg(&pages),
     ]);
     let page = |p: usize| std::fs::read(pages.join(format!("page-{p}.bin"))).unwrap();
     assert_eq!(page(3), &data[768..1024]);
@@ -124,7 +75,7 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
         "kv",
         "build",
         "--records",
-        s(&d.join("set.csv")),
+        arg(&d.join("set.csv")),
         "--value-size",
         "0",
         "--key-encoding",
@@ -132,9 +83,9 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
         "--page-size",
         "256",
         "--out",
-        s(&set),
+        arg(&set),
     ]);
-    serve(&mut [&mut a, &mut b], &set, &digest_of(&set)).await;
+    serve_database(&mut [&mut a, &mut b], &set).await;
     assert_eq!(
         get_text(&a, &b, &[&members[7], &members[199]]),
         (Some(0), "present\npresent\n".into())
@@ -169,15 +120,15 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
         "kv",
         "build",
         "--records",
-        s(&d.join("var.jsonl")),
+        arg(&d.join("var.jsonl")),
         "--max-value-size",
         "40",
         "--page-size",
         "256",
         "--out",
-        s(&var),
+        arg(&var),
     ]);
-    serve(&mut [&mut a, &mut b], &var, &digest_of(&var)).await;
+    serve_database(&mut [&mut a, &mut b], &var).await;
     let keys: Vec<Vec<u8>> = (0..values.len())
         .map(|i| format!("k{i}").into_bytes())
         .chain([b"k41".to_vec()])

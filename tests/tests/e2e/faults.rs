@@ -11,23 +11,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use pirq_e2e::fault::{self, pending, stream_len};
-use pirq_e2e::{cluster_tests_enabled, Cluster, ClusterShape, PartyOptions};
+use pirq_e2e::requests::one_key;
+use pirq_e2e::{cluster_tests_enabled, strings, Cluster, ClusterShape, PartyOptions};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::GROUP;
-use pirq_shared::wire::{Job, QueryRequest};
+use pirq_shared::wire::Job;
 use pirq_testkit::jobs;
 use rand::Rng;
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-fn request(key: Vec<u8>) -> QueryRequest {
-    QueryRequest {
-        keys: vec![key],
-        epoch: None,
-    }
-}
 
 /// Submits one single-key query per index to both parties: `(index, id at A, id at B)`.
 async fn submit_pairs(
@@ -55,9 +45,9 @@ async fn submit_pairs_to(
                 let (k0, k1) = generate(domain_bits, index, &mut rand::rng()).unwrap();
                 let within = Duration::from_secs(60);
                 let (ia, _) =
-                    fault::submit_until_accepted(&http, &a, &request(k0.to_bytes()), within).await;
+                    fault::submit_until_accepted(&http, &a, &one_key(k0.to_bytes()), within).await;
                 let (ib, _) =
-                    fault::submit_until_accepted(&http, &b, &request(k1.to_bytes()), within).await;
+                    fault::submit_until_accepted(&http, &b, &one_key(k1.to_bytes()), within).await;
                 (index, ia, ib)
             }
         })
@@ -135,7 +125,7 @@ async fn worker_killed_mid_window(partitions: Option<u32>, redis_cluster: Option
     const PAGES: u64 = 1 << 13;
     const JOBS: usize = 300;
     let opts = PartyOptions {
-        worker_args: args(&["--max-batch-keys", "4", "--claim-idle-ms", "1000"]),
+        worker_args: strings(&["--max-batch-keys", "4", "--claim-idle-ms", "1000"]),
         partitions,
         redis_cluster,
         ..Default::default()
@@ -215,8 +205,8 @@ async fn redis_restart_under_load_with_fsync_durability_loses_no_accepted_job() 
     const JOBS: usize = 300;
     let opts = PartyOptions {
         redis_aof: true,
-        gateway_args: args(&["--durability", "fsync"]),
-        worker_args: args(&["--max-batch-keys", "8", "--claim-idle-ms", "1000"]),
+        gateway_args: strings(&["--durability", "fsync"]),
+        worker_args: strings(&["--max-batch-keys", "8", "--claim-idle-ms", "1000"]),
         ..Default::default()
     };
     let mut cluster = Cluster::start(PAGES, 512, opts).await.unwrap();
@@ -248,7 +238,7 @@ async fn redis_restart_under_load_with_fsync_durability_loses_no_accepted_job() 
                         let (ia, r) = fault::submit_until_accepted(
                             &http,
                             &a,
-                            &request(k0.to_bytes()),
+                            &one_key(k0.to_bytes()),
                             within,
                         )
                         .await;
@@ -257,7 +247,7 @@ async fn redis_restart_under_load_with_fsync_durability_loses_no_accepted_job() 
                         let (ib, _) = fault::submit_until_accepted(
                             &http,
                             &b,
-                            &request(k1.to_bytes()),
+                            &one_key(k1.to_bytes()),
                             within,
                         )
                         .await;
@@ -279,7 +269,7 @@ async fn redis_restart_under_load_with_fsync_durability_loses_no_accepted_job() 
     // SIGKILL, down for a while, then started again on the same AOF.
     cluster.a.redis.proc.kill();
     // While it is down the gateway answers 503 with Retry-After.
-    let probe = request(generate(12, 1, &mut rand::rng()).unwrap().0.to_bytes());
+    let probe = one_key(generate(12, 1, &mut rand::rng()).unwrap().0.to_bytes());
     let (status, body, retry) = fault::post(&reqwest::Client::new(), &cluster.a.url, &probe, None)
         .await
         .unwrap();
@@ -324,7 +314,7 @@ async fn gateway_refuses_fsync_durability_without_an_fsyncing_redis() {
 async fn poison_jobs_go_to_the_dead_letter_stream_and_healthy_ones_are_answered() {
     const PAGES: u64 = 4096;
     let opts = PartyOptions {
-        worker_args: args(&["--max-deliveries", "3", "--claim-idle-ms", "500"]),
+        worker_args: strings(&["--max-deliveries", "3", "--claim-idle-ms", "500"]),
         ..Default::default()
     };
     let cluster = Cluster::start(PAGES, 512, opts).await.unwrap();
@@ -470,7 +460,7 @@ async fn dead_letter_stream_is_capped() {
     const JUNK: usize = 600;
     let db = pirq_e2e::TestDb::create(1000, 256, 11).unwrap();
     let opts = PartyOptions {
-        worker_args: args(&["--dead-letter-max", &CAP.to_string()]),
+        worker_args: strings(&["--dead-letter-max", &CAP.to_string()]),
         ..Default::default()
     };
     let party = pirq_e2e::Party::start(&db.path, "deadcap", opts)

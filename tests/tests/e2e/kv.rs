@@ -5,11 +5,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, Options, Party as PartyApi};
-use pirq_e2e::{bin_dir, cluster_tests_enabled, ClusterShape, Party, PartyOptions};
+use pirq_e2e::cli::{arg, pirq, pirq_command, pirq_fails, pirq_ok, succeeded};
+use pirq_e2e::{cluster_tests_enabled, ClusterShape, Party, PartyOptions};
 use pirq_shared::db::PirDb;
 use rand::RngCore;
 
@@ -19,35 +19,6 @@ const KEY_SIZE: usize = 20;
 
 type Records = Vec<(Vec<u8>, Vec<u8>)>;
 
-fn pirq(args: &[&str]) -> Output {
-    Command::new(bin_dir().join("pirq"))
-        .args(args)
-        .env("PIRQ_ADMIN_TOKEN", TOKEN)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("running pirq")
-}
-
-/// Runs `pirq` and returns its stderr, failing the test (with that stderr) if it failed.
-fn pirq_ok(args: &[&str]) -> String {
-    let out = pirq(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "pirq {args:?} failed:\n{stderr}");
-    stderr
-}
-
-/// Runs `pirq` expecting failure; returns its stderr.
-fn pirq_err(args: &[&str]) -> String {
-    let out = pirq(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "pirq {args:?} succeeded:\n{stderr}");
-    stderr
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 /// The arguments of `pirq kv build` of the records file `records` into `out`: keys of 20 bytes
 /// and values of 32 ([`KEY_SIZE`], [`VALUE_SIZE`]) on 512-byte pages, then `extra`.
 fn kv_build<'a>(records: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
@@ -55,7 +26,7 @@ fn kv_build<'a>(records: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a 
         "kv",
         "build",
         "--records",
-        s(records),
+        arg(records),
         "--value-size",
         "32",
         "--key-size",
@@ -63,7 +34,7 @@ fn kv_build<'a>(records: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a 
         "--page-size",
         "512",
         "--out",
-        s(out),
+        arg(out),
     ];
     args.extend_from_slice(extra);
     args
@@ -84,7 +55,7 @@ fn gen(dir: &Path, name: &str, records: u64, seed: u64) -> (PathBuf, Records) {
         "--seed",
         &seed.to_string(),
         "--out",
-        s(&path),
+        arg(&path),
     ]);
     let records = std::fs::read_to_string(&path)
         .unwrap()
@@ -195,7 +166,8 @@ async fn lookups_and_updates(partitions: Option<u32>, redis_cluster: Option<Clus
         &records_path,
         &db0,
         &["--load", "0.9", "--seed", "7"],
-    ));
+    ))
+    .stderr;
     assert!(built.contains("1000 records in 112 pages"), "{built}");
 
     let options = PartyOptions {
@@ -272,34 +244,44 @@ async fn lookups_and_updates(partitions: Option<u32>, redis_cluster: Option<Clus
             "kv",
             "update",
             "--db",
-            s(&prev),
+            arg(&prev),
             "--changes",
-            s(&changes),
+            arg(&changes),
             "--epoch",
             &epoch.to_string(),
             "--seed",
             &epoch.to_string(),
             "--out",
-            s(&update),
-        ]);
+            arg(&update),
+        ])
+        .stderr;
         evictions += summary
             .split(", ")
             .find_map(|part| part.strip_suffix(" evictions"))
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("no eviction count in {summary:?}"));
         for party in [&a, &b] {
-            pirq_ok(&["epoch", "push", "--party", &party.url, "--from", s(&update)]);
+            let push = [
+                "epoch",
+                "push",
+                "--party",
+                &party.url,
+                "--from",
+                arg(&update),
+            ];
+            let out = pirq_command(&push).env("PIRQ_ADMIN_TOKEN", TOKEN).output();
+            succeeded(&push, out.expect("running pirq"));
         }
         let next = d.join(format!("db{epoch}.pirdb"));
         pirq_ok(&[
             "db",
             "apply",
             "--db",
-            s(&prev),
+            arg(&prev),
             "--update",
-            s(&update),
+            arg(&update),
             "--out",
-            s(&next),
+            arg(&next),
         ]);
         snapshots.push(next);
         models.push(model);
@@ -411,7 +393,7 @@ fn bad_record_files_get_clear_errors() {
         std::fs::write(&path, contents).unwrap();
         let mut args = kv_build(&path, &out, &["--seed", "1"]);
         args.extend_from_slice(extra);
-        let err = pirq_err(&args);
+        let err = pirq_fails(&args).stderr;
         // Nothing is left behind: no database, no temporary file.
         let names: Vec<String> = std::fs::read_dir(d)
             .unwrap()
@@ -486,7 +468,7 @@ fn bad_record_files_get_clear_errors() {
     );
 
     // Standard input cannot be counted in advance.
-    let err = pirq_err(&[
+    let err = pirq_fails(&[
         "kv",
         "build",
         "--records",
@@ -494,8 +476,9 @@ fn bad_record_files_get_clear_errors() {
         "--value-size",
         "32",
         "--out",
-        s(&out),
-    ]);
+        arg(&out),
+    ])
+    .stderr;
     assert!(err.contains("give --count N"), "{err}");
 
     // The good file builds; a change file that deletes a missing key is refused by line.
@@ -510,18 +493,19 @@ fn bad_record_files_get_clear_errors() {
         ),
     )
     .unwrap();
-    let err = pirq_err(&[
+    let err = pirq_fails(&[
         "kv",
         "update",
         "--db",
-        s(&out),
+        arg(&out),
         "--changes",
-        s(&changes),
+        arg(&changes),
         "--epoch",
         "1",
         "--out",
-        s(&d.join("u.bin")),
-    ]);
+        arg(&d.join("u.bin")),
+    ])
+    .stderr;
     assert!(
         err.contains("line 2: delete of a key that is not in the table"),
         "{err}"

@@ -8,71 +8,14 @@
 //! CLI says once that it is not verifying. The same for key-value lookups (`pirq get`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, ClientError, Options, PublisherKey, Verification, Wait};
-use pirq_e2e::{bin_dir, Party, PartyOptions};
+use pirq_e2e::cli::{arg, pirq, pirq_fails, pirq_ok, Ran};
+use pirq_e2e::{serve_database, Party, PartyOptions};
 use pirq_shared::db::PirDb;
 use pirq_shared::update::EpochUpdate;
 use pirq_testkit::tamper::{Tamper, TamperProxy};
-
-fn pirq(args: &[&str]) -> Output {
-    Command::new(bin_dir().join("pirq"))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("running pirq")
-}
-
-/// Runs `pirq`, which must succeed: (raw standard output, standard error).
-fn pirq_ok(args: &[&str]) -> (Vec<u8>, String) {
-    let out = pirq(args);
-    assert!(
-        out.status.success(),
-        "pirq {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.stdout,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn pirq_fails(args: &[&str]) -> (String, String) {
-    let out = pirq(args);
-    assert!(!out.status.success(), "pirq {args:?} succeeded");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Both parties serve `db` from now on (`--replace-db`), and their gateways say so.
-async fn serve(parties: &mut [&mut Party], db: &Path) {
-    let digest = PirDb::open(db).unwrap().recorded_digest().unwrap().to_hex();
-    for party in parties.iter_mut() {
-        party.stop_workers();
-        party.start_worker_on(db, &["--replace-db"]).await.unwrap();
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for party in parties.iter() {
-        while party.info().await["digest"] != digest.as_str() {
-            assert!(
-                Instant::now() < deadline,
-                "the gateway kept the old database"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    // `/v1/info` is read fresh, the submit path's copy of the registration lives up to a
-    // second (gateway/src/dbinfo.rs): past that, queries are checked against the new database.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-}
 
 fn client(a: &str, b: &str, key: Option<PublisherKey>) -> Client {
     let options = Options {
@@ -97,7 +40,14 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
     let (secret, public) = (d.join("pub.key"), d.join("pub.pub"));
     let (other_secret, other_public) = (d.join("other.key"), d.join("other.pub"));
     for (sk, pk) in [(&secret, &public), (&other_secret, &other_public)] {
-        pirq_ok(&["publisher", "keygen", "--secret", s(sk), "--public", s(pk)]);
+        pirq_ok(&[
+            "publisher",
+            "keygen",
+            "--secret",
+            arg(sk),
+            "--public",
+            arg(pk),
+        ]);
     }
     let key = PublisherKey::read_file(&public).unwrap();
     let signed = d.join("signed.pirdb");
@@ -111,9 +61,9 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         "--seed",
         "5",
         "--out",
-        s(&signed),
+        arg(&signed),
         "--sign-key",
-        s(&secret),
+        arg(&secret),
     ]);
     let db = PirDb::open(&signed).unwrap();
     let usable = db.usable();
@@ -137,7 +87,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
     for (i, p) in [0u64, 5, 699].iter().zip(&pages.pages) {
         assert_eq!(p.as_slice(), db.page(*i).unwrap());
     }
-    let (stdout, stderr) = pirq_ok(&[
+    let Ran { stdout, stderr } = pirq_ok(&[
         "query",
         "--party-a",
         &proxy.url,
@@ -145,7 +95,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         &b.url,
         "--poll",
         "--publisher-key",
-        s(&public),
+        arg(&public),
         "--index",
         "17",
         "--out",
@@ -183,7 +133,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
             assert!(proxy.tampered() > before, "the proxy altered nothing");
         }
         let out = d.join(format!("out-{round}"));
-        let (_, stderr) = pirq_fails(&[
+        let stderr = pirq_fails(&[
             "query",
             "--party-a",
             &proxy.url,
@@ -191,14 +141,15 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
             &b.url,
             "--poll",
             "--publisher-key",
-            s(&public),
+            arg(&public),
             "--index",
             "42",
             "--index",
             "43",
             "--out",
-            s(&out),
-        ]);
+            arg(&out),
+        ])
+        .stderr;
         assert!(
             stderr.contains("failed the publisher's signature"),
             "{stderr}"
@@ -208,7 +159,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
             "{stderr}"
         );
         assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
-        let (stdout, _) = pirq_fails(&[
+        let stdout = pirq_fails(&[
             "query",
             "--party-a",
             &proxy.url,
@@ -216,30 +167,32 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
             &b.url,
             "--poll",
             "--publisher-key",
-            s(&public),
+            arg(&public),
             "--index",
             "42",
             "--json",
-        ]);
+        ])
+        .stdout_text();
         assert!(stdout.is_empty(), "printed before verifying: {stdout}");
     }
     proxy.set(Tamper::Nothing);
 
     phase("tampered answers refused");
     // Another publisher's key: refused before any query; no key: works, and says so once.
-    let (_, stderr) = pirq_fails(&[
+    let stderr = pirq_fails(&[
         "query",
         "--party-a",
         &a.url,
         "--party-b",
         &b.url,
         "--publisher-key",
-        s(&other_public),
+        arg(&other_public),
         "--index",
         "1",
-    ]);
+    ])
+    .stderr;
     assert!(stderr.contains("pinned to"), "{stderr}");
-    let (stdout, stderr) = pirq_ok(&[
+    let Ran { stdout, stderr } = pirq_ok(&[
         "query",
         "--party-a",
         &a.url,
@@ -257,7 +210,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
 
     // A key-value table, signed: `pirq get` through the tampering proxy.
     let table = signed_kv_table(d, &secret);
-    serve(&mut [&mut a, &mut b], &table).await;
+    serve_database(&mut [&mut a, &mut b], &table).await;
     phase("serving the kv table");
     let get = |party_a: &str, extra: &[&str]| {
         let mut args = vec![
@@ -277,7 +230,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         args.extend_from_slice(extra);
         pirq(&args)
     };
-    let out = get(&proxy.url, &["--publisher-key", s(&public)]);
+    let out = get(&proxy.url, &["--publisher-key", arg(&public)]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -297,7 +250,7 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
     for tamper in &kv_tampers {
         proxy.set(tamper.clone());
         let before = proxy.tampered();
-        let out = get(&proxy.url, &["--publisher-key", s(&public)]);
+        let out = get(&proxy.url, &["--publisher-key", arg(&public)]);
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -326,20 +279,21 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         "--page-size",
         "256",
         "--out",
-        s(&unsigned),
+        arg(&unsigned),
     ]);
-    serve(&mut [&mut a, &mut b], &unsigned).await;
-    let (_, stderr) = pirq_fails(&[
+    serve_database(&mut [&mut a, &mut b], &unsigned).await;
+    let stderr = pirq_fails(&[
         "query",
         "--party-a",
         &a.url,
         "--party-b",
         &b.url,
         "--publisher-key",
-        s(&public),
+        arg(&public),
         "--index",
         "1",
-    ]);
+    ])
+    .stderr;
     assert!(stderr.contains("unsigned database"), "{stderr}");
 }
 
@@ -360,7 +314,7 @@ fn signed_kv_table(dir: &Path, secret: &Path) -> PathBuf {
         "kv",
         "build",
         "--records",
-        s(&records),
+        arg(&records),
         "--value-size",
         "14",
         "--key-encoding",
@@ -370,9 +324,9 @@ fn signed_kv_table(dir: &Path, secret: &Path) -> PathBuf {
         "--page-size",
         "256",
         "--out",
-        s(&table),
+        arg(&table),
         "--sign-key",
-        s(secret),
+        arg(secret),
     ]);
     table
 }
@@ -439,9 +393,9 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "publisher",
         "keygen",
         "--secret",
-        s(&secret),
+        arg(&secret),
         "--public",
-        s(&public),
+        arg(&public),
     ]);
     let key = PublisherKey::read_file(&public).unwrap();
     let base = d.join("base.pirdb");
@@ -455,9 +409,9 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "--seed",
         "9",
         "--out",
-        s(&base),
+        arg(&base),
         "--sign-key",
-        s(&secret),
+        arg(&secret),
     ]);
     // The file each gateway serves at /v1/manifests; not there yet (404 no_manifests).
     let manifests = d.join("manifests.json");
@@ -466,7 +420,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
             "--admin-token".into(),
             ADMIN_TOKEN.into(),
             "--manifests".into(),
-            s(&manifests).into(),
+            arg(&manifests).into(),
         ],
         ..Default::default()
     };
@@ -484,7 +438,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "epoch",
         "make",
         "--db",
-        s(&base),
+        arg(&base),
         "--epoch",
         "1",
         "--pages",
@@ -492,11 +446,11 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "--seed",
         "3",
         "--out",
-        s(&e1),
+        arg(&e1),
         "--sign-key",
-        s(&secret),
+        arg(&secret),
         "--manifests",
-        s(&manifests),
+        arg(&manifests),
     ]);
     push([&a, &b], &e1).await;
     let snapshot = d.join("e1.pirdb");
@@ -504,11 +458,11 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "db",
         "apply",
         "--db",
-        s(&base),
+        arg(&base),
         "--update",
-        s(&e1),
+        arg(&e1),
         "--out",
-        s(&snapshot),
+        arg(&snapshot),
     ]);
     let (old, new) = (PirDb::open(&base).unwrap(), PirDb::open(&snapshot).unwrap());
     let block = *old.signing().unwrap();
@@ -549,7 +503,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         }
         assert!(proxy.tampered() > before, "the proxy altered nothing");
     }
-    let (stdout, stderr) = pirq_fails(&[
+    let Ran { stdout, stderr } = pirq_fails(&[
         "query",
         "--party-a",
         &proxy.url,
@@ -557,7 +511,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         &b.url,
         "--poll",
         "--publisher-key",
-        s(&public),
+        arg(&public),
         "--index",
         &alpha.to_string(),
         "--out",
@@ -591,7 +545,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
 
     // A signed kv table: a value changed at epoch 1, rolled back through `pirq get`.
     let table = signed_kv_table(d, &secret);
-    serve(&mut [&mut a, &mut b], &table).await;
+    serve_database(&mut [&mut a, &mut b], &table).await;
     let changes = d.join("changes.jsonl");
     std::fs::write(
         &changes,
@@ -603,9 +557,9 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "kv",
         "update",
         "--db",
-        s(&table),
+        arg(&table),
         "--changes",
-        s(&changes),
+        arg(&changes),
         "--key-encoding",
         "utf8",
         "--value-encoding",
@@ -613,11 +567,11 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "--epoch",
         "1",
         "--out",
-        s(&kv1),
+        arg(&kv1),
         "--sign-key",
-        s(&secret),
+        arg(&secret),
         "--manifests",
-        s(&kv_manifests),
+        arg(&kv_manifests),
     ]);
     push([&a, &b], &kv1).await;
     // Installed once the parties serve the epoch, by renaming it over the served file.
@@ -627,11 +581,11 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "db",
         "apply",
         "--db",
-        s(&table),
+        arg(&table),
         "--update",
-        s(&kv1),
+        arg(&kv1),
         "--out",
-        s(&table1),
+        arg(&table1),
     ]);
     let (old, new) = (PirDb::open(&table).unwrap(), PirDb::open(&table1).unwrap());
     let params = *old.kv().unwrap();
@@ -660,7 +614,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
             "--key-text",
             "key-7",
             "--publisher-key",
-            s(&public),
+            arg(&public),
         ])
     };
     let out = get(&proxy.url);

@@ -6,19 +6,12 @@ use std::time::{Duration, Instant};
 
 use pirq_client::{Encoding, Party as Api, Wait};
 use pirq_e2e::fault::{post, wait_final};
+use pirq_e2e::requests::for_page;
 use pirq_e2e::{Party, PartyOptions, TestDb};
-use pirq_shared::dpf::generate;
-use pirq_shared::wire::{Job, QueryRequest};
+use pirq_shared::wire::Job;
 use pirq_testkit::jobs;
 
 const PAGES: u64 = 1024;
-
-fn request(index: u64) -> QueryRequest {
-    QueryRequest {
-        keys: vec![generate(10, index, &mut rand::rng()).unwrap().0.to_bytes()],
-        epoch: None,
-    }
-}
 
 #[tokio::test]
 async fn a_client_waits_out_a_gateway_restart_in_every_wait_mode() {
@@ -43,8 +36,13 @@ async fn a_client_waits_out_a_gateway_restart_in_every_wait_mode() {
         let api = Api::new(reqwest::Client::new(), &party.url);
         // No worker: the query stays queued while the gateway goes away and comes back.
         let waiting = tokio::spawn(async move {
-            api.query(&request(5), Encoding::Json, wait, Duration::from_secs(60))
-                .await
+            api.query(
+                &for_page(10, 5),
+                Encoding::Json,
+                wait,
+                Duration::from_secs(60),
+            )
+            .await
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
         party
@@ -86,7 +84,7 @@ async fn a_job_pinned_ahead_does_not_hold_up_its_window() {
     for i in 0..11u64 {
         let id = format!("{:032x}", rand::random::<u128>());
         let job = Job {
-            keys: request(i).keys,
+            keys: for_page(10, i).keys,
             epoch: (i == 0).then_some(1),
             accepted_ms: 0,
         };
@@ -144,7 +142,10 @@ async fn fsync_durability_accepts_again_right_after_a_redis_restart() {
     .unwrap();
     let http = reqwest::Client::new();
     assert_eq!(
-        post(&http, &party.url, &request(1), None).await.unwrap().0,
+        post(&http, &party.url, &for_page(10, 1), None)
+            .await
+            .unwrap()
+            .0,
         202
     );
     party
@@ -157,7 +158,7 @@ async fn fsync_durability_accepts_again_right_after_a_redis_restart() {
     let until = Instant::now() + Duration::from_secs(7);
     let (mut accepted, mut not_durable) = (0, 0);
     while Instant::now() < until {
-        match post(&http, &party.url, &request(2), None).await {
+        match post(&http, &party.url, &for_page(10, 2), None).await {
             Ok((202, _, _)) => accepted += 1,
             Ok((503, body, _)) if body["error"]["code"] == "not_durable" => not_durable += 1,
             _ => {}

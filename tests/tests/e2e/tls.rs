@@ -3,13 +3,12 @@
 //! `--ca-cert` (and refused without it), the handshake timeout, failed handshakes counted and not
 //! logged above debug, and certificate rotation on SIGHUP without dropping open connections.
 
-use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use pirq_e2e::{bin_dir, http_client, Cluster, Party, PartyOptions, TestCa};
+use pirq_e2e::cli::{arg, pirq, pirq_command, pirq_ok};
+use pirq_e2e::{http_client, metrics, Cluster, Party, PartyOptions, TestCa};
 use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::{QueryRequest, QueryResult, QueryStatus};
@@ -139,31 +138,6 @@ async fn final_sse_result(events: reqwest::Response) -> QueryResult {
     panic!("no result event in {text:?}");
 }
 
-/// Runs `pirq` with `args`, with no `PIRQ_*` setting from the environment that runs the tests.
-fn pirq(args: &[&str]) -> Output {
-    Command::new(bin_dir().join("pirq"))
-        .args(args)
-        .env_remove("PIRQ_CA_CERT")
-        .env_remove("PIRQ_TOKEN_A")
-        .env_remove("PIRQ_TOKEN_B")
-        .output()
-        .expect("running pirq")
-}
-
-fn pirq_ok(args: &[&str]) -> Vec<u8> {
-    let out = pirq(args);
-    assert!(
-        out.status.success(),
-        "pirq {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 #[tokio::test]
 async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
     let ca = Arc::new(TestCa::new().unwrap());
@@ -184,13 +158,13 @@ async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
         "--seed",
         "23",
         "--out",
-        path(&records),
+        arg(&records),
     ]);
     pirq_ok(&[
         "kv",
         "build",
         "--records",
-        path(&records),
+        arg(&records),
         "--key-size",
         "20",
         "--value-size",
@@ -198,7 +172,7 @@ async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
         "--page-size",
         "512",
         "--out",
-        path(&kv),
+        arg(&kv),
     ]);
     let (a, b) = tokio::try_join!(
         Party::start(&kv, "kv-a", tls_options(&ca, &[])),
@@ -219,7 +193,7 @@ async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
         first["value"].as_str().unwrap(),
     );
     let absent = "07".repeat(20);
-    let ca_cert = path(ca.ca_cert());
+    let ca_cert = arg(ca.ca_cert());
     let parties = ["--party-a", &a.url, "--party-b", &b.url];
 
     // `pirq get`: the value, then `absent` (exit 1), answered in the POST (Prefer: wait) and by
@@ -249,13 +223,12 @@ async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
         "--index",
         "5",
         "--verify",
-        path(&kv),
+        arg(&kv),
     ];
     args.extend_from_slice(&parties);
     args.extend_from_slice(&["--ca-cert", ca_cert]);
     pirq_ok(&args);
-    let by_env = Command::new(bin_dir().join("pirq"))
-        .args(&args[..args.len() - 2])
+    let by_env = pirq_command(&args[..args.len() - 2])
         .args(["--poll", "--bincode"])
         .env("PIRQ_CA_CERT", ca_cert)
         .output()
@@ -432,20 +405,6 @@ async fn failed_and_silent_handshakes_are_counted_closed_and_not_logged() {
 
 /// `pirq_gateway_tls_handshake_failures_total` from the party's `/metrics`.
 async fn handshake_failures(party: &Party) -> u64 {
-    let metrics = party
-        .http
-        .get(format!("{}/metrics", party.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("pirq_gateway_tls_handshake_failures_total "))
-        .expect("the counter")
-        .trim()
-        .parse()
-        .unwrap()
+    let text = metrics::scrape(&party.http, &party.url).await;
+    metrics::value(&text, "pirq_gateway_tls_handshake_failures_total").expect("the counter") as u64
 }
