@@ -2,7 +2,8 @@
 //
 // The Rust backend (scan/src/cuda, through the pirq-kernels crate) concatenates this header and
 // the kernel files into one NVRTC program (defining PIRQ_ONE_SOURCE so the #include lines below each file drop out); the
-// standalone harness in kernels/bench includes them with nvcc. No system headers: NVRTC has none.
+// standalone tuning harness (kernels/bench/ at commit 2adcc3f, kernels/README.md) includes them
+// with nvcc. No system headers: NVRTC has none.
 //
 // ## The two operands of the scan (a GF(2) matrix product)
 //

@@ -31,7 +31,7 @@
 // three warpgroups do not fit beside a producer warp (13 warps: 128 registers a thread), so the
 // producer is a warpgroup that gives its registers back (`setmaxnreg`: 24 a thread) and the
 // consumers take them (160). Measured 1.3x the two-warpgroup kernel it replaced
-// (bench/wgmma_old.cu) at 64 GiB on the H100.
+// (kernels/bench/wgmma_old.cu at commit 2adcc3f) at 64 GiB on the H100.
 #ifndef PIRQ_ONE_SOURCE
 #include "pirq_common.cuh"
 #endif
@@ -285,7 +285,7 @@ __device__ __forceinline__ void scan_wgmma_body(const uint4* __restrict__ a, con
     }
 // The variants the backend picks from (`scan/src/cuda/layout.rs`, WGMMA_VARIANTS):
 // scan_wgmma_n<N>_s<STAGES>. 12 stages beat 8 by 5-6 % at N = 256 and 384-512 keys; 8 stages
-// are 2 % ahead at 256 keys (kernels/bench/wgmma.cu, docs/bench/gpu-scan.md).
+// are 2 % ahead at 256 keys (docs/bench/gpu-scan.md; the harness: kernels/README.md).
 PIRQ_SCAN_WGMMA(128, 8)
 PIRQ_SCAN_WGMMA(192, 8)
 PIRQ_SCAN_WGMMA(256, 12)
