@@ -3,8 +3,8 @@
 # and root (or sudo) to install redis-server if it is missing.
 #
 #   1. formatting and lints (also of the CUDA backend, which builds without CUDA installed),
-#      `cargo package` of the publishable crates, and the ops checks (docker-compose schema,
-#      Dockerfile lint, dashboard vs metrics catalog)
+#      `cargo doc` with broken intra-doc links denied, `cargo package` of the publishable crates,
+#      and the ops checks (docker-compose schema, Dockerfile lint, dashboard vs metrics catalog)
 #   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
 #   3. the TypeScript client (clients/ts): the spec's vectors, then Node and headless Chromium
 #      against real parties (needs Node >= 20, npm and chromium: install-deps.sh gets them)
@@ -31,6 +31,10 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p pirq-scan --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p pirq-worker -p pirq-cli --all-targets --features cuda --locked -- -D warnings
+
+# Every intra-doc link resolves (a renamed or removed item leaves none dangling in the docs).
+echo "== cargo doc (broken intra-doc links denied)"
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --locked --quiet
 
 # The publishable crates package cleanly (versions on every path dependency, files in place).
 # `cargo package --workspace`, unlike `cargo publish --workspace`, does not skip `publish = false`

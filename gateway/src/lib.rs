@@ -5,7 +5,8 @@
 //! Server-Sent Events. Modules, one job each:
 //!
 //! - [`config`]: command-line flags and `PIRQ_*` environment variables.
-//! - [`store`]: every Redis command the gateway sends, over one lazily-connected manager.
+//! - [`state`]: what every handler shares, among it the party's [`pirq_queue::producer::Producer`], through
+//!   which goes every Redis command the gateway sends.
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
 //! - [`dbinfo`]: the registered database, cached for validation.
 //! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON, [`body`]: request bodies

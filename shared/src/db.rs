@@ -368,7 +368,7 @@ impl PirDb {
         self.digest.unwrap_or_else(|| self.content_digest())
     }
 
-    /// Hashes the header's shape and every page (SPEC §2.1): what [`write`] records. A file made
+    /// Hashes the header's shape and every page (SPEC §2.1): what [`write()`] records. A file made
     /// by `pirq db apply` records a chained digest instead, which this does not reproduce.
     pub fn content_digest(&self) -> Digest {
         let h = &self.header;
@@ -731,7 +731,7 @@ pub fn write(
     write_meta(path, header, &Meta::default(), fill, progress)
 }
 
-/// [`write`] with the header's other blocks: the kv layout, the imported length.
+/// [`write()`] with the header's other blocks: the kv layout, the imported length.
 pub fn write_meta(
     path: impl AsRef<Path>,
     header: &Header,
@@ -760,7 +760,7 @@ fn header_bytes(header: &Header, meta: &Meta, total_pages: u64) -> Result<Vec<u8
     Ok(bytes)
 }
 
-/// [`write`], with a kv layout block in the header (`None`: a plain page database).
+/// [`write()`], with a kv layout block in the header (`None`: a plain page database).
 pub fn write_kv(
     path: impl AsRef<Path>,
     header: &Header,

@@ -5,7 +5,7 @@
 //! - bincode 2 (standard configuration) for the binary twin of the admin API, for update files,
 //!   and for the one Redis stream entry that carries a whole epoch (so an epoch is applied
 //!   entirely or not at all);
-//! - [`EpochUpdate::read_file`] accepts either, telling them apart by the first byte.
+//! - [`EpochUpdate::parse_file`] accepts either, telling them apart by the first byte.
 
 use base64::Engine as _;
 use bincode::{Decode, Encode};
