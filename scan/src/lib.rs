@@ -121,6 +121,10 @@ pub enum ScanError {
     Unsupported(&'static str),
     #[error("device error: {0}")]
     Device(String),
+    /// The CUDA backend's error, kept whole (its cause stays reachable as the source).
+    #[cfg(feature = "cuda")]
+    #[error("device error: {0}")]
+    Cuda(#[source] crate::cuda::CudaError),
 }
 
 /// What a pass costs on one scanner, measured: where passes stop being memory-bound (benches

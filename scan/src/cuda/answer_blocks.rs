@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, PinnedHostSlice};
 
-use super::CudaError;
+use super::error::CudaError;
 use crate::answer_pool::{BlockPool, PoolShape};
 
 /// One block of page-locked host memory.

@@ -12,9 +12,9 @@ use cudarc::driver::{
     PushKernelArg,
 };
 
+use super::error::CudaError;
 use super::kernels::Kernels;
 use super::layout::{Shape, BLOCK_PAGES};
-use super::CudaError;
 
 /// Bytes of one staging chunk (rounded to whole 256-page blocks, at least one block).
 const STAGING_BYTES: u64 = 64 << 20;

@@ -34,9 +34,10 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::EpochRange;
 
+use super::error::CudaError;
 use super::layout::SelLayout;
 use super::workspace::{PassTimings, Workspace};
-use super::{CudaError, CudaScanner};
+use super::CudaScanner;
 use crate::epoch_window::{DeltaWindow, EpochError};
 use crate::{Answers, ScanError};
 

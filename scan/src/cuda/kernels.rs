@@ -15,8 +15,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use pirq_kernels::entry;
 
+use super::error::CudaError;
 use super::layout::{ScanPlan, MMA_VARIANTS, WGMMA_VARIANTS};
-use super::CudaError;
 
 /// Largest dynamic shared memory a scan CTA asks for (8 warps x 8 stages x 2 tiles x 512 B).
 const MAX_SCAN_SMEM: i32 = 64 * 1024;
@@ -66,7 +66,7 @@ impl Kernels {
                 options: vec!["-std=c++17".into(), "-default-device".into()],
                 ..Default::default()
             };
-            compile_ptx_with_opts(src.clone(), opts).map_err(|e| CudaError::Compile(e.to_string()))
+            compile_ptx_with_opts(src.clone(), opts).map_err(CudaError::Compile)
         };
         let hopper = (major, minor) == (9, 0);
         let (ptx, wgmma) = match hopper.then(|| compile("sm_90a".into())) {

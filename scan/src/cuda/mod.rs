@@ -18,18 +18,20 @@
 mod answer_blocks;
 mod db;
 mod epoch_window;
+mod error;
 mod kernels;
 pub mod layout;
 mod rotation;
 mod workspace;
 
+pub use self::error::CudaError;
 pub use self::rotation::CudaRotation;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use cudarc::driver::{
-    result, CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
+    result, CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
@@ -74,36 +76,6 @@ impl Default for CudaConfig {
             plan: None,
             epoch_window: crate::DEFAULT_EPOCH_WINDOW,
         }
-    }
-}
-
-/// Why the CUDA scanner could not start or run.
-#[derive(Debug, thiserror::Error)]
-pub enum CudaError {
-    #[error("CUDA driver: {0}")]
-    Driver(#[from] DriverError),
-    #[error("NVRTC could not compile the kernels: {0}")]
-    Compile(String),
-    #[error(
-        "not enough GPU memory: the database and workspaces need {needed} bytes ({:.2} GiB), {free} bytes ({:.2} GiB) are free",
-        *needed as f64 / GIB, *free as f64 / GIB
-    )]
-    OutOfMemory { needed: u64, free: u64 },
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-}
-
-const GIB: f64 = (1u64 << 30) as f64;
-
-impl From<CudaError> for ScanError {
-    fn from(e: CudaError) -> ScanError {
-        ScanError::Device(e.to_string())
-    }
-}
-
-impl From<DriverError> for ScanError {
-    fn from(e: DriverError) -> ScanError {
-        ScanError::Device(e.to_string())
     }
 }
 

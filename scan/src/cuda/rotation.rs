@@ -54,9 +54,10 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::metrics::{record_answer_pages, record_phase, Phase};
 
 use super::answer_blocks::{answer_pool, PinnedBlock};
+use super::error::CudaError;
 use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
 use super::workspace::Workspace;
-use super::{CudaError, CudaScanner};
+use super::CudaScanner;
 use crate::answer_pool::{BlockPool, Landing, Place, PoolStats};
 use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};

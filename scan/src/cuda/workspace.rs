@@ -13,8 +13,8 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, P
 
 use pirq_shared::metrics::Phase;
 
+use super::error::CudaError;
 use super::layout::{ScanPlan, Shape, KEY_WORDS};
-use super::CudaError;
 
 /// The phases of a CUDA pass in the order they run on a slot's stream: the merge (zero when no
 /// key needs one) runs on the device, before the answers come back.
