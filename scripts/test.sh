@@ -17,9 +17,10 @@
 #   7. with PIRQ_CLUSTER_TESTS=1 only (in step 2): with each party on a 3-primary Redis Cluster and
 #      its queue in 4 partitions spread over the primaries, kv lookups, a worker killed under
 #      load, pages (one_slot.rs), and every test of the epochs and shards suites; and a cluster
-#      primary killed under load (its replica promoted, nothing lost). Pages, epochs and shards
-#      on a 3-primary cluster with one partition always run (tests/tests/e2e/one_slot.rs). Without
-#      it the suite says that it skipped them.
+#      primary killed under load (its replica promoted, nothing lost), and Redis commands a query
+#      counted on the cluster (tests/tests/e2e/host_path.rs). Pages, epochs and shards on a
+#      3-primary cluster with one partition always run (tests/tests/e2e/one_slot.rs). Without it
+#      the suite says that it skipped them.
 #
 # GPU tests are skipped here (no GPU); scripts/gpu-test.sh runs them on a GPU machine.
 set -euo pipefail
@@ -93,7 +94,7 @@ else
     echo "Redis Cluster tests: SKIPPED (seven redis-servers a test, a failover: minutes);" \
         "run them with PIRQ_CLUSTER_TESTS=1 scripts/test.sh, or PIRQ_CLUSTER_TESTS=1 cargo test" \
         "--release -p pirq-e2e --test e2e -- kv:: faults:: cluster_failover:: one_slot:: epochs::" \
-        "shards::"
+        "shards:: host_path::"
 fi
 
 # One closing line for the whole suite (the last `cargo test` block is the empty doc-tests).

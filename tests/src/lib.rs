@@ -22,6 +22,8 @@ use redis::aio::ConnectionLike;
 use tempfile::TempDir;
 
 pub mod cli;
+pub mod command_budget;
+pub mod commandstats;
 pub mod metrics;
 pub mod requests;
 

@@ -21,6 +21,7 @@ mod faults;
 mod flood;
 mod fuzz_http;
 mod guards;
+mod host_path;
 mod kv;
 mod lifecycle;
 mod one_slot;
