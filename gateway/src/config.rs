@@ -141,10 +141,12 @@ pub struct Config {
     /// Bytes of Redis the party's read results may hold together (pages plus ~2 KiB a record):
     /// a read result is kept this many bytes over the party's read rate (all gateways, measured
     /// every second), at most `--fetched-result-ttl` and at least half a second. So memory for
-    /// re-reads stays about this size whatever the throughput.
-    #[arg(long, env = "PIRQ_FETCHED_RESULT_BYTES", default_value_t = 256 << 20,
+    /// re-reads stays about this size whatever the throughput. Default: 256 MiB, or a quarter of
+    /// `--max-redis-memory` when that is less (so that read results alone never reach the cap);
+    /// a value at or above `--max-redis-memory` is refused.
+    #[arg(long, env = "PIRQ_FETCHED_RESULT_BYTES",
           value_parser = clap::value_parser!(u64).range(1..))]
-    pub fetched_result_bytes: u64,
+    pub fetched_result_bytes: Option<u64>,
 
     /// Seconds an `Idempotency-Key` is remembered after its first request: a replay within
     /// this time gets the first request's id (or its result); a reuse with another body gets
@@ -290,6 +292,12 @@ impl Config {
     /// The party's key names: `--prefix` split into `--partitions`.
     pub fn layout(&self) -> Result<Layout, crate::state::StateError> {
         Ok(self.partitions.apply(self.redis.layout()?)?)
+    }
+
+    /// The bytes read results may hold: `--fetched-result-bytes`, else its default under
+    /// `--max-redis-memory` ([`crate::retention::budget`]).
+    pub fn fetched_result_budget(&self) -> Result<u64, crate::retention::BudgetError> {
+        crate::retention::budget(self.fetched_result_bytes, self.max_redis_memory)
     }
 
     pub fn redis_timeout(&self) -> Duration {

@@ -12,6 +12,10 @@
 //! bytes of Redis whatever the throughput. The rate follows a rise at once and a fall smoothly,
 //! so a burst shortens the time from the next second on.
 //!
+//! With a `--max-redis-memory` cap the budget defaults to a quarter of it (256 MiB at most, the
+//! default without a cap): on a small Redis the read results alone would otherwise reach the cap
+//! and turn every new query away (`storage_full`), as 60 s of load did to a 48 MB cap.
+//!
 //! Results nobody has read yet are not affected: they are kept for the worker's `--result-ttl`
 //! (a client that polls late still finds its answer), and admission (`--max-redis-memory`,
 //! [`crate::backpressure`]) bounds them.
@@ -31,6 +35,12 @@ pub const MIN_TTL: Duration = Duration::from_millis(500);
 /// idempotency record): measured on Redis 7.0, a query of one 1 KiB page held ~3 KiB of
 /// `used_memory` in its two records.
 pub const RECORD_OVERHEAD: u64 = 2048;
+/// The budget of read results without `--fetched-result-bytes` and without a cap.
+pub const DEFAULT_BUDGET: u64 = 256 << 20;
+/// With a `--max-redis-memory` cap and no `--fetched-result-bytes`, read results may hold this
+/// share of the cap (1/4): the rest is for the backlog's jobs, results not read yet, and the
+/// party's own keys.
+pub const CAP_SHARE: u64 = 4;
 /// Weight of the newest sample when the rate falls.
 const SMOOTHING: f64 = 0.25;
 
@@ -110,6 +120,34 @@ impl Retention {
     }
 }
 
+/// `--fetched-result-bytes` that would fill `--max-redis-memory` by itself.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--fetched-result-bytes {budget} is not below --max-redis-memory {cap}: read results alone \
+     would fill the cap and every new query would get 429 storage_full; lower it (without it the \
+     budget is a quarter of the cap) or raise the cap"
+)]
+pub struct BudgetError {
+    pub budget: u64,
+    pub cap: u64,
+}
+
+/// The bytes read results may hold: `explicit` (`--fetched-result-bytes`), which must stay below
+/// a cap `max_redis_memory` (0: none); without it [`DEFAULT_BUDGET`], or a quarter of the cap
+/// when that is less.
+pub fn budget(explicit: Option<u64>, max_redis_memory: u64) -> Result<u64, BudgetError> {
+    let capped = max_redis_memory > 0;
+    match explicit {
+        Some(budget) if capped && budget >= max_redis_memory => Err(BudgetError {
+            budget,
+            cap: max_redis_memory,
+        }),
+        Some(budget) => Ok(budget),
+        None if capped => Ok(DEFAULT_BUDGET.min((max_redis_memory / CAP_SHARE).max(1))),
+        None => Ok(DEFAULT_BUDGET),
+    }
+}
+
 /// The smoothed rate after a sample: a rise is taken at once (memory must not overshoot), a
 /// fall slowly (one quiet second must not stretch every result's time to the maximum).
 fn follow(rate: f64, sample: f64) -> f64 {
@@ -150,6 +188,25 @@ mod tests {
         // A maximum under the floor wins.
         let short = Duration::from_millis(100);
         assert_eq!(ttl_for(1e15, budget, short), short);
+    }
+
+    #[test]
+    fn the_budget_follows_a_redis_memory_cap() {
+        // No cap: the default; the default cap (2 GiB): still the default, a quarter is more.
+        assert_eq!(budget(None, 0).unwrap(), DEFAULT_BUDGET);
+        assert_eq!(budget(None, 2 << 30).unwrap(), DEFAULT_BUDGET);
+        // A small cap: a quarter of it.
+        assert_eq!(budget(None, 48 << 20).unwrap(), 12 << 20);
+        // Given: kept below the cap, refused at or above it.
+        assert_eq!(budget(Some(40 << 20), 48 << 20).unwrap(), 40 << 20);
+        assert_eq!(budget(Some(1 << 40), 0).unwrap(), 1 << 40);
+        let refused = budget(Some(48 << 20), 48 << 20).unwrap_err().to_string();
+        assert!(
+            refused.contains("--fetched-result-bytes 50331648"),
+            "{refused}"
+        );
+        assert!(refused.contains("--max-redis-memory 50331648"), "{refused}");
+        assert!(budget(Some(64 << 20), 48 << 20).is_err());
     }
 
     #[test]

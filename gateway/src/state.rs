@@ -55,6 +55,9 @@ pub enum StateError {
     /// `--query-tokens`: the file cannot be read or has no valid token.
     #[error("{0:#}")]
     Access(anyhow::Error),
+    /// `--fetched-result-bytes` at or above `--max-redis-memory`.
+    #[error(transparent)]
+    Budget(#[from] crate::retention::BudgetError),
 }
 
 impl AppState {
@@ -77,7 +80,7 @@ impl AppState {
             crate::caps::memory_bytes(),
         ));
         let retention = Retention::new(
-            config.fetched_result_bytes,
+            config.fetched_result_budget()?,
             Duration::from_secs(config.fetched_result_ttl),
         );
         retention.spawn(store.clone());
