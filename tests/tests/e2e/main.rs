@@ -13,6 +13,7 @@
 
 mod access;
 mod admin_split;
+mod architecture;
 mod cluster_failover;
 mod cors;
 mod epochs;

@@ -1,0 +1,200 @@
+//! docs/architecture.md held to the tree: every module its crate table names (a lowercase name
+//! in backquotes, `routes/` for a folder) is a file or folder of that crate's sources or test
+//! binaries, and every `module::item` it names is defined in that module (`pirq_x::item`: at
+//! that crate's root). A module renamed, split or removed fails here until the map says so.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The repository root (this crate is `tests/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the repository root")
+        .to_path_buf()
+}
+
+/// One row of the crate table.
+#[derive(Debug)]
+struct Row {
+    /// `shared`, `tests`, `clients/ts`.
+    folder: String,
+    /// `pirq_shared`: the name code uses (none for the TypeScript client).
+    krate: Option<String>,
+    /// The text of what it owns.
+    owns: String,
+}
+
+/// The crate table's rows (`| `folder/` (`pirq-x`) | owns |`).
+fn rows(doc: &str) -> Vec<Row> {
+    doc.lines()
+        .filter_map(|line| {
+            let mut cells = line.strip_prefix("| `")?.splitn(2, '|');
+            let first = cells.next()?;
+            let folder = first.split('`').next()?.strip_suffix('/')?;
+            Some(Row {
+                folder: folder.to_string(),
+                krate: first.split('`').nth(2).map(|k| k.replace('-', "_")),
+                owns: cells.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The names in backquotes in `text`.
+fn quoted(text: &str) -> impl Iterator<Item = &str> {
+    text.split('`').skip(1).step_by(2)
+}
+
+/// Every `.rs` file and folder under `dir`, by path.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            found.extend(sources(&path));
+            found.push(path);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// The module of that name among `files`: `name.rs`, or a folder `name/` (its `mod.rs`).
+fn module(files: &[PathBuf], name: &str) -> Option<PathBuf> {
+    files.iter().find_map(|p| {
+        if p.is_dir() && p.file_name()? == name {
+            Some(p.join("mod.rs"))
+        } else if p.file_stem()? == name && p.extension()? == "rs" {
+            Some(p.clone())
+        } else {
+            None
+        }
+    })
+}
+
+fn is_module_name(s: &str) -> bool {
+    let s = s.strip_suffix('/').unwrap_or(s);
+    !s.is_empty()
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Whether `source` defines `item` (a function, type, constant or module of that name) or
+/// re-exports it (`pub use …item…`).
+fn defines(source: &str, item: &str) -> bool {
+    let word = |text: &str| {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == item)
+    };
+    source.lines().any(|line| {
+        let line = line.trim_start();
+        let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+        let line = line.strip_prefix("pub ").unwrap_or(line);
+        if line.starts_with("use ") {
+            return word(line);
+        }
+        [
+            "fn", "struct", "enum", "trait", "type", "const", "static", "mod",
+        ]
+        .iter()
+        .any(|kind| {
+            line.strip_prefix(kind)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .is_some_and(|rest| {
+                    rest.starts_with(item)
+                        && !rest[item.len()..]
+                            .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                })
+        })
+    })
+}
+
+#[test]
+fn every_module_the_crate_table_names_exists() {
+    let root = root();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the map");
+    let rows = rows(&doc);
+    assert!(rows.len() >= 12, "the crate table: {rows:?}");
+    let lib_of = |krate: &str| {
+        rows.iter()
+            .find(|r| r.krate.as_deref() == Some(krate))
+            .map(|r| root.join(&r.folder).join("src/lib.rs"))
+    };
+    let mut missing = BTreeSet::new();
+    for row in &rows {
+        let src = root.join(&row.folder).join("src");
+        if !src.is_dir() {
+            continue; // clients/ts: not a Rust crate
+        }
+        // The crate's modules, and its test binaries' (the e2e suite's modules).
+        let mut files = sources(&src);
+        let tests = root.join(&row.folder).join("tests");
+        if tests.is_dir() {
+            files.extend(sources(&tests));
+        }
+        for name in quoted(&row.owns) {
+            if is_module_name(name) {
+                let name = name.trim_end_matches('/');
+                if module(&files, name).is_none() {
+                    missing.insert(format!("{}: module {name}", row.folder));
+                }
+                continue;
+            }
+            let Some((path, item)) = name.rsplit_once("::") else {
+                continue;
+            };
+            if !is_module_name(item) && !item.starts_with(|c: char| c.is_ascii_uppercase()) {
+                continue; // `entry::*`
+            }
+            let file = if path.starts_with("pirq_") {
+                lib_of(path)
+            } else if is_module_name(path) {
+                module(&files, path)
+            } else {
+                continue; // a type's method: `Producer::submit`
+            };
+            let found = file
+                .and_then(|f| std::fs::read_to_string(f).ok())
+                .is_some_and(|text| defines(&text, item));
+            if !found {
+                missing.insert(format!("{}: {name}", row.folder));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names what the tree does not have: {missing:?}"
+    );
+}
+
+#[test]
+fn the_check_catches_a_module_that_is_not_there() {
+    let root = root();
+    let files = sources(&root.join("gateway/src"));
+    assert!(module(&files, "routes").is_some());
+    assert!(module(&files, "queries").is_some());
+    assert!(module(&files, "store").is_none());
+    let rows = rows("| `gateway/` (`pirq-gateway`) | `store` (gone), `Routes` |\n");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].krate.as_deref(), Some("pirq_gateway"));
+    let names: Vec<&str> = quoted(&rows[0].owns)
+        .filter(|n| is_module_name(n))
+        .collect();
+    assert_eq!(names, ["store"]);
+    assert!(defines(
+        "pub(crate) fn connection_settings(",
+        "connection_settings"
+    ));
+    assert!(!defines(
+        "pub(crate) fn connection_settings(",
+        "connection_config"
+    ));
+    assert!(!defines("pub fn connection(", "conn"));
+    assert!(defines(
+        "pub use connect::{Connection, RedisTarget};",
+        "RedisTarget"
+    ));
+}
