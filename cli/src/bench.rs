@@ -266,7 +266,7 @@ fn finish(
     load: &str,
 ) -> anyhow::Result<()> {
     let md = table.to_markdown();
-    println!("{title}\n\n{md}");
+    crate::outln!("{title}\n\n{md}");
     if let Some(file) = record_to {
         record::append(&file, title, &md, load)?;
     }

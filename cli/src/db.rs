@@ -373,7 +373,7 @@ fn info(file: PathBuf) -> anyhow::Result<()> {
             "total_pages": s.total_pages,
         });
     }
-    println!("{}", serde_json::to_string_pretty(&info)?);
+    crate::outln!("{}", serde_json::to_string_pretty(&info)?);
     Ok(())
 }
 
@@ -384,7 +384,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.publisher_key {
         let key = crate::publisher::read_public(path)?;
         let pages = db.verify_signatures(&key)?;
-        println!("{name}: all {pages} pages carry valid signatures of publisher key {key}");
+        crate::outln!("{name}: all {pages} pages carry valid signatures of publisher key {key}");
     }
     let Some(recorded) = db.recorded_digest() else {
         bail!("{name} records no digest (written before digests existed); its content digest is {}; rewrite it with `pirq db apply` or the tool that made it", db.content_digest());
@@ -401,9 +401,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         }
         let pages = db.verify_pages()?;
         if pages == recorded {
-            println!("{name}: pages match digest {recorded}");
+            crate::outln!("{name}: pages match digest {recorded}");
         } else {
-            println!(
+            crate::outln!(
                 "{name}: pages match pages_digest {pages} (the database's digest {recorded} is \
                  inherited: check its history with --base and --update)"
             );
@@ -450,7 +450,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<()> {
             );
         }
     }
-    println!(
+    crate::outln!(
         "{name}: pages match digest {recorded} ({} with {} updates)",
         base_path.display(),
         args.updates.len()

@@ -94,10 +94,14 @@ pub struct LoadArgs {
     /// Compare every fetched page with this database file (the one both parties serve).
     #[arg(long, value_name = "FILE", required_unless_present_any = ["no_verify", "submit_only", "kv_records"])]
     verify: Option<PathBuf>,
-    /// Key-value lookups instead of page fetches: JSON lines {"key","value"} of records in the
-    /// parties' kv database (as `pirq kv gen` wrote them); every value found is checked.
+    /// Key-value lookups instead of page fetches: records of the parties' kv database, in any
+    /// format `pirq kv build` reads (by extension or --kv-format), keys and values read the way
+    /// the table records; every value found is checked.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["verify", "submit_only"])]
     kv_records: Option<PathBuf>,
+    /// With --kv-records: the records' format (default: from the extension, as kv build).
+    #[arg(long, value_enum, requires = "kv_records")]
+    kv_format: Option<crate::kv::records::Format>,
     /// With --kv-records: how many records of the file to draw keys from (its first N lines).
     #[arg(long, default_value_t = 100_000)]
     kv_sample: usize,
@@ -239,23 +243,33 @@ struct KvLookups {
     absent: f64,
 }
 
-/// The first `n` records of a JSON-lines records file.
-fn read_kv_records(path: &std::path::Path, n: usize) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    use std::io::BufRead;
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    std::io::BufReader::new(file)
-        .lines()
+/// The first `n` records of a records file, read as `pirq kv build` reads them with the table's
+/// recorded encodings.
+fn read_kv_records(
+    path: &std::path::Path,
+    format: Option<crate::kv::records::Format>,
+    n: usize,
+    params: &pirq_shared::kv::KvParams,
+) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use crate::kv::records::{self, Columns, Encodings, Format, Records, Sizes};
+    let format = Format::pick(format, path);
+    let sizes = Sizes {
+        key_size: params.layout.key_size as usize,
+        kind: params.kind(),
+        value_size: params.value_size(),
+    };
+    let mut reader = Records::new(
+        records::open(path)?,
+        format,
+        sizes,
+        Encodings::of_table(params.encodings()),
+        Columns::default(),
+    );
+    std::iter::from_fn(|| reader.next_record())
         .take(n)
-        .enumerate()
-        .map(|(i, line)| {
-            let v: serde_json::Value = serde_json::from_str(&line?)
-                .with_context(|| format!("{}: line {}", path.display(), i + 1))?;
-            let field = |f: &str| -> anyhow::Result<Vec<u8>> {
-                let text = v[f].as_str().unwrap_or_default();
-                hex::decode(text)
-                    .with_context(|| format!("{}: line {}: {f}", path.display(), i + 1))
-            };
-            Ok((field("key")?, field("value")?))
+        .map(|r| {
+            let r = r.with_context(|| format!("--kv-records {}", path.display()))?;
+            Ok((r.key, r.value))
         })
         .collect()
 }
@@ -422,7 +436,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
             let params = kv
                 .params(info.page_size, info.num_pages)
                 .map_err(|e| anyhow::anyhow!("the parties' kv layout: {e}"))?;
-            let records = read_kv_records(path, args.kv_sample)?;
+            let records = read_kv_records(path, args.kv_format, args.kv_sample, &params)?;
             if records.is_empty() || !(0.0..=1.0).contains(&args.kv_absent) {
                 bail!("--kv-records needs at least one record and --kv-absent in 0..=1");
             }
@@ -707,7 +721,7 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
             (json + "\n").as_bytes(),
         )
         .with_context(|| format!("writing {}", path.display()))?,
-        None => println!("{json}"),
+        None => crate::outln!("{json}"),
     }
     if let Some(file) = &args.record {
         let body = format!(

@@ -82,6 +82,10 @@ enum EpochCommand {
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of standard output went away (`pirq … | head`): nothing to say to it.
+        Err(e) if output::is_broken_pipe(&e) => {
+            std::process::ExitCode::from(output::BROKEN_PIPE_STATUS as u8)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
@@ -108,8 +112,11 @@ fn run() -> anyhow::Result<()> {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "pirq", &mut std::io::stdout());
-            Ok(())
+            // Generated into memory first: clap_complete panics when its writer fails, and a
+            // reader such as `head` may close standard output early.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pirq", &mut script);
+            output::print(script)
         }
     }
 }
@@ -119,6 +126,7 @@ fn run() -> anyhow::Result<()> {
 fn writes_files(command: &Command) -> bool {
     match command {
         Command::Db(db::DbCommand::Info { .. } | db::DbCommand::Verify(_)) => false,
+        Command::Kv(kv::KvCommand::Get(_) | kv::KvCommand::Stats(_)) => false,
         Command::Db(_) | Command::Kv(_) | Command::Epoch(EpochCommand::Make(_)) => true,
         _ => false,
     }

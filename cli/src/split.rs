@@ -57,7 +57,7 @@ pub fn split(args: SplitArgs) -> anyhow::Result<()> {
             "pages": [origin.first_page, origin.first_page + (path_pages(&path)?)],
         }));
     }
-    println!(
+    crate::outln!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
             "database": args.file,

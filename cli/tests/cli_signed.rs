@@ -506,6 +506,10 @@ fn signed_updates_append_their_manifests_and_a_bad_manifest_file_is_never_replac
     ok(&[
         "kv",
         "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
         "--records",
         s(&records),
         "--value-size",

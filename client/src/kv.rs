@@ -4,7 +4,7 @@
 //! party (split only where a party's key limit forces it, and then by whole lookups), so a party
 //! sees the same shape of query whether the keys exist or not. The key and its tag stay here.
 
-use pirq_shared::kv::{KvParams, ValueKind};
+use pirq_shared::kv::{Encodings, KvParams, ValueKind};
 
 use crate::{Client, ClientError};
 
@@ -16,6 +16,9 @@ pub struct Values {
     pub digest: Option<crate::Digest>,
     /// What the table stores: a set's present keys have the empty value.
     pub kind: ValueKind,
+    /// How the table's keys and values are written (KV §2: recorded by the builder, so a
+    /// caller can show a value as it was given: text, JSON, bytes); not recorded means hex.
+    pub encodings: Encodings,
     /// `values[i]` is the value of `keys[i]`, `None` when the key is absent (for a set,
     /// `Some(vec![])` when it is present).
     pub values: Vec<Option<Vec<u8>>>,
@@ -102,6 +105,7 @@ impl Client {
             epoch: fetched.epoch,
             digest: fetched.digest,
             kind: params.kind(),
+            encodings: params.encodings(),
             values,
             verification: fetched.verification,
         })

@@ -69,7 +69,9 @@ pub use pirq_shared::signing::PublisherKey;
 
 /// The types of this crate's signatures that come from pirq's shared crate.
 pub use pirq_shared::digest::Digest;
-pub use pirq_shared::kv::{KvError, KvInfo, KvParams, ValueKind};
+pub use pirq_shared::kv::{
+    Encoding as KvEncoding, Encodings as KvEncodings, KvError, KvInfo, KvParams, ValueKind,
+};
 pub use pirq_shared::update::EpochUpdate;
 pub use pirq_shared::wire::{EpochRange, ErrorBody, Info, QueryRequest, QueryResult, QueryStatus};
 /// The HTTP client crate of [`ClientBuilder::http_client`], at the version this crate uses.

@@ -74,6 +74,7 @@ run_kind() {
     "$BIN/pirq" kv gen --records "$n" --key-size 20 $gen --seed 1 --out "$W/$name.jsonl"
     # shellcheck disable=SC2086
     /usr/bin/time -v "$BIN/pirq" kv build --records "$W/$name.jsonl" --key-size 20 $build \
+        --key-encoding hex --value-encoding hex \
         --pages $PAGES --seed 1 --out "$W/$name.pirdb" 2>"$OUT/$name-build.txt"
     grep -E "^wrote|Elapsed|User time|System time|Maximum resident" "$OUT/$name-build.txt"
     head -100000 "$W/$name.jsonl" >"$W/$name-sample.jsonl"

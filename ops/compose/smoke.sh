@@ -93,6 +93,7 @@ export PIRQ_DATA=$work/data PIRQ_DB_FILE=kv.pirdb
 mkdir -p "$PIRQ_DATA"
 "$PIRQ" kv gen --records 3000 --key-size 16 --value-size 32 --seed 11 --out "$work/records.jsonl"
 "$PIRQ" kv build --records "$work/records.jsonl" --value-size 32 --key-size 16 --seed 5 \
+    --key-encoding hex --value-encoding hex \
     --out "$PIRQ_DATA/kv.pirdb" >/dev/null
 chmod -R a+rX "$PIRQ_DATA"
 pages=$("$PIRQ" db info "$PIRQ_DATA/kv.pirdb" | python3 -c 'import json,sys; print(json.load(sys.stdin)["num_pages"])')

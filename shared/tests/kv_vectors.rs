@@ -2,7 +2,7 @@
 //! independent Python implementation of `docs/spec/kv.md` (`tests/vectors/kv_v1_gen.py`,
 //! `kv_v2_gen.py`).
 
-use pirq_shared::kv::{hash, KvError, KvLayout, KvParams, Table, ValueKind};
+use pirq_shared::kv::{hash, Encoding, Encodings, KvError, KvLayout, KvParams, Table, ValueKind};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -55,6 +55,7 @@ fn layout_block() {
         value_size: b["value_size"].as_u64().unwrap() as u32,
         key_size: b["key_size"].as_u64().unwrap() as u32,
         seed: seed_of(&b["seed"]),
+        encodings: Default::default(),
     };
     let want = hex_of(&b["bytes_64_512"]);
     assert_eq!(layout.to_block().to_vec(), want);
@@ -73,6 +74,7 @@ fn tiny() -> (KvParams, Value) {
             value_size: t["value_size"].as_u64().unwrap() as u32,
             key_size: t["key_size"].as_u64().unwrap() as u32,
             seed: seed_of(&t["seed"]),
+            encodings: Default::default(),
         },
         t["page_size"].as_u64().unwrap() as u32,
         t["num_pages"].as_u64().unwrap(),
@@ -154,6 +156,7 @@ fn v2_layout_blocks() {
             value_size: b["value_size"].as_u64().unwrap() as u32,
             key_size: b["key_size"].as_u64().unwrap() as u32,
             seed: seed_of(&b["seed"]),
+            encodings: Default::default(),
         };
         let want = hex_of(&b["bytes_64_512"]);
         assert_eq!(layout.to_block().to_vec(), want, "{b}");
@@ -175,6 +178,7 @@ fn v2_table(name: &str) -> (KvParams, Value, Vec<Vec<u8>>) {
         value_size: num("value_size") as u32,
         key_size: num("key_size") as u32,
         seed: seed_of(&t["seed"]),
+        encodings: Default::default(),
     };
     assert_eq!(layout.to_block().to_vec(), hex_of(&t["block_64_512"]));
     let params = KvParams::with_tail(
@@ -257,4 +261,53 @@ fn v2_malformed_slot_is_refused() {
         params.find(&page, &tag),
         Err(KvError::SlotLength { len: 31, max: 30 })
     ));
+}
+
+fn encoding_of(v: &Value) -> Option<Encoding> {
+    v.as_str()
+        .map(|name| Encoding::from_name(name).expect("a known encoding"))
+}
+
+#[test]
+fn recorded_encodings_in_blocks() {
+    let all = vectors_v2();
+    for b in all["recorded_encodings"].as_array().unwrap() {
+        let kind = match b["kind"].as_str().unwrap() {
+            "fixed" => ValueKind::Fixed,
+            _ => kind_of(&b["kind"]),
+        };
+        let layout = KvLayout {
+            choices: b["choices"].as_u64().unwrap() as u8,
+            kind,
+            value_size: b["value_size"].as_u64().unwrap() as u32,
+            key_size: b["key_size"].as_u64().unwrap() as u32,
+            seed: seed_of(&b["seed"]),
+            encodings: Encodings {
+                key: encoding_of(&b["key_encoding"]),
+                value: encoding_of(&b["value_encoding"]),
+            },
+        };
+        let want = hex_of(&b["bytes_64_512"]);
+        assert_eq!(layout.to_block().to_vec(), want, "{b}");
+        let mut header = vec![0u8; 4096];
+        header[64..512].copy_from_slice(&want);
+        assert_eq!(KvLayout::from_header(&header).unwrap(), Some(layout));
+        // /v1/info names them, and a client reads them back.
+        let params = KvParams::new(layout, 4096, 16).unwrap();
+        let info = params.info();
+        assert_eq!(info.key_encoding.as_deref(), b["key_encoding"].as_str());
+        assert_eq!(info.params(4096, 16), Ok(params));
+    }
+}
+
+#[test]
+fn keys_as_users_write_them() {
+    let all = vectors_v2();
+    let seed: [u8; 32] = std::array::from_fn(|i| i as u8);
+    for k in all["encoded_keys"].as_array().unwrap() {
+        let encoding = encoding_of(&k["encoding"]).unwrap();
+        let key = encoding.decode(k["text"].as_str().unwrap()).unwrap();
+        assert_eq!(key, hex_of(&k["key"]), "{k}");
+        assert_eq!(hash::tag(&seed, &key).to_vec(), hex_of(&k["tag"]), "{k}");
+    }
 }

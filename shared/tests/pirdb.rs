@@ -164,6 +164,7 @@ fn kv_layout(choices: u8) -> pirq_shared::kv::KvLayout {
         value_size: 32,
         key_size: 20,
         seed: [4; 32],
+        encodings: Default::default(),
     }
 }
 

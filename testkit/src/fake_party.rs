@@ -130,6 +130,7 @@ fn kv_layout() -> pirq_shared::kv::KvLayout {
         value_size: 16,
         key_size: 0,
         seed: [7; 32],
+        encodings: Default::default(),
     }
 }
 

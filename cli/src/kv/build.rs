@@ -19,30 +19,43 @@ use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
 use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag, ValueKind};
 use rayon::prelude::*;
 
-use super::records::{self, Encoding, Encodings, Format, Record, RecordError, Records, Sizes};
+use super::records::{
+    self, Columns, Encoding, Encodings, Format, Record, RecordError, Records, Sizes,
+};
 
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("values").required(true).args(["value_size", "max_value_size"]))]
+#[command(group = clap::ArgGroup::new("values").args(["value_size", "max_value_size"]))]
 pub struct BuildArgs {
     /// Record file, or `-` for standard input.
     #[arg(long)]
     records: PathBuf,
-    /// Record file format (default: from the extension, .csv or .bin, else JSON lines).
+    /// Record file format (default: from the extension, .csv, .bin or .txt for lines, else
+    /// JSON lines).
     #[arg(long, value_enum)]
     format: Option<Format>,
     /// Bytes of every value; 0 builds a set (keys only: `pirq get` says present or absent).
+    /// One of --value-size and --max-value-size is needed, except for --format lines (a set).
     #[arg(long)]
     value_size: Option<u32>,
     /// Values of any length up to this many bytes, each stored with its length (every slot
     /// has room for the largest, so slots are all one size).
     #[arg(long)]
     max_value_size: Option<u32>,
-    /// How keys are written in JSON and CSV records: hex, base64, or the text's UTF-8 bytes.
-    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
-    key_encoding: Encoding,
-    /// How values are written in JSON and CSV records.
-    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
-    value_encoding: Encoding,
+    /// How keys are written in the records: utf8 (text, the default: the text's own bytes),
+    /// hex or base64. Recorded in the table, so lookups read keys the same way.
+    #[arg(long, value_parser = records::key_encoding, value_name = "utf8|hex|base64")]
+    key_encoding: Option<Encoding>,
+    /// How values are written: utf8 (text, the default), json (any JSON value, stored as its
+    /// compact text), hex or base64. Recorded in the table: lookups print values this way.
+    #[arg(long, value_parser = records::value_encoding, value_name = "utf8|json|hex|base64")]
+    value_encoding: Option<Encoding>,
+    /// CSV: the column of the keys, by its name in the header line (default: the first).
+    #[arg(long, value_name = "NAME")]
+    key_column: Option<String>,
+    /// CSV: the column of the values, by its name in the header line (default: the second, or
+    /// the first that is not the key column).
+    #[arg(long, value_name = "NAME")]
+    value_column: Option<String>,
     /// Bytes of every key (0: any length in 1..=1024; binary records need it).
     #[arg(long, default_value_t = 0)]
     key_size: u32,
@@ -111,9 +124,33 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     }
     let (kind, value_size) = match (args.value_size, args.max_value_size) {
         (Some(0), _) => (ValueKind::Set, 0),
+        (None, None) if format == Format::Lines => (ValueKind::Set, 0),
+        (_, _) if format == Format::Lines => {
+            bail!("--format lines builds a set (one key a line): leave out --value-size and --max-value-size")
+        }
         (Some(v), _) => (ValueKind::Fixed, v),
         (None, Some(v)) => (ValueKind::Variable, v),
-        (None, None) => unreachable!("clap requires one of them"),
+        (None, None) => bail!(
+            "give --max-value-size N (values of up to N bytes), --value-size N (every value N \
+             bytes) or --value-size 0 (a set of keys)"
+        ),
+    };
+    if format != Format::Csv && (args.key_column.is_some() || args.value_column.is_some()) {
+        bail!("--key-column and --value-column name CSV columns; these records are not CSV");
+    }
+    // Binary records are bytes: their keys and values read back as hex unless told.
+    let default = if format == Format::Bin {
+        Encodings::HEX
+    } else {
+        Encodings::default()
+    };
+    let encodings = Encodings {
+        key: args.key_encoding.unwrap_or(default.key),
+        value: args.value_encoding.unwrap_or(default.value),
+    };
+    let columns = Columns {
+        key: args.key_column.clone(),
+        value: args.value_column.clone(),
     };
     if format == Format::Bin && kind == ValueKind::Variable {
         bail!("binary records are fixed-width: variable-size values need JSON lines or CSV");
@@ -129,6 +166,11 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         value_size,
         key_size: args.key_size,
         seed: super::layout_seed(seed),
+        encodings: pirq_shared::kv::Encodings {
+            key: Some(encodings.key),
+            // A set has no values to write back.
+            value: (kind != ValueKind::Set).then_some(encodings.value),
+        },
     };
     let signer = crate::publisher::new_signer(args.sign_key.as_deref())?;
     let tail = signer.as_ref().map_or(0, |s| s.block.tail_len());
@@ -139,10 +181,6 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         key_size: args.key_size as usize,
         kind,
         value_size: value_size as usize,
-    };
-    let encodings = Encodings {
-        key: args.key_encoding,
-        value: args.value_encoding,
     };
     let load = args
         .load
@@ -158,7 +196,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
              so the table can be sized before they arrive"
         ),
         _ => Some(
-            records::count(&args.records, format, sizes)
+            records::count(&args.records, format, sizes, &columns)
                 .with_context(|| format!("counting records in {}", args.records.display()))?,
         ),
     };
@@ -192,7 +230,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::sync_channel::<Vec<Result<Record, RecordError>>>(4);
     let input = records::open(&args.records)?;
     let reader = std::thread::spawn(move || {
-        let mut recs = Records::new(input, format, sizes, encodings);
+        let mut recs = Records::new(input, format, sizes, encodings, columns);
         loop {
             let batch: Vec<_> = std::iter::from_fn(|| recs.next_record())
                 .take(BATCH)
@@ -295,12 +333,17 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "wrote {}: {records} records in {num_pages} pages of {} bytes (d = {}, {slots} slots of \
-         {} bytes per page), load factor {achieved:.4}, {kicks} evictions, seed {seed}, \
-         {secs:.1} s ({:.0} records/s){}",
+         {} bytes per page), keys {}{}, load factor {achieved:.4}, {kicks} evictions, seed \
+         {seed}, {secs:.1} s ({:.0} records/s){}",
         args.out.display(),
         args.page_size,
         args.choices,
         params.slot_size(),
+        encodings.key,
+        match kind {
+            ValueKind::Set => String::new(),
+            _ => format!(", values {}", encodings.value),
+        },
         records as f64 / secs.max(1e-9),
         signing.unwrap_or_default(),
     );

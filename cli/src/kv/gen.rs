@@ -32,7 +32,7 @@ pub struct GenArgs {
     max_value_size: Option<usize>,
     /// How keys and values are written in JSON and CSV: hex or base64 (random bytes are not
     /// text, so not utf8).
-    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
+    #[arg(long, value_parser = super::records::key_encoding, default_value = "hex", value_name = "hex|base64")]
     encoding: Encoding,
     /// Seed: the same seed gives the same records on every machine; another seed gives other
     /// keys (to make absent keys for a table, generate with another seed).
@@ -114,6 +114,10 @@ fn encode_chunk(args: &GenArgs, format: Format, first: u64, n: u64, out: &mut Ve
                 }
                 out.extend_from_slice(b"\"}\n");
             }
+            Format::Lines => {
+                out.extend_from_slice(text(&key).as_bytes());
+                out.push(b'\n');
+            }
             Format::Csv => {
                 out.extend_from_slice(text(&key).as_bytes());
                 if !set {
@@ -136,7 +140,7 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
             "--key-size must be 8..=1024 (synthetic keys start with 8 bytes that make them unique)"
         );
     }
-    if args.encoding == Encoding::Utf8 {
+    if !matches!(args.encoding, Encoding::Hex | Encoding::Base64) {
         bail!("--encoding utf8: synthetic keys are random bytes, not text; use hex or base64");
     }
     let format = Format::pick(args.format, &args.out);

@@ -3,6 +3,7 @@
 
 mod build;
 mod gen;
+mod inspect;
 pub mod records;
 mod update;
 
@@ -17,6 +18,12 @@ pub enum KvCommand {
     Gen(gen::GenArgs),
     /// Turn insert/change/delete lines into an epoch update (whole pages) for `pirq epoch push`.
     Update(update::UpdateArgs),
+    /// Look keys up in a kv database file, offline (no party): check a build before it ships
+    /// (exit 0 all found, 1 any absent, 2 error).
+    Get(inspect::GetArgs),
+    /// What a kv database file holds: records, load, value sizes, encodings, epoch, digest,
+    /// signing.
+    Stats(inspect::StatsArgs),
 }
 
 pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
@@ -24,6 +31,8 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
         KvCommand::Build(args) => build::run(args),
         KvCommand::Gen(args) => gen::run(args),
         KvCommand::Update(args) => update::run(args),
+        KvCommand::Get(args) => inspect::get(args),
+        KvCommand::Stats(args) => inspect::stats(args),
     }
 }
 

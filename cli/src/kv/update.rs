@@ -15,7 +15,7 @@ use pirq_shared::kv::table::{Upserted, DEFAULT_MAX_KICKS};
 use pirq_shared::kv::{page, PlaceError, Table};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 
-use super::records::{self, Encoding, Encodings, Format, Records, Sizes};
+use super::records::{self, Columns, Encoding, Encodings, Format, Records, Sizes};
 
 #[derive(Args)]
 pub struct UpdateArgs {
@@ -26,12 +26,13 @@ pub struct UpdateArgs {
     /// {"key":"…"}) or {"key":"…","delete":true}; `-` for standard input.
     #[arg(long)]
     changes: PathBuf,
-    /// How keys are written in the change lines: hex, base64, or the text's UTF-8 bytes.
-    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
-    key_encoding: Encoding,
-    /// How values are written in the change lines.
-    #[arg(long, value_enum, default_value_t = Encoding::Hex)]
-    value_encoding: Encoding,
+    /// How keys are written in the change lines (default: as the table records; hex for a
+    /// table that records nothing).
+    #[arg(long, value_parser = records::key_encoding, value_name = "utf8|hex|base64")]
+    key_encoding: Option<Encoding>,
+    /// How values are written in the change lines (default: as the table records).
+    #[arg(long, value_parser = records::value_encoding, value_name = "utf8|json|hex|base64")]
+    value_encoding: Option<Encoding>,
     /// Epoch of the update: the database's epoch + 1.
     #[arg(long)]
     epoch: u64,
@@ -103,10 +104,14 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             kind: params.kind(),
             value_size: params.value_size(),
         },
-        Encodings {
-            key: args.key_encoding,
-            value: args.value_encoding,
+        {
+            let table = Encodings::of_table(params.encodings());
+            Encodings {
+                key: args.key_encoding.unwrap_or(table.key),
+                value: args.value_encoding.unwrap_or(table.value),
+            }
         },
+        Columns::default(),
     );
     let (mut inserted, mut changed, mut deleted) = (0u64, 0u64, 0u64);
     let mut table = Table::existing(params, pages.as_mut_slice(), args.seed, 0);

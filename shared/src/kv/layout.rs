@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
+use super::encoding::{Encoding, Encodings};
 use super::hash::{self, Candidates, Tag, TAG_LEN};
 use super::page;
 use super::KvError;
@@ -33,6 +34,8 @@ pub const LEN_FIELD: usize = 2;
 // Field offsets inside the header (KV §2).
 const CHOICES: usize = 72;
 const VALUE_KIND: usize = 73;
+const KEY_ENCODING: usize = 74;
+const VALUE_ENCODING: usize = 75;
 const VALUE_SIZE: usize = 76;
 const KEY_SIZE: usize = 80;
 const SEED: Range<usize> = 88..120;
@@ -105,6 +108,9 @@ pub struct KvLayout {
     pub key_size: u32,
     /// Keys the hashes (KV §3); public, chosen by the builder.
     pub seed: [u8; 32],
+    /// How the records' keys and values were written (KV §2 bytes 74 and 75), so readers take
+    /// a key and print a value the same way; not recorded in tables built before them.
+    pub encodings: Encodings,
 }
 
 impl KvLayout {
@@ -117,6 +123,8 @@ impl KvLayout {
         });
         header[CHOICES] = self.choices;
         header[VALUE_KIND] = self.kind.code();
+        header[KEY_ENCODING] = self.encodings.key.map_or(0, Encoding::code);
+        header[VALUE_ENCODING] = self.encodings.value.map_or(0, Encoding::code);
         header[VALUE_SIZE..VALUE_SIZE + 4].copy_from_slice(&self.value_size.to_le_bytes());
         header[KEY_SIZE..KEY_SIZE + 4].copy_from_slice(&self.key_size.to_le_bytes());
         header[SEED].copy_from_slice(&self.seed);
@@ -137,7 +145,7 @@ impl KvLayout {
             _ => return Err(KvError::BadMagic { found }),
         };
         let u32_at = |o: usize| u32::from_le_bytes(header[o..o + 4].try_into().expect("4 bytes"));
-        for reserved in [74..76, 84..88, SEED.end..BLOCK.end] {
+        for reserved in [84..88, SEED.end..BLOCK.end] {
             if let Some(i) = header[reserved.clone()].iter().position(|b| *b != 0) {
                 return Err(KvError::Reserved {
                     offset: reserved.start + i,
@@ -151,12 +159,26 @@ impl KvLayout {
             (_, Some(kind)) if kind.version() == version => kind,
             _ => return Err(KvError::ValueKind(header[VALUE_KIND])),
         };
+        let encoding_at = |offset: usize| {
+            Encoding::from_code(header[offset]).map_err(|code| KvError::Encoding { offset, code })
+        };
+        let encodings = Encodings {
+            key: encoding_at(KEY_ENCODING)?,
+            value: encoding_at(VALUE_ENCODING)?,
+        };
+        if encodings.key.is_some_and(|e| !e.for_keys()) {
+            return Err(KvError::Encoding {
+                offset: KEY_ENCODING,
+                code: header[KEY_ENCODING],
+            });
+        }
         let layout = KvLayout {
             choices: header[CHOICES],
             kind,
             value_size: u32_at(VALUE_SIZE),
             key_size: u32_at(KEY_SIZE),
             seed: header[SEED].try_into().expect("32 bytes"),
+            encodings,
         };
         Ok(Some(layout))
     }
@@ -374,7 +396,14 @@ impl KvParams {
             slot_size: self.slot_size() as u32,
             slots_per_page: self.slots_per_page() as u32,
             seed: hex::encode(self.layout.seed),
+            key_encoding: self.layout.encodings.key.map(|e| e.name().to_string()),
+            value_encoding: self.layout.encodings.value.map(|e| e.name().to_string()),
         }
+    }
+
+    /// What the table records about its keys and values (not recorded: read as hex).
+    pub fn encodings(&self) -> Encodings {
+        self.layout.encodings
     }
 }
 
@@ -398,6 +427,13 @@ pub struct KvInfo {
     pub slots_per_page: u32,
     /// The 32-byte hash seed, lowercase hex.
     pub seed: String,
+    /// How the table's keys are written (`"utf8"`, `"hex"`, `"base64"`); absent when the table
+    /// does not record it (read as hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_encoding: Option<String>,
+    /// How the table's values are written (also `"json"`); absent when not recorded (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_encoding: Option<String>,
 }
 
 impl KvInfo {
@@ -434,6 +470,22 @@ impl KvInfo {
             .ok()
             .and_then(|s| s.try_into().ok())
             .ok_or_else(|| "kv seed is not 32 bytes of hex".to_string())?;
+        let encoding = |what: &str, name: &Option<String>, keys: bool| match name {
+            None => Ok(None),
+            Some(n) => Encoding::from_name(n)
+                .filter(|e| e.name() == n && (!keys || e.for_keys()))
+                .map(Some)
+                .ok_or_else(|| {
+                    format!(
+                        "kv {what} encoding {n:?} (this client knows utf8, hex, base64{})",
+                        if keys { "" } else { ", json" }
+                    )
+                }),
+        };
+        let encodings = Encodings {
+            key: encoding("key", &self.key_encoding, true)?,
+            value: encoding("value", &self.value_encoding, false)?,
+        };
         let params = KvParams::with_tail(
             KvLayout {
                 choices: self.choices,
@@ -441,6 +493,7 @@ impl KvInfo {
                 value_size: self.value_size,
                 key_size: self.key_size,
                 seed,
+                encodings,
             },
             page_size,
             tail_len,
@@ -469,6 +522,7 @@ mod tests {
             value_size: 32,
             key_size: 20,
             seed: std::array::from_fn(|i| i as u8 + 1),
+            encodings: Encodings::default(),
         }
     }
 
@@ -490,6 +544,43 @@ mod tests {
     }
 
     #[test]
+    fn encodings_are_recorded_in_bytes_74_and_75() {
+        let recorded = KvLayout {
+            encodings: Encodings::recorded(Encoding::Utf8, Encoding::Json),
+            ..layout()
+        };
+        let h = header_with(&recorded.to_block());
+        assert_eq!((h[74], h[75]), (1, 4));
+        assert_eq!(KvLayout::from_header(&h), Ok(Some(recorded)));
+        let info = KvParams::new(recorded, 4096, 100).unwrap().info();
+        assert_eq!(info.key_encoding.as_deref(), Some("utf8"));
+        assert_eq!(info.value_encoding.as_deref(), Some("json"));
+        // Old tables record nothing: no fields in /v1/info, hex when read.
+        let old = KvParams::new(layout(), 4096, 100).unwrap();
+        let json = serde_json::to_value(old.info()).unwrap();
+        assert!(json.get("key_encoding").is_none());
+        assert_eq!(old.encodings().key_or_hex(), Encoding::Hex);
+        // Unknown codes, and JSON keys, are refused by name.
+        for (offset, code) in [(74, 4), (74, 9), (75, 5)] {
+            let mut h = header_with(&layout().to_block());
+            h[offset] = code;
+            assert_eq!(
+                KvLayout::from_header(&h),
+                Err(KvError::Encoding { offset, code })
+            );
+        }
+        let mut wrong = info.clone();
+        wrong.key_encoding = Some("json".into());
+        assert!(wrong
+            .params(4096, 100)
+            .unwrap_err()
+            .contains("key encoding"));
+        let mut wrong = info;
+        wrong.value_encoding = Some("text".into());
+        assert!(wrong.params(4096, 100).is_err(), "only canonical names");
+    }
+
+    #[test]
     fn zero_block_is_a_page_database() {
         assert_eq!(KvLayout::from_header(&[0u8; 4096]), Ok(None));
     }
@@ -502,7 +593,7 @@ mod tests {
             KvLayout::from_header(&h),
             Err(KvError::BadMagic { .. })
         ));
-        for offset in [73, 74, 85, 120, 511] {
+        for offset in [73, 85, 120, 511] {
             let mut h = header_with(&layout().to_block());
             h[offset] = 1;
             assert_eq!(KvLayout::from_header(&h), Err(KvError::Reserved { offset }));

@@ -12,11 +12,13 @@
 //! The page file itself is the cuckoo table: a slot stores its record's tag, and candidates are
 //! derived from the tag, so moving a record during eviction needs nothing but the page it is in.
 
+pub mod encoding;
 pub mod hash;
 pub mod layout;
 pub mod page;
 pub mod table;
 
+pub use encoding::{Encoding, Encodings};
 pub use hash::{Candidates, Tag, TAG_LEN};
 pub use layout::{KvInfo, KvLayout, KvParams, ValueKind, BLOCK, MAGIC as KV_MAGIC};
 pub use table::{PlaceError, Table};
@@ -45,6 +47,11 @@ pub enum KvError {
     KeySize(u32),
     #[error("kv layout: {num_pages} pages are fewer than the {choices} choices")]
     TooFewPages { num_pages: u64, choices: u8 },
+    #[error(
+        "kv layout: byte {code} at header offset {offset} is no {} encoding this reader knows",
+        if *offset == 74 { "key" } else { "value" }
+    )]
+    Encoding { offset: usize, code: u8 },
     #[error("kv layout: reserved byte at header offset {offset} is not zero")]
     Reserved { offset: usize },
     #[error("key is {got} bytes, this table's keys are {expected}")]

@@ -322,6 +322,7 @@ mod tests {
                 value_size: 16,
                 key_size: 0,
                 seed: [9; 32],
+                encodings: Default::default(),
             },
             256,
             num_pages,
@@ -483,6 +484,7 @@ mod tests {
             value_size,
             key_size: 0,
             seed: [4; 32],
+            encodings: Default::default(),
         };
         KvParams::with_tail(layout, 256, tail_len, 16).unwrap()
     }

@@ -6,14 +6,18 @@ TypeScript client's tests reproduce every value.
 
 Run: python3 shared/tests/vectors/kv_v2_gen.py > shared/tests/vectors/kv_v2.json
 """
+import base64
 import hashlib
 import json
 
 from kv_v1_gen import TAG_LEN, candidates, tag
+from kv_v1_gen import block as block_v1
 
 MAGIC_V2 = b"PIRQKV\x00\x02"
 KINDS = {"set": 1, "variable": 2}  # version 2 kinds; fixed values are version 1 (kv_v1_gen.py)
 LEN_FIELD = 2
+# Header bytes 74 (keys) and 75 (values): how the records were written; 0 = not recorded (hex).
+ENCODINGS = {None: 0, "utf8": 1, "hex": 2, "base64": 3, "json": 4}
 
 
 def block(kind: str, choices: int, value_size: int, key_size: int, seed: bytes) -> bytes:
@@ -25,6 +29,25 @@ def block(kind: str, choices: int, value_size: int, key_size: int, seed: bytes) 
     h[80:84] = key_size.to_bytes(4, "little")
     h[88:120] = seed
     return bytes(h[64:512])
+
+
+def with_encodings(block_bytes: bytes, key_encoding, value_encoding) -> bytes:
+    b = bytearray(block_bytes)
+    b[74 - 64] = ENCODINGS[key_encoding]
+    b[75 - 64] = ENCODINGS[value_encoding]
+    return bytes(b)
+
+
+def key_bytes(encoding: str, text: str) -> bytes:
+    """A key as text in a table's key encoding (KV §3.0) -> the bytes that are hashed."""
+    if encoding == "utf8":
+        return text.encode("utf-8")
+    if encoding == "hex":
+        return bytes.fromhex(text.strip())
+    if encoding == "base64":
+        t = text.strip()
+        return base64.b64decode(t + "=" * (-len(t) % 4), validate=True)
+    raise ValueError(encoding)
 
 
 def slot_size(kind: str, value_size: int) -> int:
@@ -139,6 +162,22 @@ def main():
     assert lookup(pages, 256, "variable", 30, bytes.fromhex(bad["seed"]), t, 2) == "malformed"
     malformed = {"table": "variable", "key": t.hex(), "page_index": where[0],
                  "page": bytes(pages[where[0]]).hex()}
+    # Recorded encodings (header bytes 74 and 75) in blocks of every kind, version 1 included.
+    recorded = []
+    for kind, key_enc, value_enc in [("fixed", "utf8", "utf8"), ("fixed", "hex", "hex"),
+                                     ("set", "utf8", None), ("variable", "utf8", "json"),
+                                     ("variable", "base64", "base64")]:
+        c, v, k = (2, 32, 0) if kind != "set" else (3, 0, 0)
+        b = block_v1(c, v, k, seed) if kind == "fixed" else block(kind, c, v, k, seed)
+        recorded.append({"kind": kind, "choices": c, "value_size": v, "key_size": k,
+                         "seed": seed.hex(), "key_encoding": key_enc, "value_encoding": value_enc,
+                         "bytes_64_512": with_encodings(b, key_enc, value_enc).hex()})
+    # Keys as users write them, the bytes each encoding gives, and their tags under `seed`.
+    keys = [{"encoding": e, "text": t, "key": key_bytes(e, t).hex(),
+             "tag": tag(seed, key_bytes(e, t)).hex()}
+            for e, t in [("utf8", "alice"), ("utf8", "1234"), ("hex", "1234"), ("hex", "AbCd"),
+                         ("utf8", "Caf\u00e9"), ("utf8", "Cafe\u0301"), ("utf8", " x "),
+                         ("base64", "AQID"), ("base64", "AQI")]]
     out = {
         "about": "Test vectors for docs/spec/kv.md layout version 2 (sets, variable-size values, "
                  "slots in a signed page's usable bytes), written by kv_v2_gen.py (an independent "
@@ -146,6 +185,8 @@ def main():
         "blocks": blocks,
         "tables": tables,
         "malformed": malformed,
+        "recorded_encodings": recorded,
+        "encoded_keys": keys,
     }
     print(json.dumps(out, indent=1))
 

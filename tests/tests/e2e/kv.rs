@@ -25,6 +25,10 @@ fn kv_build<'a>(records: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a 
     let mut args = vec![
         "kv",
         "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
         "--records",
         arg(records),
         "--value-size",
@@ -471,6 +475,10 @@ fn bad_record_files_get_clear_errors() {
     let err = pirq_fails(&[
         "kv",
         "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
         "--records",
         "-",
         "--value-size",

@@ -603,7 +603,18 @@ async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client
         pirq_ok(&[&gen[..], &["--seed", seed, "--out", records]].concat());
     }
     let build = |records: &str, values: &str, out: &str| {
-        let mut args = vec!["kv", "build", "--records", records, values, "40"];
+        let mut args = vec![
+            "kv",
+            "build",
+            "--key-encoding",
+            "hex",
+            "--value-encoding",
+            "hex",
+            "--records",
+            records,
+            values,
+            "40",
+        ];
         args.extend(["--key-size", "20", "--page-size", "512", "--seed", "9"]);
         args.extend(["--out", out]);
         args.into_iter().map(String::from).collect::<Vec<_>>()

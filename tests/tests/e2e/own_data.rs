@@ -74,6 +74,8 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
     pirq_ok(&[
         "kv",
         "build",
+        "--value-encoding",
+        "hex",
         "--records",
         arg(&d.join("set.csv")),
         "--value-size",
@@ -119,6 +121,10 @@ async fn imported_pages_a_set_and_variable_values_through_two_parties() {
     pirq_ok(&[
         "kv",
         "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
         "--records",
         arg(&d.join("var.jsonl")),
         "--max-value-size",

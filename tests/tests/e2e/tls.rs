@@ -163,6 +163,10 @@ async fn the_cli_looks_keys_and_pages_up_over_tls_with_ca_cert() {
     pirq_ok(&[
         "kv",
         "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
         "--records",
         arg(&records),
         "--key-size",
