@@ -16,6 +16,9 @@ pub enum DbCommand {
     Import(ImportArgs),
     /// Fold epoch updates into a new database file (a snapshot at the last update's epoch).
     Apply(crate::epoch::ApplyArgs),
+    /// The epoch update from one database file to another of the same layout (the pages that
+    /// differ), for `pirq epoch push`: your own new content as an update.
+    Diff(crate::diff::DiffArgs),
     /// Print a database file's header fields as JSON.
     Info {
         /// The .pirdb file.
@@ -106,6 +109,7 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<()> {
         DbCommand::Gen(args) => gen(args),
         DbCommand::Import(args) => import(args),
         DbCommand::Apply(args) => crate::epoch::apply(args),
+        DbCommand::Diff(args) => crate::diff::run(args),
         DbCommand::Info { file } => info(file),
         DbCommand::Verify(args) => verify(args),
         DbCommand::Split(args) => crate::split::split(args),

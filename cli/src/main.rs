@@ -6,6 +6,7 @@
 mod answer;
 mod bench;
 mod db;
+mod diff;
 mod epoch;
 mod get;
 mod interrupt;

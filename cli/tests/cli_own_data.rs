@@ -895,7 +895,32 @@ fn lists_and_csv_columns() {
     let list = dir.path().join("breached.txt");
     std::fs::write(&list, "5baa61e4c9b93f3f\n\n7c4a8d09ca3762af\r\n").unwrap();
     let set = dir.path().join("set.pirdb");
-    ok(&["kv", "build", "--records", s(&list), "--out", s(&set)]);
+    // Redirected, a build says what it did in one line (or one JSON object), no control
+    // characters.
+    let out = pirq(&["kv", "build", "--records", s(&list), "--out", s(&set)]);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("wrote ") && !err.contains('\x1b') && !err.contains('\r'),
+        "{err:?}"
+    );
+    let summary: serde_json::Value = serde_json::from_str(&ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&list),
+        "--out",
+        s(&set),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (
+            summary["records"].as_u64(),
+            summary["key_encoding"].as_str()
+        ),
+        (Some(2), Some("utf8"))
+    );
     let out = pirq(&[
         "kv",
         "get",
@@ -998,4 +1023,225 @@ fn a_closed_stdout_is_not_a_panic() {
         );
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+/// `pirq db diff`: a new version of your own imported file becomes an update of the pages that
+/// changed (signed, its manifest appended, as `epoch make` writes them); applied to the old
+/// database it gives the new one. A layout change is refused with the advice to rebuild.
+#[test]
+fn db_diff_turns_your_new_content_into_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let (secret, public) = (p("pub.key"), p("pub.pub"));
+    ok(&[
+        "publisher",
+        "keygen",
+        "--secret",
+        s(&secret),
+        "--public",
+        s(&public),
+    ]);
+    let mut data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(p("v1.bin"), &data).unwrap();
+    data[5000] ^= 0xff;
+    data[19_999] ^= 0xff;
+    std::fs::write(p("v2.bin"), &data).unwrap();
+    for (input, out) in [("v1.bin", "old.pirdb"), ("v2.bin", "new.pirdb")] {
+        ok(&[
+            "db",
+            "import",
+            "--input",
+            s(&p(input)),
+            "--page-size",
+            "1024",
+            "--out",
+            s(&p(out)),
+            "--sign-key",
+            s(&secret),
+        ]);
+    }
+    let said = said(&[
+        "db",
+        "diff",
+        "--old",
+        s(&p("old.pirdb")),
+        "--new",
+        s(&p("new.pirdb")),
+        "--out",
+        s(&p("u1.bin")),
+        "--sign-key",
+        s(&secret),
+        "--manifests",
+        s(&p("manifests.json")),
+    ]);
+    assert!(said.contains("epoch 1, 2 of 22 pages replaced"), "{said}");
+    assert!(said.contains("appended the manifest of epoch 1"), "{said}");
+    ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&p("old.pirdb")),
+        "--update",
+        s(&p("u1.bin")),
+        "--out",
+        s(&p("snap.pirdb")),
+    ]);
+    let (snap, new) = (
+        PirDb::open(p("snap.pirdb")).unwrap(),
+        PirDb::open(p("new.pirdb")).unwrap(),
+    );
+    let usable = snap.usable();
+    for i in 0..snap.num_pages() {
+        assert_eq!(
+            snap.page(i).unwrap()[..usable],
+            new.page(i).unwrap()[..usable],
+            "page {i}"
+        );
+    }
+    ok(&[
+        "db",
+        "verify",
+        s(&p("snap.pirdb")),
+        "--publisher-key",
+        s(&public),
+    ]);
+    // Unsigned against signed, and another length: new databases, not updates.
+    std::fs::write(p("v3.bin"), &data[..10_000]).unwrap();
+    ok(&[
+        "db",
+        "import",
+        "--input",
+        s(&p("v3.bin")),
+        "--page-size",
+        "1024",
+        "--out",
+        s(&p("short.pirdb")),
+        "--sign-key",
+        s(&secret),
+    ]);
+    let err = fails(&[
+        "db",
+        "diff",
+        "--old",
+        s(&p("old.pirdb")),
+        "--new",
+        s(&p("short.pirdb")),
+        "--out",
+        s(&p("u2.bin")),
+        "--sign-key",
+        s(&secret),
+    ]);
+    assert!(
+        err.contains("cannot change the layout: rebuild the database"),
+        "{err}"
+    );
+    assert!(!p("u2.bin").exists());
+}
+
+/// `pirq kv diff`: a new full export of a text table's records becomes the update of its
+/// inserts, changes and deletes; applied, the table answers the export's values. A record that
+/// does not fit the table's layout is refused with the advice to build a new table.
+#[test]
+fn kv_diff_turns_a_new_export_into_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let mut v1 = String::new();
+    for i in 0..500 {
+        v1.push_str(&format!(
+            "{{\"key\":\"user-{i}\",\"value\":\"v1 of {i}\"}}\n"
+        ));
+    }
+    std::fs::write(p("v1.jsonl"), &v1).unwrap();
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&p("v1.jsonl")),
+        "--max-value-size",
+        "24",
+        "--out",
+        s(&p("t.pirdb")),
+    ]);
+    // v2: user-0 changed, user-1 deleted, user-500 inserted.
+    let v2 = v1
+        .replace("\"v1 of 0\"", "\"v2 of 0\"")
+        .replace("{\"key\":\"user-1\",\"value\":\"v1 of 1\"}\n", "")
+        + "{\"key\":\"user-500\",\"value\":\"new\"}\n";
+    std::fs::write(p("v2.jsonl"), &v2).unwrap();
+    let said = said(&[
+        "kv",
+        "diff",
+        "--table",
+        s(&p("t.pirdb")),
+        "--records",
+        s(&p("v2.jsonl")),
+        "--out",
+        s(&p("u.bin")),
+    ]);
+    assert!(
+        said.contains("epoch 1, 1 inserted, 1 changed, 1 deleted"),
+        "{said}"
+    );
+    ok(&[
+        "db",
+        "apply",
+        "--db",
+        s(&p("t.pirdb")),
+        "--update",
+        s(&p("u.bin")),
+        "--out",
+        s(&p("t1.pirdb")),
+    ]);
+    let out = pirq(&[
+        "kv",
+        "get",
+        "--db",
+        s(&p("t1.pirdb")),
+        "--key",
+        "user-0",
+        "--key",
+        "user-1",
+        "--key",
+        "user-500",
+        "--key",
+        "user-2",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "v2 of 0\nabsent\nnew\nv1 of 2\n"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&["kv", "stats", s(&p("t1.pirdb")), "--json"])).unwrap();
+    assert_eq!(
+        (stats["records"].as_u64(), stats["epoch"].as_u64()),
+        (Some(500), Some(1))
+    );
+    // The same records again: nothing to write. A value too long for the table: a new table.
+    let err = fails(&[
+        "kv",
+        "diff",
+        "--table",
+        s(&p("t1.pirdb")),
+        "--records",
+        s(&p("v2.jsonl")),
+        "--out",
+        s(&p("u2.bin")),
+    ]);
+    assert!(err.contains("no update to write"), "{err}");
+    std::fs::write(
+        p("v3.jsonl"),
+        "{\"key\":\"a\",\"value\":\"far too long for this table's values\"}\n",
+    )
+    .unwrap();
+    let err = fails(&[
+        "kv",
+        "diff",
+        "--table",
+        s(&p("t1.pirdb")),
+        "--records",
+        s(&p("v3.jsonl")),
+        "--out",
+        s(&p("u3.bin")),
+    ]);
+    assert!(err.contains("needs a new table, pirq kv build"), "{err}");
 }

@@ -88,6 +88,9 @@ pub struct BuildArgs {
     /// Output database file.
     #[arg(long)]
     out: PathBuf,
+    /// The summary as one JSON object on standard output instead of a line on standard error.
+    #[arg(long)]
+    json: bool,
     /// Sign every page with this publisher secret key: slots fill each page's usable bytes,
     /// the last 72 are its signature tail (docs/spec/signed.md).
     #[arg(long)]
@@ -331,6 +334,25 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         .commit()
         .with_context(|| format!("writing {}", args.out.display()))?;
     let secs = start.elapsed().as_secs_f64();
+    if args.json {
+        let summary = serde_json::json!({
+            "out": args.out,
+            "records": records,
+            "pages": num_pages,
+            "page_size": args.page_size,
+            "choices": args.choices,
+            "slots_per_page": slots,
+            "slot_size": params.slot_size(),
+            "key_encoding": encodings.key.name(),
+            "value_encoding": (kind != ValueKind::Set).then(|| encodings.value.name()),
+            "load": achieved,
+            "evictions": kicks,
+            "seed": seed,
+            "seconds": secs,
+            "signed": signer.is_some(),
+        });
+        return crate::output::println(summary.to_string());
+    }
     eprintln!(
         "wrote {}: {records} records in {num_pages} pages of {} bytes (d = {}, {slots} slots of \
          {} bytes per page), keys {}{}, load factor {achieved:.4}, {kicks} evictions, seed \

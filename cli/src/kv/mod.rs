@@ -2,10 +2,11 @@
 //! synthetic records, turn changes by key into an epoch update.
 
 mod build;
+mod diff;
 mod gen;
 mod inspect;
 pub mod records;
-mod update;
+pub mod update;
 
 use clap::Subcommand;
 use sha2::{Digest, Sha256};
@@ -18,6 +19,9 @@ pub enum KvCommand {
     Gen(gen::GenArgs),
     /// Turn insert/change/delete lines into an epoch update (whole pages) for `pirq epoch push`.
     Update(update::UpdateArgs),
+    /// The update that turns a table into a new full export of its records (inserts, changes,
+    /// deletes), for `pirq epoch push`.
+    Diff(diff::DiffArgs),
     /// Look keys up in a kv database file, offline (no party): check a build before it ships
     /// (exit 0 all found, 1 any absent, 2 error).
     Get(inspect::GetArgs),
@@ -31,6 +35,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
         KvCommand::Build(args) => build::run(args),
         KvCommand::Gen(args) => gen::run(args),
         KvCommand::Update(args) => update::run(args),
+        KvCommand::Diff(args) => diff::run(args),
         KvCommand::Get(args) => inspect::get(args),
         KvCommand::Stats(args) => inspect::stats(args),
     }

@@ -159,45 +159,74 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     let kicks = table.kicks();
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
+    let written = write_update(&db, &pages, touched, signer.as_ref(), args.epoch, &args.out)?;
+    eprintln!(
+        "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
+         {kicks} evictions, {} pages replaced",
+        args.out.display(),
+        args.epoch,
+        written.pages.len()
+    );
+    append_manifest(
+        manifests,
+        signer.as_ref(),
+        &written,
+        args.manifests.as_deref(),
+    )
+}
+
+/// Writes the pages of `touched` that differ from the database's as the update of `epoch`,
+/// signed when `signer` is given; the update, for the manifest.
+pub fn write_update(
+    db: &PirDb,
+    pages: &db::PrivatePages,
+    touched: Vec<u64>,
+    signer: Option<&pirq_shared::signing::PageSigner>,
+    epoch: u64,
+    out: &std::path::Path,
+) -> anyhow::Result<EpochUpdate> {
     // Pages written back to what they were (a change undone later in the file) are left out.
     let writes: Vec<PageWrite> = touched
         .into_iter()
         .filter(|&p| Some(pages.page(p)) != db.page(p))
         .map(|p| {
             let mut page = pages.page(p).to_vec();
-            if let Some(signer) = &signer {
-                signer.sign(p, args.epoch, &mut page);
+            if let Some(signer) = signer {
+                signer.sign(p, epoch, &mut page);
             }
             PageWrite { index: p, page }
         })
         .collect();
     let update = EpochUpdate {
-        epoch: args.epoch,
+        epoch,
         pages: writes,
     };
-    let json = args.out.extension().is_some_and(|e| e == "json");
+    let json = out.extension().is_some_and(|e| e == "json");
     let bytes = if json {
         update.to_json()
     } else {
         update.to_bincode()
     };
-    db::write_atomically(&args.out, |f| std::io::Write::write_all(f, &bytes))
-        .with_context(|| format!("writing {}", args.out.display()))?;
-    eprintln!(
-        "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
-         {kicks} evictions, {} pages replaced",
-        args.out.display(),
-        args.epoch,
-        update.pages.len()
-    );
-    if let (Some(file), Some(signer)) = (manifests, &signer) {
-        let manifest = file.append(signer, &update)?;
+    pirq_shared::outfile::write(out, pirq_shared::outfile::Contents::Public, &bytes)
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(update)
+}
+
+/// Appends the update's signed manifest to the `--manifests` file, when one was given.
+pub fn append_manifest(
+    file: Option<crate::manifests::ManifestFile>,
+    signer: Option<&pirq_shared::signing::PageSigner>,
+    update: &EpochUpdate,
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if let (Some(file), Some(signer), Some(path)) = (file, signer, path) {
+        let manifest = file.append(signer, update)?;
         eprintln!(
             "appended the manifest of epoch {} ({} pages, digest {}) to {}",
             manifest.epoch,
             manifest.pages.len(),
             manifest.digest,
-            args.manifests.as_deref().expect("given").display()
+            path.display()
         );
     }
     Ok(())

@@ -6,7 +6,8 @@
 import { fromHex, xorBytes } from "./bytes.js";
 import { generateKeys } from "./dpf.js";
 import { PirqError } from "./errors.js";
-import { checkKey, findInPage, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout, ValueKind } from "./kv.js";
+import { checkKey, decodeValue, findInPage, keyBytes, KvLayout, kvCandidates, kvTag, parseKvLayout, sameLayout, ValueKind } from "./kv.js";
+import type { KeyEncoding, ValueEncoding } from "./kv.js";
 import { CallContext, checkTimeout, Exchange, Party, PartyAnswer, PartyInfo, PartyOptions, Signing } from "./party.js";
 import { checkManifest, checkPage, ed25519Verifier, freshness, Manifest, parsePublisherKey, SignatureVerifier } from "./signed.js";
 
@@ -81,6 +82,10 @@ export interface GetResult extends LookupTrace {
   valueKind: ValueKind;
   /** `values[i]` is the value of `keys[i]` (empty for a set's present key), or null when the database has no such key. */
   values: (Uint8Array | null)[];
+  /** How the table's keys are written (a string key was read this way); null: not recorded (hex). */
+  keyEncoding: KeyEncoding | null;
+  /** How the values were given ({@link Pirq.getValue} decodes them so); null: not recorded (bytes). */
+  valueEncoding: ValueEncoding | null;
 }
 
 /** Pages fetched by one lookup, with what each party was sent. */
@@ -204,15 +209,34 @@ export class Pirq {
    * set's present key has the empty value). Either way each party is sent `choices` DPF keys at
    * one epoch: the same shape of query.
    */
-  async get(key: Uint8Array, options: LookupOptions = {}): Promise<Uint8Array | null> {
+  async get(key: Uint8Array | string, options: LookupOptions = {}): Promise<Uint8Array | null> {
     return (await this.getMany([key], options)).values[0];
+  }
+
+  /**
+   * The value of `key` the way it was given to the builder (the table records it, KV §2): a
+   * string for text values, the parsed value for JSON ones, bytes otherwise; `true` for a set's
+   * present key; null when absent. A string key is read the way the table's keys are written
+   * (text unless the table records hex or base64). The same query as {@link get}.
+   */
+  async getValue(key: Uint8Array | string, options: LookupOptions = {}): Promise<unknown> {
+    let layout: KvLayout | undefined;
+    const result = await this.getMany([key], options, (l) => (layout = l));
+    const value = result.values[0];
+    if (value === null) return null;
+    if (result.valueKind === "set") return true;
+    try {
+      return decodeValue(layout!, value);
+    } catch (e) {
+      throw new PirqError("invalid_response", `the value is not the ${String(result.valueEncoding)} the table records: ${String(e)}`);
+    }
   }
 
   /**
    * Whether the key-value database holds `key` (any kind; for a set, the only question there
    * is). The same query as {@link get}: neither party learns the key or the answer.
    */
-  async has(key: Uint8Array, options: LookupOptions = {}): Promise<boolean> {
+  async has(key: Uint8Array | string, options: LookupOptions = {}): Promise<boolean> {
     return (await this.getMany([key], options)).values[0] !== null;
   }
 
@@ -220,15 +244,16 @@ export class Pirq {
    * Several keys in one lookup: `choices` DPF keys per key, all in one query per party (split
    * into several only where a party's key limit says so, never splitting one key's group, KV §6).
    */
-  async getMany(keys: Uint8Array[], options: LookupOptions = {}): Promise<GetResult> {
+  async getMany(keys: (Uint8Array | string)[], options: LookupOptions = {}, seen?: (layout: KvLayout) => void): Promise<GetResult> {
     if (!Array.isArray(keys) || keys.length === 0) throw new PirqError("invalid_argument", "no keys");
     let tags: Uint8Array[] = [];
     let layout: KvLayout | undefined;
     const result = await this.lookup(options, () => layout!.choices, async (info) => {
       if (!info.kv) throw new PirqError("not_kv", "the parties serve a page database, not a key-value database (no kv in /v1/info)");
       layout = info.kv;
-      for (const key of keys) checkKey(layout, key);
-      tags = await Promise.all(keys.map((k) => kvTag(layout!.seed, k)));
+      const bytes = keys.map((k) => keyBytes(layout!, k));
+      for (const key of bytes) checkKey(layout, key);
+      tags = await Promise.all(bytes.map((k) => kvTag(layout!.seed, k)));
       const candidates = await Promise.all(tags.map((t) => kvCandidates(layout!.seed, t, layout!.choices, info.numPages)));
       return candidates.flat();
     });
@@ -241,7 +266,8 @@ export class Pirq {
       return null;
     });
     const { pages: _pages, changedEpochs: _epochs, ...trace } = result;
-    return { ...trace, valueKind: layout!.valueKind, values };
+    seen?.(layout!);
+    return { ...trace, valueKind: layout!.valueKind, values, keyEncoding: layout!.keyEncoding, valueEncoding: layout!.valueEncoding };
   }
 
   /**

@@ -5,7 +5,7 @@
  * import { connect } from "pirq-client";
  * const pirq = await connect("https://a.example", "https://b.example");
  * const page = await pirq.getPage(42);            // Uint8Array of page_size bytes
- * const value = await pirq.get(keyBytes);         // Uint8Array, or null when absent (kv databases)
+ * const value = await pirq.getValue("alice");    // text, JSON or bytes as the table records; null when absent
  * ```
  *
  * Implemented from docs/spec/v1.md and docs/http-api.md alone. One runtime dependency,
@@ -13,8 +13,8 @@
  */
 export { connect, agree, Pirq } from "./client.js";
 export type { ConnectOptions, DatabaseInfo, GetResult, LookupOptions, LookupTrace, PagesResult } from "./client.js";
-export type { KvLayout, ValueKind } from "./kv.js";
-export { kvTag, kvCandidates } from "./kv.js";
+export type { KvLayout, ValueKind, KeyEncoding, ValueEncoding } from "./kv.js";
+export { kvTag, kvCandidates, keyBytes, decodeValue } from "./kv.js";
 export { Party } from "./party.js";
 export type { CallContext, Exchange, PartyAnswer, PartyInfo, PartyOptions, Signing, WaitMode } from "./party.js";
 export { PirqError, isPirqError, PARTY_TEXT_LIMIT } from "./errors.js";

@@ -7,11 +7,16 @@
  * (secure contexts: https or localhost) and Node alike.
  */
 
-import { equalBytes, fromHex } from "./bytes.js";
+import { equalBytes, fromBase64, fromHex } from "./bytes.js";
 import { PirqError } from "./errors.js";
 
 /** What a table stores per key (KV §2): a value of one size, nothing (a set), or a value of up to `valueSize` bytes. */
 export type ValueKind = "fixed" | "set" | "variable";
+
+/** How a table's keys are written (KV §3.0), as its builder recorded (KV §2 byte 74). */
+export type KeyEncoding = "utf8" | "hex" | "base64";
+/** How a table's values were given (KV §2 byte 75): JSON values are stored as compact JSON text. */
+export type ValueEncoding = KeyEncoding | "json";
 
 /** The `kv` object of `/v1/info`, checked (KV §2, §5). */
 export interface KvLayout {
@@ -28,6 +33,10 @@ export interface KvLayout {
   /** Bytes of a page the slots may use (SPEC §2.5): the page size less a signed database's signature tail. */
   usableBytes: number;
   seed: Uint8Array;
+  /** How a string key is read; null when the table records nothing (read as hex). */
+  keyEncoding: KeyEncoding | null;
+  /** How values decode ({@link decodeValue}); null when the table records nothing (bytes). */
+  valueEncoding: ValueEncoding | null;
 }
 
 const TAG_SIZE = 16;
@@ -65,6 +74,13 @@ export function parseKvLayout(kv: unknown, pageSize: number, numPages: number, t
   if (valueKind === "variable" && o.value_size > 0xffff) throw bad(`value_size ${o.value_size} does not fit the u16 length`);
   if (!isU32(o.key_size) || o.key_size > MAX_KEY) throw bad(`key_size ${String(o.key_size)}`);
   if (typeof o.seed !== "string" || !/^[0-9a-f]{64}$/.test(o.seed)) throw bad("seed is not 64 lowercase hex digits");
+  const encoding = <E extends string>(v: unknown, known: readonly E[], what: string): E | null => {
+    if (v === undefined) return null;
+    if (typeof v !== "string" || !(known as readonly string[]).includes(v)) throw bad(`unknown ${what} ${JSON.stringify(v)}`);
+    return v as E;
+  };
+  const keyEncoding = encoding<KeyEncoding>(o.key_encoding, ["utf8", "hex", "base64"], "key_encoding");
+  const valueEncoding = encoding<ValueEncoding>(o.value_encoding, ["utf8", "hex", "base64", "json"], "value_encoding");
   const usableBytes = pageSize - tailLen;
   const slotSize = valueKind === "fixed" ? TAG_SIZE + o.value_size : valueKind === "set" ? TAG_SIZE : TAG_SIZE + 2 + o.value_size;
   const slotsPerPage = Math.floor(usableBytes / slotSize);
@@ -84,13 +100,56 @@ export function parseKvLayout(kv: unknown, pageSize: number, numPages: number, t
     slotsPerPage,
     usableBytes,
     seed: fromHex(o.seed),
+    keyEncoding,
+    valueEncoding,
   };
 }
 
 /** Two layouts describe the same table. */
 export function sameLayout(a: KvLayout, b: KvLayout): boolean {
   return a.version === b.version && a.valueKind === b.valueKind && a.choices === b.choices && a.valueSize === b.valueSize &&
-    a.keySize === b.keySize && a.usableBytes === b.usableBytes && equalBytes(a.seed, b.seed);
+    a.keySize === b.keySize && a.usableBytes === b.usableBytes && equalBytes(a.seed, b.seed) &&
+    a.keyEncoding === b.keyEncoding && a.valueEncoding === b.valueEncoding;
+}
+
+/**
+ * A key's bytes (KV §3.0): bytes as they are; a string the way the table's keys are written
+ * (its text's UTF-8 bytes for a text table, hex digits for a hex table or one that records
+ * nothing, base64). A string that cannot be such a key is refused naming the encoding.
+ */
+export function keyBytes(layout: KvLayout, key: Uint8Array | string): Uint8Array {
+  if (typeof key !== "string") return key;
+  const encoding = layout.keyEncoding ?? "hex";
+  const refused = () =>
+    new PirqError("invalid_argument", `key ${JSON.stringify(key.slice(0, 40))} is not ${encoding}, as this table's keys are; pass the key's bytes as a Uint8Array for anything else`);
+  switch (encoding) {
+    case "utf8":
+      return new TextEncoder().encode(key);
+    case "hex":
+      if (key.trim().length % 2 !== 0 || /[^0-9a-fA-F]/.test(key.trim())) throw refused();
+      return fromHex(key.trim());
+    case "base64": {
+      const t = key.trim();
+      const bytes = fromBase64(t + "=".repeat((4 - (t.length % 4)) % 4));
+      if (!bytes) throw refused();
+      return bytes;
+    }
+  }
+}
+
+/**
+ * A value the way it was given to the builder (KV §2 byte 75): text as a string, JSON parsed,
+ * bytes (hex, base64, or a table that records nothing) as they are.
+ */
+export function decodeValue(layout: KvLayout, value: Uint8Array): unknown {
+  switch (layout.valueEncoding) {
+    case "utf8":
+      return new TextDecoder("utf-8", { fatal: true }).decode(value);
+    case "json":
+      return JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(value));
+    default:
+      return value;
+  }
 }
 
 function concat(...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {

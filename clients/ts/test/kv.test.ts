@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { findInPage, kvCandidates, kvTag, parseKvLayout } from "../src/kv.js";
+import { decodeValue, findInPage, keyBytes, kvCandidates, kvTag, parseKvLayout, sameLayout } from "../src/kv.js";
 import { fromHex, toHex } from "../src/bytes.js";
 import { PirqError } from "../src/errors.js";
 
@@ -150,4 +150,43 @@ test("v2: a variable-size slot whose length exceeds the largest value is refused
   const tag = await kvTag(layout.seed, fromHex(m.key));
   assert.ok((await kvCandidates(layout.seed, tag, layout.choices, t.num_pages)).includes(m.page_index));
   assert.throws(() => findInPage(layout, fromHex(m.page), tag), (e: unknown) => e instanceof PirqError && e.code === "bad_response" && /malformed kv slot/.test(e.message));
+});
+
+// Recorded encodings (KV §2 bytes 74 and 75, §5 key_encoding/value_encoding): string keys read
+// the table's way, values decode as given; kv_v2.json's encoded_keys from the Python spec.
+test("recorded encodings: string keys become the vectors' bytes and tags; values decode as given", async () => {
+  const t = V2.tables.variable;
+  const base = infoObject(t, t.slots_per_page);
+  const seed = fromHex(V2.blocks[0].seed);
+  for (const k of V2.encoded_keys) {
+    const layout = parseKvLayout({ ...base, key_encoding: k.encoding }, t.page_size, t.num_pages);
+    assert.equal(layout.keyEncoding, k.encoding);
+    const bytes = keyBytes(layout, k.text);
+    assert.equal(toHex(bytes), k.key, `${k.encoding} ${k.text}`);
+    assert.equal(toHex(await kvTag(seed, bytes)), k.tag);
+  }
+  // The blocks with recorded encodings carry them in bytes 74 and 75.
+  const codes: Record<string, number> = { utf8: 1, hex: 2, base64: 3, json: 4 };
+  for (const b of V2.recorded_encodings) {
+    const bytes = fromHex(b.bytes_64_512);
+    assert.equal(bytes[10], codes[b.key_encoding] ?? 0);
+    assert.equal(bytes[11], codes[b.value_encoding] ?? 0);
+  }
+  // Nothing recorded: string keys are hex, values bytes (tables built before encodings).
+  const old = parseKvLayout(base, t.page_size, t.num_pages);
+  assert.equal(old.keyEncoding, null);
+  assert.equal(toHex(keyBytes(old, "0A0b")), "0a0b");
+  const notHex = (e: unknown) => e instanceof PirqError && e.code === "invalid_argument" && /not hex/.test(e.message);
+  assert.throws(() => keyBytes(old, "alice"), notHex);
+  assert.deepEqual(decodeValue(old, new Uint8Array([1, 2])), new Uint8Array([1, 2]));
+  const text = parseKvLayout({ ...base, key_encoding: "utf8", value_encoding: "utf8" }, t.page_size, t.num_pages);
+  assert.equal(decodeValue(text, new TextEncoder().encode("café")), "café");
+  const json = parseKvLayout({ ...base, value_encoding: "json" }, t.page_size, t.num_pages);
+  assert.deepEqual(decodeValue(json, new TextEncoder().encode('{"a":[1,2]}')), { a: [1, 2] });
+  // Unknown encodings (and JSON keys) are refused; two parties must agree on them.
+  const notKv = (e: unknown) => e instanceof PirqError && e.code === "not_kv";
+  for (const bad of [{ key_encoding: "json" }, { key_encoding: "text" }, { value_encoding: "utf16" }, { value_encoding: 4 }]) {
+    assert.throws(() => parseKvLayout({ ...base, ...bad }, t.page_size, t.num_pages), notKv, JSON.stringify(bad));
+  }
+  assert.equal(sameLayout(text, old), false);
 });

@@ -4,7 +4,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { connect, toHex } from "../src/index.js";
-import { makeKvDb, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { makeKvDb, makeTextKvDb, Parties, startParties, tempDir, warnings } from "./parties.js";
 
 const enc = new TextEncoder();
 const running: Parties[] = [];
@@ -51,6 +51,34 @@ test("variable-size values: each back at its own length, 0 bytes to the largest"
   picks.forEach((i, k) => assert.equal(toHex(result.values[k]!), toHex(records[i][1]), `user:${i} (${records[i][1].length} B)`));
   assert.equal(result.values[picks.length], null);
   assert.equal((await pirq.get(records[0][0]))?.length, 0, "a present empty value is not absent");
+});
+
+test("a text table built with no encoding flags: string keys as text, values as given (text, JSON)", async () => {
+  const dir = tempDir();
+  const text = await parties(makeTextKvDb(dir, [
+    { key: "1234", value: "abcd" },
+    { key: "alice@example.org", value: "Alice, Lisbon" },
+  ], { maxValueSize: 40 }));
+  const pirq = await connect(text.a.url, text.b.url);
+  assert.equal(pirq.info.kv?.keyEncoding, "utf8");
+  assert.equal(pirq.info.kv?.valueEncoding, "utf8");
+  // A text key that looks like hex stays the text.
+  assert.equal(await pirq.getValue("1234"), "abcd");
+  assert.equal(await pirq.getValue("alice@example.org"), "Alice, Lisbon");
+  assert.equal(await pirq.getValue("carol@example.org"), null);
+  const got = await pirq.get("1234");
+  assert.equal(new TextDecoder().decode(got!), "abcd");
+  const many = await pirq.getMany(["1234", enc.encode("alice@example.org")]);
+  assert.equal(many.keyEncoding, "utf8");
+  assert.equal(many.values.filter((v) => v !== null).length, 2);
+
+  const json = await parties(makeTextKvDb(tempDir(), [
+    { key: "ann", value: { age: 31, tags: ["a", "b"] } },
+    { key: "bob", value: 7 },
+  ], { maxValueSize: 40, json: true }));
+  const pj = await connect(json.a.url, json.b.url);
+  assert.deepEqual(await pj.getValue("ann"), { age: 31, tags: ["a", "b"] });
+  assert.equal(await pj.getValue("bob"), 7);
 });
 
 test("no WARN or ERROR lines in the parties' logs", () => {

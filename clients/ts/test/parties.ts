@@ -140,9 +140,22 @@ export function makeKvDb(
   const out = join(dir, `kv-${options.pages}x${options.pageSize}-${Math.random().toString(36).slice(2)}.pirdb`);
   const values = options.maxValueSize !== undefined ? ["--max-value-size", String(options.maxValueSize)] : ["--value-size", String(options.valueSize)];
   execFileSync(join(binDir, "pirq"), [
-    "kv", "build", "--records", input, ...values, "--page-size", String(options.pageSize),
+    "kv", "build", "--records", input, ...values, "--key-encoding", "hex", "--value-encoding", "hex",
+    "--page-size", String(options.pageSize),
     "--pages", String(options.pages), "--choices", String(options.choices), "--seed", "5",
     ...(options.signKey ? ["--sign-key", options.signKey] : []), "--out", out,
+  ], { stdio: "pipe" });
+  return out;
+}
+
+/** A kv database of text records built as users build one: no encoding flags (text keys and values, or JSON values with `json`). */
+export function makeTextKvDb(dir: string, lines: object[], options: { maxValueSize: number; json?: boolean }): string {
+  const input = join(dir, "records.jsonl");
+  writeFileSync(input, lines.map((l) => JSON.stringify(l)).join("\n") + "\n");
+  const out = join(dir, `text-kv-${Math.random().toString(36).slice(2)}.pirdb`);
+  execFileSync(join(binDir, "pirq"), [
+    "kv", "build", "--records", input, "--max-value-size", String(options.maxValueSize), "--seed", "5",
+    ...(options.json ? ["--value-encoding", "json"] : []), "--out", out,
   ], { stdio: "pipe" });
   return out;
 }

@@ -427,10 +427,13 @@ fn bad_record_files_get_clear_errors() {
         line(&format!("{}zz", &key[..38]), &value)
     );
     let err = build("badkey.jsonl", bad.as_bytes(), &[]);
-    assert!(err.contains("line 2: key is not hex"), "{err}");
+    assert!(
+        err.contains("line 2: key \"") && err.contains("zz\" is not hex"),
+        "{err}"
+    );
     let bad = format!("{}\n\n{}\n", lines[0], line(&key, "xyz"));
     let err = build("badvalue.jsonl", bad.as_bytes(), &[]);
-    assert!(err.contains("line 3: value is not hex"), "{err}");
+    assert!(err.contains("line 3: value \"xyz\" is not hex"), "{err}");
 
     // A value of the wrong size.
     let short = format!("{}\n{}\n", lines[0], line(&key, &value[..62]));
@@ -519,4 +522,120 @@ fn bad_record_files_get_clear_errors() {
         "{err}"
     );
     assert!(!d.join("u.bin").exists());
+}
+
+/// A table of text records built as users build one (no encoding flags), served by two real
+/// parties: `pirq get` takes text keys and prints text values, `pirq bench load --kv-records`
+/// reads the same records file, and `pirq kv diff` turns a new full export into an update
+/// that both parties apply and answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_tables_answer_text_and_update_by_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let line = |k: &str, v: &str| format!("{{\"key\":\"{k}\",\"value\":\"{v}\"}}\n");
+    let v1: String = (0..300)
+        .map(|i| line(&format!("user-{i}"), &format!("profile {i}")))
+        .collect();
+    std::fs::write(d.join("v1.jsonl"), &v1).unwrap();
+    // A key that looks like hex stays the text.
+    std::fs::write(d.join("v1.jsonl"), v1.clone() + &line("1234", "abcd")).unwrap();
+    let db0 = d.join("text0.pirdb");
+    let built = pirq_ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&d.join("v1.jsonl")),
+        "--max-value-size",
+        "40",
+        "--page-size",
+        "512",
+        "--seed",
+        "3",
+        "--out",
+        s(&db0),
+    ]);
+    assert!(built.contains("keys utf8, values utf8"), "{built}");
+    let options = PartyOptions {
+        gateway_args: vec!["--admin-token".into(), TOKEN.into()],
+        ..PartyOptions::default()
+    };
+    let (a, b) = tokio::try_join!(
+        Party::start(&db0, "text-a", options.clone()),
+        Party::start(&db0, "text-b", options),
+    )
+    .unwrap();
+    let get = |keys: &[&str]| {
+        let mut argv = vec![
+            "get",
+            "--party-a",
+            a.url.as_str(),
+            "--party-b",
+            b.url.as_str(),
+        ];
+        for k in keys {
+            argv.extend(["--key", *k]);
+        }
+        let out = pirq(&argv);
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    assert_eq!(
+        get(&["user-7", "1234", "nobody"]),
+        (Some(1), "profile 7\nabcd\nabsent\n".to_string())
+    );
+
+    // The load generator reads the records file the table's way and checks every value.
+    let report = d.join("load.json");
+    pirq_ok(&[
+        "bench",
+        "load",
+        "--party-a",
+        a.url.as_str(),
+        "--party-b",
+        b.url.as_str(),
+        "--kv-records",
+        s(&d.join("v1.jsonl")),
+        "--keys",
+        "2",
+        "--concurrency",
+        "2",
+        "--duration",
+        "2",
+        "--warmup",
+        "0",
+        "--quiet",
+        "--json",
+        s(&report),
+    ]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+
+    // A new full export: user-0 changed, user-1 gone, user-300 new.
+    let v2 = v1
+        .replace("\"profile 0\"", "\"moved\"")
+        .replace(&line("user-1", "profile 1"), "")
+        + &line("user-300", "new");
+    std::fs::write(d.join("v2.jsonl"), &v2).unwrap();
+    let update = d.join("u1.bin");
+    let said = pirq_ok(&[
+        "kv",
+        "diff",
+        "--table",
+        s(&db0),
+        "--records",
+        s(&d.join("v2.jsonl")),
+        "--out",
+        s(&update),
+    ]);
+    assert!(said.contains("1 inserted, 1 changed, 2 deleted"), "{said}");
+    for party in [&a, &b] {
+        pirq_ok(&["epoch", "push", "--party", &party.url, "--from", s(&update)]);
+    }
+    wait_epoch(&a, 1).await;
+    wait_epoch(&b, 1).await;
+    assert_eq!(
+        get(&["user-0", "user-1", "user-300", "user-2"]),
+        (Some(1), "moved\nabsent\nnew\nprofile 2\n".to_string())
+    );
 }

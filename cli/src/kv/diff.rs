@@ -1,0 +1,203 @@
+//! `pirq kv diff`: the epoch update that turns a built table into a new full export of its
+//! records — inserts, changes and deletes found by comparing the two, placed as `kv update`
+//! places them — so a publisher who holds only full exports never writes change lines by hand.
+//!
+//! The new records are read with the table's recorded encodings, then every occupied slot of
+//! the table is compared with them by tag: a tag not in the export is deleted, one with another
+//! value changed, and what is left of the export inserted. The layout (seed, kind, value size,
+//! key size) is the table's: a record that does not fit it means the data needs a new table,
+//! which the error says.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pirq_shared::db::{self, PirDb};
+use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
+use pirq_shared::kv::{page, PlaceError, Table, Tag};
+
+use super::records::{self, Columns, Encodings, Format, Records, Sizes};
+
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The kv database as it is served now (as built, or a `pirq db apply` snapshot).
+    #[arg(long)]
+    table: PathBuf,
+    /// The new full export of the records, in any format `pirq kv build` reads, keys and values
+    /// written as the table records them.
+    #[arg(long)]
+    records: PathBuf,
+    /// The records' format (default: from the extension, as kv build).
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// CSV: the key column, by name.
+    #[arg(long, value_name = "NAME")]
+    key_column: Option<String>,
+    /// CSV: the value column, by name.
+    #[arg(long, value_name = "NAME")]
+    value_column: Option<String>,
+    /// Epoch of the update (default: the table's epoch + 1, the only one that applies).
+    #[arg(long)]
+    epoch: Option<u64>,
+    /// Seed of the eviction walk.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output update file: JSON if it ends in .json, else bincode (as `pirq epoch make`).
+    #[arg(long)]
+    out: PathBuf,
+    /// Sign the replaced pages (a signed table's updates must be signed).
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
+    /// The publisher's manifest file: the update's signed manifest is appended (needs
+    /// --sign-key), as `pirq epoch make` and `pirq kv update` do.
+    #[arg(long, requires = "sign_key")]
+    manifests: Option<PathBuf>,
+}
+
+pub fn run(args: DiffArgs) -> anyhow::Result<()> {
+    crate::db::refuse_overwriting_inputs(&args.out, &[&args.table, &args.records])?;
+    let db =
+        PirDb::open(&args.table).with_context(|| format!("opening {}", args.table.display()))?;
+    let Some(params) = db.kv().copied() else {
+        bail!(
+            "{} is a page database, not a kv database: compare page databases with pirq db diff",
+            args.table.display()
+        );
+    };
+    let epoch = args.epoch.unwrap_or(db.header().epoch + 1);
+    db::check_epoch(epoch).context("--epoch")?;
+    if epoch != db.header().epoch + 1 {
+        bail!(
+            "{} is at epoch {}: its update is epoch {} (got --epoch {epoch})",
+            args.table.display(),
+            db.header().epoch,
+            db.header().epoch + 1
+        );
+    }
+    let signer = match (&args.sign_key, db.signing()) {
+        (Some(path), block) => Some(crate::publisher::signer_for(path, block)?),
+        (None, Some(_)) => bail!(
+            "{} is a signed database: its updates must be signed too; give --sign-key",
+            args.table.display()
+        ),
+        (None, None) => None,
+    };
+    let manifests = match (&args.manifests, &signer) {
+        (Some(path), Some(signer)) => {
+            crate::manifests::check_path(path, &[&args.table, &args.records, &args.out])?;
+            Some(crate::manifests::ManifestFile::open_for(
+                path, &db, signer, epoch,
+            )?)
+        }
+        _ => None,
+    };
+
+    // The export, by tag.
+    let format = Format::pick(args.format, &args.records);
+    let mut reader = Records::new(
+        records::open(&args.records)?,
+        format,
+        Sizes {
+            key_size: params.layout.key_size as usize,
+            kind: params.kind(),
+            value_size: params.value_size(),
+        },
+        Encodings::of_table(params.encodings()),
+        Columns {
+            key: args.key_column.clone(),
+            value: args.value_column.clone(),
+        },
+    );
+    let mut wanted: HashMap<Tag, (u64, Vec<u8>)> = HashMap::new();
+    while let Some(record) = reader.next_record() {
+        let r = record.map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (the table's layout is fixed: data that does not fit it needs a new \
+                 table, pirq kv build)",
+                args.records.display()
+            )
+        })?;
+        let tag = params.tag(&r.key);
+        if let Some((first, _)) = wanted.insert(tag, (r.line, r.value)) {
+            bail!(
+                "{}: line {}: duplicate key (the same key was on line {first})",
+                args.records.display(),
+                r.line
+            );
+        }
+    }
+
+    // The table's records, compared by tag.
+    let slot = params.slot_size();
+    let mut deletes = Vec::new();
+    let mut changes = Vec::new();
+    for p in 0..params.num_pages {
+        let area = params.slot_area(db.page(p).expect("a page of the table"));
+        for s in 0..page::slots(area, slot) {
+            if page::is_empty(area, slot, s) {
+                continue;
+            }
+            let tag: Tag = page::tag_at(area, slot, s).try_into().expect("16 bytes");
+            let value = params.payload_value(page::value(area, slot, s))?;
+            match wanted.remove(&tag) {
+                None => deletes.push(tag),
+                Some((_, new)) if new != value => changes.push((tag, new)),
+                Some(_) => {}
+            }
+        }
+    }
+    let mut inserts: Vec<(u64, Tag, Vec<u8>)> = wanted
+        .into_iter()
+        .map(|(t, (line, v))| (line, t, v))
+        .collect();
+    inserts.sort_by_key(|(line, _, _)| *line);
+
+    let mut pages = db.private_pages()?;
+    let mut table = Table::existing(params, pages.as_mut_slice(), args.seed, 0);
+    table.set_max_kicks(DEFAULT_MAX_KICKS);
+    // Deletes first: they make room for the inserts.
+    for tag in &deletes {
+        table.remove(tag);
+    }
+    for (tag, value) in &changes {
+        table.upsert(tag, value)?;
+    }
+    for (line, tag, value) in &inserts {
+        match table.upsert(tag, value) {
+            Ok(_) => {}
+            Err(PlaceError::Full { kicks, .. }) => bail!(
+                "{}: line {line}: the table is too full to place this record ({kicks} \
+                 evictions): rebuild it with more pages (pirq kv build)",
+                args.records.display()
+            ),
+            Err(e) => bail!("{}: line {line}: {e}", args.records.display()),
+        }
+    }
+    if deletes.is_empty() && changes.is_empty() && inserts.is_empty() {
+        bail!(
+            "{} holds exactly the table's records: there is no update to write",
+            args.records.display()
+        );
+    }
+    let kicks = table.kicks();
+    let touched: Vec<u64> = table.touched().collect();
+    drop(table);
+    let update =
+        super::update::write_update(&db, &pages, touched, signer.as_ref(), epoch, &args.out)?;
+    eprintln!(
+        "wrote {}: epoch {epoch}, {} inserted, {} changed, {} deleted, {kicks} evictions, {} \
+         pages replaced",
+        args.out.display(),
+        inserts.len(),
+        changes.len(),
+        deletes.len(),
+        update.pages.len()
+    );
+    super::update::append_manifest(
+        manifests,
+        signer.as_ref(),
+        &update,
+        args.manifests.as_deref(),
+    )
+}
