@@ -544,7 +544,7 @@ async fn text_tables_answer_text_and_update_by_diff() {
         "kv",
         "build",
         "--records",
-        s(&d.join("v1.jsonl")),
+        arg(&d.join("v1.jsonl")),
         "--max-value-size",
         "40",
         "--page-size",
@@ -552,8 +552,9 @@ async fn text_tables_answer_text_and_update_by_diff() {
         "--seed",
         "3",
         "--out",
-        s(&db0),
-    ]);
+        arg(&db0),
+    ])
+    .stderr;
     assert!(built.contains("keys utf8, values utf8"), "{built}");
     let options = PartyOptions {
         gateway_args: vec!["--admin-token".into(), TOKEN.into()],
@@ -593,7 +594,7 @@ async fn text_tables_answer_text_and_update_by_diff() {
         "--party-b",
         b.url.as_str(),
         "--kv-records",
-        s(&d.join("v1.jsonl")),
+        arg(&d.join("v1.jsonl")),
         "--keys",
         "2",
         "--concurrency",
@@ -604,7 +605,7 @@ async fn text_tables_answer_text_and_update_by_diff() {
         "0",
         "--quiet",
         "--json",
-        s(&report),
+        arg(&report),
     ]);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
@@ -622,15 +623,25 @@ async fn text_tables_answer_text_and_update_by_diff() {
         "kv",
         "diff",
         "--table",
-        s(&db0),
+        arg(&db0),
         "--records",
-        s(&d.join("v2.jsonl")),
+        arg(&d.join("v2.jsonl")),
         "--out",
-        s(&update),
-    ]);
+        arg(&update),
+    ])
+    .stderr;
     assert!(said.contains("1 inserted, 1 changed, 2 deleted"), "{said}");
     for party in [&a, &b] {
-        pirq_ok(&["epoch", "push", "--party", &party.url, "--from", s(&update)]);
+        let push = [
+            "epoch",
+            "push",
+            "--party",
+            &party.url,
+            "--from",
+            arg(&update),
+        ];
+        let out = pirq_command(&push).env("PIRQ_ADMIN_TOKEN", TOKEN).output();
+        succeeded(&push, out.expect("running pirq"));
     }
     wait_epoch(&a, 1).await;
     wait_epoch(&b, 1).await;
