@@ -88,11 +88,12 @@ rm -rf "$rendered" && mkdir -p "$rendered"
 import sys
 from pathlib import Path
 import yaml
-from opslib import ROOT, deep_merge, interpolate, read_env_file
+from opslib import ROOT, deep_merge, interpolate, read_env_file, with_required
 
 out = Path(sys.argv[1])
 # What `docker compose` runs with no -f: docker-compose.yml and docker-compose.override.yml.
 def render(env=None):
+    env = with_required(env)
     base = yaml.safe_load(interpolate((ROOT / "docker-compose.yml").read_text(), env))
     over = yaml.safe_load(interpolate((ROOT / "docker-compose.override.yml").read_text(), env))
     # Every scalar double-quoted, as the source files quote their ports.

@@ -102,6 +102,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         ),
         (None, None) => None,
     };
+    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
     let manifests = match (&args.manifests, &signer) {
         (Some(path), Some(signer)) => {
             crate::manifests::check_path(path, &[&args.old, &args.new, &args.out])?;
@@ -146,18 +147,23 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     } else {
         update.to_bincode()
     };
-    pirq_shared::outfile::write(&args.out, pirq_shared::outfile::Contents::Public, &bytes)
-        .with_context(|| format!("writing {}", args.out.display()))?;
+    // Staged, then put in place only once its manifest is appended: a failure leaves neither.
+    let staged =
+        pirq_shared::outfile::stage(&args.out, pirq_shared::outfile::Contents::Public, &bytes)
+            .with_context(|| format!("writing {}", args.out.display()))?;
+    crate::kv::update::append_manifest(
+        manifests,
+        signer.as_ref(),
+        &update,
+        args.manifests.as_deref(),
+        staged,
+        &args.out,
+    )?;
     progress.finish(&format!(
         "wrote {}: epoch {epoch}, {} of {} pages replaced",
         args.out.display(),
         update.pages.len(),
         old.num_pages()
     ));
-    crate::kv::update::append_manifest(
-        manifests,
-        signer.as_ref(),
-        &update,
-        args.manifests.as_deref(),
-    )
+    Ok(())
 }

@@ -29,7 +29,7 @@ pub struct MakeArgs {
     #[arg(long)]
     out: PathBuf,
     /// Sign the replaced pages (a signed database's updates must be signed): the publisher's
-    /// secret key, the one that signed the database.
+    /// secret key, the one that signed the database. Needs --manifests.
     #[arg(long)]
     sign_key: Option<PathBuf>,
     /// The publisher's manifest file (docs/spec/signed.md §4.2; needs --sign-key): the
@@ -79,6 +79,7 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|path| crate::publisher::signer_for(path, db.signing()))
         .transpose()?;
+    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
     // Checked before anything is written: a bad manifest file costs no update file.
     let manifests = match (&args.manifests, &signer) {
         (Some(path), Some(signer)) => {
@@ -111,10 +112,18 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
     } else {
         update.to_bincode()
     };
-    db::write_atomically(&args.out, |f| std::io::Write::write_all(f, &bytes))
+    // Staged, then put in place only once its manifest is appended: a failure leaves neither.
+    let staged =
+        pirq_shared::outfile::stage(&args.out, pirq_shared::outfile::Contents::Public, &bytes)
+            .with_context(|| format!("writing {}", args.out.display()))?;
+    let appended = match (manifests, &signer) {
+        (Some(file), Some(signer)) => Some(file.append(signer, &update)?),
+        _ => None,
+    };
+    staged
+        .commit()
         .with_context(|| format!("writing {}", args.out.display()))?;
-    if let (Some(file), Some(signer)) = (manifests, &signer) {
-        let manifest = file.append(signer, &update)?;
+    if let Some(manifest) = appended {
         eprintln!(
             "appended the manifest of epoch {} ({} pages, digest {}) to {}",
             manifest.epoch,

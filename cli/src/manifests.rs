@@ -103,9 +103,27 @@ impl ManifestFile {
     }
 }
 
+/// `--sign-key` without `--manifests` is refused: a signed update without its manifest makes
+/// every verifying client refuse the pages it did not replace ("the parties do not serve the
+/// publisher's manifest of epoch N"), which a new user cannot tell from an attack.
+pub fn require(manifests: Option<&Path>, signing: bool) -> anyhow::Result<()> {
+    if signing && manifests.is_none() {
+        bail!(
+            "--sign-key needs --manifests FILE: the publisher's manifest of each signed epoch \
+             (docs/spec/signed.md §4), appended to FILE, is what both parties serve \
+             (pirq-gateway --manifests FILE) so that verifying clients can show unchanged \
+             pages current; without it they refuse them"
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a `--manifests` path that is one of the command's other files (the database, the
-/// update written, the change lines): appending must never replace one of them.
+/// update written, the change lines): appending must never replace one of them. A FIFO or a
+/// device there is refused before it is read.
 pub fn check_path(manifests: &Path, others: &[&Path]) -> anyhow::Result<()> {
+    pirq_shared::outfile::mode_for(manifests, pirq_shared::outfile::Contents::Public)
+        .with_context(|| format!("--manifests {}", manifests.display()))?;
     use std::os::unix::fs::MetadataExt;
     let same_file = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),

@@ -42,6 +42,10 @@ pub struct PartiesArgs {
     /// lookup before anything is printed or written; an unsigned database is refused.
     #[arg(long, env = "PIRQ_PUBLISHER_KEY", value_name = "FILE")]
     pub publisher_key: Option<PathBuf>,
+    /// Do not verify a signed database's pages. Without this (and without --publisher-key)
+    /// every page is verified against the publisher key both parties advertise.
+    #[arg(long, conflicts_with_all = ["publisher_key", "min_epoch"])]
+    pub no_verify: bool,
     /// Refuse answers at an epoch below N (the parties could otherwise serve an old, genuinely
     /// signed epoch; docs/spec/signed.md §4.4). Needs --publisher-key.
     #[arg(long, value_name = "N", requires = "publisher_key")]
@@ -157,17 +161,29 @@ impl PartiesArgs {
         if let Some(epoch) = self.min_epoch {
             builder = builder.min_epoch(epoch);
         }
-        Ok(builder.build()?)
+        if self.no_verify {
+            eprintln!(
+                "warning: --no-verify: pages of a signed database are NOT checked against the \
+                 publisher's signatures; a party can alter, roll back or invent answers"
+            );
+        }
+        Ok(builder.no_verify(self.no_verify).build()?)
     }
 }
 
-/// What a command that prints answers says, once, about a signed database it does not verify.
+/// What a command that prints answers says, once, about how a signed database was verified
+/// when no key was pinned.
 pub fn note_unverified(verification: pirq_client::Verification) {
-    if verification == pirq_client::Verification::Unchecked {
-        eprintln!(
-            "note: the parties serve a signed database, but no --publisher-key was given: the \
-             answers are not being verified"
-        );
+    match verification {
+        pirq_client::Verification::Unchecked => eprintln!(
+            "warning: the parties serve a signed database and --no-verify was given: the \
+             answers were NOT verified"
+        ),
+        pirq_client::Verification::Advertised => eprintln!(
+            "note: verified against the publisher key both parties advertise; pin it with \
+             --publisher-key FILE so that a database re-signed by another key is refused too"
+        ),
+        _ => {}
     }
 }
 

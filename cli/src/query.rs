@@ -127,7 +127,10 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
         "{} page(s) at epoch {}{} in {:.1} ms (both parties, {})",
         fetched.pages.len(),
         fetched.epoch,
-        if fetched.verification == pirq_client::Verification::Verified {
+        if matches!(
+            fetched.verification,
+            pirq_client::Verification::Verified | pirq_client::Verification::Advertised
+        ) {
             ", every page's publisher signature verified"
         } else {
             ""

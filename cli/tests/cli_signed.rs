@@ -242,20 +242,58 @@ fn signed_updates_keep_every_page_signed_and_unsigned_ones_are_refused() {
     let (other_secret, _) = keygen(d, "b");
     let gen = signed_gen(d, &secret);
     let signed = d.join("e1.bin");
-    ok(&[
-        "epoch",
-        "make",
-        "--db",
-        s(&gen),
-        "--epoch",
-        "1",
-        "--pages",
-        "5",
-        "--out",
-        s(&signed),
-        "--sign-key",
-        &secret,
-    ]);
+    let make = |manifests: Option<&Path>| {
+        let mut args = vec![
+            "epoch".to_string(),
+            "make".into(),
+            "--db".into(),
+            s(&gen).into(),
+            "--epoch".into(),
+            "1".into(),
+            "--pages".into(),
+            "5".into(),
+            "--out".into(),
+            s(&signed).into(),
+            "--sign-key".into(),
+            secret.clone(),
+        ];
+        if let Some(m) = manifests {
+            args.extend(["--manifests".into(), s(m).into()]);
+        }
+        args
+    };
+    let run = |args: Vec<String>| pirq(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    // Issue 36, items 9 and 10: --sign-key without --manifests is refused (every verifying
+    // client would refuse the pages it did not replace), and a manifest that cannot be
+    // appended leaves no update file behind.
+    let out = run(make(None));
+    assert!(
+        stderr(&out).contains("--sign-key needs --manifests"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(make(Some(&d.join("no-such-dir/manifests.json"))));
+    assert!(!out.status.success());
+    assert!(
+        !signed.exists(),
+        "the update was left behind: {}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with('.'))
+            .count(),
+        0,
+        "a temporary file was left behind"
+    );
+    let out = run(make(Some(&d.join("manifests.json"))));
+    assert!(out.status.success(), "{}", stderr(&out));
     let snapshot = d.join("g1.pirdb");
     ok(&[
         "db",

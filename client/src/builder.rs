@@ -38,6 +38,7 @@ pub struct ClientBuilder {
     publisher: Option<crate::PublisherKey>,
     min_epoch: u64,
     proxy: Option<String>,
+    no_verify: bool,
 }
 
 impl ClientBuilder {
@@ -150,7 +151,16 @@ impl ClientBuilder {
         self
     }
 
-    /// [`ClientBuilder::publisher_key`] read from a public key file (64 hex digits).
+    /// Does not verify a signed database's pages at all. Without this and without a pinned
+    /// key ([`ClientBuilder::publisher_key`]), the client verifies every page against the
+    /// publisher key both parties advertise ([`crate::Verification::Advertised`]): an altered,
+    /// stale or rolled-back answer is then refused as with a pinned key.
+    pub fn no_verify(mut self, no_verify: bool) -> Self {
+        self.no_verify = no_verify;
+        self
+    }
+
+    /// [`ClientBuilder::publisher_key`] read from a public key file.
     pub fn publisher_key_file(mut self, path: impl AsRef<Path>) -> Self {
         match crate::PublisherKey::read_file(path.as_ref()) {
             Ok(key) => self.publisher = Some(key),
@@ -215,7 +225,15 @@ impl ClientBuilder {
                     .into(),
             ));
         }
-        let verifier = crate::verify::Verifier::new(self.publisher, self.min_epoch);
+        if self.no_verify && self.publisher.is_some() {
+            return Err(ClientError::Config(
+                "a publisher key to verify with and no_verify (--no-verify) contradict each \
+                 other"
+                    .into(),
+            ));
+        }
+        let mut verifier = crate::verify::Verifier::new(self.publisher, self.min_epoch);
+        verifier.verify_advertised = !self.no_verify;
         Ok(Client::from_parts(
             party_a,
             party_b,

@@ -181,6 +181,32 @@ pub enum ClientError {
          returned (one of these parties altered its answer)"
     )]
     Forged { parties: String, detail: String },
+    /// A page cannot be shown current because neither party serves the publisher's manifest
+    /// of an epoch after the page last changed (`docs/spec/signed.md` §4.3): the publisher's
+    /// or the operators' omission as likely as a party's lie. Nothing was returned.
+    #[error(
+        "the parties do not serve the publisher's manifest of epoch {epoch} ({parties}, GET \
+         /v1/manifests): {detail}; nothing was returned. The publisher writes manifests \
+         with --manifests (pirq epoch make, pirq kv update) and each party serves that file \
+         with pirq-gateway --manifests"
+    )]
+    MissingManifest {
+        parties: String,
+        epoch: u64,
+        detail: String,
+    },
+    /// A party says its newest epoch is older than the publisher's signed manifests (or pages
+    /// this client has verified) show exists: it is stale, or lies to roll the client back.
+    #[error(
+        "{party} says its newest epoch is {claims}, but the publisher's signatures show epoch \
+         {signed} exists: a stale or rolled-back party (or one the epoch was not pushed to \
+         yet); nothing was sent"
+    )]
+    StaleParty {
+        party: String,
+        claims: u64,
+        signed: u64,
+    },
     /// The client is pinned to a publisher key, and the parties' database cannot be verified
     /// with it (unsigned, or signed by another key).
     #[error("{0}")]
@@ -224,6 +250,8 @@ impl ClientError {
             ClientError::Config(_) => "config".into(),
             ClientError::Forged { .. } => "forged".into(),
             ClientError::Unverifiable(_) => "unverifiable".into(),
+            ClientError::MissingManifest { .. } => "missing_manifest".into(),
+            ClientError::StaleParty { .. } => "stale_party".into(),
         }
     }
 }

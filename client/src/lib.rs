@@ -156,15 +156,18 @@ pub(crate) struct Agreement {
     /// The smaller of the two key limits.
     pub(crate) max_keys: usize,
     /// The signing block to verify pages with: the parties' database is signed and this
-    /// client pins its publisher's key.
+    /// client pins its publisher's key, or verifies against the key both advertise.
     pub(crate) signing: Option<pirq_shared::signing::SigningBlock>,
+    /// Whether `signing`'s key is one the client pinned.
+    pub(crate) pinned: bool,
 }
 
 impl Agreement {
     /// What lookups under this agreement check.
     fn verification(&self) -> Verification {
         match (&self.signing, &self.info.signing) {
-            (Some(_), _) => Verification::Verified,
+            (Some(_), _) if self.pinned => Verification::Verified,
+            (Some(_), _) => Verification::Advertised,
             (None, Some(_)) => Verification::Unchecked,
             (None, None) => Verification::Unsigned,
         }
@@ -387,6 +390,21 @@ impl Client {
             return Err(differ("kv layout", &show(&ia.kv), &show(&ib.kv)));
         }
         let signing = self.verifier.agree(&ia.signing, &ib.signing)?;
+        if let Some(block) = &signing {
+            // Read at every refresh, whatever the epoch (epoch 0 included): the manifests are
+            // what shows a party that claims an old window to be lying (signed.md §4.4).
+            self.read_manifests(block, d).await?;
+            let signed = self.verifier.newest_signed(&block.db_id).unwrap_or(0);
+            for (party, info) in [(&self.a, &ia), (&self.b, &ib)] {
+                if info.epoch.newest < signed {
+                    return Err(ClientError::StaleParty {
+                        party: party.name().to_string(),
+                        claims: info.epoch.newest,
+                        signed,
+                    });
+                }
+            }
+        }
         // Pin the newest epoch both answer: a party ahead still has it in its window.
         let epoch = ia.epoch.newest.min(ib.epoch.newest);
         if !ia.epoch.contains(epoch) || !ib.epoch.contains(epoch) {
@@ -410,6 +428,7 @@ impl Client {
             same_newest: ia.epoch.newest == ib.epoch.newest,
             max_keys: ia.max_keys_per_query.min(ib.max_keys_per_query).max(1) as usize,
             info: ia,
+            pinned: self.verifier.publisher.is_some(),
             signing,
         };
         *kept = Some(agreement.clone());

@@ -24,7 +24,11 @@ pub enum Verification {
     Unsigned,
     /// Every page's publisher signature was checked against the pinned key.
     Verified,
-    /// The database is signed, but the client pins no publisher key: not checked.
+    /// Every page's publisher signature was checked against the key both parties advertise
+    /// (the client pins none): an altered, stale or rolled-back page is refused as with a
+    /// pinned key, but a database re-signed by someone else as a whole would not be.
+    Advertised,
+    /// The database is signed, and the client was told not to verify (`--no-verify`).
     Unchecked,
 }
 
@@ -48,6 +52,9 @@ struct History {
 #[derive(Debug, Default)]
 pub(crate) struct Verifier {
     pub(crate) publisher: Option<PublisherKey>,
+    /// Verify against the key both parties advertise when none is pinned (the default;
+    /// `--no-verify` turns it off).
+    pub(crate) verify_advertised: bool,
     /// Answers at an epoch below this are refused (`--min-epoch`).
     pub(crate) min_epoch: u64,
     /// Per `db_id`: its newest signed epoch and verified manifests.
@@ -58,6 +65,7 @@ impl Verifier {
     pub(crate) fn new(publisher: Option<PublisherKey>, min_epoch: u64) -> Verifier {
         Verifier {
             publisher,
+            verify_advertised: true,
             min_epoch,
             histories: Mutex::default(),
         }
@@ -99,8 +107,10 @@ impl Verifier {
         }
     }
 
-    /// Checks both parties' `signing` objects (they must agree) against the pinned key, and
-    /// returns the block to verify pages with (`None`: nothing to verify).
+    /// Checks both parties' `signing` objects (they must agree: two different publisher keys
+    /// are refused) against the pinned key, and returns the block to verify pages with
+    /// (`None`: nothing to verify). Without a pinned key, the block both parties advertise is
+    /// verified against unless `verify_advertised` is off.
     pub(crate) fn agree(
         &self,
         a: &Option<SigningInfo>,
@@ -120,14 +130,17 @@ impl Verifier {
                 show(b)
             )));
         }
-        let Some(publisher) = self.publisher else {
+        if self.publisher.is_none() && !self.verify_advertised {
             return Ok(None);
-        };
+        }
         let Some(info) = a else {
-            return Err(ClientError::Unverifiable(format!(
-                "the parties serve an unsigned database; this client is pinned to publisher \
-                 key {publisher} and refuses unsigned answers"
-            )));
+            return match self.publisher {
+                Some(publisher) => Err(ClientError::Unverifiable(format!(
+                    "the parties serve an unsigned database; this client is pinned to \
+                     publisher key {publisher} and refuses unsigned answers"
+                ))),
+                None => Ok(None),
+            };
         };
         let block = info.block().map_err(|e| {
             ClientError::Unverifiable(format!(
@@ -135,6 +148,9 @@ impl Verifier {
                 crate::text::sanitize(&e.to_string())
             ))
         })?;
+        let Some(publisher) = self.publisher else {
+            return Ok(Some(block));
+        };
         if block.publisher != publisher {
             return Err(ClientError::Unverifiable(format!(
                 "the parties serve a database signed by publisher key {}, this client is \
@@ -215,11 +231,14 @@ impl Verifier {
                 let missing = (changed + 1..=epoch)
                     .find(|e| !history.manifests.contains_key(e))
                     .expect("fewer manifests than epochs");
-                return Err(forged(format!(
-                    "page {index} answered at epoch {epoch} is its version of epoch {changed}, \
-                     and neither party serves the publisher's manifest of epoch {missing} that \
-                     would show it current (GET /v1/manifests): a stale page cannot be ruled out"
-                )));
+                return Err(ClientError::MissingManifest {
+                    parties: parties.to_string(),
+                    epoch: missing,
+                    detail: format!(
+                        "page {index} answered at epoch {epoch} is its version of epoch \
+                         {changed}, and without that manifest a stale page cannot be ruled out"
+                    ),
+                });
             }
         }
         let newest = changed.into_iter().max().unwrap_or(0);
@@ -257,8 +276,30 @@ mod tests {
     fn refused(result: Result<(), ClientError>, says: &str) {
         match result {
             Err(ClientError::Forged { detail, .. }) => assert!(detail.contains(says), "{detail}"),
+            Err(e @ ClientError::MissingManifest { .. }) => {
+                assert!(e.to_string().contains(says), "{e}")
+            }
             other => panic!("expected a refusal saying {says:?}: {other:?}"),
         }
+    }
+
+    /// Issue 36, item 8: without a pinned key the advertised block is verified against (unless
+    /// told not to); two different advertised keys are refused.
+    #[test]
+    fn unpinned_clients_verify_the_advertised_key_and_refuse_two_keys() {
+        let signer = PageSigner::new(SecretKey::from_seed([5; 32]));
+        let other = PageSigner::new(SecretKey::from_seed([6; 32]));
+        let (mine, theirs) = (Some(signer.block.info()), Some(other.block.info()));
+        let unpinned = Verifier::new(None, 0);
+        assert_eq!(unpinned.agree(&mine, &mine).unwrap(), Some(signer.block));
+        assert_eq!(unpinned.agree(&None, &None).unwrap(), None);
+        assert!(matches!(
+            unpinned.agree(&mine, &theirs),
+            Err(ClientError::Mismatch(_))
+        ));
+        let mut opted_out = Verifier::new(None, 0);
+        opted_out.verify_advertised = false;
+        assert_eq!(opted_out.agree(&mine, &mine).unwrap(), None);
     }
 
     #[test]
@@ -325,7 +366,7 @@ mod tests {
         // Epoch 2's only manifest was forged (dropped): page 4 cannot be shown current there.
         refused(
             v.check(&block, "A and B", &[4], 2, None, std::slice::from_ref(&p4)),
-            "manifest of epoch 2",
+            "the parties do not serve the publisher's manifest of epoch 2",
         );
         // The floor: this client has seen epoch 1 signed, so answers at epoch 0 are refused.
         refused(

@@ -44,26 +44,10 @@ if [ -z "${COMPOSE:-}" ]; then
 fi
 read -r -a compose_cmd <<<"$COMPOSE"
 log "compose: $("${compose_cmd[@]}" version 2>/dev/null | head -n1)"
-# docker/Dockerfile needs BuildKit. Compose v1 builds through the docker CLI only when asked, and
-# a docker CLI >= 23 builds with BuildKit only through its buildx plugin: use a CLI that can.
-export DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
-cli_can_buildkit() {
-    "$1" buildx version >/dev/null 2>&1 && return 0
-    local major
-    major=$("$1" version --format '{{.Client.Version}}' 2>/dev/null | cut -d. -f1)
-    [ -n "$major" ] && [ "$major" -lt 23 ]
-}
-if ! cli_can_buildkit docker; then
-    shim=""
-    for c in $(which -a docker); do
-        if cli_can_buildkit "$c"; then shim=$c; break; fi
-    done
-    [ -n "$shim" ] || fail "no docker CLI here builds with BuildKit (install the buildx plugin, or Debian's docker.io)"
-    shimdir=$(mktemp -d)
-    ln -s "$shim" "$shimdir/docker"
-    export PATH="$shimdir:$PATH"
-    log "using $shim for builds (BuildKit without buildx)"
-fi
+# docker/Dockerfile needs BuildKit: a docker CLI that can build with it first on PATH (the same
+# file the recipes of docs/operations.md source).
+# shellcheck source=ops/compose/buildkit.sh
+. ops/compose/buildkit.sh || fail "see above"
 
 network=${PIRQ_COMPOSE_NETWORK:-}
 if [ -z "$network" ]; then

@@ -23,6 +23,16 @@ _INTERP = re.compile(
 )
 
 
+# What a user must set: Compose refuses the file without it (`${VAR:?message}`). The checks read
+# the files as a user who set it; test_grafana_has_no_default_password reads them without.
+REQUIRED_ENV = {"GRAFANA_ADMIN_PASSWORD": "set-by-the-ops-checks"}
+
+
+def with_required(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` with the variables Compose requires (REQUIRED_ENV) where it lacks them."""
+    return {**REQUIRED_ENV, **(env or {})}
+
+
 def interpolate(text: str, env: dict[str, str] | None = None) -> str:
     """Compose's variable interpolation: `$$`, `$VAR`, `${VAR}`, `${VAR:-default}`, `${VAR-default}`,
     `${VAR:?error}`. Unset variables without a default become "" (Compose warns and does the same)."""

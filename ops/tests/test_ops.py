@@ -11,6 +11,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -29,9 +31,11 @@ from opslib import (
     ignored,
     interpolate,
     parse_dockerfile,
+    REQUIRED_ENV,
     read_env_file,
     stage_chain,
     variables,
+    with_required,
 )
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -52,12 +56,12 @@ BINARY_CRATE_DIRS = {
 
 
 def compose_base(env: dict[str, str] | None = None) -> dict:
-    return yaml.safe_load(interpolate(COMPOSE.read_text(), env))
+    return yaml.safe_load(interpolate(COMPOSE.read_text(), with_required(env)))
 
 
 def compose(env: dict[str, str] | None = None) -> dict:
     """What `docker compose up` runs: docker-compose.yml with docker-compose.override.yml."""
-    return deep_merge(compose_base(env), yaml.safe_load(interpolate(COMPOSE_OVERRIDE.read_text(), env)))
+    return deep_merge(compose_base(env), yaml.safe_load(interpolate(COMPOSE_OVERRIDE.read_text(), with_required(env))))
 
 
 def services(env: dict[str, str] | None = None) -> dict[str, dict]:
@@ -197,10 +201,11 @@ def test_db_init_runs_real_cli_flags():
 
 
 def test_every_variable_has_a_default():
-    """`docker compose up` with no environment must produce a working file."""
+    """`docker compose up` with no environment but the required ones (REQUIRED_ENV: Grafana's
+    password) must produce a working file."""
     text = (COMPOSE.read_text() + COMPOSE_OVERRIDE.read_text()).replace("$$", "")
     for m in re.finditer(r"\$\{([A-Za-z_]\w*)(:?-)?", text):
-        assert m.group(2), f"${{{m.group(1)}}} has no default"
+        assert m.group(2) or m.group(1) in REQUIRED_ENV, f"${{{m.group(1)}}} has no default"
 
 
 def test_two_party_env_files_differ_only_where_they_must():
@@ -277,7 +282,7 @@ def test_no_pirq_setting_is_an_empty_string():
             for name, svc in (raw_services(path) or {}).items():
                 for var, value in ((svc or {}).get("environment") or {}).items():
                     if var.startswith("PIRQ_") and value is not None:
-                        assert interpolate(str(value), env) != "", f"{path.name} {name}: {var} is empty"
+                        assert interpolate(str(value), with_required(env)) != "", f"{path.name} {name}: {var} is empty"
 
 
 # ---- Dockerfile ------------------------------------------------------------------------------
@@ -491,13 +496,16 @@ def provisioned_datasource_uids() -> set[str]:
 
 
 def test_grafana_has_no_default_password():
-    """Grafana creates admin/admin when no password is given: the service takes it only from
-    GRAFANA_ADMIN_PASSWORD and refuses to start without one."""
-    grafana = services()["grafana"]
-    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == ""
-    with_password = services({"GRAFANA_ADMIN_PASSWORD": "s3cret"})["grafana"]
-    assert with_password["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
-    assert "admin" not in COMPOSE.read_text().split("GRAFANA_ADMIN_PASSWORD:-", 1)[1][:8]
+    """Grafana creates admin/admin when no password is given: Compose itself refuses the file
+    without GRAFANA_ADMIN_PASSWORD (`${VAR:?...}`, issue 36), and the container would still
+    refuse to start with an empty one."""
+    for env in ({}, {"GRAFANA_ADMIN_PASSWORD": ""}):
+        with pytest.raises(ValueError, match="GRAFANA_ADMIN_PASSWORD"):
+            interpolate(COMPOSE.read_text(), env)
+    assert "${GRAFANA_ADMIN_PASSWORD:?" in COMPOSE.read_text()
+    assert "GRAFANA_ADMIN_PASSWORD:-" not in COMPOSE.read_text()
+    grafana = services({"GRAFANA_ADMIN_PASSWORD": "s3cret"})["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "s3cret"
     script = grafana["entrypoint"][-1]
     assert 'test -n "${GF_SECURITY_ADMIN_PASSWORD}"' in script and "exit 1" in script
     assert script.rstrip().endswith("exec /run.sh"), "then the image's own entrypoint"
@@ -695,7 +703,7 @@ HOST = ROOT / "ops/compose/host-network.yml"
 
 
 def host_services(env: dict[str, str] | None = None) -> dict[str, dict]:
-    return yaml.safe_load(interpolate(HOST.read_text(), env))["services"]
+    return yaml.safe_load(interpolate(HOST.read_text(), with_required(env)))["services"]
 
 
 def test_host_network_override_covers_every_service_on_loopback():
@@ -753,7 +761,7 @@ def test_host_network_second_worker_matches_the_first():
 @pytest.mark.parametrize("env_file", PARTIES, ids=lambda p: p.name)
 def test_host_network_stack_matches_the_schema_and_reads_real_flags(env_file):
     env = read_env_file(env_file)
-    merged = deep_merge(compose_base(env), yaml.safe_load(interpolate(HOST.read_text(), env)))
+    merged = deep_merge(compose_base(env), yaml.safe_load(interpolate(HOST.read_text(), with_required(env))))
     assert not any("ports" in svc for svc in merged["services"].values()), (
         "Compose v1 refuses published ports on the host network"
     )
@@ -812,3 +820,57 @@ def test_certs_script_makes_one_verifiable_identity_per_party(tmp_path):
     assert (tmp_path / "party-a/cert.pem").read_bytes() == before
     bad = subprocess.run([str(script), str(tmp_path), "../escape"], capture_output=True, text=True)
     assert bad.returncode == 2 and "bad party name" in bad.stderr
+
+
+# ---- BuildKit without buildx (issue 36) -------------------------------------------------------
+
+BUILDKIT = ROOT / "ops/compose/buildkit.sh"
+
+
+def fake_docker(directory: Path, version: str, buildx: bool) -> None:
+    """A `docker` CLI of `version` that has the buildx plugin or not."""
+    directory.mkdir()
+    script = directory / "docker"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in buildx) exit {0 if buildx else 1};; version) echo {version};; esac\n'
+    )
+    script.chmod(0o755)
+
+
+def docker_after_sourcing(path: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [shutil.which("bash"), "-c", f'. "{BUILDKIT}" && readlink -f "$(command -v docker)" && echo "$DOCKER_BUILDKIT"'],
+        env={"PATH": path, "HOME": os.environ.get("HOME", "/")},
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_compose_builds_find_a_buildkit_cli_without_buildx(tmp_path):
+    """A docker CLI >= 23 without buildx first on PATH (the review's failure): sourcing
+    ops/compose/buildkit.sh puts Debian's 20.10 CLI first; with only the new one it says why;
+    the smoke test and the compose recipe of docs/operations.md both source it."""
+    fake_docker(tmp_path / "new", "27.3.1", buildx=False)
+    fake_docker(tmp_path / "old", "20.10.24", buildx=False)
+    # The commands the script uses, and no real docker CLI that might be installed here.
+    (tmp_path / "bin").mkdir()
+    for tool in ("which", "mktemp", "ln", "cut", "readlink", "sh"):
+        (tmp_path / "bin" / tool).symlink_to(shutil.which(tool))
+    tools = f"{tmp_path}/bin"
+    done = docker_after_sourcing(f"{tmp_path}/new:{tmp_path}/old:{tools}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(tmp_path / "old/docker"), "1"], done.stdout
+    assert "BuildKit without buildx" in done.stderr
+    done = docker_after_sourcing(f"{tmp_path}/new:{tools}")
+    assert done.returncode != 0 and "no docker CLI here builds with BuildKit" in done.stderr
+    # A CLI with buildx is left first.
+    fake_docker(tmp_path / "plugin", "27.3.1", buildx=True)
+    done = docker_after_sourcing(f"{tmp_path}/plugin:{tmp_path}/old:{tools}")
+    assert done.stdout.split()[0] == str(tmp_path / "plugin/docker"), done.stdout
+    assert ". ops/compose/buildkit.sh" in (ROOT / "ops/compose/smoke.sh").read_text()
+    recipe = (ROOT / "docs/operations.md").read_text().split("### Compose v1, no registry", 1)[1]
+    block = recipe.split("```sh", 1)[1].split("```", 1)[0]
+    assert ". ops/compose/buildkit.sh" in block
+    assert block.index(". ops/compose/buildkit.sh") < block.index("build\n"), "sourced before the build"
+    assert "GRAFANA_ADMIN_PASSWORD=" in block

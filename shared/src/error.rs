@@ -62,6 +62,9 @@ pub enum ErrorCode {
     EpochNotNext,
     /// An epoch update that is malformed or does not fit the database.
     InvalidUpdate,
+    /// An epoch update for a signed database with a page that does not carry the database
+    /// publisher's signature as changed at the update's epoch (`docs/spec/signed.md` §3).
+    UnsignedUpdate,
     /// A job delivered more than `--max-deliveries` times without an answer (dead-lettered).
     DeliveryLimit,
     /// An `Idempotency-Key` reused with a different request body.
@@ -101,7 +104,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 43] = [
+    pub const ALL: [ErrorCode; 44] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -129,6 +132,7 @@ impl ErrorCode {
         ErrorCode::AdminDisabled,
         ErrorCode::EpochNotNext,
         ErrorCode::InvalidUpdate,
+        ErrorCode::UnsignedUpdate,
         ErrorCode::DeliveryLimit,
         ErrorCode::IdempotencyKeyReused,
         ErrorCode::InvalidIdempotencyKey,
@@ -177,6 +181,7 @@ impl ErrorCode {
             ErrorCode::AdminDisabled => "admin_disabled",
             ErrorCode::EpochNotNext => "epoch_not_next",
             ErrorCode::InvalidUpdate => "invalid_update",
+            ErrorCode::UnsignedUpdate => "unsigned_update",
             ErrorCode::DeliveryLimit => "delivery_limit",
             ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
             ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
@@ -222,6 +227,8 @@ impl ErrorCode {
             ErrorCode::AdminDisabled => 403,
             ErrorCode::NotFound | ErrorCode::NoManifests => 404,
             ErrorCode::EpochNotNext => 409,
+            // Well-formed, but not what this database takes: its publisher did not sign it.
+            ErrorCode::UnsignedUpdate => 422,
             // Outside the window of epochs the party answers exactly.
             ErrorCode::EpochUnavailable => 410,
             ErrorCode::MethodNotAllowed => 405,

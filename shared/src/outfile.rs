@@ -72,6 +72,60 @@ pub fn write(path: &Path, contents: Contents, bytes: &[u8]) -> Result<(), crate:
     crate::db::write_atomically_as(path, contents, |f| io::Write::write_all(f, bytes))
 }
 
+/// A file written in full beside its path, not yet in place: [`Staged::commit`] renames it
+/// over the path; dropped uncommitted, it is removed. A command that writes two files (an
+/// update and its manifest) stages the first, writes the second, then commits: a failure of
+/// the second leaves nothing of the first.
+pub struct Staged {
+    tmp: tempfile::NamedTempFile,
+    path: std::path::PathBuf,
+    _interrupted: crate::tempfiles::Registration,
+}
+
+/// Stages `bytes` for `path` under [`mode_for`]'s rules (checked now, before anything else).
+pub fn stage(path: &Path, contents: Contents, bytes: &[u8]) -> Result<Staged, crate::db::DbError> {
+    let io = |error| crate::db::DbError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let mode = mode_for(path, contents).map_err(io)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    let interrupted = crate::tempfiles::register(tmp.path());
+    io::Write::write_all(tmp.as_file_mut(), bytes).map_err(io)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    Ok(Staged {
+        tmp,
+        path: path.to_path_buf(),
+        _interrupted: interrupted,
+    })
+}
+
+impl Staged {
+    /// Renames the staged file over its path.
+    pub fn commit(self) -> Result<(), crate::db::DbError> {
+        let path = self.path;
+        self.tmp
+            .persist(&path)
+            .map_err(|e| crate::db::DbError::Io {
+                path: path.clone(),
+                error: e.error,
+            })?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +133,23 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn a_staged_file_is_in_place_only_once_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("update.bin");
+        drop(stage(&path, Contents::Public, b"x").unwrap());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing left"
+        );
+        stage(&path, Contents::Public, b"y")
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"y");
     }
 
     #[test]

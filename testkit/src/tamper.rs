@@ -34,13 +34,17 @@ pub enum Tamper {
     /// past the list are left alone): `old ⊕ new` of the pages a lookup asks for hands the
     /// client their older, validly signed versions (a rollback, `docs/spec/signed.md` §4).
     XorEach(Vec<Vec<u8>>),
+    /// No page is altered; `/v1/info` claims this epoch window instead of the party's: a party
+    /// that pretends not to have the newest epochs, to roll a client back to an old but
+    /// genuinely signed one (`docs/spec/signed.md` §4.4).
+    ClaimWindow { oldest: u64, newest: u64 },
 }
 
 impl Tamper {
     /// XORs the delta into `page`, the `position`-th of its answer; whether a byte changed.
     fn apply(&self, position: usize, page: &mut [u8]) -> bool {
         let (offset, delta) = match self {
-            Tamper::Nothing => return false,
+            Tamper::Nothing | Tamper::ClaimWindow { .. } => return false,
             Tamper::Xor(d) => (0, d),
             Tamper::XorAt { offset, delta } => (*offset, delta),
             Tamper::XorEach(deltas) => match deltas.get(position) {
@@ -153,6 +157,11 @@ async fn relay_once(relay: &Relay, request: Request) -> anyhow::Result<Response>
     if is_json {
         let tamper = relay.tamper.lock().expect("not poisoned").clone();
         if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            if let (Tamper::ClaimWindow { oldest, newest }, "/v1/info") = (&tamper, path.as_str()) {
+                value["epoch"] = serde_json::json!({ "oldest": oldest, "newest": newest });
+                relay.tampered.fetch_add(1, Ordering::Relaxed);
+                bytes = serde_json::to_vec(&value)?;
+            }
             if let Some(pages) = value.get_mut("pages").and_then(|p| p.as_array_mut()) {
                 let mut changed = false;
                 for (position, page) in pages.iter_mut().enumerate() {

@@ -83,6 +83,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         ),
         (None, None) => None,
     };
+    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
     let manifests = match (&args.manifests, &signer) {
         (Some(path), Some(signer)) => {
             crate::manifests::check_path(path, &[&args.table, &args.records, &args.out])?;
@@ -183,8 +184,16 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let kicks = table.kicks();
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
-    let update =
+    let (update, staged) =
         super::update::write_update(&db, &pages, touched, signer.as_ref(), epoch, &args.out)?;
+    super::update::append_manifest(
+        manifests,
+        signer.as_ref(),
+        &update,
+        args.manifests.as_deref(),
+        staged,
+        &args.out,
+    )?;
     eprintln!(
         "wrote {}: epoch {epoch}, {} inserted, {} changed, {} deleted, {kicks} evictions, {} \
          pages replaced",
@@ -194,10 +203,5 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         deletes.len(),
         update.pages.len()
     );
-    super::update::append_manifest(
-        manifests,
-        signer.as_ref(),
-        &update,
-        args.manifests.as_deref(),
-    )
+    Ok(())
 }

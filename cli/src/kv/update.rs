@@ -85,6 +85,7 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             args.epoch
         );
     }
+    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
     // Checked before anything is written: a bad manifest file costs no update file.
     let manifests = match (&args.manifests, &signer) {
         (Some(path), Some(signer)) => {
@@ -159,7 +160,16 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     let kicks = table.kicks();
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
-    let written = write_update(&db, &pages, touched, signer.as_ref(), args.epoch, &args.out)?;
+    let (written, staged) =
+        write_update(&db, &pages, touched, signer.as_ref(), args.epoch, &args.out)?;
+    append_manifest(
+        manifests,
+        signer.as_ref(),
+        &written,
+        args.manifests.as_deref(),
+        staged,
+        &args.out,
+    )?;
     eprintln!(
         "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
          {kicks} evictions, {} pages replaced",
@@ -167,16 +177,12 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         args.epoch,
         written.pages.len()
     );
-    append_manifest(
-        manifests,
-        signer.as_ref(),
-        &written,
-        args.manifests.as_deref(),
-    )
+    Ok(())
 }
 
 /// Writes the pages of `touched` that differ from the database's as the update of `epoch`,
-/// signed when `signer` is given; the update, for the manifest.
+/// signed when `signer` is given, staged at `out` (see [`append_manifest`]); the update, for the
+/// manifest.
 pub fn write_update(
     db: &PirDb,
     pages: &db::PrivatePages,
@@ -184,7 +190,7 @@ pub fn write_update(
     signer: Option<&pirq_shared::signing::PageSigner>,
     epoch: u64,
     out: &std::path::Path,
-) -> anyhow::Result<EpochUpdate> {
+) -> anyhow::Result<(EpochUpdate, pirq_shared::outfile::Staged)> {
     // Pages written back to what they were (a change undone later in the file) are left out.
     let writes: Vec<PageWrite> = touched
         .into_iter()
@@ -207,20 +213,31 @@ pub fn write_update(
     } else {
         update.to_bincode()
     };
-    pirq_shared::outfile::write(out, pirq_shared::outfile::Contents::Public, &bytes)
+    // Staged: put in place by `append_manifest` once the manifest is appended, so that a
+    // failure there leaves no update file behind.
+    let staged = pirq_shared::outfile::stage(out, pirq_shared::outfile::Contents::Public, &bytes)
         .with_context(|| format!("writing {}", out.display()))?;
-    Ok(update)
+    Ok((update, staged))
 }
 
-/// Appends the update's signed manifest to the `--manifests` file, when one was given.
+/// Appends the update's signed manifest to the `--manifests` file, when one was given, then puts
+/// the staged update file in place: a failure of the first leaves neither.
 pub fn append_manifest(
     file: Option<crate::manifests::ManifestFile>,
     signer: Option<&pirq_shared::signing::PageSigner>,
     update: &EpochUpdate,
     path: Option<&std::path::Path>,
+    staged: pirq_shared::outfile::Staged,
+    out: &std::path::Path,
 ) -> anyhow::Result<()> {
-    if let (Some(file), Some(signer), Some(path)) = (file, signer, path) {
-        let manifest = file.append(signer, update)?;
+    let appended = match (file, signer) {
+        (Some(file), Some(signer)) => Some(file.append(signer, update)?),
+        _ => None,
+    };
+    staged
+        .commit()
+        .with_context(|| format!("writing {}", out.display()))?;
+    if let (Some(manifest), Some(path)) = (appended, path) {
         eprintln!(
             "appended the manifest of epoch {} ({} pages, digest {}) to {}",
             manifest.epoch,

@@ -177,10 +177,34 @@ export class Pirq {
   /** Reads both parties' `/v1/info` again (under the deadline) and checks that they serve the same database. */
   async agree(signal?: AbortSignal): Promise<DatabaseInfo> {
     return withDeadline(this.timeoutMs, signal, async (ctxA, ctxB) => {
-      this.info = await agree(this.a, this.b, ctxA, ctxB, this.verifier?.publicKey);
+      const info = await agree(this.a, this.b, ctxA, ctxB, this.verifier?.publicKey);
+      await this.checkWindows(info, ctxA, ctxB);
+      this.info = info;
       this.stale = false;
       return this.info;
     });
+  }
+
+  /**
+   * With a pinned key and a signed database, whenever the parties' info is read (at any epoch,
+   * epoch 0 included): both parties' manifests are read, and a party whose newest epoch is older
+   * than the publisher's signed manifests (or `minEpoch`) show exists is refused as stale, by
+   * name (SIGNED §4.4): otherwise one party claiming an old window pins a fresh client to it.
+   * @internal called by {@link connect} too.
+   */
+  async checkWindows(info: DatabaseInfo, ctxA: CallContext, ctxB: CallContext): Promise<void> {
+    if (!this.verifier || !info.signing) return;
+    const history = this.historyOf(info.signing.dbId);
+    await this.readManifests(history, fromHex(info.signing.dbId), ctxA, ctxB);
+    for (const [party, raw] of [[this.a, info.parties[0]], [this.b, info.parties[1]]] as const) {
+      if (raw.epoch.newest < history.newest) {
+        throw new PirqError(
+          "stale_party",
+          `says its newest epoch is ${raw.epoch.newest}, but the publisher's signatures show epoch ${history.newest} exists: a stale or rolled-back party (or one the epoch was not pushed to yet); nothing was sent`,
+          { party: `${party.name} (${party.url})` },
+        );
+      }
+    }
   }
 
   /** Page `index`, fetched privately: neither party learns `index`. */
@@ -287,7 +311,9 @@ export class Pirq {
     return withDeadline(this.timeoutMs, options.signal, async (ctxA, ctxB) => {
       const started = performance.now();
       if (this.stale) {
-        this.info = await agree(this.a, this.b, ctxA, ctxB, this.verifier?.publicKey);
+        const fresh = await agree(this.a, this.b, ctxA, ctxB, this.verifier?.publicKey);
+        await this.checkWindows(fresh, ctxA, ctxB);
+        this.info = fresh;
         this.stale = false;
       }
       const info = this.info;
@@ -626,5 +652,7 @@ export async function connect(a: string, b: string, options: ConnectOptions = {}
   if (info.signing && !verifier) {
     (warn ?? console.warn)(`pirq: the parties serve a signed database (publisher key ${info.signing.publisherKey}) but no publisherKey was given: answers are not being verified`);
   }
-  return new Pirq(partyA, partyB, info, timeoutMs, verifier, minEpoch);
+  const pirq = new Pirq(partyA, partyB, info, timeoutMs, verifier, minEpoch);
+  await withDeadline(timeoutMs, undefined, (ctxA, ctxB) => pirq.checkWindows(info, ctxA, ctxB));
+  return pirq;
 }

@@ -39,6 +39,11 @@ export type ClientErrorCode =
   | "stale_page"
   /** An answer at an epoch older than the newest signed epoch this client has seen (or `minEpoch`), SIGNED §4.4. */
   | "stale_epoch"
+  /**
+   * A party whose newest epoch is older than the publisher's signed manifests (or `minEpoch`)
+   * show exists (SIGNED §4.4): stale, or lying to roll the client back; refused before any key is sent.
+   */
+  | "stale_party"
   /** The client is pinned to a publisher key (`publisherKey`) and the parties serve an unsigned database. */
   | "not_signed"
   /** The client is pinned to a publisher key and the parties serve a database signed by another. */

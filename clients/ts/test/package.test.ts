@@ -4,8 +4,8 @@
 // imports. Then the Node example runs against two (fake) parties.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,6 +13,20 @@ import { fakePage, startFakeParty } from "./fake-party.js";
 import { toHex } from "../src/bytes.js";
 
 const packageRoot = fileURLToPath(new URL("../../", import.meta.url)); // dist/test → clients/ts
+
+test("npm test builds the Rust binaries it starts, or says which are missing and how to build them (issue 36)", () => {
+  const pkg = JSON.parse(readFileSync(join(packageRoot, "package.json"), "utf8"));
+  for (const script of ["pretest", "pretest:node", "pretest:browser"]) assert.equal(pkg.scripts[script], "node need-binaries.mjs", script);
+  const empty = mkdtempSync(join(tmpdir(), "pirq-ts-bins-"));
+  try {
+    const run = spawnSync(process.execPath, [join(packageRoot, "need-binaries.mjs")], { env: { ...process.env, PIRQ_BIN_DIR: empty }, encoding: "utf8" });
+    assert.equal(run.status, 1, run.stderr);
+    for (const bin of ["pirq", "pirq-gateway", "pirq-worker", "pirq-fake-party"]) assert.ok(run.stderr.includes(bin), run.stderr);
+    assert.match(run.stderr, /cargo build --release .*--bin pirq-fake-party/);
+  } finally {
+    rmSync(empty, { recursive: true, force: true });
+  }
+});
 
 test("npm pack in a fresh copy builds (prepack) and ships dist/src, the bundle and the examples; the tarball imports", () => {
   const dir = mkdtempSync(join(tmpdir(), "pirq-ts-pack-"));

@@ -239,6 +239,17 @@ test("answers stamped with another digest than the publisher's manifest of that 
   await assert.rejects(pirq.getPage(5), rejectsWith("bad_signature", /digest .* the publisher's manifest of that epoch says eeeeeeeeeeee/));
 });
 
+test("one party claiming an older window than the publisher's manifests show is refused as stale at connect, at epoch 0 too (issue 36)", async () => {
+  for (const claimed of [0, 1]) {
+    await assert.rejects(
+      connect(A, B, { fetch: parties(updated({ epoch: claimed }), updated()), publisherKey: V.public_key }),
+      (e: unknown) => rejectsWith("stale_party", new RegExp(`says its newest epoch is ${claimed}, .* epoch 2 exists`))(e) && (e as PirqError).party === `A (${A})`,
+    );
+  }
+  // the lying party withholds its manifests: the honest party's still show it
+  await assert.rejects(connect(A, B, { fetch: parties(updated({ epoch: 0, manifests: undefined }), updated()), publisherKey: V.public_key }), rejectsWith("stale_party"));
+});
+
 test("the freeze: parties that fall back to an older epoch than this client has seen are refused; minEpoch holds a new client", async () => {
   const a = updated();
   const b = updated();
@@ -246,13 +257,19 @@ test("the freeze: parties that fall back to an older epoch than this client has 
   await pirq.getPage(9);
   assert.equal(pirq.newestSignedEpoch, 2);
   a.epoch = b.epoch = 1; // both now claim epoch 1 is their newest: every page there is current at 1
-  await pirq.agree();
-  await assert.rejects(pirq.getPage(5), rejectsWith("stale_epoch", /epoch 1, older than epoch 2/));
-  await assert.rejects(pirq.getPage(5, { epoch: 0 }), rejectsWith("stale_epoch"));
-  // a fresh client knows nothing newer (SIGNED §4.4) unless told
-  const fresh = await connect(A, B, { fetch: parties(a, b), publisherKey: V.public_key });
-  assert.deepEqual((await fresh.getPages([9])).changedEpochs, [0]);
-  const told = await connect(A, B, { fetch: parties(a, b), publisherKey: V.public_key, minEpoch: 2 });
-  await assert.rejects(told.getPage(9), rejectsWith("stale_epoch", /\(minEpoch\)/));
+  // reading their info again, the manifest of epoch 2 shows both stale (issue 36)
+  await assert.rejects(pirq.agree(), (e: unknown) => rejectsWith("stale_party", /says its newest epoch is 1, .* epoch 2 exists/)(e) && (e as PirqError).party === `A (${A})`);
+  // and so is a lookup: before any key is sent (stale_party), or by its answer (stale_epoch)
+  const refused = (e: unknown) => e instanceof PirqError && (e.code === "stale_party" || (e.code === "stale_epoch" && /epoch [01], older than epoch 2/.test(e.message)));
+  await assert.rejects(pirq.getPage(5), refused);
+  await assert.rejects(pirq.getPage(5, { epoch: 0 }), refused);
+  // a fresh client reads the manifests at connect: refused before a key is sent (issue 36)
+  await assert.rejects(connect(A, B, { fetch: parties(a, b), publisherKey: V.public_key }), rejectsWith("stale_party"));
+  // without manifests a fresh client knows nothing newer (SIGNED §4.4) unless told
+  const bare = () => parties({ ...a, manifests: undefined }, { ...b, manifests: undefined });
+  await assert.rejects(connect(A, B, { fetch: bare(), publisherKey: V.public_key, minEpoch: 2 }), rejectsWith("stale_party", /newest epoch is 1/));
+  a.epoch = b.epoch = undefined;
+  const told = await connect(A, B, { fetch: bare(), publisherKey: V.public_key, minEpoch: 2 });
+  await assert.rejects(told.getPage(9, { epoch: 1 }), rejectsWith("stale_epoch", /\(minEpoch\)/));
   await assert.rejects(connect(A, B, { fetch: parties(a, b), minEpoch: 2 }), rejectsWith("invalid_argument", /minEpoch needs publisherKey/));
 });

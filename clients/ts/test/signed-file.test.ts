@@ -27,7 +27,7 @@ before(() => {
   const db = makePageDb(dir, PAGES, PAGE_SIZE, 3, publisher.secretFile);
   file = readFileSync(db);
   const out = join(dir, "update-1.json");
-  execFileSync(join(binDir, "pirq"), ["epoch", "make", "--db", db, "--epoch", "1", "--pages", "5", "--seed", "4", "--sign-key", publisher.secretFile, "--out", out], { stdio: "pipe" });
+  execFileSync(join(binDir, "pirq"), ["epoch", "make", "--db", db, "--epoch", "1", "--pages", "5", "--seed", "4", "--sign-key", publisher.secretFile, "--manifests", join(dir, "manifests.json"), "--out", out], { stdio: "pipe" });
   update = JSON.parse(readFileSync(out, "utf8"));
   // SIGNED §1: the secret key file is the owner's alone
   assert.equal(statSync(publisher.secretFile).mode & 0o077, 0, "secret key file 0600");

@@ -50,6 +50,16 @@ pub async fn push_epoch(
     update
         .validate(db.num_pages, db.page_size as usize)
         .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
+    // The workers' records carry the served file's signing block (as /v1/info says it).
+    let signing = state
+        .store
+        .worker_records()
+        .await?
+        .into_iter()
+        .find_map(|record| record.signing);
+    if let Some(signing) = signing {
+        check_signed(&signing, &update)?;
+    }
 
     let appended = state.store.append_epoch(&update).await?;
     if let Appended::NotNext { newest } = appended {
@@ -74,6 +84,47 @@ pub async fn push_epoch(
             pages: update.pages.len(),
         }),
     ))
+}
+
+/// A signed database takes only updates its publisher signed: every page must carry the
+/// signature of the database's block as changed at the update's epoch (what `pirq db apply`
+/// checks too). Anything else would be served as pages every verifying client refuses.
+fn check_signed(
+    signing: &pirq_shared::signing::SigningInfo,
+    update: &EpochUpdate,
+) -> Result<(), ApiError> {
+    let refuse = |why: String| {
+        ApiError::new(
+            ErrorCode::UnsignedUpdate,
+            format!(
+                "the database is signed (publisher key {}); {why}: make the update with \
+                 --sign-key and the database's publisher secret key",
+                signing.publisher_key
+            ),
+        )
+    };
+    let block = signing
+        .block()
+        .map_err(|e| refuse(format!("its signing block cannot check updates: {e}")))?;
+    for w in &update.pages {
+        match block.verify_page(w.index, &w.page) {
+            Ok(changed) if changed == update.epoch => {}
+            Ok(changed) => {
+                return Err(refuse(format!(
+                    "page {} of the update for epoch {} is signed as changed at epoch {changed}",
+                    w.index, update.epoch
+                )))
+            }
+            Err(_) => {
+                return Err(refuse(format!(
+                    "page {} of the update for epoch {} does not carry the publisher's \
+                     signature",
+                    w.index, update.epoch
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// 403 when the gateway has no admin token (an empty one counts as none), 401 unless

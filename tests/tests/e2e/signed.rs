@@ -206,7 +206,48 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
         "-",
     ]);
     assert_eq!(stdout.len(), 2 * usable);
-    assert_eq!(stderr.matches("not being verified").count(), 1, "{stderr}");
+    // Issue 36, item 8: without a key, verified against the key both parties advertise (and
+    // said once); a tampered answer is refused as with a pinned key; --no-verify opts out,
+    // loudly.
+    assert_eq!(
+        stderr
+            .matches("verified against the publisher key both parties advertise")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    proxy.set(tampers[0].clone());
+    let unpinned = |extra: &[&str]| {
+        let mut args = vec![
+            "query",
+            "--party-a",
+            &proxy.url,
+            "--party-b",
+            &b.url,
+            "--poll",
+            "--index",
+            "42",
+            "--out",
+            "-",
+        ];
+        args.extend_from_slice(extra);
+        pirq(&args)
+    };
+    let out = unpinned(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains("failed the publisher's signature"),
+        "{stderr}"
+    );
+    let out = unpinned(&["--no-verify"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--no-verify") && stderr.contains("NOT"),
+        "{stderr}"
+    );
+    proxy.set(Tamper::Nothing);
 
     // A key-value table, signed: `pirq get` through the tampering proxy.
     let table = signed_kv_table(d, &secret);
@@ -452,6 +493,44 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         "--manifests",
         arg(&manifests),
     ]);
+    // Issue 36, item 9: an unsigned update for the signed database is refused at the admin
+    // route (422 unsigned_update), through the library and `pirq epoch push`; nothing applied.
+    let unsigned = d.join("unsigned-e1.bin");
+    pirq_ok(&[
+        "epoch",
+        "make",
+        "--db",
+        arg(&base),
+        "--epoch",
+        "1",
+        "--pages",
+        "2",
+        "--out",
+        arg(&unsigned),
+    ]);
+    let parsed = EpochUpdate::parse_file(&std::fs::read(&unsigned).unwrap()).unwrap();
+    match pirq_client::Party::new(reqwest::Client::new(), &a.url)
+        .push_epoch(ADMIN_TOKEN, &parsed)
+        .await
+    {
+        Err(ClientError::Api { status, error, .. }) => {
+            assert_eq!((status, error.code.as_str()), (422, "unsigned_update"));
+            assert!(error.message.contains("--sign-key"), "{}", error.message);
+        }
+        other => panic!("an unsigned update pushed to a signed database: {other:?}"),
+    }
+    let Ran { stderr, .. } = pirq_fails(&[
+        "epoch",
+        "push",
+        "--party",
+        &b.url,
+        "--token",
+        ADMIN_TOKEN,
+        "--from",
+        arg(&unsigned),
+    ]);
+    assert!(stderr.contains("unsigned_update"), "{stderr}");
+    assert_eq!(a.info().await["epoch"]["newest"], 0);
     push([&a, &b], &e1).await;
     let snapshot = d.join("e1.pirdb");
     pirq_ok(&[
@@ -526,6 +605,45 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
     proxy.set(Tamper::Nothing);
     phase("rolled-back page refused");
 
+    // Issue 36, item 3: party A claims the window 0..=0 while both serve epoch 1 and the
+    // manifest of epoch 1: a fresh client, pinned or verifying by default, refuses party A as
+    // stale instead of reading epoch 0 (a deleted key shown present, an old value).
+    proxy.set(Tamper::ClaimWindow {
+        oldest: 0,
+        newest: 0,
+    });
+    for pinned in [Some(key), None] {
+        match client(&proxy.url, &b.url, pinned).fetch(&[alpha]).await {
+            Err(ClientError::StaleParty {
+                party,
+                claims: 0,
+                signed: 1,
+            }) => assert!(party.contains(&proxy.url), "{party}"),
+            other => panic!("a party claiming epoch 0..=0: {other:?}"),
+        }
+    }
+    let Ran { stdout, stderr } = pirq_fails(&[
+        "query",
+        "--party-a",
+        &proxy.url,
+        "--party-b",
+        &b.url,
+        "--poll",
+        "--publisher-key",
+        arg(&public),
+        "--index",
+        &alpha.to_string(),
+        "--out",
+        "-",
+    ]);
+    assert!(stdout.is_empty(), "printed a page of epoch 0");
+    assert!(
+        stderr.contains("says its newest epoch is 0") && stderr.contains(&proxy.url),
+        "{stderr}"
+    );
+    proxy.set(Tamper::Nothing);
+    phase("a party claiming an old window refused");
+
     // Both parties withhold the manifests: a fresh client cannot show that a page last changed
     // at epoch 0 is current at epoch 1, and refuses it; one changed at epoch 1 is fine.
     let aside = d.join("aside.json");
@@ -534,10 +652,15 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
     let pages = fresh.fetch(&[alpha]).await.unwrap();
     assert_eq!(pages.pages[0].as_slice(), new_page);
     match fresh.fetch(&[unchanged]).await {
-        Err(ClientError::Forged { detail, .. }) => assert!(
-            detail.contains("neither party serves the publisher's manifest of epoch 1"),
-            "{detail}"
-        ),
+        // Issue 36, item 9: said as it is, not blamed on an altered answer.
+        Err(e @ ClientError::MissingManifest { epoch: 1, .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("do not serve the publisher's manifest of epoch 1")
+                    && !text.contains("altered"),
+                "{text}"
+            )
+        }
         other => panic!("page {unchanged} without manifests: {other:?}"),
     }
     std::fs::remove_file(&aside).unwrap();
