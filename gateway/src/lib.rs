@@ -17,6 +17,8 @@
 //!   query and how fast (`--query-tokens`, `--token-rate`, `--ip-rate`).
 //! - [`server`]: the accept loop, its caps and timeouts; [`tls`]: `--tls-cert`, rotation on
 //!   SIGHUP; [`reload`]: what SIGHUP re-reads (the certificate, the query tokens).
+//! - [`startup`]: the whole gateway as one call, [`serve`]: its start-up steps in order, the
+//!   listeners and the drain; `main` parses the flags and hands it the shutdown signal.
 //! - [`metrics`]: the Prometheus recorder and request metrics; [`queue_metrics`]: the
 //!   `pirq_queue_*` gauges sampled from Redis.
 
@@ -38,10 +40,12 @@ pub mod retention;
 pub mod routes;
 pub mod server;
 pub mod shards;
+pub mod startup;
 pub mod state;
 pub mod tls;
 pub mod waiters;
 
 pub use config::Config;
 pub use routes::{router, router_for, Route, Routes};
+pub use startup::serve;
 pub use state::AppState;

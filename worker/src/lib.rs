@@ -2,6 +2,8 @@
 //!
 //! The scanners (the [`pirq_scan::Scanner`] boundary and its backends) live in `pirq-scan`; the
 //! scheduling loop here ([`schedule`]) feeds their rotating scan from Redis and never knows which backend runs.
+//! [`run`] ([`startup`]) is the whole worker as one call: `main` parses the flags and hands it
+//! the shutdown signal.
 
 pub mod backend;
 pub mod config;
@@ -12,4 +14,7 @@ pub mod metrics_export;
 pub mod reclaim;
 pub mod schedule;
 pub mod serve;
+pub mod startup;
 pub mod verify;
+
+pub use startup::run;

@@ -491,3 +491,53 @@ async fn soak_keeps_redis_memory_flat() {
         "redis memory grew from {first} B to {last} B"
     );
 }
+
+/// The gateway as a library: `pirq_gateway::serve` started in this process (as `main` starts it,
+/// with flags parsed by the same `Config`) answers `/healthz`, and returns `Ok` once the shutdown
+/// future its caller handed in completes, its port then closed.
+#[tokio::test]
+async fn gateway_started_in_process_stops_through_its_shutdown_handle() {
+    use clap::Parser;
+    let redis = pirq_e2e::Redis::start().await.unwrap();
+    let port = pirq_e2e::free_port();
+    let config = pirq_gateway::Config::parse_from([
+        "pirq-gateway",
+        "--redis",
+        &redis.url(),
+        "--prefix",
+        "in-process",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gateway = tokio::spawn(pirq_gateway::serve(config, async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let mut status = None;
+    for _ in 0..200 {
+        if let Ok(response) = http.get(&url).send().await {
+            status = Some(response.status().as_u16());
+            break;
+        }
+        assert!(!gateway.is_finished(), "serve returned before its shutdown");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, Some(200), "the in-process gateway answers /healthz");
+    assert!(
+        !gateway.is_finished(),
+        "serve runs until its shutdown completes"
+    );
+
+    stop.send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(60), gateway)
+        .await
+        .expect("serve returns once its shutdown completed")
+        .unwrap();
+    result.unwrap();
+    assert!(
+        http.get(&url).send().await.is_err(),
+        "the port is closed once serve returned"
+    );
+}
