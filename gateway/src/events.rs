@@ -1,16 +1,16 @@
 //! The gateway's one Redis pub/sub connection, fanned out to every waiting request.
 //!
-//! Workers publish a [`StatusEvent`] (`"<id> <status>"`, `SPUBLISH`: sharded pub/sub, see
-//! `pirq_queue::events`) on the channel of the query's partition
-//! (`{P}:done`, `{P:p}:done`) whenever a query changes status. A single
-//! task per gateway stays subscribed to every partition's channel and wakes the waiters registered for the
-//! id; requests never open their own subscription.
+//! Workers publish status events (`SPUBLISH`: sharded pub/sub, see `pirq_queue::events`) on the
+//! channel of the query's partition (`{P}:done`, `{P:p}:done`): one message carries frames for
+//! several queries (`pirq_queue::record::frames`), a final frame the whole final record, answers
+//! included. A single task per gateway stays subscribed to every partition's channel and wakes
+//! the waiters registered for an id; requests never open their own subscription. A frame is
+//! decoded only when somebody here waits for its id (most frames are for other gateways'
+//! clients).
 //!
-//! A wake-up carries the status the event announced, so a waiter that only reports progress
-//! (`running`) need not read the record again; a final status, or a wake-up after a reconnect
-//! (which carries none), is read from Redis. A waiter that hands the answer over at once may
-//! read a record announced final together with marking it fetched (one round trip), which it
-//! must not do for a record it does not know to be final.
+//! A wake-up carries what the event said: progress (`running`), which needs no read, or the
+//! final record, which the waiter hands over without reading Redis. A wake-up after a
+//! reconnect, or from the re-read timer, carries nothing and the waiter reads the record.
 //!
 //! No lost wake-up: a waiter calls [`Events::subscribe`] *before* it reads the query's status
 //! from Redis. The channel subscription itself is long established, so any change published
@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use pirq_queue::{RedisTarget, RequestId, StatusEvent};
+use pirq_queue::record::{self, Notice};
+use pirq_queue::{QueryRecord, RedisTarget, RequestId};
 use pirq_shared::layout::Layout;
 use pirq_shared::wire::QueryStatus;
 use tokio::sync::watch;
@@ -35,14 +36,23 @@ pub struct Events {
 
 struct Hub {
     /// Per request id: the last notification; every send wakes the receivers.
-    waiters: Mutex<HashMap<RequestId, watch::Sender<Option<QueryStatus>>>>,
+    waiters: Mutex<HashMap<RequestId, watch::Sender<Option<Notice>>>>,
     connected: AtomicBool,
 }
 
 impl Hub {
-    fn notify(&self, event: &StatusEvent) {
-        if let Some(tx) = self.waiters.lock().unwrap().get(&event.id) {
-            tx.send_replace(Some(event.status));
+    /// Passes each frame of a message to the waiters of its id, if there are any.
+    fn notify(&self, payload: &[u8]) {
+        let waiters = self.waiters.lock().unwrap();
+        if waiters.is_empty() {
+            return;
+        }
+        for (id, frame) in record::frames(payload) {
+            if let Some(tx) = waiters.get(&id) {
+                if let Some(notice) = Notice::decode(&id, frame) {
+                    tx.send_replace(Some(notice));
+                }
+            }
         }
     }
 
@@ -58,17 +68,16 @@ impl Hub {
 pub struct Subscription {
     hub: Arc<Hub>,
     id: RequestId,
-    rx: watch::Receiver<Option<QueryStatus>>,
+    rx: watch::Receiver<Option<Notice>>,
 }
 
 /// What a wake-up asks of a waiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Wake {
     /// The query moved on but is not final (`running`): the event says all there is to say.
     Progress(QueryStatus),
-    /// The query is final (the event announced `done` or `failed`): read the record, which a
-    /// worker wrote before announcing it, and which is known final before it is read.
-    Final,
+    /// The query is final: its record, as the event carried it.
+    Final(Arc<QueryRecord>),
     /// Read the record: events may have been missed (a reconnect, or no event at all when a
     /// waiter's timer ran out).
     Read,
@@ -82,9 +91,9 @@ impl Subscription {
             // The sender is never dropped while a receiver is registered; be safe anyway.
             std::future::pending::<()>().await
         }
-        match *self.rx.borrow_and_update() {
-            Some(status) if status.is_final() => Wake::Final,
-            Some(status) => Wake::Progress(status),
+        match &*self.rx.borrow_and_update() {
+            Some(Notice::Final(record)) => Wake::Final(record.clone()),
+            Some(Notice::Progress(status)) => Wake::Progress(*status),
             None => Wake::Read,
         }
     }
@@ -153,8 +162,8 @@ async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>) {
                 // Anything published while we were away was missed: everyone reads again.
                 hub.notify_all();
                 let mut events = std::pin::pin!(events);
-                while let Some(event) = events.next().await {
-                    hub.notify(&event);
+                while let Some(payload) = events.next().await {
+                    hub.notify(&payload);
                 }
                 hub.connected.store(false, Ordering::Relaxed);
                 metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(0.0);

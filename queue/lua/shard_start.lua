@@ -1,42 +1,45 @@
 -- shard_start.lua: a shard's worker starts a window of jobs of a sharded party.
 --
--- For every job it (1) marks the query running (announced once, as MARK_RUNNING does for an
--- unsharded party), (2) stamps the record with the party's shard count S unless a partial is
--- already in (the first shard to start a job fixes S; a job queued before the party was re-split
--- takes the new S while nothing is combined yet), and (3) pins the epoch every shard answers at:
--- the first shard to start fixes it (HSETNX), so partials of different epochs can never be XORed
--- together, even when an update lands between two shards' passes.
+-- For every job it (1) announces the query running once, the first time any shard starts it,
+-- when its client follows events, (2) stamps the combine state with the party's shard count S
+-- unless a partial is already in (the first shard to start a job fixes S; a job queued before
+-- the party was re-split takes the new S while nothing is combined yet), and (3) pins the epoch
+-- every shard answers at: the first shard to start fixes it (HSETNX), so partials of different
+-- epochs can never be XORed together, even when an update lands between two shards' passes.
+-- The combine state {Pp}:sh:<id> is a hash that lives as long as a pending query may.
 --
--- KEYS[i]: the query record {P}:q:<id> of job i.
+-- KEYS[2i-1]: the query record {Pp}:q:<id> of job i; KEYS[2i]: its combine state {Pp}:sh:<id>.
 -- ARGV[1]: the events channel of the records' partition ({Pp}:done); ARGV[2]: this worker's S;
--- ARGV[2 + 2i - 1]: job i's request id; ARGV[2 + 2i]: the epoch this worker proposes (the job's
--- pinned epoch, or this worker's newest).
--- Returns, per job: the epoch to answer at (>= 0), -1 record gone (expired: nobody waits),
--- -2 already final (done or failed), -3 the record holds partials of another shard count.
+-- ARGV[3]: seconds the combine state lives;
+-- ARGV[1 + 3i]: job i's request id; ARGV[2 + 3i]: the epoch this worker proposes (the job's
+-- pinned epoch, or this worker's newest); ARGV[3 + 3i]: '1' when its client follows events.
+-- Returns, per job: the epoch to answer at (>= 0), -2 already final (done or failed), -3 the
+-- state holds partials of another shard count.
 local out = {}
-for i, key in ipairs(KEYS) do
-  local id, proposed = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
-  local status = redis.call('HGET', key, 'status')
-  if not status then
-    out[i] = -1
-  elseif status == 'done' or status == 'failed' then
+for i = 1, #KEYS / 2 do
+  local record, state = KEYS[2 * i - 1], KEYS[2 * i]
+  local id, proposed, follows = ARGV[1 + 3 * i], ARGV[2 + 3 * i], ARGV[3 + 3 * i]
+  local head = redis.call('GETRANGE', record, 0, 4)
+  if head == 'done ' or head == 'faile' then
     out[i] = -2
   else
-    if status == 'queued' then
-      redis.call('HSET', key, 'status', 'running')
-      redis.call('SPUBLISH', ARGV[1], id .. ' running')
+    if redis.call('HSETNX', state, 'started', '1') == 1 then
+      redis.call('EXPIRE', state, ARGV[3])
+      if follows == '1' then
+        redis.call('SPUBLISH', ARGV[1], id .. ' 7\nrunning')
+      end
     end
-    local shards = redis.call('HGET', key, 'shards')
-    local parts = tonumber(redis.call('HGET', key, 'parts') or '0')
+    local shards = redis.call('HGET', state, 'shards')
+    local parts = tonumber(redis.call('HGET', state, 'parts') or '0')
     if shards ~= ARGV[2] and parts == 0 then
-      redis.call('HSET', key, 'shards', ARGV[2])
+      redis.call('HSET', state, 'shards', ARGV[2])
       shards = ARGV[2]
     end
     if shards ~= ARGV[2] then
       out[i] = -3
     else
-      redis.call('HSETNX', key, 'epoch', proposed)
-      out[i] = tonumber(redis.call('HGET', key, 'epoch'))
+      redis.call('HSETNX', state, 'epoch', proposed)
+      out[i] = tonumber(redis.call('HGET', state, 'epoch'))
     end
   end
 end

@@ -11,14 +11,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use pirq_shared::layout::{job_field, query_field as qf, shard_group, Layout, PartitionKeys};
+use pirq_shared::layout::{job_field, shard_group, Layout, PartitionKeys};
 use pirq_shared::metrics as m;
 use pirq_shared::shard::ShardSpec;
-use pirq_shared::wire::{ErrorBody, Job, QueryStatus, WireError};
+use pirq_shared::wire::{ErrorBody, Job, QueryStatus, Reply, WireError};
 use redis::Value;
 
 use crate::connect::{Conn, Settings};
-use crate::record::{DoneFields, Pages, StatusEvent};
+use crate::record::{self, DoneFields, Frames, Pages, Written};
 use crate::reply::{self, Fields};
 use crate::{one_slot, probe, scripts, Connection, QueueError, RedisTarget, RequestId};
 
@@ -76,12 +76,15 @@ pub enum Outcome {
         accepted_ms: u64,
         /// Digest of the database at `epoch` (SPEC §2.1), stamped on the result.
         digest: Option<pirq_shared::digest::Digest>,
+        /// Where the answer goes (the job's).
+        reply: Reply,
     },
     Failed {
         entry_id: EntryId,
         request_id: RequestId,
         error: ErrorBody,
         worker: Duration,
+        reply: Reply,
     },
     /// Not a job at all: acknowledge and delete, nobody waits for it.
     Discard { entry_id: EntryId },
@@ -98,6 +101,8 @@ pub enum Outcome {
         request_id: Option<RequestId>,
         error: ErrorBody,
         deliveries: u64,
+        /// The job's, when it could be read (else the failure is kept `--result-ttl`).
+        reply: Reply,
     },
 }
 
@@ -147,11 +152,28 @@ impl Default for Policy {
     }
 }
 
-/// Outcomes per `MULTI` block when a window's outcomes are written ([`Consumer::finish`]):
-/// small enough that the first answers are announced while Redis still reads the rest, large
-/// enough that the `MULTI`/`EXEC` and acknowledgement commands stay a small share (16 answers of
+/// Outcomes per block when a window's outcomes are written ([`Consumer::finish`]): small enough
+/// that the first answers are announced while Redis still reads the rest, large enough that a
+/// block's one `SPUBLISH`, `XACK` and `XDEL` stay a small share of its commands (16 answers of
 /// 4 KiB are 64 KiB, a few reads of Redis' 16 KiB input buffer).
 pub const FINISH_BLOCK: usize = 16;
+
+/// How long the final record of a query whose client a gateway holds (`Prefer: wait`) is kept
+/// when it is written well before the gateway's deadline: the answer reaches that gateway in
+/// the completion event, and the record is only a net for an event the gateway missed (its
+/// subscription reconnecting), which its waiters read again within [`HELD_KEEP`] (they re-read
+/// every 2 s and at once after a reconnect). Kept for `--result-ttl` like any other result it
+/// would count against Redis' memory for minutes, for nobody.
+pub const HELD_KEEP: Duration = Duration::from_secs(5);
+
+/// A job finished less than this before its gateway's deadline is kept for `--result-ttl`: the
+/// gateway may have given up waiting (its clock and the worker's differ by a little; it answers
+/// 202 at the deadline), and its client then polls for the record.
+pub const HELD_SLACK: Duration = Duration::from_secs(2);
+
+/// Seconds a sharded query's combine state lives at most (as long as a `queued` record does by
+/// default, `--pending-ttl`): every shard's partial must be in by then.
+const SHARD_STATE_TTL: u64 = 3600;
 
 /// The floor of the derived claim-idle time.
 pub const MIN_AUTO_CLAIM_IDLE: Duration = Duration::from_secs(5);
@@ -191,7 +213,7 @@ pub(crate) fn connection_settings(block: Duration) -> Settings {
 pub enum ShardStart {
     /// Answer at this epoch (every shard answers the job at the same one).
     At(u64),
-    /// Nothing to answer: the query is final already, or its record expired.
+    /// Nothing to answer: the query is final already.
     Settled,
     /// The query holds partials of another shard count (the party was re-split meanwhile).
     OtherShardCount,
@@ -665,26 +687,24 @@ impl Consumer {
         self.inflight.lock().unwrap().len()
     }
 
-    /// Marks the queries of a window `running` and announces it: one script run per partition
-    /// the window's queries live in (a script touches one slot), all sent at once.
+    /// Announces that the queries of a window are `running` (for clients that follow a query's
+    /// events; nothing is written): one `SPUBLISH` of frames per partition the queries live in,
+    /// all sent at once.
     pub async fn mark_running(&self, request_ids: &[RequestId]) -> Result<(), QueueError> {
-        let runs = self
+        let sends = self
             .by_partition(request_ids, |id| id)
             .into_iter()
             .map(|(partition, ids)| {
-                let keys = self.keys(partition);
-                let mut inv = scripts::MARK_RUNNING.script().prepare_invoke();
-                for id in &ids {
-                    inv.key(keys.query(id.as_str()));
+                let mut frames = Frames::default();
+                for id in ids {
+                    frames.push(*id, Written::progress(QueryStatus::Running));
                 }
-                inv.arg(keys.events());
-                for id in &ids {
-                    inv.arg(*id);
-                }
+                let mut cmd = redis::cmd("SPUBLISH");
+                cmd.arg(self.keys(partition).events()).arg(&frames);
                 let mut conn = self.writer.clone();
-                async move { inv.invoke_async::<()>(&mut conn).await }
+                async move { cmd.query_async::<()>(&mut conn).await }
             });
-        futures::future::try_join_all(runs).await?;
+        futures::future::try_join_all(sends).await?;
         Ok(())
     }
 
@@ -716,25 +736,30 @@ impl Consumer {
         groups.into_iter().collect()
     }
 
-    /// Sharded parties: marks a window's queries running, fixes their shard count and pins the
-    /// epoch every shard answers them at (`queue/lua/shard_start.lua`). `jobs`: (request id, the
-    /// epoch this worker would answer at).
+    /// Sharded parties: announces a window's queries running (the first shard to start each,
+    /// for clients that follow events), fixes their shard count and pins the epoch every shard
+    /// answers them at (`queue/lua/shard_start.lua`). `jobs`: (request id, the epoch this worker
+    /// would answer at, whether the query's client follows its events).
     pub async fn start_shard_window(
         &self,
-        jobs: &[(RequestId, u64)],
+        jobs: &[(RequestId, u64, bool)],
     ) -> Result<Vec<ShardStart>, QueueError> {
         let mut starts = vec![ShardStart::Settled; jobs.len()];
         // One script run per partition (a script touches one slot), all sent at once.
-        let groups = self.indexed_by_partition(jobs, |(id, _)| id);
+        let groups = self.indexed_by_partition(jobs, |(id, _, _)| id);
         let runs = groups.iter().map(|(partition, group)| {
             let keys = self.keys(*partition);
             let mut inv = scripts::SHARD_START.script().prepare_invoke();
             for (_, id) in group {
                 inv.key(keys.query(id.as_str()));
+                inv.key(keys.shard_state(id.as_str()));
             }
-            inv.arg(keys.events()).arg(self.shard.count);
+            inv.arg(keys.events())
+                .arg(self.shard.count)
+                .arg(SHARD_STATE_TTL.max(self.result_ttl));
             for (i, id) in group {
-                inv.arg(*id).arg(jobs[*i].1);
+                let (_, epoch, follows) = jobs[*i];
+                inv.arg(*id).arg(epoch).arg(if follows { "1" } else { "0" });
             }
             let mut conn = self.writer.clone();
             async move { inv.invoke_async::<Vec<i64>>(&mut conn).await }
@@ -752,6 +777,19 @@ impl Consumer {
         Ok(starts)
     }
 
+    /// How long the final record of a job with `reply` is kept, in milliseconds: briefly when
+    /// its gateway holds the client's request and will hand the answer over from the event
+    /// ([`HELD_KEEP`]), else `--result-ttl`.
+    fn keep_ms(&self, reply: &Reply) -> u64 {
+        let full = self.result_ttl * 1000;
+        match reply.held_until_ms {
+            Some(until) if record::unix_ms() + (HELD_SLACK.as_millis() as u64) < until => {
+                (HELD_KEEP.as_millis() as u64).min(full)
+            }
+            _ => full,
+        }
+    }
+
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
     /// entries (and hands back the ones to retry). A shard of a sharded party writes its
     /// answers as partials through the combine script, which acknowledges them itself and
@@ -761,24 +799,19 @@ impl Consumer {
     /// One pipeline (one round trip) per partition the outcomes belong to, all sent at once:
     /// each partition's keys and status channel sit in one hash slot, so on a Redis Cluster each
     /// pipeline goes to the node serving it ([`Consumer::finish_pipelines`]). Each pipeline is
-    /// cut into `MULTI` blocks of [`FINISH_BLOCK`] outcomes: each result lands together with its
-    /// acknowledgement, and Redis announces a block's results as soon as it has run it. One
-    /// `MULTI` over a whole window held every announcement back until the last page of the
-    /// window had been read and written (a window of 128 4 KiB answers is over half a MiB), so
-    /// the first clients heard of their answers only when the last ones did.
+    /// cut into blocks of [`FINISH_BLOCK`] outcomes: a block is each answer's `SET`, then one
+    /// `SPUBLISH` carrying the block's records, then one `XACK` and one `XDEL` of its entries;
+    /// Redis announces a block's results as soon as it has run it. No `MULTI`: Redis runs a
+    /// connection's commands in order, so an entry is never acknowledged before its result is
+    /// written; a worker that dies half-way leaves results written and entries unacknowledged,
+    /// which are delivered again and written again with the same bytes.
     pub async fn finish(&self, outcomes: &[Outcome]) -> Result<(), QueueError> {
         if outcomes.is_empty() {
             return Ok(());
         }
         let sends = self.finish_pipelines(outcomes).into_iter().map(|pipe| {
             let mut conn = self.writer.clone();
-            async move {
-                let blocks: Vec<redis::Value> = one_slot::send(&pipe, &mut conn).await?;
-                for block in blocks {
-                    reply::check_exec(block)?;
-                }
-                Ok::<(), QueueError>(())
-            }
+            async move { one_slot::send::<()>(&pipe, &mut conn).await }
         });
         futures::future::try_join_all(sends).await?;
         self.forget(outcomes.iter().map(Outcome::entry_id));
@@ -786,7 +819,7 @@ impl Consumer {
     }
 
     /// The pipelines of [`Consumer::finish`]: one per partition among `outcomes` (ascending),
-    /// each of `MULTI` blocks of at most [`FINISH_BLOCK`] outcomes, in the order given.
+    /// each of blocks of at most [`FINISH_BLOCK`] outcomes, in the order given.
     fn finish_pipelines(&self, outcomes: &[Outcome]) -> Vec<redis::Pipeline> {
         let mut ordered: Vec<&Outcome> = outcomes.iter().collect();
         ordered.sort_by_key(|o| o.entry_id().partition);
@@ -795,22 +828,21 @@ impl Consumer {
             .map(|partition| {
                 let mut pipe = redis::pipe();
                 for block in partition.chunks(FINISH_BLOCK) {
-                    pipe.cmd("MULTI").ignore();
                     self.finish_block(&mut pipe, block);
-                    pipe.cmd("EXEC");
                 }
                 pipe
             })
             .collect()
     }
 
-    /// The commands of one `MULTI` block of [`Consumer::finish`].
+    /// The commands of one block of [`Consumer::finish`].
     fn finish_block(&self, pipe: &mut redis::Pipeline, outcomes: &[&Outcome]) {
         let Some(first) = outcomes.first() else {
             return;
         };
         let keys = self.keys(first.entry_id().partition);
         let events = keys.events();
+        let mut frames = Frames::default();
         let mut acked: Vec<&str> = Vec::new();
         for outcome in outcomes.iter().copied() {
             match outcome {
@@ -823,42 +855,39 @@ impl Consumer {
                     scan,
                     worker,
                     digest,
+                    reply,
                     ..
                 } => {
+                    let idem = reply.idempotency_key.as_deref();
                     if self.shard.is_whole() {
-                        let key = keys.query(request_id.as_str());
                         let done = DoneFields {
                             epoch: *epoch,
                             page_size: *page_size,
                             pages,
                             scan: *scan,
                             worker: *worker,
+                            digest: *digest,
                         };
-                        let hset = pipe.cmd("HSET").arg(&key).arg(done);
-                        if let Some(digest) = digest {
-                            hset.arg(qf::DIGEST).arg(digest.to_hex());
-                        }
-                        hset.ignore();
-                        pipe.cmd("EXPIRE").arg(&key).arg(self.result_ttl).ignore();
-                        let event = StatusEvent {
-                            id: *request_id,
-                            status: QueryStatus::Done,
-                        };
-                        pipe.cmd("SPUBLISH")
-                            .arg(&events)
-                            .arg(event.encode())
+                        let record = Written::done(&done, idem);
+                        pipe.cmd("SET")
+                            .arg(keys.query(request_id.as_str()))
+                            .arg(&record)
+                            .arg("PX")
+                            .arg(self.keep_ms(reply))
                             .ignore();
+                        frames.push(*request_id, record);
                         acked.push(&entry_id.id);
                     } else {
                         // A shard's partial: the script XORs it in and acknowledges the entry.
                         // Every shard stamps the digest of the database it answered from (the
                         // whole database's); the script fails the query if two shards differ.
                         scripts::SHARD_COMBINE
-                            .eval(pipe, 4)
+                            .eval(pipe, 5)
                             .arg(keys.query(request_id.as_str()))
                             .arg(keys.partial_sum(request_id.as_str()))
                             .arg(keys.partial_in(request_id.as_str(), self.shard.index))
                             .arg(keys.jobs())
+                            .arg(keys.shard_state(request_id.as_str()))
                             .arg(self.shard.index)
                             .arg(self.shard.count)
                             .arg(pages)
@@ -866,12 +895,13 @@ impl Consumer {
                             .arg(*page_size)
                             .arg(scan.as_micros() as u64)
                             .arg(worker.as_micros() as u64)
-                            .arg(self.result_ttl)
+                            .arg(self.keep_ms(reply))
                             .arg(&entry_id.id)
                             .arg(&self.group)
                             .arg(&events)
                             .arg(request_id)
                             .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
+                            .arg(idem.unwrap_or("-"))
                             .ignore();
                     }
                 }
@@ -880,8 +910,9 @@ impl Consumer {
                     request_id,
                     error,
                     worker,
+                    reply,
                 } => {
-                    self.fail_cmds(pipe, keys, request_id, error, *worker);
+                    self.fail_cmds(pipe, keys, request_id, error, *worker, reply);
                     acked.push(&entry_id.id);
                 }
                 Outcome::Discard { entry_id } | Outcome::Settled { entry_id } => {
@@ -896,6 +927,7 @@ impl Consumer {
                     request_id,
                     error,
                     deliveries,
+                    reply,
                 } => {
                     scripts::DEAD_LETTER
                         .eval(pipe, 2)
@@ -909,11 +941,14 @@ impl Consumer {
                         .arg(&self.consumer)
                         .ignore();
                     if let Some(request_id) = request_id {
-                        self.fail_cmds(pipe, keys, request_id, error, Duration::ZERO);
+                        self.fail_cmds(pipe, keys, request_id, error, Duration::ZERO, reply);
                     }
                     acked.push(&entry_id.id);
                 }
             }
+        }
+        if !frames.is_empty() {
+            pipe.cmd("SPUBLISH").arg(&events).arg(&frames).ignore();
         }
         if !acked.is_empty() {
             if self.uses_xackdel() && self.shard.is_whole() {
@@ -935,6 +970,7 @@ impl Consumer {
         }
     }
 
+    /// A failure: written and announced by `fail.lua` unless the query is done already.
     fn fail_cmds(
         &self,
         pipe: &mut redis::Pipeline,
@@ -942,23 +978,19 @@ impl Consumer {
         request_id: &RequestId,
         error: &ErrorBody,
         worker: Duration,
+        reply: &Reply,
     ) {
         scripts::FAIL
             .eval(pipe, 1)
             .arg(keys.query(request_id.as_str()))
-            .arg(&error.code)
-            .arg(&error.message)
-            .arg(worker.as_micros() as u64)
-            .arg(error.key_index.map(|i| i.to_string()).unwrap_or_default())
-            .arg(self.result_ttl)
-            .ignore();
-        let event = StatusEvent {
-            id: *request_id,
-            status: QueryStatus::Failed,
-        };
-        pipe.cmd("SPUBLISH")
+            .arg(record::failed(
+                error,
+                worker,
+                reply.idempotency_key.as_deref(),
+            ))
+            .arg(self.keep_ms(reply))
             .arg(keys.events())
-            .arg(event.encode())
+            .arg(request_id)
             .ignore();
     }
 }
@@ -1083,18 +1115,24 @@ mod one_slot_tests {
                         worker: Duration::from_millis(2),
                         accepted_ms: 0,
                         digest: None,
+                        reply: Reply::default(),
                     },
                     2 => Outcome::Failed {
                         entry_id,
                         request_id,
                         error,
                         worker: Duration::ZERO,
+                        reply: Reply {
+                            held_until_ms: Some(u64::MAX),
+                            idempotency_key: Some("k".into()),
+                        },
                     },
                     3 => Outcome::DeadLetter {
                         entry_id,
                         request_id: Some(request_id),
                         error,
                         deliveries: 3,
+                        reply: Reply::default(),
                     },
                     _ => Outcome::Retry {
                         entry_id,

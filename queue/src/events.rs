@@ -1,7 +1,9 @@
 //! The status events as a gateway hears them: one pub/sub subscription to every partition's
 //! channel (`{P}:done`, `{P:1}:done`, …: each partition's workers announce on the channel under
 //! its hash tag, so that a cluster client sends the announcement with the result), each
-//! message parsed into a [`StatusEvent`] (messages that are not one are skipped).
+//! message's payload passed on as it came: its frames (`record::frames`) name the queries it
+//! announces, and a gateway decodes only the frames of queries it waits for (a message carries
+//! the answers of a whole finished block, most of them for other gateways' clients).
 //!
 //! The events are sharded pub/sub: workers `SPUBLISH`, the gateway `SSUBSCRIBE`s. On a Redis
 //! Cluster a classic `PUBLISH` is broadcast over the cluster bus to every node, so each event
@@ -30,7 +32,7 @@ use redis::cluster::ClusterConfig;
 use redis::{PushInfo, PushKind, Value};
 
 use crate::connect::Kind;
-use crate::{QueueError, RedisTarget, StatusEvent};
+use crate::{QueueError, RedisTarget};
 
 /// How long subscribing may take before it counts as failed (the caller retries with backoff).
 pub const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(5);
@@ -42,7 +44,7 @@ pub const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(5);
 pub async fn subscribe(
     target: &RedisTarget,
     layout: &Layout,
-) -> Result<BoxStream<'static, StatusEvent>, QueueError> {
+) -> Result<BoxStream<'static, Vec<u8>>, QueueError> {
     let channels = layout.events();
     let (tx, rx) = futures::channel::mpsc::unbounded::<PushInfo>();
     let alive: Box<dyn std::any::Any + Send> = match target.kind() {
@@ -94,9 +96,7 @@ pub async fn subscribe(
         })
         .filter_map(|push| async move {
             match (push.kind, push.data.get(1)) {
-                (PushKind::SMessage, Some(Value::BulkString(payload))) => {
-                    StatusEvent::parse(payload)
-                }
+                (PushKind::SMessage, Some(Value::BulkString(payload))) => Some(payload.clone()),
                 _ => None,
             }
         })

@@ -7,10 +7,10 @@
 //! | module | what it owns |
 //! | --- | --- |
 //! | [`request_id`] | [`RequestId`]: mint, parse, display |
-//! | [`record`] | the query record `{P}:q:<id>` ([`QueryRecord`]) and the status event ([`StatusEvent`]) |
+//! | [`record`] | the query record `{P}:q:<id>` ([`QueryRecord`]) and the frames of the status events ([`record::Frames`], [`record::Notice`]) |
 //! | [`registration`] | the database registration `{P}:db` (one database per prefix, its id and digests) and worker heartbeats ([`Registration`]) |
 //! | [`digests`] | the digest chain (SPEC §2.1) of the epochs a worker answers |
-//! | [`producer`] | submit (with backlog bound and idempotency), load, the epoch append |
+//! | [`producer`] | submit (batched per partition, with backlog bound and idempotency), load, the epoch append |
 //! | [`consumer`] | windows through the consumer group, running/done/failed, ack, reclaim, release |
 //! | [`scripts`] | the Lua scripts (`queue/lua/*.lua`), loaded once |
 //! | [`probe`] | what this Redis offers (`XACKDEL`, `WAITAOF`, version) |
@@ -24,17 +24,21 @@
 //!
 //! ## A request id's way
 //!
-//! 1. The gateway mints a [`RequestId`] and runs [`scripts::SUBMIT`]: the record `{P}:q:<id>`
-//!    becomes `queued` (with a TTL) and a job entry `id=<id> job=<bincode>` joins `{P}:jobs`, in
-//!    one step ([`producer::Producer::submit`]).
+//! 1. The gateway mints a [`RequestId`] and hands the job to its partition's submitter, which
+//!    sends the submits that arrived meanwhile as one run of [`scripts::SUBMIT`]
+//!    ([`producer::Producer::submit`]): each job entry `id=<id> job=<bincode>` joins `{P}:jobs`;
+//!    only a query whose client polls gets a `queued` record `{P}:q:<id>` (with a TTL). A client
+//!    that waits (`Prefer: wait`) is answered from the completion event.
 //! 2. A worker reads the entry through the consumer group ([`consumer::Consumer::read`]); the id is
 //!    parsed back ([`RequestId::from_bytes`]) or the entry is discarded.
-//! 3. The worker marks the window's records `running` ([`scripts::MARK_RUNNING`]), publishing
-//!    (`SPUBLISH`, sharded pub/sub: [`events`]) `"<id> running"` ([`StatusEvent`]) on its partition's channel (`{P}:done` for partition 0).
-//! 4. It writes `done` ([`record::DoneFields`]) or `failed` ([`scripts::FAIL`]), publishes the
-//!    event and acknowledges the entry, all in one `MULTI` ([`consumer::Consumer::finish`]).
-//! 5. The gateway's subscriber wakes the requests waiting for the id; they read the record
-//!    ([`producer::Producer::load`] → [`QueryRecord`]) and answer the client.
+//! 3. For queries whose clients follow events, the worker announces `running` (one `SPUBLISH` of
+//!    frames per partition, [`consumer::Consumer::mark_running`]); nothing is written.
+//! 4. It writes the final record (`done`, [`record::Written::done`], or `failed`,
+//!    [`scripts::FAIL`]) in one `SET … PX`, publishes the block's frames (answers included) in one
+//!    `SPUBLISH`, and acknowledges and deletes the block's entries in one `XACK` and one `XDEL`
+//!    ([`consumer::Consumer::finish`]).
+//! 5. The gateway's subscriber hands the final record in the frame to the requests waiting for the
+//!    id; a poll reads it ([`producer::Producer::load`] → [`QueryRecord`]).
 
 pub mod connect;
 pub mod consumer;
@@ -59,7 +63,7 @@ use std::time::Duration;
 use pirq_shared::error::ErrorCode;
 
 pub use connect::{Connection, RedisTarget};
-pub use record::{QueryRecord, StatusEvent};
+pub use record::{Notice, QueryRecord};
 pub use registration::{RegisteredDb, Registration, WorkerRecord};
 pub use request_id::RequestId;
 
@@ -67,7 +71,7 @@ pub use request_id::RequestId;
 ///
 /// `Display` is for logs (it carries Redis's own words); what a client may be told is
 /// [`QueueError::code`] and [`QueueError::public_message`], which never do.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum QueueError {
     #[error("{0}")]
     Redis(RedisFailure),
@@ -79,7 +83,7 @@ pub enum QueueError {
 
 /// An error from the Redis client, kept opaque so that no crate outside this one sees a type of
 /// the `redis` crate.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RedisFailure(redis::RedisError);
 
 impl std::fmt::Display for RedisFailure {

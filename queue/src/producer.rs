@@ -8,8 +8,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
 
 use pirq_shared::digest::Digest;
 use pirq_shared::layout::{db_field, Layout, UPDATE_FIELD};
@@ -18,7 +20,7 @@ use pirq_shared::wire::Job;
 
 use crate::connect::{Conn, Settings};
 use crate::registration::{Heartbeats, RegisteredDb, WorkerRecord};
-use crate::{scripts, FailureKind, QueryRecord, QueueError, RedisTarget, RequestId};
+use crate::{record, scripts, FailureKind, QueryRecord, QueueError, RedisTarget, RequestId};
 
 /// The party's workers as their heartbeats describe them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +35,9 @@ pub struct LiveWorkers {
 pub struct SubmitChecks<'a> {
     /// Seconds the `queued` record lives.
     pub pending_ttl: u64,
+    /// Write the `queued` record even for a request the gateway holds (`Job::reply`): the
+    /// `--durability replica` check reads it back on the primary.
+    pub record_held: bool,
     /// Refuse when the party's streams hold this many entries or more (0 = never): each of its
     /// `P` partitions is bounded at a `P`-th of it (rounded up), as the gateways fill them in
     /// turn.
@@ -74,6 +79,25 @@ pub struct Producer {
     timeout: Duration,
     /// The partition the next request without an `Idempotency-Key` goes to (round robin).
     next_partition: Arc<AtomicU32>,
+    /// Each partition's submitter (started on first use): submits travel in batches.
+    submitters: Arc<Vec<OnceLock<mpsc::UnboundedSender<PendingSubmit>>>>,
+}
+
+/// Most submits one script run carries: 128 single-key jobs are ~70 KiB of arguments.
+const MAX_SUBMIT_BATCH: usize = 128;
+
+/// One submit waiting for its partition's next batch.
+struct PendingSubmit {
+    id: RequestId,
+    job: Vec<u8>,
+    /// The `queued` record to write, if any.
+    record: Option<Vec<u8>>,
+    /// `(the key's record key, fingerprint)` with an Idempotency-Key.
+    idempotency: Option<(String, String)>,
+    max_backlog: u64,
+    pending_ttl: u64,
+    idempotency_ttl: u64,
+    answer: oneshot::Sender<Result<(String, String), QueueError>>,
 }
 
 impl Producer {
@@ -92,11 +116,13 @@ impl Producer {
                 max_reconnect_delay: Some(Duration::from_millis(500)),
             })?
             .conn;
+        let submitters = (0..layout.partitions()).map(|_| OnceLock::new()).collect();
         Ok(Producer {
             conn,
             layout,
             timeout,
             next_partition: Arc::new(AtomicU32::new(rand::random::<u32>())),
+            submitters: Arc::new(submitters),
         })
     }
 
@@ -130,30 +156,9 @@ impl Producer {
         self.timeout
     }
 
-    /// Sends a command or pipeline within the timeout. The first command after Redis dropped
-    /// the connection fails with an I/O error while the manager reconnects; that one is sent
-    /// again once, so a Redis restart costs no failed request when Redis is back.
+    /// Sends a command or pipeline within the timeout ([`send`]).
     async fn run<T: redis::FromRedisValue>(&self, what: Query<'_>) -> Result<T, QueueError> {
-        let attempt = || async {
-            let mut conn = self.conn.clone();
-            let fut = async {
-                match what {
-                    Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
-                    Query::NodeCmd(c) => c.query_async::<T>(&mut conn.node()).await,
-                    Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
-                    Query::Pipe(p) => return crate::one_slot::send::<T>(p, &mut conn).await,
-                }
-                .map_err(QueueError::from)
-            };
-            match tokio::time::timeout(self.timeout, fut).await {
-                Ok(r) => r,
-                Err(_) => Err(QueueError::Timeout(self.timeout)),
-            }
-        };
-        match attempt().await {
-            Err(e) if e.kind() == FailureKind::Unreachable => attempt().await,
-            other => other,
-        }
+        send(&self.conn, self.timeout, what).await
     }
 
     pub async fn ping(&self) -> Result<(), QueueError> {
@@ -162,44 +167,54 @@ impl Producer {
         Ok(())
     }
 
-    /// Records the query as `queued` (expiring after `pending_ttl`) and appends the job to the
-    /// stream, in one script: a job is never on the stream without its status, nor the reverse.
-    /// The same step checks the backlog and the idempotency key, so neither can be raced
-    /// (`queue/lua/submit.lua`).
+    /// Appends the job to its partition's stream, after writing its `queued` record (expiring
+    /// after `pending_ttl`) when its client polls (`job.reply.held_until_ms` is `None`) or
+    /// `checks.record_held` asks; the same step checks the backlog and the idempotency key, so
+    /// neither can be raced (`queue/lua/submit.lua`).
+    ///
+    /// Submits are batched per partition: each partition has one submitter task, which sends
+    /// every submit that arrived while its previous batch was on the wire as one script run.
+    /// A lone submit goes at once; under load a batch costs one `EVALSHA` and one `XLEN` for
+    /// all its jobs (group commit), and one round trip.
     pub async fn submit(
         &self,
         id: &RequestId,
         job: &Job,
         checks: &SubmitChecks<'_>,
     ) -> Result<Submitted, QueueError> {
+        let partitions = self.layout.partitions();
+        let index = self.layout.partition_of_id(id.as_str());
         // Every key of the script in the id's partition (one slot): the id was minted there
         // ([`Producer::mint_id`]), for a request with an `Idempotency-Key` in the key's.
-        let partitions = self.layout.partitions();
-        let partition = self
-            .layout
-            .partition(self.layout.partition_of_id(id.as_str()));
-        let (idem_key, fingerprint, idem_ttl) = match checks.idempotency {
-            Some((key, fp, ttl)) => (partition.idempotency(key), fp, ttl),
-            // Unused, but a declared key of the same slot keeps the script cluster-safe.
-            None => (partition.idempotency(""), "", 0),
+        let partition = self.layout.partition(index);
+        let (idempotency, fingerprint, idempotency_ttl) = match checks.idempotency {
+            Some((key, fp, ttl)) => (Some((partition.idempotency(key), fp.to_string())), fp, ttl),
+            None => (None, "", 0),
         };
-        let max_backlog = checks.max_backlog.div_ceil(u64::from(partitions));
-        // By SHA: the script's text is not sent (nor hashed by Redis) with every query.
-        let mut script = scripts::SUBMIT.script().prepare_invoke();
-        script
-            .key(partition.query(id.as_str()))
-            .key(partition.jobs())
-            .key(idem_key)
-            .arg(id)
-            .arg(job.keys.len())
-            .arg(job.accepted_ms)
-            .arg(checks.pending_ttl)
-            .arg(job.to_bincode())
-            .arg(max_backlog)
-            .arg(fingerprint)
-            .arg(idem_ttl)
-            .arg(checks.idempotency.map_or("", |(key, _, _)| key));
-        let (verdict, detail): (String, String) = self.run(Query::Script(&script)).await?;
+        let record = (job.reply.held_until_ms.is_none() || checks.record_held).then(|| {
+            record::queued(
+                job.keys.len(),
+                job.accepted_ms,
+                job.reply.idempotency_key.as_deref(),
+            )
+        });
+        let (answer, answered) = oneshot::channel();
+        let pending = PendingSubmit {
+            id: *id,
+            job: job.to_bincode(),
+            record,
+            idempotency,
+            max_backlog: checks.max_backlog.div_ceil(u64::from(partitions)),
+            pending_ttl: checks.pending_ttl,
+            idempotency_ttl,
+            answer,
+        };
+        self.submitter(index)
+            .send(pending)
+            .map_err(|_| QueueError::Timeout(self.timeout))?;
+        let (verdict, detail) = answered
+            .await
+            .map_err(|_| QueueError::Timeout(self.timeout))??;
         match verdict.as_str() {
             "queued" => Ok(Submitted::Queued),
             "full" => Ok(Submitted::Full {
@@ -221,6 +236,35 @@ impl Producer {
         }
     }
 
+    /// The submitter of `partition`, started on first use.
+    fn submitter(&self, partition: u32) -> &mpsc::UnboundedSender<PendingSubmit> {
+        self.submitters[partition as usize].get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let jobs = self.layout.partition(partition).jobs();
+            tokio::spawn(submit_batches(self.conn.clone(), self.timeout, jobs, rx));
+            tx
+        })
+    }
+
+    /// Writes the `queued` record of a held request whose gateway stopped waiting (it answers
+    /// 202, and the client polls from now on), unless a record is there already (the final one,
+    /// which a `queued` one must never hide): `SET … NX`.
+    pub async fn keep_pending(
+        &self,
+        id: &RequestId,
+        record: &[u8],
+        pending_ttl: u64,
+    ) -> Result<(), QueueError> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.layout.query(id.as_str()))
+            .arg(record)
+            .arg("NX")
+            .arg("EX")
+            .arg(pending_ttl);
+        self.run::<Option<String>>(Query::Cmd(&cmd)).await?;
+        Ok(())
+    }
+
     /// `WAITAOF 1 0 <timeout>`: whether the local AOF has fsynced every write of this
     /// connection so far.
     pub async fn wait_aof(&self, timeout: Duration) -> Result<bool, QueueError> {
@@ -232,26 +276,28 @@ impl Producer {
 
     /// The query's state, `None` if the id is unknown or its record expired.
     pub async fn load(&self, id: &RequestId) -> Result<Option<QueryRecord>, QueueError> {
-        let cmd = redis::Cmd::hgetall(self.layout.query(id.as_str()));
-        let fields: HashMap<String, Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        QueryRecord::parse(id, &fields).map(Some)
+        let cmd = redis::Cmd::get(self.layout.query(id.as_str()));
+        let bytes: Option<Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
+        bytes.map(|b| QueryRecord::decode(id, &b)).transpose()
     }
 
-    /// Lowers the time left to the query's record, and to its `Idempotency-Key` record when it
-    /// has one, to `ttl` (never raises it: `PEXPIRE … LT`), once a client has read its final
-    /// result: from then on they are kept only for a re-read or a replay of a lost answer.
+    /// Lowers the time left to the query's record (unless `record` is false: a held request's
+    /// record was written short-lived already), and to its `Idempotency-Key` record when it has
+    /// one, to `ttl` (never raises it: `PEXPIRE … LT`), once a client has read its final result:
+    /// from then on they are kept only for a re-read or a replay of a lost answer.
     pub async fn release(
         &self,
         id: &RequestId,
+        record: bool,
         idempotency_key: Option<&str>,
         ttl: Duration,
     ) -> Result<(), QueueError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        self.release_cmds(&mut pipe, id, idempotency_key, ttl);
+        self.release_cmds(&mut pipe, id, record, idempotency_key, ttl);
+        if pipe.is_empty() {
+            return Ok(());
+        }
         let _: redis::Value = self.run(Query::Pipe(&pipe)).await?;
         Ok(())
     }
@@ -261,15 +307,18 @@ impl Producer {
         &self,
         pipe: &mut redis::Pipeline,
         id: &RequestId,
+        record: bool,
         idempotency_key: Option<&str>,
         ttl: Duration,
     ) {
         let ms = ttl.as_millis().max(1) as u64;
-        pipe.cmd("PEXPIRE")
-            .arg(self.layout.query(id.as_str()))
-            .arg(ms)
-            .arg("LT")
-            .ignore();
+        if record {
+            pipe.cmd("PEXPIRE")
+                .arg(self.layout.query(id.as_str()))
+                .arg(ms)
+                .arg("LT")
+                .ignore();
+        }
         if let Some(key) = idempotency_key {
             pipe.cmd("PEXPIRE")
                 // Written by the submit script beside the record, in the id's partition.
@@ -411,36 +460,93 @@ enum Query<'a> {
     Pipe(&'a redis::Pipeline),
 }
 
-/// Reading a result that a client is about to be given.
-impl Producer {
-    /// [`Producer::load`] and [`Producer::release`] in one round trip, for a query whose
-    /// status event announced it final: the read and the shorter lifetime of a fetched result
-    /// cost one write to Redis and one reply instead of two of each. `idempotency_key` is the
-    /// query's key when the caller knows it (the gateway that took the `POST`); otherwise the
-    /// caller releases the key's record once the read shows it (`QueryRecord::idempotency_key`).
-    ///
-    /// Only for a query known to be final: `PEXPIRE … LT` goes out with the read, before its
-    /// answer is seen, and a pending record must never be shortened. A final status is one a
-    /// worker published after writing it, and it is never undone (`fail.lua` and
-    /// `shard_combine.lua` leave final records alone; `mark_running.lua` moves `queued` records
-    /// only). The `PEXPIRE` failing does not fail the read (the result then lives its full TTL,
-    /// as when [`Producer::release`] fails).
-    pub async fn load_fetched(
-        &self,
-        id: &RequestId,
-        idempotency_key: Option<&str>,
-        ttl: Duration,
-    ) -> Result<Option<QueryRecord>, QueueError> {
-        let key = self.layout.query(id.as_str());
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors().hgetall(&key);
-        self.release_cmds(&mut pipe, id, idempotency_key, ttl);
-        let (fields,): (redis::RedisResult<HashMap<String, Vec<u8>>>,) =
-            self.run(Query::Pipe(&pipe)).await?;
-        let fields = fields?;
-        if fields.is_empty() {
-            return Ok(None);
+/// Sends a command or pipeline on `conn` within `timeout`. The first command after Redis dropped
+/// the connection fails with an I/O error while the manager reconnects; that one is sent again
+/// once, so a Redis restart costs no failed request when Redis is back.
+async fn send<T: redis::FromRedisValue>(
+    conn: &Conn,
+    timeout: Duration,
+    what: Query<'_>,
+) -> Result<T, QueueError> {
+    let attempt = || async {
+        let mut conn = conn.clone();
+        let fut = async {
+            match what {
+                Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
+                Query::NodeCmd(c) => c.query_async::<T>(&mut conn.node()).await,
+                Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
+                Query::Pipe(p) => return crate::one_slot::send::<T>(p, &mut conn).await,
+            }
+            .map_err(QueueError::from)
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(QueueError::Timeout(timeout)),
         }
-        QueryRecord::parse(id, &fields).map(Some)
+    };
+    match attempt().await {
+        Err(e) if e.kind() == FailureKind::Unreachable => attempt().await,
+        other => other,
+    }
+}
+
+/// A partition's submitter: takes the first waiting submit, then every other one already
+/// waiting (up to [`MAX_SUBMIT_BATCH`]), and sends them as one run of `submit.lua`; each
+/// submit gets its own verdict. One batch on the wire at a time, so batches grow with the
+/// load and a lone submit waits for nothing. Ends when every sender is gone.
+async fn submit_batches(
+    conn: Conn,
+    timeout: Duration,
+    jobs: String,
+    mut rx: mpsc::UnboundedReceiver<PendingSubmit>,
+) {
+    let mut batch: Vec<PendingSubmit> = Vec::with_capacity(MAX_SUBMIT_BATCH);
+    while rx.recv_many(&mut batch, MAX_SUBMIT_BATCH).await > 0 {
+        let mut script = scripts::SUBMIT.script().prepare_invoke();
+        script.key(&jobs);
+        let max_backlog = batch.iter().map(|p| p.max_backlog).min().unwrap_or(0);
+        let first = &batch[0];
+        script
+            .arg(max_backlog)
+            .arg(first.pending_ttl)
+            .arg(first.idempotency_ttl);
+        for p in &batch {
+            // The idempotency key declared even when unused, in the partition's slot.
+            let idem_key = p
+                .idempotency
+                .as_ref()
+                .map_or_else(|| format!("{jobs}:none"), |(key, _)| key.clone());
+            script
+                .key(jobs.replace(":jobs", &format!(":q:{}", p.id)))
+                .key(idem_key);
+            script
+                .arg(p.id)
+                .arg(&p.job)
+                .arg(p.record.as_deref().unwrap_or_default())
+                .arg(p.idempotency.as_ref().map_or("", |(_, fp)| fp.as_str()));
+        }
+        let verdicts: Result<Vec<(String, String)>, QueueError> =
+            send(&conn, timeout, Query::Script(&script)).await;
+        match verdicts {
+            Ok(verdicts) if verdicts.len() == batch.len() => {
+                for (p, verdict) in batch.drain(..).zip(verdicts) {
+                    let _ = p.answer.send(Ok(verdict));
+                }
+            }
+            Ok(verdicts) => {
+                let detail = format!("{} verdicts for {} submits", verdicts.len(), batch.len());
+                for p in batch.drain(..) {
+                    let _ = p.answer.send(Err(QueueError::Malformed {
+                        what: "submit answer",
+                        detail: detail.clone(),
+                    }));
+                }
+            }
+            Err(e) => {
+                for p in batch.drain(..) {
+                    let _ = p.answer.send(Err(e.clone()));
+                }
+            }
+        }
     }
 }

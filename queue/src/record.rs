@@ -1,18 +1,36 @@
-//! The two messages of the protocol that carry a query's state: the query record `{P}:q:<id>`
-//! (a hash) and the status event `"<id> <status>"` on `{P}:done`.
+//! The two messages of the protocol that carry a query's state: the query record `{Pp}:q:<id>`
+//! (a string) and the frames of the status events on `{Pp}:done`.
 //!
-//! Field names come from [`pirq_shared::layout::query_field`]; the Lua scripts that write the
-//! record spell the same names, and `scripts`' tests check they still do.
+//! **One key, written once or twice.** A record is one string: a text header line, then, for a
+//! `done` record, the answers back to back. A query whose client polls gets a `queued` record at
+//! submit; every query gets its final record (`done` or `failed`) from the worker, in one `SET …
+//! PX`, which replaces the `queued` one. Nothing else writes it: `running` is only announced
+//! (a status event), never stored, so a poll reads `queued` until the answer is there.
+//!
+//! ```text
+//! queued <keys> <accepted_ms> <idem|->
+//! done <epoch> <page_size> <scan_us> <worker_us> <digest|-> <idem|->\n<pages>
+//! failed <code> <key_index|-> <worker_us> <idem|-> <message>
+//! ```
+//!
+//! (`-` for an absent value; `<idem>` is the query's `Idempotency-Key`, printable ASCII without
+//! spaces; a message never holds a newline.) The Lua scripts that write records
+//! (`shard_combine.lua`, `fail.lua`) spell the same grammar.
+//!
+//! **Events carry the record.** A status event is a frame `<id> <length>\n<record>`; one
+//! `SPUBLISH` carries the frames of several queries of one partition (all of a finished block),
+//! and a final frame carries the whole final record, answers included: the gateway that holds
+//! the client's request hands the answer over from the event, without reading Redis. A progress
+//! frame's record is the bare status (`running`).
 
-use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use pirq_shared::digest::Digest;
 use pirq_shared::error::ErrorCode;
-use pirq_shared::layout::query_field as qf;
 use pirq_shared::wire::{ErrorBody, QueryResult, QueryStatus};
 use redis::{RedisWrite, ToRedisArgs};
 
@@ -30,63 +48,273 @@ pub struct QueryRecord {
 }
 
 impl QueryRecord {
-    /// Reads the fields of `{P}:q:<id>` (as `HGETALL` returns them).
-    pub fn parse(
-        id: &RequestId,
-        fields: &HashMap<String, Vec<u8>>,
-    ) -> Result<QueryRecord, QueueError> {
-        let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
-        let number = |name: &str| text(name).and_then(|v| v.parse::<u64>().ok());
-        let status = text(qf::STATUS)
+    /// Reads a record (as `GET` returns it, or as a status event's frame carries it).
+    pub fn decode(id: &RequestId, bytes: &[u8]) -> Result<QueryRecord, QueueError> {
+        let (header, body) = match bytes.iter().position(|&b| b == b'\n') {
+            Some(at) => (&bytes[..at], &bytes[at + 1..]),
+            None => (bytes, &[][..]),
+        };
+        let header = std::str::from_utf8(header)
+            .map_err(|_| malformed(format!("query {id}: the record's header is not text")))?;
+        let mut words = header.splitn(7, ' ');
+        let status = words
+            .next()
             .and_then(QueryStatus::parse)
             .ok_or_else(|| malformed(format!("query {id} has no valid status")))?;
-        let mut result = QueryResult::pending(id.as_str(), status);
+        let mut next = |what: &str| {
+            words
+                .next()
+                .ok_or_else(|| malformed(format!("query {id}: the record has no {what}")))
+        };
+        let number = |word: &str, what: &str| {
+            word.parse::<u64>()
+                .map_err(|_| malformed(format!("query {id}: {what} {word:?} is not a number")))
+        };
+        let optional = |word: &str| (word != "-").then(|| word.to_string());
+        let mut record = QueryRecord {
+            result: QueryResult::pending(id.as_str(), status),
+            scan_us: None,
+            worker_us: None,
+            idempotency_key: None,
+        };
         match status {
-            QueryStatus::Queued | QueryStatus::Running => {}
+            QueryStatus::Running => {}
+            QueryStatus::Queued => {
+                let _keys = number(next("key count")?, "key count")?;
+                let _accepted = number(next("acceptance time")?, "acceptance time")?;
+                record.idempotency_key = optional(next("idempotency key")?);
+            }
             QueryStatus::Done => {
-                let page_size = number(qf::PAGE_SIZE)
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| malformed(format!("query {id} is done without a page size")))?;
-                let pages = fields
-                    .get(qf::PAGES)
-                    .ok_or_else(|| malformed(format!("query {id} is done without pages")))?;
-                if !(pages.len() as u64).is_multiple_of(page_size) {
+                let epoch = number(next("epoch")?, "epoch")?;
+                let page_size = number(next("page size")?, "page size")?;
+                record.scan_us = Some(number(next("scan time")?, "scan time")?);
+                record.worker_us = Some(number(next("worker time")?, "worker time")?);
+                let digest = next("digest")?;
+                record.idempotency_key = optional(next("idempotency key")?);
+                if page_size == 0 || !(body.len() as u64).is_multiple_of(page_size) {
                     return Err(malformed(format!(
                         "query {id}: answers are not whole pages"
                     )));
                 }
-                result.epoch = number(qf::EPOCH);
-                result.digest = text(qf::DIGEST).and_then(Digest::from_hex);
-                result.pages = pages
+                record.result.epoch = Some(epoch);
+                record.result.digest = Digest::from_hex(digest);
+                record.result.pages = body
                     .chunks(page_size as usize)
                     .map(<[u8]>::to_vec)
                     .collect();
             }
             QueryStatus::Failed => {
-                let code = text(qf::ERROR_CODE).unwrap_or(ErrorCode::Internal.as_str());
+                let code = next("error code")?.to_string();
+                let key_index = optional(next("key index")?);
+                record.worker_us = Some(number(next("worker time")?, "worker time")?);
+                record.idempotency_key = optional(next("idempotency key")?);
+                // The rest of the line, spaces and all.
+                let message = words.collect::<Vec<_>>().join(" ");
                 let mut error = ErrorBody {
-                    code: code.to_string(),
-                    message: text(qf::ERROR_MESSAGE).unwrap_or("").to_string(),
+                    code,
+                    message,
                     ..ErrorBody::new(ErrorCode::Internal, "")
                 };
-                if let Some(i) = number(qf::KEY_INDEX) {
-                    error = error.with_key_index(i as usize);
+                if let Some(i) = key_index.and_then(|i| i.parse::<usize>().ok()) {
+                    error = error.with_key_index(i);
                 }
-                result.error = Some(error);
+                record.result.error = Some(error);
             }
         }
-        Ok(QueryRecord {
-            result,
-            scan_us: number(qf::SCAN_US),
-            worker_us: number(qf::WORKER_US),
-            idempotency_key: text(qf::IDEMPOTENCY_KEY).map(str::to_owned),
+        Ok(record)
+    }
+}
+
+/// The `queued` record a gateway writes at submit for a query whose client polls.
+pub fn queued(keys: usize, accepted_ms: u64, idempotency_key: Option<&str>) -> Vec<u8> {
+    format!(
+        "queued {keys} {accepted_ms} {}",
+        idempotency_key.unwrap_or("-")
+    )
+    .into_bytes()
+}
+
+/// The `failed` record of a query (message on one line).
+pub fn failed(error: &ErrorBody, worker: Duration, idempotency_key: Option<&str>) -> Vec<u8> {
+    let key_index = error
+        .key_index
+        .map_or_else(|| "-".to_string(), |i| i.to_string());
+    let message: String = error
+        .message
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    format!(
+        "failed {} {key_index} {} {} {message}",
+        error.code,
+        worker.as_micros(),
+        idempotency_key.unwrap_or("-")
+    )
+    .into_bytes()
+}
+
+/// The header line of a `done` record (the answers follow it).
+pub fn done_header(done: &DoneFields<'_>, idempotency_key: Option<&str>) -> Vec<u8> {
+    format!(
+        "done {} {} {} {} {} {}\n",
+        done.epoch,
+        done.page_size,
+        done.scan.as_micros(),
+        done.worker.as_micros(),
+        done.digest.map_or_else(|| "-".to_string(), |d| d.to_hex()),
+        idempotency_key.unwrap_or("-")
+    )
+    .into_bytes()
+}
+
+/// What a worker knows of a query it answered.
+#[derive(Clone, Copy, Debug)]
+pub struct DoneFields<'a> {
+    pub epoch: u64,
+    pub page_size: usize,
+    /// The answers back to back, one page per key.
+    pub pages: &'a Pages,
+    pub scan: Duration,
+    pub worker: Duration,
+    pub digest: Option<Digest>,
+}
+
+/// A record on its way to Redis, as one command argument: a `done` record's answers are
+/// written from the scanner's buffers, not copied out first.
+#[derive(Clone, Debug)]
+pub enum Written {
+    /// A record held whole (`queued`, `running`, `failed`).
+    Plain(Bytes),
+    /// A `done` record: its header line, then the answers.
+    Done { header: Bytes, pages: Pages },
+}
+
+impl Written {
+    pub fn done(done: &DoneFields<'_>, idempotency_key: Option<&str>) -> Written {
+        Written::Done {
+            header: Bytes::from(done_header(done, idempotency_key)),
+            pages: done.pages.clone(),
+        }
+    }
+
+    /// The bare status of a progress event (`running`).
+    pub fn progress(status: QueryStatus) -> Written {
+        Written::Plain(Bytes::from_static(status.as_str().as_bytes()))
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Written::Plain(b) => b.len(),
+            Written::Done { header, pages } => header.len() + pages.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn write_to(&self, out: &mut impl Write) {
+        let result = match self {
+            Written::Plain(b) => out.write_all(b),
+            Written::Done { header, pages } => out
+                .write_all(header)
+                .and_then(|()| pages.parts.iter().try_for_each(|p| out.write_all(p))),
+        };
+        result.expect("writing into memory cannot fail");
+    }
+
+    /// The bytes joined (a copy; for tests and tools, not the write path).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        self.write_to(&mut v);
+        v
+    }
+}
+
+impl ToRedisArgs for Written {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        self.write_to(&mut arg);
+    }
+}
+
+/// The frames of one status event message, as one `SPUBLISH` argument:
+/// `<id> <length>\n<record>` for each query, back to back.
+#[derive(Clone, Debug, Default)]
+pub struct Frames {
+    frames: Vec<(RequestId, Written)>,
+}
+
+impl Frames {
+    pub fn push(&mut self, id: RequestId, record: Written) {
+        self.frames.push((id, record));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+}
+
+impl ToRedisArgs for Frames {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        for (id, record) in &self.frames {
+            write!(arg, "{id} {}\n", record.len()).expect("writing into memory cannot fail");
+            record.write_to(&mut arg);
+        }
+    }
+}
+
+/// The frames of a status event message, in order; parsing stops at the first malformed frame
+/// (nothing in a message is trusted to build a key).
+pub fn frames(payload: &[u8]) -> impl Iterator<Item = (RequestId, &[u8])> + '_ {
+    let mut rest = payload;
+    std::iter::from_fn(move || {
+        let newline = rest.iter().position(|&b| b == b'\n')?;
+        let head = std::str::from_utf8(&rest[..newline]).ok()?;
+        let (id, len) = head.split_once(' ')?;
+        let id = RequestId::parse(id).ok()?;
+        let len: usize = len.parse().ok()?;
+        let body = rest.get(newline + 1..newline + 1 + len)?;
+        rest = &rest[newline + 1 + len..];
+        Some((id, body))
+    })
+}
+
+/// What a status event says of one query.
+#[derive(Clone, Debug)]
+pub enum Notice {
+    /// The query moved on but is not final (`running`).
+    Progress(QueryStatus),
+    /// The query is final: its record, answers included.
+    Final(Arc<QueryRecord>),
+}
+
+impl Notice {
+    /// A frame's record read as a notice; `None` for one that is not a record.
+    pub fn decode(id: &RequestId, record: &[u8]) -> Option<Notice> {
+        let record = QueryRecord::decode(id, record).ok()?;
+        Some(if record.result.status.is_final() {
+            Notice::Final(Arc::new(record))
+        } else {
+            Notice::Progress(record.result.status)
         })
     }
 }
 
 /// A job's answers on their way to Redis: the buffers the scanner answered into, in key order
-/// (one, unless the job had more keys than the rotation holds and joined in parts), written as
-/// one argument straight from those buffers. The worker copies answer bytes once between the
+/// (one, unless the job had more keys than the rotation holds and joined in parts), written
+/// into a command straight from those buffers. The worker copies answer bytes once between the
 /// scanner and the socket's write: into the Redis command ([`ToRedisArgs`] below); the client
 /// library then packs the commands and frames them (docs/bench/worker-cpu.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -146,36 +374,11 @@ impl ToRedisArgs for Pages {
     }
 }
 
-/// What a worker writes into the record of a query it answered: `HSET`'s field-value pairs
-/// ([`ToRedisArgs`]), the answers written from their buffers, not copied out first.
-#[derive(Clone, Copy, Debug)]
-pub struct DoneFields<'a> {
-    pub epoch: u64,
-    pub page_size: usize,
-    /// The answers back to back, one page per key.
-    pub pages: &'a Pages,
-    pub scan: Duration,
-    pub worker: Duration,
-}
-
-impl ToRedisArgs for DoneFields<'_> {
-    fn write_redis_args<W>(&self, out: &mut W)
-    where
-        W: ?Sized + RedisWrite,
-    {
-        out.write_arg(qf::STATUS.as_bytes());
-        out.write_arg(QueryStatus::Done.as_str().as_bytes());
-        out.write_arg(qf::EPOCH.as_bytes());
-        out.write_arg_fmt(self.epoch);
-        out.write_arg(qf::PAGE_SIZE.as_bytes());
-        out.write_arg_fmt(self.page_size);
-        out.write_arg(qf::PAGES.as_bytes());
-        self.pages.write_redis_args(out);
-        out.write_arg(qf::SCAN_US.as_bytes());
-        out.write_arg_fmt(self.scan.as_micros());
-        out.write_arg(qf::WORKER_US.as_bytes());
-        out.write_arg_fmt(self.worker.as_micros());
-    }
+/// Milliseconds since the Unix epoch now (0 before 1970).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn malformed(detail: String) -> QueueError {
@@ -185,62 +388,19 @@ fn malformed(detail: String) -> QueueError {
     }
 }
 
-/// A status change, published by workers on `{P}:done` as `"<id> <status>"` (the
-/// `mark_running` script builds the same text in Lua). Gateways wake the requests waiting for
-/// the id; the record itself is then read again, so the event carries nothing else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatusEvent {
-    pub id: RequestId,
-    pub status: QueryStatus,
-}
-
-impl StatusEvent {
-    pub fn encode(&self) -> String {
-        format!("{} {}", self.id, self.status.as_str())
-    }
-
-    /// `None` for a payload that is not an event (never trusted to build a key).
-    pub fn parse(payload: &[u8]) -> Option<StatusEvent> {
-        let text = std::str::from_utf8(payload).ok()?;
-        let (id, status) = text.split_once(' ')?;
-        Some(StatusEvent {
-            id: RequestId::parse(id).ok()?,
-            status: QueryStatus::parse(status)?,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn fields(pairs: &[(&str, &[u8])]) -> HashMap<String, Vec<u8>> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_vec()))
-            .collect()
-    }
-
-    #[test]
-    fn events_round_trip_and_reject_junk() {
-        let event = StatusEvent {
-            id: RequestId::mint(),
-            status: QueryStatus::Running,
-        };
-        assert_eq!(StatusEvent::parse(event.encode().as_bytes()), Some(event));
-        for junk in [
-            &b"abc done"[..],
-            b"",
-            b"0123456789abcdef0123456789abcdef",
-            b"\xff done",
-        ] {
-            assert_eq!(StatusEvent::parse(junk), None);
+    fn done(pages: &Pages) -> DoneFields<'_> {
+        DoneFields {
+            epoch: 3,
+            page_size: 4,
+            pages,
+            scan: Duration::from_micros(5),
+            worker: Duration::from_micros(9),
+            digest: Some(Digest::from_hex(&"ab".repeat(32)).unwrap()),
         }
-        let id = RequestId::mint();
-        assert_eq!(
-            StatusEvent::parse(format!("{id} sleeping").as_bytes()),
-            None
-        );
     }
 
     #[test]
@@ -248,62 +408,98 @@ mod tests {
         let id = RequestId::mint();
         // Two parts (a job joined in two parts), read back as one answer string.
         let pages = Pages::new(vec![Bytes::from(vec![7u8; 4]), Bytes::from(vec![8u8; 8])]);
-        let done = DoneFields {
-            epoch: 3,
-            page_size: 4,
-            pages: &pages,
-            scan: Duration::from_micros(5),
-            worker: Duration::from_micros(9),
-        };
-        let args = done.to_redis_args();
-        assert_eq!(args.len(), 12, "six field-value pairs");
-        let map: HashMap<String, Vec<u8>> = args
-            .chunks_exact(2)
-            .map(|kv| (String::from_utf8(kv[0].clone()).unwrap(), kv[1].clone()))
-            .collect();
-        let record = QueryRecord::parse(&id, &map).unwrap();
+        let written = Written::done(&done(&pages), Some("key-1"));
+        let args = written.to_redis_args();
+        assert_eq!(args.len(), 1, "one argument");
+        let record = QueryRecord::decode(&id, &args[0]).unwrap();
         assert_eq!(record.result.status, QueryStatus::Done);
         assert_eq!(record.result.epoch, Some(3));
+        assert_eq!(record.result.digest, done(&pages).digest);
         assert_eq!(
             record.result.pages,
             vec![vec![7u8; 4], vec![8u8; 4], vec![8u8; 4]]
         );
         assert_eq!((record.scan_us, record.worker_us), (Some(5), Some(9)));
-        assert_eq!(pages.len(), 12);
-        assert_eq!(pages.to_vec(), [[7u8; 4], [8; 4], [8; 4]].concat());
+        assert_eq!(record.idempotency_key.as_deref(), Some("key-1"));
+        // Answers may hold any byte, newlines included.
+        let pages = Pages::from(b"\n\n \n".to_vec());
+        let record = QueryRecord::decode(&id, &Written::done(&done(&pages), None).to_vec());
+        assert_eq!(record.unwrap().result.pages, vec![b"\n\n \n".to_vec()]);
+    }
+
+    #[test]
+    fn queued_and_failed_records_read_back() {
+        let id = RequestId::mint();
+        let q = QueryRecord::decode(&id, &queued(3, 17, Some("k"))).unwrap();
+        assert_eq!(q.result.status, QueryStatus::Queued);
+        assert_eq!(q.idempotency_key.as_deref(), Some("k"));
+        let q = QueryRecord::decode(&id, &queued(3, 17, None)).unwrap();
+        assert_eq!(q.idempotency_key, None);
+
+        let error = ErrorBody::new(ErrorCode::KeyLength, "two\nlines and spaces").with_key_index(2);
+        let f = QueryRecord::decode(&id, &failed(&error, Duration::from_micros(4), None)).unwrap();
+        let got = f.result.error.unwrap();
+        assert_eq!(f.result.status, QueryStatus::Failed);
+        assert_eq!(
+            (got.code.as_str(), got.message.as_str(), got.key_index),
+            ("key_length", "two lines and spaces", Some(2))
+        );
+        assert_eq!(f.worker_us, Some(4));
     }
 
     #[test]
     fn malformed_records_are_errors_not_panics() {
         let id = RequestId::mint();
         for bad in [
-            fields(&[]),
-            fields(&[(qf::STATUS, b"sleeping")]),
-            fields(&[(qf::STATUS, b"done"), (qf::PAGES, b"abc")]),
-            fields(&[
-                (qf::STATUS, b"done"),
-                (qf::PAGE_SIZE, b"2"),
-                (qf::PAGES, b"abc"),
-            ]),
+            &b""[..],
+            b"sleeping",
+            b"done",
+            b"done 1 2 3 4 - -\nabc",
+            b"done 1 0 3 4 - -\n",
+            b"done x 4 3 4 - -\nabcd",
+            b"queued 1",
+            b"failed",
+            b"\xff\xfe",
         ] {
-            assert!(matches!(
-                QueryRecord::parse(&id, &bad),
-                Err(QueueError::Malformed { .. })
-            ));
+            assert!(
+                matches!(
+                    QueryRecord::decode(&id, bad),
+                    Err(QueueError::Malformed { .. })
+                ),
+                "{bad:?}"
+            );
         }
-        let failed = fields(&[
-            (qf::STATUS, b"failed"),
-            (qf::ERROR_CODE, b"invalid_key"),
-            (qf::KEY_INDEX, b"2"),
-        ]);
-        let error = QueryRecord::parse(&id, &failed)
-            .unwrap()
-            .result
-            .error
-            .unwrap();
-        assert_eq!(
-            (error.code.as_str(), error.key_index),
-            ("invalid_key", Some(2))
-        );
+    }
+
+    #[test]
+    fn frames_round_trip_and_stop_at_junk() {
+        let (a, b) = (RequestId::mint(), RequestId::mint());
+        let pages = Pages::from(vec![1u8, b'\n', 3, 4]);
+        let mut frames = Frames::default();
+        frames.push(a, Written::progress(QueryStatus::Running));
+        frames.push(b, Written::done(&done(&pages), None));
+        let payload = frames.to_redis_args().remove(0);
+        let read: Vec<_> = super::frames(&payload).collect();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].0, a);
+        assert!(matches!(
+            Notice::decode(&a, read[0].1),
+            Some(Notice::Progress(QueryStatus::Running))
+        ));
+        match Notice::decode(&b, read[1].1) {
+            Some(Notice::Final(r)) => assert_eq!(r.result.pages, vec![pages.to_vec()]),
+            other => panic!("{other:?}"),
+        }
+        for junk in [
+            &b"abc 4\nabcd"[..],
+            b"",
+            b"0123456789abcdef0123456789abcdef",
+            b"\xff done",
+        ] {
+            assert_eq!(super::frames(junk).count(), 0);
+        }
+        // A frame longer than the message is not read.
+        let cut = format!("{a} 100\nrunning");
+        assert_eq!(super::frames(cut.as_bytes()).count(), 0);
     }
 }

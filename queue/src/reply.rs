@@ -10,22 +10,6 @@ pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 /// One stream entry: its id and fields.
 pub type Entry = (String, Fields);
 
-/// Checks one `EXEC` reply: every command of the transaction ran without an error.
-pub fn check_exec(reply: Value) -> redis::RedisResult<()> {
-    match reply {
-        Value::Array(items) => items.into_iter().try_for_each(|v| match v {
-            Value::ServerError(e) => Err(e.into()),
-            _ => Ok(()),
-        }),
-        Value::ServerError(e) => Err(e.into()),
-        other => Err(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "transaction failed",
-            format!("EXEC answered {other:?}"),
-        ))),
-    }
-}
-
 /// `(entry id, delivery count, idle ms)` from an extended `XPENDING` reply.
 pub fn pending(reply: Value) -> Vec<(String, u64, u64)> {
     let Value::Array(items) = reply else {

@@ -45,7 +45,6 @@ macro_rules! lua {
 }
 
 lua!(SUBMIT, "submit.lua");
-lua!(MARK_RUNNING, "mark_running.lua");
 lua!(FAIL, "fail.lua");
 lua!(DEAD_LETTER, "dead_letter.lua");
 lua!(PUBLISH_WINDOW, "publish_window.lua");
@@ -60,7 +59,6 @@ lua!(KV_WRITE, "kv_write.lua");
 #[cfg(test)]
 pub const ALL: &[&Lua] = &[
     &SUBMIT,
-    &MARK_RUNNING,
     &FAIL,
     &DEAD_LETTER,
     &PUBLISH_WINDOW,
@@ -95,10 +93,11 @@ mod tests {
         }
     }
 
-    /// The scripts spell record fields and statuses as Lua strings: a renamed constant in
-    /// `shared::layout` must fail here, not in production.
+    /// The scripts spell stream fields, statuses and record headers as Lua strings: a renamed
+    /// constant in `shared::layout`, or a record grammar changed in `record.rs`, must fail here,
+    /// not in production.
     #[test]
-    fn scripts_use_the_layout_names() {
+    fn scripts_use_the_layout_names_and_the_record_grammar() {
         let quoted = |s: &str| format!("'{s}'");
         let uses = |lua: &Lua, names: &[&str]| {
             for name in names {
@@ -109,36 +108,28 @@ mod tests {
                 );
             }
         };
-        uses(
-            &SUBMIT,
-            &[
-                qf::STATUS,
-                QueryStatus::Queued.as_str(),
-                qf::KEYS,
-                qf::ACCEPTED_MS,
-                job_field::ID,
-                job_field::JOB,
-            ],
+        uses(&SUBMIT, &[job_field::ID, job_field::JOB]);
+        // The record's first word, as the scripts test it (GETRANGE 0 4).
+        let done = &QueryStatus::Done.as_str();
+        let failed = &QueryStatus::Failed.as_str()[..5];
+        uses(&FAIL, &[&format!("{done} ")]);
+        uses(&SHARD_START, &[&format!("{done} "), failed]);
+        uses(&SHARD_COMBINE, &[&format!("{done} "), failed]);
+        assert!(SHARD_COMBINE.source.contains("'done ' .. ARGV[4]"));
+        assert!(SHARD_COMBINE.source.contains("'failed internal - '"));
+        assert!(
+            SHARD_START.source.contains("' 7\\nrunning'"),
+            "the running frame: '<id> 7\\nrunning'"
         );
         uses(
-            &MARK_RUNNING,
+            &SHARD_COMBINE,
             &[
-                qf::STATUS,
-                QueryStatus::Queued.as_str(),
-                QueryStatus::Running.as_str(),
-            ],
-        );
-        assert!(MARK_RUNNING.source.contains("' running'"), "the event text");
-        uses(
-            &FAIL,
-            &[
-                qf::STATUS,
-                QueryStatus::Done.as_str(),
-                QueryStatus::Failed.as_str(),
-                qf::ERROR_CODE,
-                qf::ERROR_MESSAGE,
+                qf::SHARDS,
+                qf::PARTS,
+                qf::DIGEST,
+                qf::SCAN_US,
                 qf::WORKER_US,
-                qf::KEY_INDEX,
+                qf::EPOCH,
             ],
         );
     }

@@ -1,8 +1,8 @@
 //! The status events on sharded pub/sub against a real `redis-server`, through the worker's and
 //! the gateway's own queue code: with four partitions, the gateway's subscription
 //! ([`pirq_queue::events::subscribe`], `SSUBSCRIBE` to every partition's channel) hears the
-//! `running` announced by the mark-running script (`SPUBLISH` in Lua) and the `done` announced in
-//! the result pipeline (`SPUBLISH` in the `MULTI`), for a request of every partition; and it is
+//! `running` frames the worker announces and the `done` frames (answers included) announced in
+//! the result pipeline, for a request of every partition; and it is
 //! the sharded channel it hears: a classic `PUBLISH` on the same name reaches nobody. On one
 //! Redis, and (`PIRQ_CLUSTER_TESTS=1`) on a real 3-primary Redis Cluster, where the partitions'
 //! channels sit on different primaries.
@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pirq_queue::consumer::{Consumer, Outcome};
-use pirq_queue::{RedisTarget, RequestId, StatusEvent};
+use pirq_queue::record::{self, Notice};
+use pirq_queue::{RedisTarget, RequestId};
 use pirq_shared::layout::Layout;
 use pirq_shared::wire::{Job, QueryStatus};
 use pirq_testkit::{jobs, ClusterShape, Redis};
@@ -68,13 +69,7 @@ async fn announces_on_every_partition(redis: &Redis, conn: &mut impl redis::aio:
     let stray = RequestId::mint_in(1, PARTITIONS);
     let heard: i64 = redis::cmd("PUBLISH")
         .arg(layout.partition(1).events())
-        .arg(
-            StatusEvent {
-                id: stray,
-                status: QueryStatus::Failed,
-            }
-            .encode(),
-        )
+        .arg(format!("{stray} 7\nrunning"))
         .query_async(conn)
         .await
         .unwrap();
@@ -93,6 +88,7 @@ async fn announces_on_every_partition(redis: &Redis, conn: &mut impl redis::aio:
         keys: vec![vec![0u8; 40]],
         epoch: None,
         accepted_ms: 1,
+        reply: Default::default(),
     };
     let ids: Vec<RequestId> = (0..PARTITIONS)
         .map(|p| RequestId::mint_in(p, PARTITIONS))
@@ -117,6 +113,7 @@ async fn announces_on_every_partition(redis: &Redis, conn: &mut impl redis::aio:
             worker: Duration::from_micros(20),
             accepted_ms: 1,
             digest: None,
+            reply: Default::default(),
         });
     }
     q.finish(&outcomes).await.unwrap();
@@ -126,14 +123,27 @@ async fn announces_on_every_partition(redis: &Redis, conn: &mut impl redis::aio:
         .flat_map(|id| [(*id, QueryStatus::Running), (*id, QueryStatus::Done)])
         .collect();
     while !want.is_empty() {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        let payload = tokio::time::timeout(Duration::from_secs(10), events.next())
             .await
             .unwrap_or_else(|_| panic!("events still missing: {want:?}"))
             .expect("the subscription stays up");
-        assert_ne!(event.id, stray, "the classic PUBLISH was heard");
-        assert!(
-            want.remove(&(event.id, event.status)),
-            "unexpected or repeated event {event:?}"
-        );
+        for (id, frame) in record::frames(&payload) {
+            assert_ne!(id, stray, "the classic PUBLISH was heard");
+            let status = match Notice::decode(&id, frame).expect("a record") {
+                Notice::Progress(status) => status,
+                Notice::Final(record) => {
+                    assert_eq!(
+                        record.result.pages,
+                        vec![vec![7u8; PS]],
+                        "the answer rides along"
+                    );
+                    record.result.status
+                }
+            };
+            assert!(
+                want.remove(&(id, status)),
+                "unexpected or repeated event {id} {status:?}"
+            );
+        }
     }
 }

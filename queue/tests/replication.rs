@@ -18,6 +18,7 @@ fn job() -> Job {
         keys: vec![vec![0u8; 40]],
         epoch: None,
         accepted_ms: 1,
+        reply: Default::default(),
     }
 }
 
@@ -63,6 +64,7 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     let producer = Producer::new(&target, layout.clone(), Duration::from_secs(2)).unwrap();
     let checks = SubmitChecks {
         pending_ttl: 60,
+        record_held: true,
         max_backlog: 0,
         idempotency: None,
     };

@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use pirq_queue::consumer::{Consumer, EntryId, Outcome, ShardStart};
-use pirq_queue::RequestId;
+use pirq_queue::{QueryRecord, RequestId};
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
-use pirq_shared::wire::{ErrorBody, Job};
+use pirq_shared::wire::{ErrorBody, Job, QueryStatus};
 use pirq_testkit::{jobs, Redis};
 use redis::aio::ConnectionManager;
 
@@ -37,6 +37,7 @@ async fn submit(conn: &mut ConnectionManager, layout: &Layout, id: &str) {
         keys: vec![vec![0u8; 40]],
         epoch: None,
         accepted_ms: 1,
+        reply: Default::default(),
     };
     jobs::enqueue(conn, layout, id, &job.to_bincode())
         .await
@@ -66,6 +67,7 @@ fn done(entry_id: &EntryId, id: &str, epoch: u64, byte: u8) -> Outcome {
         worker: Duration::from_micros(20),
         accepted_ms: 1,
         digest: Some(digest(1)),
+        reply: Default::default(),
     }
 }
 
@@ -73,22 +75,36 @@ fn digest(n: u8) -> pirq_shared::digest::Digest {
     pirq_shared::digest::Digest([n; 32])
 }
 
-async fn field(
-    conn: &mut ConnectionManager,
-    layout: &Layout,
-    id: &str,
-    f: &str,
-) -> Option<Vec<u8>> {
-    redis::cmd("HGET")
-        .arg(layout.query(id))
+/// A field of the query's combine state `{P}:sh:<id>` ('' when absent).
+async fn text(conn: &mut ConnectionManager, layout: &Layout, id: &str, f: &str) -> String {
+    let keys = layout.partition(layout.partition_of_id(id));
+    let v: Option<String> = redis::cmd("HGET")
+        .arg(keys.shard_state(id))
         .arg(f)
         .query_async(conn)
         .await
-        .unwrap()
+        .unwrap();
+    v.unwrap_or_default()
 }
 
-async fn text(conn: &mut ConnectionManager, layout: &Layout, id: &str, f: &str) -> String {
-    String::from_utf8(field(conn, layout, id, f).await.unwrap_or_default()).unwrap()
+/// The query's record as a gateway reads it.
+async fn record(conn: &mut ConnectionManager, layout: &Layout, id: &str) -> Option<QueryRecord> {
+    let bytes: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(layout.query(id))
+        .query_async(conn)
+        .await
+        .unwrap();
+    bytes.map(|b| QueryRecord::decode(&rid(id), &b).unwrap())
+}
+
+async fn status(conn: &mut ConnectionManager, layout: &Layout, id: &str) -> QueryStatus {
+    record(conn, layout, id).await.unwrap().result.status
+}
+
+/// The answer pages of a done query, joined.
+async fn pages(conn: &mut ConnectionManager, layout: &Layout, id: &str) -> Option<Vec<u8>> {
+    let r = record(conn, layout, id).await?;
+    (r.result.status == QueryStatus::Done).then(|| r.result.pages.concat())
 }
 
 #[tokio::test]
@@ -115,7 +131,7 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
         .is_empty());
 
     // The first shard to start pins the epoch; later shards answer at it.
-    let job = |epoch| vec![(rid(id), epoch)];
+    let job = |epoch| vec![(rid(id), epoch, true)];
     assert_eq!(
         s2.start_shard_window(&job(5)).await.unwrap(),
         vec![ShardStart::At(5)]
@@ -124,7 +140,8 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
         s0.start_shard_window(&job(6)).await.unwrap(),
         vec![ShardStart::At(5)]
     );
-    assert_eq!(text(&mut conn, &layout, id, "status").await, "running");
+    // Running is announced, not stored: the record stays `queued` until it is final.
+    assert_eq!(status(&mut conn, &layout, id).await, QueryStatus::Queued);
     assert_eq!(text(&mut conn, &layout, id, "shards").await, "3");
 
     s0.finish(&[done(&e0, id, 5, 0x01)]).await.unwrap();
@@ -132,7 +149,7 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
     // Shard 1 again, as a replica that claimed the job after a reclaim: nothing changes.
     s1_replica.finish(&[done(&e1, id, 5, 0x02)]).await.unwrap();
     assert_eq!(text(&mut conn, &layout, id, "parts").await, "2");
-    assert_eq!(text(&mut conn, &layout, id, "status").await, "running");
+    assert_eq!(status(&mut conn, &layout, id).await, QueryStatus::Queued);
     let sum: Vec<u8> = redis::cmd("GET")
         .arg(layout.partial_sum(id))
         .query_async(&mut conn)
@@ -147,20 +164,16 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
     assert_eq!(len, 1, "the entry stays until every shard is in");
 
     s2.finish(&[done(&e2, id, 5, 0x04)]).await.unwrap();
-    assert_eq!(text(&mut conn, &layout, id, "status").await, "done");
-    assert_eq!(text(&mut conn, &layout, id, "epoch").await, "5");
+    let done_record = record(&mut conn, &layout, id).await.unwrap();
+    assert_eq!(done_record.result.status, QueryStatus::Done);
+    assert_eq!(done_record.result.epoch, Some(5));
+    assert_eq!(done_record.result.pages, vec![vec![0x07; PS]]);
+    assert_eq!(done_record.scan_us, Some(14), "the slowest shard's");
+    assert_eq!(done_record.result.digest, Some(digest(1)));
     assert_eq!(
-        text(&mut conn, &layout, id, "page_size").await,
-        PS.to_string()
-    );
-    assert_eq!(
-        field(&mut conn, &layout, id, "pages").await.unwrap(),
-        vec![0x07; PS]
-    );
-    assert_eq!(
-        text(&mut conn, &layout, id, "scan_us").await,
-        "14",
-        "the slowest shard's"
+        text(&mut conn, &layout, id, "parts").await,
+        "",
+        "the state is dropped"
     );
     let len: u64 = redis::cmd("XLEN")
         .arg(layout.jobs())
@@ -189,10 +202,7 @@ async fn partials_combine_once_per_shard_and_complete_on_the_last() {
     }
     // A late duplicate after completion leaves the answer alone.
     s1_replica.finish(&[done(&e1, id, 5, 0x55)]).await.unwrap();
-    assert_eq!(
-        field(&mut conn, &layout, id, "pages").await.unwrap(),
-        vec![0x07; PS]
-    );
+    assert_eq!(pages(&mut conn, &layout, id).await.unwrap(), vec![0x07; PS]);
 }
 
 #[tokio::test]
@@ -210,7 +220,7 @@ async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
         read_one(&s1).await,
         read_one(&s2).await,
     );
-    let job = vec![(rid(id), 0)];
+    let job = vec![(rid(id), 0, true)];
     s0.start_shard_window(&job).await.unwrap();
     s0.finish(&[done(&e0, id, 0, 0x01)]).await.unwrap();
     // Shard 1 keeps failing the job: on its last delivery it dead-letters it.
@@ -219,13 +229,13 @@ async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
         request_id: Some(rid(id)),
         error: ErrorBody::new(ErrorCode::ScanFailed, "gave up after 3 deliveries: boom"),
         deliveries: 3,
+        reply: Default::default(),
     }])
     .await
     .unwrap();
-    assert_eq!(text(&mut conn, &layout, id, "status").await, "failed");
-    assert!(text(&mut conn, &layout, id, "error_message")
-        .await
-        .contains("boom"));
+    let failed = record(&mut conn, &layout, id).await.unwrap();
+    assert_eq!(failed.result.status, QueryStatus::Failed);
+    assert!(failed.result.error.unwrap().message.contains("boom"));
     let len: u64 = redis::cmd("XLEN")
         .arg(layout.jobs())
         .query_async(&mut conn)
@@ -238,8 +248,8 @@ async fn a_shard_that_gives_up_fails_the_query_for_every_shard() {
         vec![ShardStart::Settled]
     );
     s2.finish(&[done(&e2, id, 0, 0x04)]).await.unwrap();
-    assert_eq!(text(&mut conn, &layout, id, "status").await, "failed");
-    assert_eq!(field(&mut conn, &layout, id, "pages").await, None);
+    assert_eq!(status(&mut conn, &layout, id).await, QueryStatus::Failed);
+    assert_eq!(pages(&mut conn, &layout, id).await, None);
 }
 
 #[tokio::test]
@@ -256,7 +266,7 @@ async fn a_query_half_answered_by_another_shard_count_is_not_mixed() {
     submit(&mut conn, &layout, fresh).await;
     // `old` was started and half answered by a 2-shard layout; `fresh` was only queued.
     let _: () = redis::cmd("HSET")
-        .arg(layout.query(old))
+        .arg(layout.partition(0).shard_state(old))
         .arg("shards")
         .arg(2)
         .arg("parts")
@@ -266,7 +276,7 @@ async fn a_query_half_answered_by_another_shard_count_is_not_mixed() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let jobs = vec![(rid(old), 0), (rid(fresh), 0)];
+    let jobs = vec![(rid(old), 0, true), (rid(fresh), 0, true)];
     assert_eq!(
         s0.start_shard_window(&jobs).await.unwrap(),
         vec![ShardStart::OtherShardCount, ShardStart::At(0)]
@@ -284,15 +294,19 @@ async fn shards_answering_from_different_databases_fail_the_query() {
     let id = "0000000000000000000000000000000d";
     submit(&mut conn, &layout, id).await;
     let (e0, e1) = (read_one(&s0).await, read_one(&s1).await);
-    s0.start_shard_window(&[(rid(id), 0)]).await.unwrap();
+    s0.start_shard_window(&[(rid(id), 0, true)]).await.unwrap();
     s0.finish(&[done(&e0, id, 0, 0x01)]).await.unwrap();
     let mut other = done(&e1, id, 0, 0x02);
     if let Outcome::Done { digest: d, .. } = &mut other {
         *d = Some(digest(2));
     }
     s1.finish(&[other]).await.unwrap();
-    assert_eq!(text(&mut conn, &layout, id, "status").await, "failed");
-    assert!(text(&mut conn, &layout, id, "error_message")
-        .await
+    let failed = record(&mut conn, &layout, id).await.unwrap();
+    assert_eq!(failed.result.status, QueryStatus::Failed);
+    assert!(failed
+        .result
+        .error
+        .unwrap()
+        .message
         .contains("different digests"));
 }

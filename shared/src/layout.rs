@@ -153,9 +153,16 @@ impl PartitionKeys {
         format!("{}:jobs", self.tag)
     }
 
-    /// Hash with one query's status and, once done, its answers. Has a TTL.
+    /// One query's record: a string, `queued` while pending (only for a query whose client
+    /// polls), then its final answer or failure (`pirq_queue::record`). Has a TTL.
     pub fn query(&self, id: &str) -> String {
         format!("{}:q:{id}", self.tag)
+    }
+
+    /// Sharded parties: a query's combine state (shard count, pinned epoch, partials in,
+    /// digest, slowest timings), a hash that lives while the query is pending.
+    pub fn shard_state(&self, id: &str) -> String {
+        format!("{}:sh:{id}", self.tag)
     }
 
     /// Dead-letter stream for the partition's jobs that could not be answered.

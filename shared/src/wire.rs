@@ -344,6 +344,23 @@ pub struct Job {
     pub epoch: Option<u64>,
     /// Milliseconds since the Unix epoch when the gateway accepted the query.
     pub accepted_ms: u64,
+    /// Where the answer goes (docs/redis.md, "A query's way").
+    pub reply: Reply,
+}
+
+/// How a job's answer reaches its client: what the gateway wrote at submit, and so what the
+/// worker must write when it finishes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
+pub struct Reply {
+    /// `Some(t)`: a gateway holds the client's request open for the answer (`Prefer: wait`)
+    /// until `t` (Unix ms) and wrote no `queued` record: the answer travels in the completion
+    /// event, and the record the worker writes is kept only briefly unless the job finishes
+    /// close to or after `t` (then the gateway has answered 202 and the client polls). `None`:
+    /// the client polls or follows events; a `queued` record was written at submit.
+    pub held_until_ms: Option<u64>,
+    /// The request's `Idempotency-Key`, carried into the final record so that whichever
+    /// gateway hands the answer over can shorten the key's record with it.
+    pub idempotency_key: Option<String>,
 }
 
 impl Job {
@@ -535,6 +552,10 @@ mod tests {
     #[test]
     fn job_round_trips() {
         let job = Job {
+            reply: Reply {
+                held_until_ms: Some(1_700_000_005_000),
+                idempotency_key: Some("a-key".into()),
+            },
             keys: vec![vec![1; 52]],
             epoch: None,
             accepted_ms: 1_700_000_000_000,

@@ -1,15 +1,19 @@
 //! Entries written straight into a party's job stream `{P}:jobs`, past the gateway: the jobs a
 //! test needs before any gateway runs, or that no gateway would accept (poison).
 
-use pirq_shared::layout::{job_field, query_field, Layout};
+use pirq_shared::layout::{job_field, Layout};
 use redis::aio::ConnectionLike;
 
 /// Seconds the `queued` record written by [`enqueue`] lives.
 pub const QUEUED_TTL_S: u64 = 600;
 
-/// What a gateway's submit leaves behind, in one `MULTI`: the record `{P}:q:<id>` `queued` with
-/// one key (expiring after [`QUEUED_TTL_S`]) and the stream entry `id=<id> job=<job>`. `job` is
-/// a bincode `wire::Job`, or any bytes at all for a poison entry.
+/// A `queued` record of one key, accepted at 0, without an Idempotency-Key.
+pub const QUEUED_RECORD: &str = "queued 1 0 -";
+
+/// What a gateway's submit leaves behind for a polled query, in one `MULTI`: the record
+/// `{P}:q:<id>` `queued` with one key (`pirq_queue::record`'s grammar, expiring after
+/// [`QUEUED_TTL_S`]) and the stream entry `id=<id> job=<job>`. `job` is a bincode `wire::Job`,
+/// or any bytes at all for a poison entry.
 pub async fn enqueue(
     conn: &mut impl ConnectionLike,
     layout: &Layout,
@@ -18,15 +22,10 @@ pub async fn enqueue(
 ) -> redis::RedisResult<()> {
     redis::pipe()
         .atomic()
-        .cmd("HSET")
+        .cmd("SET")
         .arg(layout.query(id))
-        .arg(query_field::STATUS)
-        .arg("queued")
-        .arg(query_field::KEYS)
-        .arg(1)
-        .ignore()
-        .cmd("EXPIRE")
-        .arg(layout.query(id))
+        .arg(QUEUED_RECORD)
+        .arg("EX")
         .arg(QUEUED_TTL_S)
         .ignore()
         .cmd("XADD")

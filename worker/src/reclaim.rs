@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 use pirq_queue::consumer::{Consumer, Delivery, EntryId, Outcome};
 use pirq_queue::RequestId;
+use pirq_shared::wire::Reply;
 
 /// Applies the delivery limit to a window's outcomes: failures with deliveries left are handed
 /// back, failures on the last allowed delivery are dead-lettered; entries that are not jobs at
@@ -41,6 +42,7 @@ pub fn apply_policy(
                 entry_id,
                 request_id,
                 error,
+                reply,
                 ..
             } => {
                 let n = deliveries.get(&entry_id).copied().unwrap_or(1);
@@ -50,7 +52,7 @@ pub fn apply_policy(
                         deliveries: n,
                     }
                 } else {
-                    dead_letter(entry_id, Some(request_id), error, n)
+                    dead_letter(entry_id, Some(request_id), error, n, reply)
                 }
             }
             Outcome::Discard { entry_id } => {
@@ -63,6 +65,7 @@ pub fn apply_policy(
                         "stream entry without a valid request id",
                     ),
                     n,
+                    Reply::default(),
                 )
             }
             other => other,
@@ -75,6 +78,7 @@ fn dead_letter(
     request_id: Option<RequestId>,
     error: ErrorBody,
     deliveries: u64,
+    reply: Reply,
 ) -> Outcome {
     let message = format!(
         "gave up after {deliveries} deliver{}: {}",
@@ -86,6 +90,7 @@ fn dead_letter(
         request_id,
         error: ErrorBody { message, ..error },
         deliveries,
+        reply,
     }
 }
 
@@ -102,6 +107,11 @@ pub fn over_limit(d: &Delivery, max_deliveries: u64) -> Option<Outcome> {
     Some(Outcome::DeadLetter {
         entry_id: d.entry_id.clone(),
         request_id: d.request_id,
+        reply: d
+            .job
+            .as_ref()
+            .map(|job| job.reply.clone())
+            .unwrap_or_default(),
         error: ErrorBody::new(
             ErrorCode::DeliveryLimit,
             format!(
@@ -175,6 +185,7 @@ mod tests {
             request_id: RequestId::parse(&"a".repeat(32)).unwrap(),
             error: ErrorBody::new(ErrorCode::KeyLength, "key 0: bad length"),
             worker: Duration::ZERO,
+            reply: Reply::default(),
         }
     }
 

@@ -33,7 +33,7 @@ use pirq_scan::ScanError;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::metrics as m;
-use pirq_shared::wire::ErrorBody;
+use pirq_shared::wire::{ErrorBody, Reply};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -93,8 +93,11 @@ pub struct Ready {
     pub deliveries: u64,
     pub epoch: u64,
     pub keys: Vec<DpfKey>,
-    /// Whether joining marks it running (a shard's job was started at admission).
+    /// Whether joining announces it running: its client follows events (a held request's
+    /// gateway waits for the answer only), and a shard's job was announced at admission.
     pub mark_running: bool,
+    /// Where the answer goes (the job's).
+    pub reply: Reply,
 }
 
 /// What the rotation tells the writer, in order.
@@ -179,11 +182,12 @@ async fn start_shard_jobs(
     mut batch: Vec<Delivery>,
 ) -> (Vec<Delivery>, Vec<Outcome>) {
     let newest = worker.epochs.borrow().newest;
-    let proposals: Vec<(RequestId, u64)> = batch
+    let proposals: Vec<(RequestId, u64, bool)> = batch
         .iter()
         .filter_map(|d| {
             let job = d.job.as_ref().ok()?;
-            Some((d.request_id?, job.epoch.unwrap_or(newest)))
+            let follows = job.reply.held_until_ms.is_none();
+            Some((d.request_id?, job.epoch.unwrap_or(newest), follows))
         })
         .collect();
     let starts = match worker.queue.start_shard_window(&proposals).await {
@@ -230,6 +234,7 @@ async fn start_shard_jobs(
                          query was being answered; submit it again",
                     ),
                     worker: d.received.elapsed(),
+                    reply: d.job.as_ref().map(|j| j.reply.clone()).unwrap_or_default(),
                 };
                 settled.push(settle(worker, failed, d.deliveries));
                 false
@@ -250,6 +255,7 @@ fn check(worker: &Worker, d: Delivery) -> Result<Ready, Box<Outcome>> {
         return Err(Box::new(settle(worker, discard, d.deliveries)));
     };
     let accepted_ms = d.job.as_ref().map(|j| j.accepted_ms).unwrap_or(0);
+    let reply = d.job.as_ref().map(|j| j.reply.clone()).unwrap_or_default();
     let window = worker.scanner.epoch_window();
     match serve::check_job(d.job, &worker.scanner.geometry(), window) {
         Ok((epoch, keys)) => Ok(Ready {
@@ -260,7 +266,8 @@ fn check(worker: &Worker, d: Delivery) -> Result<Ready, Box<Outcome>> {
             deliveries: d.deliveries,
             epoch,
             keys,
-            mark_running: worker.queue.shard().is_whole(),
+            mark_running: worker.queue.shard().is_whole() && reply.held_until_ms.is_none(),
+            reply,
         }),
         Err(error) => {
             let failed = Outcome::Failed {
@@ -268,6 +275,7 @@ fn check(worker: &Worker, d: Delivery) -> Result<Ready, Box<Outcome>> {
                 request_id,
                 error,
                 worker: d.received.elapsed(),
+                reply,
             };
             Err(Box::new(settle(worker, failed, d.deliveries)))
         }
@@ -525,12 +533,14 @@ fn outcome(worker: &Worker, r: Running, page_size: usize) -> Outcome {
             accepted_ms: ready.accepted_ms,
             // Every answer carries the digest of the epoch it answers (SPEC §2.1).
             digest: worker.digests.get(ready.epoch),
+            reply: ready.reply.clone(),
         },
         Some(error) => Outcome::Failed {
             entry_id: ready.entry_id.clone(),
             request_id: ready.request_id,
             error,
             worker: ready.received.elapsed(),
+            reply: ready.reply.clone(),
         },
     };
     if let Outcome::Done {
@@ -586,10 +596,10 @@ async fn write(worker: Arc<Worker>, mut events: mpsc::UnboundedReceiver<Event>) 
             }
         }
         // A job whose outcome goes out in this same round goes straight from `queued` to its
-        // final status: its `running` mark (a script run, an HSET and an SPUBLISH a job) would
-        // be overwritten a moment later, unseen (docs/http-api.md: a fast query may go
-        // straight to its result). The other marks go first; a job's outcome always comes
-        // after its mark, so none of them belongs to an outcome of this round.
+        // final status: its `running` announcement would be followed a moment later by the
+        // answer (docs/http-api.md: a fast query may go straight to its result). The other
+        // announcements go first; a job's outcome always comes after its announcement, so none
+        // of them belongs to an outcome of this round.
         let finals: std::collections::HashSet<RequestId> =
             outcomes.iter().filter_map(final_request).collect();
         running.retain(|id| !finals.contains(id));

@@ -1,6 +1,7 @@
 //! `POST /v1/queries`, `GET /v1/queries/{id}` (with `?wait=S`), `GET /v1/queries/{id}/events`.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
@@ -13,7 +14,9 @@ use futures::Stream;
 use pirq_shared::check;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::error::ErrorCode;
-use pirq_shared::wire::{ErrorBody, ErrorEnvelope, Job, QueryRequest, QueryResult, QueryStatus};
+use pirq_shared::wire::{
+    ErrorBody, ErrorEnvelope, Job, QueryRequest, QueryResult, QueryStatus, Reply,
+};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -21,6 +24,7 @@ use super::Format;
 use crate::error::ApiError;
 use crate::events::{Subscription, Wake};
 use crate::state::AppState;
+use crate::waiters::Slot;
 use crate::{durability, idempotency};
 use pirq_queue::producer::{SubmitChecks, Submitted};
 use pirq_queue::{QueryRecord, QueueError, RegisteredDb, RequestId};
@@ -71,10 +75,29 @@ pub async fn submit(
             },
         ));
     }
+    // A client that prefers to wait for the answer, while a waiter slot is free: its request is
+    // held, the job says until when, and no `queued` record is written (the answer comes in
+    // the completion event). Subscribed before the job is on the stream, so its answer cannot
+    // be announced unheard.
+    let accepted_ms = now_ms();
+    let inline = prefer_wait(&headers).and_then(|wait| {
+        let slot = st.waiters.enter().ok()?;
+        Some(Held {
+            wait,
+            slot,
+            sub: st.events.subscribe(&id),
+        })
+    });
     let job = Job {
         keys: request.keys,
         epoch: request.epoch,
-        accepted_ms: now_ms(),
+        accepted_ms,
+        reply: Reply {
+            held_until_ms: inline
+                .as_ref()
+                .map(|held| accepted_ms + held.wait.as_millis() as u64),
+            idempotency_key: idem_key.clone(),
+        },
     };
     if st.drain.memory_full(st.config.max_redis_memory) {
         return Err(ApiError::new(
@@ -93,15 +116,14 @@ pub async fn submit(
         .admit_limit(st.config.max_backlog, st.config.max_backlog_secs);
     let checks = SubmitChecks {
         pending_ttl: st.config.pending_ttl,
+        // The replica check reads the record back on the primary.
+        record_held: st.durable.mode == durability::Mode::Replica,
         max_backlog: limit,
         idempotency: idem_key
             .as_deref()
             .zip(fingerprint.as_deref())
             .map(|(k, fp)| (k, fp, st.config.idempotency_ttl)),
     };
-    // A client that prefers to wait for the answer: subscribe before the job is on the stream,
-    // so its answer cannot be announced unheard (and the record need not be read back).
-    let inline = prefer_wait(&headers).map(|wait| (wait, st.events.subscribe(&id)));
     let submitted = st
         .store
         .submit(&id, &job, &checks)
@@ -120,7 +142,7 @@ pub async fn submit(
             let stored = fingerprint.as_deref().map(|fp| format!("{fp} {known}"));
             let replayed = idem_key.as_deref().zip(stored.as_deref());
             confirm(&st, &known, replayed).await?;
-            return replay(&st, &known, format).await;
+            return replay(&st, &known, job, format).await;
         }
         Submitted::Known { .. } => {
             return Err(ApiError::new(
@@ -149,10 +171,20 @@ pub async fn submit(
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
     metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
     metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
-    if let Some((wait, sub)) = inline {
+    if let Some(held) = inline {
         let idem = idem_key.as_deref();
-        if let Some(answer) = answer_inline(&st, &id, idem, wait, sub, format).await {
+        if let Some(answer) = answer_inline(&st, &id, idem, held, format).await {
             return Ok(answer);
+        }
+        // Not in time: the client polls from now on, and finds the query `queued` until its
+        // record is final (`SET … NX`: never over a final record a worker wrote meanwhile).
+        let queued = pirq_queue::record::queued(job.keys.len(), job.accepted_ms, idem);
+        if let Err(e) = st
+            .store
+            .keep_pending(&id, &queued, st.config.pending_ttl)
+            .await
+        {
+            tracing::debug!(error = %e, "recording a held query as queued failed");
         }
     }
     Ok(accepted(
@@ -183,38 +215,47 @@ fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
         })
 }
 
+/// A request the gateway holds for its answer (`Prefer: wait`): how long, the waiter slot it
+/// takes, and its subscription, made before the job was queued.
+struct Held {
+    wait: Duration,
+    slot: Slot,
+    sub: Subscription,
+}
+
 /// Holds a just-queued query's answer until it is final or `wait` has passed: one round trip
 /// for the whole query instead of a submit and then a wait (a second request, and the
-/// `queued`/`running` events between). `None` (answer the 202 as usual: the query is queued
-/// either way) when the answer does not come in time, no waiter slot is free, or reading it
-/// failed.
+/// `queued`/`running` events between). The answer comes in the completion event, without a
+/// read. `None` (answer the 202: the query is queued either way, and the caller records it as
+/// such) when the answer does not come in time or reading it failed.
 async fn answer_inline(
     st: &AppState,
     id: &RequestId,
     idempotency_key: Option<&str>,
-    wait: Duration,
-    sub: Subscription,
+    held: Held,
     format: Format,
 ) -> Option<Response> {
-    let _waiter = st.waiters.enter().ok()?;
+    let Held { wait, slot, sub } = held;
     let queued = QueryRecord {
         result: QueryResult::pending(id.as_str(), QueryStatus::Queued),
         scan_us: None,
         worker_us: None,
         idempotency_key: idempotency_key.map(str::to_owned),
     };
-    let waited = wait_final_from(st, id, wait, sub, Some(queued))
+    // No read at first: a held query has no record until its answer.
+    let waited = wait_final_from(st, id, wait, sub, Some(queued), true)
         .await
         .ok()?;
+    drop(slot);
     if !waited.record.result.status.is_final() {
         return None;
     }
     waited.hand_over(st, id);
-    let q = waited.record;
+    let q = &waited.record;
     let mut resp = accepted(st, id, format, &q.result);
     let h = resp.headers_mut();
     h.insert("preference-applied", HeaderValue::from_static("wait"));
-    if let Some(timing) = server_timing(&q) {
+    if let Some(timing) = server_timing(q) {
         h.insert("server-timing", timing);
     }
     Some(resp)
@@ -244,15 +285,40 @@ fn accepted(st: &AppState, id: &RequestId, format: Format, result: &QueryResult)
 }
 
 /// A known `Idempotency-Key` with the same request: the first request's id, as it stands now.
-async fn replay(st: &AppState, id: &RequestId, format: Format) -> Result<Response, ApiError> {
+/// When that query has no record (its request was held and its answer handed over, or is still
+/// on its way, or was lost with the gateway that held it), the job is queued again under the
+/// same id, as a polled one: answering a PIR query twice costs a pass and tells the party
+/// nothing new, and the retry gets its answer.
+async fn replay(
+    st: &AppState,
+    id: &RequestId,
+    job: Job,
+    format: Format,
+) -> Result<Response, ApiError> {
     metrics::counter!(pirq_shared::metrics::GATEWAY_IDEMPOTENT_REPLAYS).increment(1);
-    let stored = st.store.load(id).await?.ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::NotFound,
-            format!("the query {id} of this Idempotency-Key has expired"),
-        )
-    })?;
-    Ok(accepted(st, id, format, &stored.result))
+    if let Some(stored) = st.store.load(id).await? {
+        return Ok(accepted(st, id, format, &stored.result));
+    }
+    let job = Job {
+        reply: Reply {
+            held_until_ms: None,
+            ..job.reply
+        },
+        ..job
+    };
+    let checks = SubmitChecks {
+        pending_ttl: st.config.pending_ttl,
+        record_held: true,
+        max_backlog: 0,
+        idempotency: None,
+    };
+    st.store.submit(id, &job, &checks).await?;
+    Ok(accepted(
+        st,
+        id,
+        format,
+        &QueryResult::pending(id.as_str(), QueryStatus::Queued),
+    ))
 }
 
 /// `--durability fsync|replica`: waits until the queued job `id` is on disk, or on a replica;
@@ -426,8 +492,8 @@ pub async fn status(
             .await?
             .ok_or_else(|| ApiError::not_found(id.as_str()))?;
         Waited {
-            record,
-            released: false,
+            record: Arc::new(record),
+            held: false,
         }
     } else {
         let _waiter = st.waiters.enter()?;
@@ -455,20 +521,21 @@ pub async fn status(
 }
 
 /// A client has been handed the final result `record` of `id`: its bytes count towards the
-/// party's read rate, and unless the read that found it did so already (`released`), it and its
-/// idempotency record are kept only as long as [`crate::retention`] says from now on (in the
-/// background: the answer does not wait for it; a failure only means they live their full TTLs).
-fn fetched(st: &AppState, id: &RequestId, record: &QueryRecord, released: bool) {
+/// party's read rate, and it and its idempotency record are kept only as long as
+/// [`crate::retention`] says from now on (in the background: the answer does not wait for it; a
+/// failure only means they live their full TTLs). A held query's record (`held`) was written
+/// short-lived by its worker: only its idempotency record, if any, is shortened.
+fn fetched(st: &AppState, id: &RequestId, record: &QueryRecord, held: bool) {
     st.retention.handed_over(page_bytes(record));
-    if released {
+    let idem = record.idempotency_key.clone();
+    if held && idem.is_none() {
         return;
     }
     let store = st.store.clone();
     let id = *id;
-    let idem = record.idempotency_key.clone();
     let ttl = st.retention.ttl();
     tokio::spawn(async move {
-        if let Err(e) = store.release(&id, idem.as_deref(), ttl).await {
+        if let Err(e) = store.release(&id, !held, idem.as_deref(), ttl).await {
             tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
         }
     });
@@ -491,19 +558,18 @@ fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
     .ok()
 }
 
-/// A query's record as a wait left it.
+/// A query's record as a wait left it (shared with the event that brought it, when one did).
 struct Waited {
-    record: QueryRecord,
-    /// The record was read already released (its lifetime shortened, as [`fetched`] does)
-    /// does), in the same round trip: the read followed an event that announced it final.
-    released: bool,
+    record: Arc<QueryRecord>,
+    /// The query's request was held by this gateway (no `queued` record was written).
+    held: bool,
 }
 
 impl Waited {
     /// The record is being answered: a final one is [`fetched`].
     fn hand_over(&self, st: &AppState, id: &RequestId) {
         if self.record.result.status.is_final() {
-            fetched(st, id, &self.record, self.released);
+            fetched(st, id, &self.record, self.held);
         }
     }
 }
@@ -512,51 +578,50 @@ impl Waited {
 async fn wait_final(st: &AppState, id: &RequestId, wait: Duration) -> Result<Waited, ApiError> {
     // Subscribe before the first read: a change between the read and the wait still wakes us.
     let sub = st.events.subscribe(id);
-    wait_final_from(st, id, wait, sub, None).await
+    wait_final_from(st, id, wait, sub, None, false).await
 }
 
 /// [`wait_final`] with a subscription made earlier and, when known, the record as it stood
-/// when `sub` was made (else it is read first). A record announced final is read and marked
-/// fetched in one round trip: the caller hands it over at once.
+/// when `sub` was made (else it is read first). A final record comes in the event that
+/// announced it, without a read. `held`: the query's request is held by this gateway, so it has
+/// no record until its final one (a read that finds none finds it pending, not unknown).
 async fn wait_final_from(
     st: &AppState,
     id: &RequestId,
     wait: Duration,
     mut sub: Subscription,
     known: Option<QueryRecord>,
+    held: bool,
 ) -> Result<Waited, ApiError> {
     let deadline = Instant::now() + wait;
     let mut shutdown = st.shutdown.clone();
-    let found =
-        |record: Option<QueryRecord>| record.ok_or_else(|| ApiError::not_found(id.as_str()));
-    let load = || async { found(st.store.load(id).await?) };
     let mut q = match known {
-        Some(q) => q,
-        None => load().await?,
+        Some(q) => Arc::new(q),
+        None => Arc::new(
+            st.store
+                .load(id)
+                .await?
+                .ok_or_else(|| ApiError::not_found(id.as_str()))?,
+        ),
     };
-    let mut released = false;
     loop {
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
-            return Ok(Waited {
-                record: q,
-                released,
-            });
+            return Ok(Waited { record: q, held });
         }
         let wake = tokio::select! {
             r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),
             _ = shutdown.wait_for(|s| *s) => Wake::Read,
         };
         match wake {
-            Wake::Progress(status) => q.result.status = status,
-            Wake::Final => {
-                let idem = q.idempotency_key.take();
-                let ttl = st.retention.ttl();
-                q = found(st.store.load_fetched(id, idem.as_deref(), ttl).await?)?;
-                released = true;
-            }
-            Wake::Read => q = load().await?,
+            Wake::Progress(status) => Arc::make_mut(&mut q).result.status = status,
+            Wake::Final(record) => q = record,
+            Wake::Read => match st.store.load(id).await? {
+                Some(record) => q = Arc::new(record),
+                None if held => {}
+                None => return Err(ApiError::not_found(id.as_str())),
+            },
         }
     }
 }
@@ -625,9 +690,16 @@ async fn follow(
             // or polls another gateway.
             _ = shutdown.wait_for(|s| *s) => return,
         };
-        if let Wake::Progress(status) = wake {
-            current.result.status = status;
-            continue;
+        match wake {
+            Wake::Progress(status) => {
+                current.result.status = status;
+                continue;
+            }
+            Wake::Final(record) => {
+                current = (*record).clone();
+                continue;
+            }
+            Wake::Read => {}
         }
         current = match st.store.load(&id).await {
             Ok(Some(q)) => q,

@@ -358,10 +358,9 @@ async fn poison_jobs_go_to_the_dead_letter_stream_and_healthy_ones_are_answered(
     // A valid job that (as far as the group knows) workers died on three times already: a
     // consumer that never comes back took it, and its delivery count says 3.
     let crash_id = format!("{:032x}", rand::random::<u128>());
-    let _: () = redis::cmd("HSET")
+    let _: () = redis::cmd("SET")
         .arg(layout.query(&crash_id))
-        .arg("status")
-        .arg("queued")
+        .arg(jobs::QUEUED_RECORD)
         .query_async(&mut conn)
         .await
         .unwrap();

@@ -1060,6 +1060,7 @@ async fn live_gateways_answer_every_route_as_documented() {
         keys: vec![poison],
         epoch: None,
         accepted_ms: 0,
+        reply: Default::default(),
     }
     .to_bincode();
     let failed = format!("{:032x}", rand::random::<u128>());

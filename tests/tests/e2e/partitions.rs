@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_queue::connect::TlsFiles;
+use pirq_queue::record::{self, Notice};
 use pirq_queue::{events, RedisTarget};
 use pirq_shared::dpf::generate;
-use pirq_shared::layout::{query_field, Layout};
-use pirq_shared::wire::{Job, QueryStatus};
+use pirq_shared::layout::Layout;
+use pirq_shared::wire::Job;
 use pirq_testkit::jobs;
 
 const PAGES: u64 = 256;
@@ -45,6 +46,7 @@ fn job(index: u64) -> Vec<u8> {
         keys: vec![k0.to_bytes()],
         epoch: None,
         accepted_ms: 0,
+        reply: Default::default(),
     }
     .to_bincode()
 }
@@ -57,13 +59,10 @@ async fn done(
 ) -> usize {
     let mut pipe = redis::pipe();
     for id in ids {
-        pipe.hget(layout.query(id), query_field::STATUS);
+        pipe.cmd("GETRANGE").arg(layout.query(id)).arg(0).arg(4);
     }
-    let statuses: Vec<Option<String>> = pipe.query_async(conn).await.unwrap();
-    statuses
-        .iter()
-        .filter(|s| s.as_deref() == Some("done"))
-        .count()
+    let heads: Vec<String> = pipe.query_async(conn).await.unwrap();
+    heads.iter().filter(|s| s.as_str() == "done ").count()
 }
 
 /// The request ids the party's workers announce `done`, in the order announced: the gateway's
@@ -76,8 +75,12 @@ async fn announcements(
     events::subscribe(&target, layout)
         .await
         .unwrap()
-        .filter_map(|e| {
-            std::future::ready((e.status == QueryStatus::Done).then(|| e.id.to_string()))
+        .flat_map(|payload| {
+            let done: Vec<String> = record::frames(&payload)
+                .filter(|(id, frame)| matches!(Notice::decode(id, frame), Some(Notice::Final(_))))
+                .map(|(id, _)| id.to_string())
+                .collect();
+            futures::stream::iter(done)
         })
 }
 

@@ -247,6 +247,7 @@ async fn job_that_slipped_past_the_gateway_fails_alone() {
         keys: vec![wrong.to_bytes()],
         epoch: None,
         accepted_ms: 0,
+        reply: Default::default(),
     };
     jobs::enqueue(&mut conn, &layout, &bad_id, &job.to_bincode())
         .await

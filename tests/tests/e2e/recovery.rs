@@ -87,6 +87,7 @@ async fn a_job_pinned_ahead_does_not_hold_up_its_window() {
             keys: for_page(10, i).keys,
             epoch: (i == 0).then_some(1),
             accepted_ms: 0,
+            reply: Default::default(),
         };
         jobs::enqueue(&mut conn, &layout, &id, &job.to_bincode())
             .await
