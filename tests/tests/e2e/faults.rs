@@ -333,6 +333,7 @@ async fn poison_jobs_go_to_the_dead_letter_stream_and_healthy_ones_are_answered(
             keys,
             epoch: None,
             accepted_ms: 0,
+            reply: Default::default(),
         }
         .to_bincode()
     };
