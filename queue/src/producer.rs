@@ -504,12 +504,21 @@ async fn submit_batches(
     while rx.recv_many(&mut batch, MAX_SUBMIT_BATCH).await > 0 {
         let mut script = scripts::SUBMIT.script().prepare_invoke();
         script.key(&jobs);
-        let max_backlog = batch.iter().map(|p| p.max_backlog).min().unwrap_or(0);
-        let first = &batch[0];
+        // One bound and one lifetime each for the batch: the strictest bound; the lifetimes are
+        // the gateway's settings, the same for all (a submit without an Idempotency-Key has
+        // none, and `EX 0` is an error).
+        let max_backlog = batch
+            .iter()
+            .map(|p| p.max_backlog)
+            .filter(|&b| b > 0) // 0: no bound
+            .min()
+            .unwrap_or(0);
+        let pending_ttl = batch.iter().map(|p| p.pending_ttl).max().unwrap_or(1);
+        let idempotency_ttl = batch.iter().map(|p| p.idempotency_ttl).max().unwrap_or(1);
         script
             .arg(max_backlog)
-            .arg(first.pending_ttl)
-            .arg(first.idempotency_ttl);
+            .arg(pending_ttl.max(1))
+            .arg(idempotency_ttl.max(1));
         for p in &batch {
             // The idempotency key declared even when unused, in the partition's slot.
             let idem_key = p

@@ -240,20 +240,34 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         ids.push(id);
     }
     // Signal once all are delivered to w0 and the big job has joined the rotation (it is
-    // marked running as it joins): HELD + 1 jobs left while it scans, HELD once it is answered.
+    // announced running as it joins, which its event stream passes on; a record stores no
+    // `running`): HELD + 1 jobs left while it scans, HELD once it is answered.
+    let big_started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn({
+        let (http, url, flag) = (http.clone(), url.clone(), big_started.clone());
+        async move {
+            let Ok(mut events) = http
+                .get(format!("{url}/v1/queries/{big_id}/events"))
+                .send()
+                .await
+            else {
+                return;
+            };
+            let mut seen = String::new();
+            while let Ok(Some(chunk)) = events.chunk().await {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+                if seen.contains("\"running\"") || seen.contains("event: result") {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+    });
     let deadline = Instant::now() + Duration::from_secs(60);
     let held = loop {
         let (held, left) = held_and_left(&mut conn, &layout, "w0").await;
-        let big_started = || async {
-            let r = http
-                .get(format!("{url}/v1/queries/{big_id}"))
-                .send()
-                .await
-                .ok()?;
-            let body: serde_json::Value = r.json().await.ok()?;
-            Some(body["status"] != "queued")
-        };
-        if held == left && (held == HELD || held == HELD + 1) && big_started().await == Some(true) {
+        let started = big_started.load(std::sync::atomic::Ordering::SeqCst);
+        if held == left && (held == HELD || held == HELD + 1) && started {
             break held;
         }
         assert!(Instant::now() < deadline, "w0 never took the last jobs");

@@ -190,16 +190,20 @@ async fn missing_shard(backend: Backend) {
         "a query completed with a shard missing"
     );
     let mut conn = a.redis_keys().await.unwrap();
-    let ids = keys_of_every_partition(&a, |keys| keys.query("*")).await;
-    assert_eq!(ids.len(), 1);
-    let (status, parts): (String, u32) = redis::cmd("HMGET")
-        .arg(&ids[0])
-        .arg("status")
+    // The query's combine state: started, two partials in (its client waits on the POST, so
+    // there is no record until the answer).
+    let states = keys_of_every_partition(&a, |keys| keys.shard_state("*")).await;
+    assert_eq!(states.len(), 1);
+    let (started, parts): (String, u32) = redis::cmd("HMGET")
+        .arg(&states[0])
+        .arg("started")
         .arg("parts")
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((status.as_str(), parts), ("running", 2));
+    assert_eq!((started.as_str(), parts), ("1", 2));
+    let records = keys_of_every_partition(&a, |keys| keys.query("*")).await;
+    assert!(records.is_empty(), "a held query has no record yet: {records:?}");
 
     start_shard(&mut a, 1).await;
     let got = tokio::time::timeout(Duration::from_secs(30), fetch)
