@@ -8,10 +8,14 @@
 # Set against the same machine's scanner bench (`pirq-gpu-bench`, GPU 0, same database size).
 # Results: docs/bench/host-path.md (issue 35), docs/bench/gpu-e2e.md.
 #
-#   ops/bench/gpu-scale.sh build [DIR]   # here: release binaries (CUDA worker and bench),
-#                                        # redis-server/redis-cli, scripts/redis-cluster.sh into
-#                                        # DIR (default .gpu/scale)
+#   ops/bench/gpu-scale.sh build [DIR]   # here: the gateway and CUDA worker of this tree into
+#                                        # DIR/$VARIANT (default current); the load generator,
+#                                        # pirq-gpu-bench, redis-server/redis-cli and
+#                                        # scripts/redis-cluster.sh into DIR (default .gpu/scale)
 #   ops/bench/gpu-scale.sh run [DIR]     # on the GPU machine, as root (mounts a tmpfs)
+#
+# Build again from another checkout with another VARIANT to compare binary sets on one machine:
+# `run` takes every set (VARIANTS, default all built) at each GPU count in turn.
 #
 # Environment for `run`:
 #   PAGES      database pages of 4 KiB (default 2^24: 64 GiB)
@@ -34,18 +38,19 @@ D=${2:-.gpu/scale}
 
 case "${1:-}" in
 build)
+    V=${VARIANT:-current}
     cargo build --release -p pirq-gateway -p pirq-cli --bin pirq-gateway --bin pirq
     cargo build --release -p pirq-worker --features cuda --bin pirq-worker
     cargo build --release -p pirq-scan --features cuda --bin pirq-gpu-bench
-    rm -rf "${D:?}" && mkdir -p "$D"
-    cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq \
-        target/release/pirq-gpu-bench scripts/redis-cluster.sh "$D/"
-    git rev-parse --short HEAD >"$D/COMMIT"
-    git diff --quiet HEAD || echo "(+ uncommitted changes)" >>"$D/COMMIT"
+    rm -rf "${D:?}/$V" && mkdir -p "$D/$V"
+    cp target/release/pirq-gateway target/release/pirq-worker "$D/$V/"
+    cp target/release/pirq target/release/pirq-gpu-bench scripts/redis-cluster.sh "$D/"
+    git rev-parse --short HEAD >"$D/$V/COMMIT"
+    git diff --quiet HEAD || echo "(+ uncommitted changes)" >>"$D/$V/COMMIT"
     # shellcheck source=scripts/lib/gpu-bundle.sh
     . scripts/lib/gpu-bundle.sh
     copy_redis_server "$D"
-    strip "$D"/pirq* "$D/redis-server" "$D/redis-cli" 2>/dev/null || true
+    strip "$D"/pirq* "$D/$V"/pirq* "$D/redis-server" "$D/redis-cli" 2>/dev/null || true
     du -sh "$D"
     exit 0
     ;;
@@ -139,7 +144,11 @@ wait_workers() {
 
 : >"$SUMMARY"
 say "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | tr -s ' ')"
-say "commit: $(cat "$B/COMMIT" | tr '\n' ' '); pages $PAGES; clients $CLIENTS; keys/query $KEYS; dur $DUR s (warm $WARM); cluster ${CLUSTER}; shards ${SHARDS:-0}"
+VARIANTS=${VARIANTS:-$(cd "$B" && for v in */; do if [ -x "$v/pirq-worker" ]; then echo "${v%/}"; fi; done)}
+# shellcheck disable=SC2086,SC2116 # word splitting joins the lines
+VARIANTS=$(echo $VARIANTS)
+for v in $VARIANTS; do say "variant $v: $(tr '\n' ' ' <"$B/$v/COMMIT")"; done
+say "pages $PAGES; clients $CLIENTS; keys/query $KEYS; dur $DUR s (warm $WARM); cluster ${CLUSTER}; shards ${SHARDS:-0}"
 mkdir -p "$MNT"
 umount "$MNT" 2>/dev/null || true
 mount -t tmpfs -o size=72G tmpfs "$MNT"
@@ -160,6 +169,7 @@ SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --allow-sa
 nproc_all=$(nproc)
 client_cpus="18-$((nproc_all - 1))"
 for n in $GPUS; do
+  for v in $VARIANTS; do
     if [ "$CLUSTER" = 0 ]; then
         start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
         REDIS_URL=redis://127.0.0.1:7101
@@ -178,26 +188,26 @@ for n in $GPUS; do
         PART_ARGS=(--partitions $((2 * CLUSTER)))
     fi
     # shellcheck disable=SC2086
-    start 2-9 gateway pirq-gateway --redis "$REDIS_URL" --prefix party --listen 127.0.0.1:8101 \
+    start 2-9 "gateway-$v-$n" "$B/$v/pirq-gateway" --redis "$REDIS_URL" --prefix party --listen 127.0.0.1:8101 \
         --max-waiters 8192 "${PART_ARGS[@]}" ${GW_THREADS:+--runtime-threads $GW_THREADS}
     WORKER_PIDS=()
     for g in $(seq 0 $((n - 1))); do
         shard=()
         if [ "${SHARDS:-0}" = 1 ]; then shard=(--shard "$g/$n"); fi
-        start "$((10 + 2 * g))-$((11 + 2 * g))" "worker-$n-g$g" env CUDA_VISIBLE_DEVICES="$g" \
-            pirq-worker --redis "$REDIS_URL" --prefix party --db "$MNT/db.pirdb" --backend cuda \
+        start "$((10 + 2 * g))-$((11 + 2 * g))" "worker-$v-$n-g$g" env CUDA_VISIBLE_DEVICES="$g" \
+            "$B/$v/pirq-worker" --redis "$REDIS_URL" --prefix party --db "$MNT/db.pirdb" --backend cuda \
             --consumer "g$g" --metrics-listen "127.0.0.1:$((9100 + g))" "${PART_ARGS[@]}" "${shard[@]}"
         WORKER_PIDS+=("${PIDS[-1]}")
     done
     t0=$(date +%s)
     wait_workers "$n"
-    say "== $n GPU(s): workers ready after $(($(date +%s) - t0)) s"
+    say "== $v, $n GPU(s): workers ready after $(($(date +%s) - t0)) s"
     gw=${PIDS[0]}
     if [ "$CLUSTER" = 0 ]; then gw=${PIDS[1]}; fi
     points="$CLIENTS"
     if [ "${LONE:-1}" = 1 ]; then points="1 $points"; fi
     for c in $points; do
-        name="gpus-$n-c$c"
+        name="$v-gpus-$n-c$c"
         for port in $(redis_nodes); do redis-cli -p "$port" CONFIG RESETSTAT >/dev/null; done
         redis_before=0
         for port in $(redis_nodes); do
@@ -226,7 +236,7 @@ party_keys_s = 2 * r["achieved_keys_per_s"]
 keys_all = party_keys_s * (r["duration_s"] + warm)
 per = lambda ticks: ticks * 1e4 / keys_all if keys_all else float("nan")
 lat = r["latency_ms"]
-print(f"  clients {sys.argv[1].split('-c')[-1].split('.')[0]:>5}: {party_keys_s:9.1f} party keys/s; "
+print(f"  clients {sys.argv[1].rsplit('-c', 1)[-1].split('.')[0]:>5}: {party_keys_s:9.1f} party keys/s; "
       f"p50 {lat['p50']:.2f} ms p99 {lat['p99']:.2f} ms; errors {sum(r['errors'].values())}; "
       f"gateway {per(gw):.1f} us/key ({gw / (r['duration_s'] + warm):.0f} % of a core); "
       f"redis {per(rd):.1f} us/key ({rd / (r['duration_s'] + warm):.0f} %); "
@@ -239,5 +249,6 @@ PY
     done
     stop_all
     sleep 1
+  done
 done
 echo "done: $OUT"
