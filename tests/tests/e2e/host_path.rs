@@ -310,6 +310,11 @@ fn kv_database(dir: &Path) -> (std::path::PathBuf, Records) {
         "build",
         "--records",
         records_s,
+        // `kv gen` writes hex keys and values.
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
         "--key-size",
         "20",
         "--value-size",

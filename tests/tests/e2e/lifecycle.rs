@@ -244,8 +244,12 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
     // `running`): HELD + 1 jobs left while it scans, HELD once it is answered.
     let big_started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     tokio::spawn({
-        let (http, url, flag, big_id) =
-            (http.clone(), url.clone(), big_started.clone(), big_id.clone());
+        let (http, url, flag, big_id) = (
+            http.clone(),
+            url.clone(),
+            big_started.clone(),
+            big_id.clone(),
+        );
         async move {
             let Ok(mut events) = http
                 .get(format!("{url}/v1/queries/{big_id}/events"))

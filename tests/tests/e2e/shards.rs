@@ -203,7 +203,10 @@ async fn missing_shard(backend: Backend) {
         .unwrap();
     assert_eq!((started.as_str(), parts), ("1", 2));
     let records = keys_of_every_partition(&a, |keys| keys.query("*")).await;
-    assert!(records.is_empty(), "a held query has no record yet: {records:?}");
+    assert!(
+        records.is_empty(),
+        "a held query has no record yet: {records:?}"
+    );
 
     start_shard(&mut a, 1).await;
     let got = tokio::time::timeout(Duration::from_secs(30), fetch)
