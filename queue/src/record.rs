@@ -269,7 +269,7 @@ impl ToRedisArgs for Frames {
     {
         let mut arg = out.writer_for_next_arg();
         for (id, record) in &self.frames {
-            write!(arg, "{id} {}\n", record.len()).expect("writing into memory cannot fail");
+            writeln!(arg, "{id} {}", record.len()).expect("writing into memory cannot fail");
             record.write_to(&mut arg);
         }
     }
