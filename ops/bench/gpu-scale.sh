@@ -30,8 +30,10 @@
 #   GW_THREADS gateway runtime threads (default: unset, the gateway's own default)
 #   OUT        results folder (default .gpu/out): summary.txt and a tarball of logs, JSON
 #              reports, metric scrapes and per point Redis' INFO commandstats
-# Cores: Redis 0 (cluster: 0..N-1), gateway 2-9, worker g on 10+2g..11+2g, clients the rest
-# from 18 up (the 2-GPU host has 32 cores, the 4-GPU host 64).
+# Cores: Redis 0 (cluster: 0..N-1), gateway GW_CPUS (default 2-9), worker g on
+# WORKER_BASE+2g..WORKER_BASE+2g+1 (default 10), clients CLIENT_CPUS (default 18 up to the last
+# core; the 2-GPU host has 32 cores, the 4-GPU host 64; on the 16-core 1-GPU host use e.g.
+# GW_CPUS=1-3 WORKER_BASE=4 CLIENT_CPUS=6-15).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=${2:-.gpu/scale}
@@ -167,7 +169,9 @@ fi
 SELF=(--party-a http://127.0.0.1:8101 --party-b http://127.0.0.1:8101 --allow-same-party
     --verify "$MNT/db.pirdb" --bincode --keys "$KEYS")
 nproc_all=$(nproc)
-client_cpus="18-$((nproc_all - 1))"
+client_cpus=${CLIENT_CPUS:-18-$((nproc_all - 1))}
+gw_cpus=${GW_CPUS:-2-9}
+wb=${WORKER_BASE:-10}
 for n in $GPUS; do
   for v in $VARIANTS; do
     if [ "$CLUSTER" = 0 ]; then
@@ -188,13 +192,13 @@ for n in $GPUS; do
         PART_ARGS=(--partitions $((2 * CLUSTER)))
     fi
     # shellcheck disable=SC2086
-    start 2-9 "gateway-$v-$n" "$B/$v/pirq-gateway" --redis "$REDIS_URL" --prefix party --listen 127.0.0.1:8101 \
+    start "$gw_cpus" "gateway-$v-$n" "$B/$v/pirq-gateway" --redis "$REDIS_URL" --prefix party --listen 127.0.0.1:8101 \
         --max-waiters 8192 "${PART_ARGS[@]}" ${GW_THREADS:+--runtime-threads $GW_THREADS}
     WORKER_PIDS=()
     for g in $(seq 0 $((n - 1))); do
         shard=()
         if [ "${SHARDS:-0}" = 1 ]; then shard=(--shard "$g/$n"); fi
-        start "$((10 + 2 * g))-$((11 + 2 * g))" "worker-$v-$n-g$g" env CUDA_VISIBLE_DEVICES="$g" \
+        start "$((wb + 2 * g))-$((wb + 1 + 2 * g))" "worker-$v-$n-g$g" env CUDA_VISIBLE_DEVICES="$g" \
             "$B/$v/pirq-worker" --redis "$REDIS_URL" --prefix party --db "$MNT/db.pirdb" --backend cuda \
             --consumer "g$g" --metrics-listen "127.0.0.1:$((9100 + g))" "${PART_ARGS[@]}" "${shard[@]}"
         WORKER_PIDS+=("${PIDS[-1]}")
