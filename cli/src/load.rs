@@ -173,7 +173,7 @@ pub struct Report {
     pub duration_s: f64,
     /// Queries answered (and verified) inside the measured interval.
     pub ok: u64,
-    /// Failed queries by kind (timeout, http, api_<code>, failed_<code>, wrong_page, ...).
+    /// Failed queries by kind (timeout, http, `api_<code>`, `failed_<code>`, wrong_page, ...).
     pub errors: BTreeMap<String, u64>,
     /// Open loop: queries that were due while `max_in_flight` were outstanding, never sent.
     pub skipped: u64,

@@ -92,7 +92,7 @@ pub fn print(text: impl AsRef<[u8]>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// [`print`] with a newline.
+/// [`print()`] with a newline.
 pub fn println(text: impl AsRef<str>) -> anyhow::Result<()> {
     print(format!("{}\n", text.as_ref()))
 }

@@ -16,7 +16,7 @@ pub struct QueryArgs {
     /// Page index to fetch; repeat for several (they go out as one query per party).
     #[arg(long = "index", required = true)]
     pub indices: Vec<u64>,
-    /// Write each page to DIR/page-<index>.bin; `-` writes the page bytes, in the order of
+    /// Write each page to `DIR/page-<index>.bin`; `-` writes the page bytes, in the order of
     /// --index, to standard output (the report then goes to standard error).
     #[arg(long, value_name = "DIR|-")]
     pub out: Option<PathBuf>,
