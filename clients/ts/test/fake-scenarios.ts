@@ -105,7 +105,7 @@ export const SCENARIOS: Scenario[] = [
     // the redirect (to party A) was not followed: A saw only its own submit
     assert.equal((await a.stats()).submits, 1);
   } },
-  { behaviour: "always-503", expect: { code: "too_many_waiters", phase: "submit" }, check: async (o, _a, b) => {
+  { behaviour: "always-503", expect: { code: "too_many_waiters", phase: "submit" }, timeoutMs: RETRY_TIMEOUT_MS, check: async (o, _a, b) => {
     assert.equal((await b.stats()).submits, 5, "the first try and 4 retries");
     assert.equal(o.retryAfter, 0);
   } },

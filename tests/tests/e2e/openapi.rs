@@ -634,6 +634,7 @@ async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client
     eprintln!("openapi: a signed kv database, sharded");
     let options = PartyOptions {
         no_worker: true,
+        gateway_args: pirq_e2e::strings(&["--admin-token", TOKEN]),
         ..Default::default()
     };
     let mut sharded = Party::start(Path::new(&signed_kv), "oashard", options)
@@ -692,6 +693,22 @@ async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client
     .await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     api.check("post", "/v1/queries", &r);
+    // An update without the publisher's signatures is refused by a signed database.
+    let page_size = info["page_size"].as_u64().unwrap() as usize;
+    let unsigned = json!({"epoch": 1, "pages": [{"index": 0, "page": b64(&vec![7u8; page_size])}]});
+    let r = send(
+        http.post(format!("{s}/v1/admin/epochs"))
+            .bearer_auth(TOKEN)
+            .json(&unsigned),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (422, "unsigned_update"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    api.check("post", "/v1/admin/epochs", &r);
     drop(sharded);
 
     eprintln!("openapi: every connection busy");
