@@ -35,6 +35,9 @@ pub struct DiffArgs {
     /// --sign-key), as `pirq epoch make` does.
     #[arg(long, requires = "sign_key")]
     manifests: Option<PathBuf>,
+    /// No progress bar, even on a terminal (the summary line stays).
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// Why two files cannot be one database at two epochs, if they cannot.
@@ -115,7 +118,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     // A signed page's tail is its signature, which differs between two builds of the same
     // content: the usable bytes decide whether a page changed.
     let usable = old.usable();
-    let progress = crate::output::Progress::new(Some(old.num_pages()), "pages");
+    let progress = crate::output::Progress::new(Some(old.num_pages()), "pages", args.quiet);
     let mut pages = Vec::new();
     for p in 0..old.num_pages() {
         let (a, b) = (

@@ -50,6 +50,9 @@ pub struct ApplyArgs {
     /// Where the new snapshot goes (a .pirdb at the last update's epoch).
     #[arg(long)]
     out: PathBuf,
+    /// No progress bar, even on a terminal (the summary line stays).
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// Reads and parses an update file (JSON or bincode).
@@ -177,6 +180,12 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
     };
     // A snapshot of a kv database is one too, and of an imported file one too: the layout block
     // and the imported length go along.
+    let progress = crate::output::Progress::stages(args.quiet);
+    progress.stage(
+        &format!("writing {}", args.out.display()),
+        Some(out.pages_len()),
+        crate::output::BYTES,
+    );
     db::write_with_digest(
         &args.out,
         &out,
@@ -186,14 +195,14 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {
             Some(new) => page.copy_from_slice(new),
             None => page.copy_from_slice(db.page(p).expect("p < num_pages")),
         },
-        |_| {},
+        |done| progress.set_position(done),
     )?;
-    eprintln!(
+    progress.finish(&format!(
         "wrote {} at epoch {} ({} pages replaced), digest {digest}",
         args.out.display(),
         out.epoch,
         latest.len()
-    );
+    ));
     Ok(())
 }
 

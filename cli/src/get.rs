@@ -60,6 +60,9 @@ pub struct GetArgs {
     /// With --json: write keys and values as hex or base64 strings, whatever the table records.
     #[arg(long, value_enum, requires = "json")]
     pub bytes: Option<BytesAs>,
+    /// No progress bar for a keys file, even on a terminal (the summary line stays).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// How `pirq get` prints a value.
@@ -243,6 +246,7 @@ fn lookup(args: &GetArgs) -> anyhow::Result<Found> {
     let progress = crate::output::Progress::new(
         args.keys_file.is_some().then_some(keys.len() as u64),
         "keys",
+        args.quiet,
     );
     let start = Instant::now();
     let (values, epoch, digest) =

@@ -1245,3 +1245,196 @@ fn kv_diff_turns_a_new_export_into_an_update() {
     ]);
     assert!(err.contains("needs a new table, pirq kv build"), "{err}");
 }
+
+/// Runs `pirq ARGS` with standard error on a pseudo-terminal, as someone at a terminal runs it:
+/// its exit status and everything it wrote there (the terminal turns "\n" into "\r\n").
+fn pirq_on_a_terminal(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: plain libc calls on a descriptor this function opened and then hands to a File.
+    let (mut terminal, path) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (std::fs::File::from_raw_fd(fd), path)
+    };
+    let stderr = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(path)
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pirq"))
+        .args(args)
+        .env("TERM", "xterm")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    // The terminal is read until its last writer (the child) is gone: then a read fails (EIO).
+    let reader = std::thread::spawn(move || {
+        let (mut said, mut buf) = (Vec::new(), [0u8; 4096]);
+        while let Ok(n @ 1..) = terminal.read(&mut buf) {
+            said.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&said).into_owned()
+    });
+    let status = child.wait().unwrap();
+    (status, reader.join().unwrap())
+}
+
+/// Issue 37 item 7: the long tools of a table's life (kv build, kv diff, kv update, db apply)
+/// draw a progress bar on a terminal, none with --quiet, and none where standard error is not a
+/// terminal; one summary line at the end in every case, and no control characters in redirected
+/// output.
+#[test]
+fn long_work_shows_a_bar_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let mut v1 = String::new();
+    for i in 0..300 {
+        v1.push_str(&format!(
+            "{{\"key\":\"user-{i}\",\"value\":\"v1 of {i}\"}}\n"
+        ));
+    }
+    std::fs::write(p("v1.jsonl"), &v1).unwrap();
+    std::fs::write(p("v2.jsonl"), v1.replace("\"v1 of 7\"", "\"v2 of 7\"")).unwrap();
+    std::fs::write(
+        p("changes.jsonl"),
+        "{\"key\":\"user-8\",\"value\":\"v2 of 8\"}\n",
+    )
+    .unwrap();
+    let (v1, v2, changes, t, update) = (
+        p("v1.jsonl"),
+        p("v2.jsonl"),
+        p("changes.jsonl"),
+        p("t.pirdb"),
+        p("update.bin"),
+    );
+    ok(&[
+        "kv",
+        "build",
+        "--records",
+        s(&v1),
+        "--max-value-size",
+        "16",
+        "--seed",
+        "1",
+        "--out",
+        s(&t),
+    ]);
+    ok(&[
+        "kv",
+        "diff",
+        "--table",
+        s(&t),
+        "--records",
+        s(&v2),
+        "--out",
+        s(&update),
+    ]);
+    // Each tool, its own output file a run (`{}`), and the start of its summary line.
+    let tools: [(&[&str], &str); 4] = [
+        (
+            &[
+                "kv",
+                "build",
+                "--records",
+                s(&v1),
+                "--max-value-size",
+                "16",
+                "--out",
+                "{}",
+            ],
+            "wrote ",
+        ),
+        (
+            &[
+                "kv",
+                "diff",
+                "--table",
+                s(&t),
+                "--records",
+                s(&v2),
+                "--out",
+                "{}",
+            ],
+            "epoch 1, 0 inserted, 1 changed, 0 deleted",
+        ),
+        (
+            &[
+                "kv",
+                "update",
+                "--db",
+                s(&t),
+                "--changes",
+                s(&changes),
+                "--epoch",
+                "1",
+                "--out",
+                "{}",
+            ],
+            "epoch 1, 0 inserted, 1 changed, 0 deleted",
+        ),
+        (
+            &[
+                "db",
+                "apply",
+                "--db",
+                s(&t),
+                "--update",
+                s(&update),
+                "--out",
+                "{}",
+            ],
+            "at epoch 1 (1 pages replaced)",
+        ),
+    ];
+    for (run, (tool, summary)) in tools.iter().enumerate() {
+        let name = tool[..2].join(" ");
+        // The tool's arguments, writing to a file of its own for `how`, with --quiet or not.
+        let args = |how: &str, quiet: bool| -> Vec<String> {
+            let out = p(&format!("out-{run}-{how}"));
+            let mut args: Vec<String> = tool.iter().map(|a| a.replace("{}", s(&out))).collect();
+            if quiet {
+                args.push("--quiet".into());
+            }
+            args
+        };
+
+        // Redirected: the summary line alone, no control characters.
+        let piped = args("piped", false);
+        let err = stderr(&pirq(&piped.iter().map(String::as_str).collect::<Vec<_>>()));
+        assert!(err.contains(summary), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(!err.contains(['\x1b', '\r']), "{name}: {err:?}");
+
+        // On a terminal: a bar, cleared before the summary line, which is all that is left.
+        let tty = args("tty", false);
+        let (status, said) =
+            pirq_on_a_terminal(&tty.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(status.success(), "{name}: {said}");
+        let cleared = said
+            .rfind("\x1b[2K")
+            .unwrap_or_else(|| panic!("{name}: no bar: {said:?}"));
+        assert!(said[cleared..].contains(summary), "{name}: {said:?}");
+        assert!(said[..cleared].contains("eta"), "{name}: {said:?}");
+
+        // On a terminal with --quiet: no bar, the same summary line.
+        let quiet = args("quiet", true);
+        let (status, said) =
+            pirq_on_a_terminal(&quiet.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(status.success(), "{name}: {said}");
+        let said = said.replace("\r\n", "\n");
+        assert!(said.contains(summary), "{name}: {said}");
+        assert!(!said.contains(['\x1b', '\r']), "{name} --quiet: {said:?}");
+    }
+}

@@ -13,7 +13,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use pirq_shared::db::{self, Header, MappedWriter, MAX_PAGES};
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
 use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag, ValueKind};
@@ -95,6 +94,9 @@ pub struct BuildArgs {
     /// the last 72 are its signature tail (docs/spec/signed.md).
     #[arg(long)]
     sign_key: Option<PathBuf>,
+    /// No progress bar, even on a terminal (the summary stays).
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// Default load target for pages of `slots` slots and `d` choices: below the load where
@@ -227,7 +229,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     };
     let mut writer = MappedWriter::create_meta(&args.out, &header, &meta)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let bar = progress(count);
+    let progress = crate::output::Progress::stages(args.quiet);
+    progress.stage("", count, "records");
 
     // Stage 1: parse on a thread of its own; the channel bounds the batches in flight.
     let (tx, rx) = mpsc::sync_channel::<Vec<Result<Record, RecordError>>>(4);
@@ -280,7 +283,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
                     .insert_hashed(&h.tag, &h.candidates, &h.record.value)
                     .map_err(|e| place_error(e, h.record.line, &args, &table, slots, load))?;
             }
-            bar.inc(hashed.len() as u64);
+            progress.inc(hashed.len() as u64);
             if let Some(e) = bad {
                 return Err(anyhow::Error::from(e).context(format!(
                     "building {} ({} records placed)",
@@ -310,7 +313,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let kicks = table.kicks();
     let achieved = table.load();
     drop(table);
-    bar.finish_and_clear();
+    progress.clear();
     if let Some(c) = count {
         if args.count.is_some() && records != c {
             bail!("--count said {c} records, the input had {records}");
@@ -411,21 +414,4 @@ fn place_error(
         args.out.display(),
         table.records()
     ))
-}
-
-fn progress(count: Option<u64>) -> ProgressBar {
-    let bar = match count {
-        Some(c) => ProgressBar::new(c).with_style(
-            ProgressStyle::with_template(
-                "{bar:40} {human_pos}/{human_len} records {per_sec} eta {eta}",
-            )
-            .expect("valid template"),
-        ),
-        None => ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} {human_pos} records {per_sec}")
-                .expect("valid template"),
-        ),
-    };
-    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
-    bar
 }

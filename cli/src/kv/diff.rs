@@ -53,6 +53,9 @@ pub struct DiffArgs {
     /// --sign-key), as `pirq epoch make` and `pirq kv update` do.
     #[arg(long, requires = "sign_key")]
     manifests: Option<PathBuf>,
+    /// No progress bar, even on a terminal (the summary line stays).
+    #[arg(long)]
+    quiet: bool,
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
@@ -94,10 +97,18 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         _ => None,
     };
 
+    // Three stages, each with its bar on a terminal: read the export, compare, place.
+    let progress = crate::output::Progress::stages(args.quiet);
+
     // The export, by tag.
     let format = Format::pick(args.format, &args.records);
+    progress.stage(
+        &format!("reading {}", args.records.display()),
+        crate::output::file_len(&args.records),
+        crate::output::BYTES,
+    );
     let mut reader = Records::new(
-        records::open(&args.records)?,
+        progress.wrap_read(records::open(&args.records)?),
         format,
         Sizes {
             key_size: params.layout.key_size as usize,
@@ -133,6 +144,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let slot = params.slot_size();
     let mut deletes = Vec::new();
     let mut changes = Vec::new();
+    progress.stage("comparing", Some(params.num_pages), "pages");
     for p in 0..params.num_pages {
         let area = params.slot_area(db.page(p).expect("a page of the table"));
         for s in 0..page::slots(area, slot) {
@@ -147,6 +159,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
                 Some(_) => {}
             }
         }
+        progress.inc(1);
     }
     let mut inserts: Vec<(u64, Tag, Vec<u8>)> = wanted
         .into_iter()
@@ -157,14 +170,22 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let mut pages = db.private_pages()?;
     let mut table = Table::existing(params, pages.as_mut_slice(), args.seed, 0);
     table.set_max_kicks(DEFAULT_MAX_KICKS);
+    progress.stage(
+        "placing",
+        Some((deletes.len() + changes.len() + inserts.len()) as u64),
+        "records",
+    );
     // Deletes first: they make room for the inserts.
     for tag in &deletes {
         table.remove(tag);
+        progress.inc(1);
     }
     for (tag, value) in &changes {
         table.upsert(tag, value)?;
+        progress.inc(1);
     }
     for (line, tag, value) in &inserts {
+        progress.inc(1);
         match table.upsert(tag, value) {
             Ok(_) => {}
             Err(PlaceError::Full { kicks, .. }) => bail!(
@@ -184,6 +205,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let kicks = table.kicks();
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
+    progress.clear();
     let (update, staged) =
         super::update::write_update(&db, &pages, touched, signer.as_ref(), epoch, &args.out)?;
     super::update::append_manifest(
@@ -194,7 +216,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         staged,
         &args.out,
     )?;
-    eprintln!(
+    progress.finish(&format!(
         "wrote {}: epoch {epoch}, {} inserted, {} changed, {} deleted, {kicks} evictions, {} \
          pages replaced",
         args.out.display(),
@@ -202,6 +224,6 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         changes.len(),
         deletes.len(),
         update.pages.len()
-    );
+    ));
     Ok(())
 }

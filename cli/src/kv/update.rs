@@ -54,6 +54,9 @@ pub struct UpdateArgs {
     /// parties to serve at GET /v1/manifests so clients can refuse rolled-back values.
     #[arg(long, requires = "sign_key")]
     manifests: Option<PathBuf>,
+    /// No progress bar, even on a terminal (the summary line stays).
+    #[arg(long)]
+    quiet: bool,
 }
 
 pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
@@ -97,8 +100,15 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let mut pages = db.private_pages()?;
+    // The change lines are read and placed as they come: the bar counts their bytes.
+    let progress = crate::output::Progress::stages(args.quiet);
+    progress.stage(
+        &format!("applying {}", args.changes.display()),
+        crate::output::file_len(&args.changes),
+        crate::output::BYTES,
+    );
     let mut changes = Records::new(
-        records::open(&args.changes)?,
+        progress.wrap_read(records::open(&args.changes)?),
         Format::Jsonl,
         Sizes {
             key_size: params.layout.key_size as usize,
@@ -160,6 +170,7 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     let kicks = table.kicks();
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
+    progress.clear();
     let (written, staged) =
         write_update(&db, &pages, touched, signer.as_ref(), args.epoch, &args.out)?;
     append_manifest(
@@ -170,13 +181,13 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         staged,
         &args.out,
     )?;
-    eprintln!(
+    progress.finish(&format!(
         "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
          {kicks} evictions, {} pages replaced",
         args.out.display(),
         args.epoch,
         written.pages.len()
-    );
+    ));
     Ok(())
 }
 
