@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use pirq_db::outfile::Contents;
+use pirq_db::PirDb;
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::Scanner;
 use pirq_shared::bits::xor_into;
-use pirq_shared::db::PirDb;
 use pirq_shared::dpf::DpfKey;
-use pirq_shared::outfile::Contents;
 
 #[derive(Args)]
 pub struct AnswerArgs {
@@ -43,7 +43,7 @@ pub fn answer(args: AnswerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not a valid DPF v1 key", args.key.display()))?;
     let scanner = CpuScanner::new(db, 0)?;
     let answers = scanner.pass(&[key])?;
-    pirq_shared::outfile::write(&args.out, Contents::Public, answers.answer(0))
+    pirq_db::outfile::write(&args.out, Contents::Public, answers.answer(0))
         .with_context(|| format!("writing {}", args.out.display()))
 }
 
@@ -60,7 +60,7 @@ pub fn combine(args: CombineArgs) -> anyhow::Result<()> {
     }
     xor_into(&mut a, &b);
     // The retrieved page is what the lookup kept private: the owner's only.
-    pirq_shared::outfile::write(&args.out, Contents::Secret, &a)
+    pirq_db::outfile::write(&args.out, Contents::Secret, &a)
         .with_context(|| format!("writing {}", args.out.display()))
 }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use pirq_db::PirDb;
 use pirq_scan::cpu::CpuScanner;
-use pirq_shared::db::PirDb;
 use pirq_shared::dpf::{bitmap_words, eval_full_into, generate, DpfKey};
 use rand::RngCore;
 

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use pirq_shared::db::{self, synthetic, Header, PirDb};
+use pirq_db::{self as db, Header, PirDb};
+use pirq_shared::synthetic;
 
 #[derive(Subcommand)]
 pub enum DbCommand {
@@ -72,7 +73,7 @@ pub struct GenArgs {
     #[arg(long)]
     pages: u64,
     /// Page size in bytes: a power of two from 256 to 65536.
-    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
+    #[arg(long, default_value_t = pirq_db::DEFAULT_PAGE_SIZE)]
     page_size: u32,
     /// Seed of the synthetic contents (same seed, same bytes, on every machine).
     #[arg(long, default_value_t = 0)]
@@ -93,7 +94,7 @@ pub struct ImportArgs {
     input: PathBuf,
     /// Page size in bytes: a power of two from 256 to 65536. Page p holds bytes
     /// p*U .. (p+1)*U of the input, U = the page size (less 72 with --sign-key).
-    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
+    #[arg(long, default_value_t = pirq_db::DEFAULT_PAGE_SIZE)]
     page_size: u32,
     /// Output file.
     #[arg(long)]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::{self, PirDb};
+use pirq_db::{self as db, PirDb};
 
 #[derive(Args)]
 pub struct DiffArgs {
@@ -151,9 +151,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         update.to_bincode()
     };
     // Staged, then put in place only once its manifest is appended: a failure leaves neither.
-    let staged =
-        pirq_shared::outfile::stage(&args.out, pirq_shared::outfile::Contents::Public, &bytes)
-            .with_context(|| format!("writing {}", args.out.display()))?;
+    let staged = pirq_db::outfile::stage(&args.out, pirq_db::outfile::Contents::Public, &bytes)
+        .with_context(|| format!("writing {}", args.out.display()))?;
     crate::kv::update::append_manifest(
         manifests,
         signer.as_ref(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::{self, Header, PirDb};
+use pirq_db::{self as db, Header, PirDb};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
 
@@ -116,9 +116,8 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         update.to_bincode()
     };
     // Staged, then put in place only once its manifest is appended: a failure leaves neither.
-    let staged =
-        pirq_shared::outfile::stage(&args.out, pirq_shared::outfile::Contents::Public, &bytes)
-            .with_context(|| format!("writing {}", args.out.display()))?;
+    let staged = pirq_db::outfile::stage(&args.out, pirq_db::outfile::Contents::Public, &bytes)
+        .with_context(|| format!("writing {}", args.out.display()))?;
     let appended = match (manifests, &signer) {
         (Some(file), Some(signer)) => Some(file.append(signer, &update)?),
         _ => None,

@@ -3,7 +3,7 @@
 //! A signal ends a process without running destructors, so the temporary file a tool is
 //! filling (a database can be gigabytes) would stay behind. The tools that write files call
 //! [`remove_temp_files_on_signal`] first: a thread waits for either signal, removes every
-//! registered temporary file ([`pirq_shared::tempfiles`]), says what it removed and that the
+//! registered temporary file ([`pirq_db::tempfiles`]), says what it removed and that the
 //! output was not written, and exits with the shell's status for the signal (128 + its number).
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -30,7 +30,7 @@ pub fn remove_temp_files_on_signal() -> anyhow::Result<()> {
                     _ = terminate.recv() => ("SIGTERM", 143),
                 }
             });
-            let removed = pirq_shared::tempfiles::remove_all();
+            let removed = pirq_db::tempfiles::remove_all();
             let what = if removed.is_empty() {
                 "no unfinished file to remove".to_string()
             } else {

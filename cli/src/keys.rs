@@ -32,10 +32,10 @@ pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {
     let KeysCommand::Gen(args) = cmd;
     let (a, b) = generate(args.n, args.index, &mut rand::rng())?;
     // Either key and the other's holder learn the index: both are written 0600.
-    let secret = pirq_shared::outfile::Contents::Secret;
-    pirq_shared::outfile::write(&args.out_a, secret, &a.to_bytes())
+    let secret = pirq_db::outfile::Contents::Secret;
+    pirq_db::outfile::write(&args.out_a, secret, &a.to_bytes())
         .with_context(|| format!("writing {}", args.out_a.display()))?;
-    pirq_shared::outfile::write(&args.out_b, secret, &b.to_bytes())
+    pirq_db::outfile::write(&args.out_b, secret, &b.to_bytes())
         .with_context(|| format!("writing {}", args.out_b.display()))?;
     Ok(())
 }

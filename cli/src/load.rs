@@ -41,7 +41,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use pirq_client::{Client, Options};
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
 use rand::Rng;
@@ -715,9 +715,9 @@ fn emit(args: &LoadArgs, r: &Report) -> anyhow::Result<()> {
     }
     let json = serde_json::to_string_pretty(r)?;
     match &args.json {
-        Some(path) => pirq_shared::outfile::write(
+        Some(path) => pirq_db::outfile::write(
             path,
-            pirq_shared::outfile::Contents::Public,
+            pirq_db::outfile::Contents::Public,
             (json + "\n").as_bytes(),
         )
         .with_context(|| format!("writing {}", path.display()))?,

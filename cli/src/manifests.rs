@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use pirq_shared::db::{self, PirDb};
+use pirq_db::{self as db, PirDb};
 use pirq_shared::digest::Digest;
 use pirq_shared::signing::{Manifest, PageSigner};
 use pirq_shared::update::EpochUpdate;
@@ -122,7 +122,7 @@ pub fn require(manifests: Option<&Path>, signing: bool) -> anyhow::Result<()> {
 /// update written, the change lines): appending must never replace one of them. A FIFO or a
 /// device there is refused before it is read.
 pub fn check_path(manifests: &Path, others: &[&Path]) -> anyhow::Result<()> {
-    pirq_shared::outfile::mode_for(manifests, pirq_shared::outfile::Contents::Public)
+    pirq_db::outfile::mode_for(manifests, pirq_db::outfile::Contents::Public)
         .with_context(|| format!("--manifests {}", manifests.display()))?;
     use std::os::unix::fs::MetadataExt;
     let same_file = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {

@@ -41,7 +41,7 @@ fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
     let key = SecretKey::generate();
     key.write_file(&args.secret)?;
     let public = key.public();
-    pirq_shared::db::write_atomically(&args.public, |f| {
+    pirq_db::write_atomically(&args.public, |f| {
         std::io::Write::write_all(f, public.to_text().as_bytes())
     })
     .with_context(|| format!("writing {}", args.public.display()))?;

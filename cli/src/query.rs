@@ -47,8 +47,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
     // Opened before the lookup: a wrong path fails before the parties are asked.
     let db = match &args.verify {
         Some(path) => Some(
-            pirq_shared::db::PirDb::open(path)
-                .with_context(|| format!("opening {}", path.display()))?,
+            pirq_db::PirDb::open(path).with_context(|| format!("opening {}", path.display()))?,
         ),
         None => None,
     };
@@ -105,7 +104,7 @@ pub async fn run_async(args: QueryArgs) -> anyhow::Result<()> {
         } else if let Some(dir) = dir {
             let path = dir.join(format!("page-{index}.bin"));
             // What the lookup kept private: the owner's only.
-            pirq_shared::outfile::write(&path, pirq_shared::outfile::Contents::Secret, page)
+            pirq_db::outfile::write(&path, pirq_db::outfile::Contents::Secret, page)
                 .with_context(|| format!("writing {}", path.display()))?;
             line.push_str(&format!(", written to {}", path.display()));
         }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use pirq_shared::db::{self, PirDb};
+use pirq_db::{self as db, PirDb};
 use pirq_shared::shard::ShardSpec;
 
 #[derive(Args)]

@@ -154,7 +154,7 @@ fn mistakes_get_messages_that_say_what_to_type() {
 /// block and the whole database's digest; the split of a shard file is refused.
 #[test]
 fn split_writes_one_file_per_shard() {
-    use pirq_shared::db::PirDb;
+    use pirq_db::PirDb;
     use pirq_shared::shard::ShardSpec;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("big.pirdb");

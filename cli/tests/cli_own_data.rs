@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 
 mod common;
 use common::{fails, ok, pirq, s, said, stderr};

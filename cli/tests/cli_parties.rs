@@ -157,7 +157,7 @@ async fn pages_to_stdout_and_as_json() {
     let (a, b) = (fake(Behaviour::Honest).await, fake(Behaviour::Honest).await);
     let page = |i| {
         let mut p = vec![0u8; 256];
-        pirq_shared::db::synthetic::fill_page(FakeConfig::default().seed, i, &mut p);
+        pirq_shared::synthetic::fill_page(FakeConfig::default().seed, i, &mut p);
         p
     };
     let mut cmd = args(&["query", "--index", "5", "--index", "9", "--out", "-"]);

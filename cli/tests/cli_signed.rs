@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 use pirq_shared::signing::PublisherKey;
 
 mod common;

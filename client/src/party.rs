@@ -789,7 +789,7 @@ fn check_geometry(info: &Info) -> Result<(), String> {
             info.num_pages, info.domain_bits
         ));
     }
-    if info.domain_bits != pirq_shared::db::domain_bits(info.num_pages) {
+    if info.domain_bits != pirq_shared::dpf::domain_bits(info.num_pages) {
         return Err(format!(
             "domain_bits {} does not fit {} pages",
             info.domain_bits, info.num_pages

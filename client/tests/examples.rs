@@ -79,7 +79,7 @@ async fn the_examples_run() {
     let a = FakeParty::start(FakeConfig::default()).await.unwrap();
     let b = FakeParty::start(FakeConfig::default()).await.unwrap();
     let mut page = vec![0u8; 256];
-    pirq_shared::db::synthetic::fill_page(FakeConfig::default().seed, 42, &mut page);
+    pirq_shared::synthetic::fill_page(FakeConfig::default().seed, 42, &mut page);
     let first: String = page[..8].iter().map(|b| format!("{b:02x}")).collect();
     let out = run("page_lookup", &a, &b, &["42"]).await;
     assert_eq!(

@@ -28,7 +28,7 @@ fn client(a: &FakeParty, b: &FakeParty, wait: Wait) -> Client {
 fn expected_page(index: u64) -> Vec<u8> {
     let defaults = FakeConfig::default();
     let mut page = vec![0u8; defaults.page_size as usize];
-    pirq_shared::db::synthetic::fill_page(defaults.seed, index, &mut page);
+    pirq_shared::synthetic::fill_page(defaults.seed, index, &mut page);
     page
 }
 

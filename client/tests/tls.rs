@@ -61,7 +61,7 @@ async fn parties_over_tls_with_a_private_ca() {
     assert!(a.url.starts_with("https://127.0.0.1:"), "{}", a.url);
 
     let mut page = vec![0u8; 256];
-    pirq_shared::db::synthetic::fill_page(FakeConfig::default().seed, 11, &mut page);
+    pirq_shared::synthetic::fill_page(FakeConfig::default().seed, 11, &mut page);
     assert_eq!(
         client(&a, &b, Some(&ca)).fetch(&[11]).await.unwrap().pages[0],
         page

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pirq_shared::db::{Header, HEADER_LEN};
+use pirq_db::{Header, HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     // Most inputs are short: also try them padded to a full header so the field checks run.

@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use pirq_shared::db::{PirDb, PrivatePages};
+use pirq_db::{PirDb, PrivatePages};
 use pirq_shared::dpf::{eval_range_into, range_words, DpfKey};
 use pirq_shared::metrics::{record_phase, Phase};
 use rayon::prelude::*;
@@ -92,7 +92,7 @@ impl CpuScanner {
         let geometry = Geometry {
             num_pages: db.total_pages(),
             page_size: h.page_size as usize,
-            domain_bits: pirq_shared::db::domain_bits(db.total_pages()),
+            domain_bits: pirq_shared::dpf::domain_bits(db.total_pages()),
         };
         let window = DeltaWindow::new(
             geometry.page_size,

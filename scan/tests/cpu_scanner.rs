@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use pirq_db::{self as db, PirDb};
 use pirq_scan::cpu::CpuScanner;
 use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
-use pirq_shared::db::{self, PirDb};
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_testkit::TestDb;
 use proptest::prelude::*;

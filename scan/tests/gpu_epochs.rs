@@ -14,7 +14,6 @@ use pirq_scan::cuda::{CudaConfig, CudaScanner};
 use pirq_scan::epoch_window::EpochError;
 use pirq_scan::{ScanError, Scanner};
 use pirq_shared::bits::{bit, xor_into};
-use pirq_shared::db;
 use pirq_shared::dpf::{eval_full, generate, DpfKey};
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::EpochRange;
@@ -35,7 +34,7 @@ impl Model {
         let pages = (0..num_pages)
             .map(|p| {
                 let mut page = vec![0u8; page_size];
-                db::synthetic::fill_page(seed, p, &mut page);
+                pirq_shared::synthetic::fill_page(seed, p, &mut page);
                 page
             })
             .collect();

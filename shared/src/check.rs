@@ -42,7 +42,7 @@ pub fn check_epoch(epoch: u64, window: EpochRange) -> Result<(), ErrorBody> {
     if window.contains(epoch) {
         return Ok(());
     }
-    let limit = if epoch > crate::db::MAX_EPOCH {
+    let limit = if epoch > crate::update::MAX_EPOCH {
         " (and above the highest epoch, 2^53-1)"
     } else {
         ""

@@ -4,7 +4,7 @@
 //!
 //! It is a *chain*, not a hash of the current pages, so that nothing ever costs a pass:
 //!
-//! - a file written from pages (`pirq db gen`, every tool that uses [`crate::db::write`]) gets
+//! - a file written from pages (`pirq db gen`, every tool that uses `pirq_db::write`) gets
 //!   its [`content`](Digest::content) digest, hashed while the pages are written, and records it
 //!   in header bytes 32..64;
 //! - epoch `e` has digest [`next`](Digest::next)`(digest of e - 1, update e)`: a worker computes
@@ -122,13 +122,15 @@ impl<'de> Deserialize<'de> for Digest {
 pub struct ContentHasher(blake3::Hasher);
 
 impl ContentHasher {
-    /// Adds the next pages; large inputs are hashed on all cores.
+    /// Adds the next pages; with the `parallel` feature (the database crate's), large inputs
+    /// are hashed on all cores. The digest is the same either way.
     pub fn update(&mut self, pages: &[u8]) {
+        #[cfg(feature = "parallel")]
         if pages.len() >= 1 << 20 {
             self.0.update_rayon(pages);
-        } else {
-            self.0.update(pages);
+            return;
         }
+        self.0.update(pages);
     }
 
     pub fn finish(&self) -> Digest {

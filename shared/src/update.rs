@@ -11,6 +11,10 @@ use base64::Engine as _;
 use bincode::{Decode, Encode};
 use serde::{Deserialize, Serialize};
 
+/// The highest epoch (SPEC §3): 2^53 - 1, so that every client reads epochs from JSON exactly
+/// (a JavaScript number is a double). Every tool, the gateway and the workers refuse more.
+pub const MAX_EPOCH: u64 = (1 << 53) - 1;
+
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// One page replacement.
@@ -32,7 +36,7 @@ pub struct EpochUpdate {
 pub enum UpdateError {
     #[error("malformed update: {0}")]
     Malformed(String),
-    #[error("epoch {0} is above the highest epoch, 2^53-1 = {max} (SPEC §3)", max = crate::db::MAX_EPOCH)]
+    #[error("epoch {0} is above the highest epoch, 2^53-1 = {max} (SPEC §3)", max = MAX_EPOCH)]
     Epoch(u64),
     #[error("page {position} has index {index}, the database has {num_pages} pages")]
     PageIndex {
@@ -168,7 +172,7 @@ impl EpochUpdate {
 /// An update whose epoch no database can reach (SPEC §3) is refused as it is parsed, whatever
 /// reads it: the gateway, a worker, `pirq db apply`.
 fn in_range(update: EpochUpdate) -> Result<EpochUpdate, UpdateError> {
-    if update.epoch > crate::db::MAX_EPOCH {
+    if update.epoch > MAX_EPOCH {
         return Err(UpdateError::Epoch(update.epoch));
     }
     Ok(update)
@@ -181,7 +185,7 @@ mod tests {
     #[test]
     fn epochs_past_the_highest_are_refused() {
         let highest = EpochUpdate {
-            epoch: crate::db::MAX_EPOCH,
+            epoch: MAX_EPOCH,
             pages: vec![],
         };
         assert_eq!(
@@ -189,14 +193,14 @@ mod tests {
             Ok(highest.clone())
         );
         let over = EpochUpdate {
-            epoch: crate::db::MAX_EPOCH + 1,
+            epoch: MAX_EPOCH + 1,
             ..highest
         };
         for parsed in [
             EpochUpdate::from_json(&over.to_json()),
             EpochUpdate::from_bincode(&over.to_bincode()),
         ] {
-            assert_eq!(parsed, Err(UpdateError::Epoch(crate::db::MAX_EPOCH + 1)));
+            assert_eq!(parsed, Err(UpdateError::Epoch(MAX_EPOCH + 1)));
         }
     }
 

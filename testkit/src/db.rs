@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pirq_shared::db::{self, synthetic, Header, PirDb};
+use pirq_db::{self as db, Header, PirDb};
+use pirq_shared::synthetic;
 use tempfile::TempDir;
 
-/// A `.pirdb` file of deterministic synthetic pages (`db::synthetic`, the generator `pirq db gen`
+/// A `.pirdb` file of deterministic synthetic pages (`pirq_shared::synthetic`, the generator `pirq db gen`
 /// and the GPU use) in a temporary directory of its own, removed on drop; open, mapped.
 pub struct TestDb {
     pub path: PathBuf,

@@ -97,7 +97,7 @@ pub struct FakeConfig {
     pub behaviour: Behaviour,
     pub pages: u64,
     pub page_size: u32,
-    /// Seed of the synthetic pages (`db::synthetic`, as `pirq db gen --seed`).
+    /// Seed of the synthetic pages (`pirq_shared::synthetic`, as `pirq db gen --seed`).
     pub seed: u64,
     pub epoch: u64,
     /// The `party` id in `/v1/info` (random when `None`; `Some("")` leaves the field out, as a
@@ -258,7 +258,7 @@ impl Fake {
             }
         } else {
             for (p, page) in pages.chunks_mut(ps).enumerate() {
-                pirq_shared::db::synthetic::fill_page(config.seed, p as u64, page);
+                pirq_shared::synthetic::fill_page(config.seed, p as u64, page);
             }
         }
         let party_id = config
@@ -292,7 +292,7 @@ impl Fake {
         Info {
             num_pages: self.config.pages,
             page_size: self.config.page_size,
-            domain_bits: pirq_shared::db::domain_bits(self.config.pages),
+            domain_bits: pirq_shared::dpf::domain_bits(self.config.pages),
             epoch: window,
             max_keys_per_query: 64,
             workers: 1,

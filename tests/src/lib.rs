@@ -609,7 +609,7 @@ impl Party {
 /// registration, and the submit path's copy of it (kept up to a second,
 /// gateway/src/dbinfo.rs) has expired, so that queries are checked against the new database.
 pub async fn serve_database(parties: &mut [&mut Party], db: &Path) {
-    let digest = pirq_shared::db::PirDb::open(db)
+    let digest = pirq_db::PirDb::open(db)
         .expect("a database")
         .recorded_digest()
         .expect("a database with its digest")

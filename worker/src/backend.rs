@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 use pirq_shared::shard::ShardSpec;
 
 use crate::config::{Backend, SyntheticDb};

@@ -27,7 +27,7 @@ impl std::str::FromStr for SyntheticDb {
             page_size: size.parse().map_err(|_| bad())?,
             seed: seed.parse().map_err(|_| bad())?,
         };
-        let header = pirq_shared::db::Header {
+        let header = pirq_db::Header {
             page_size: db.page_size,
             num_pages: db.num_pages,
             epoch: 0,
@@ -65,7 +65,7 @@ pub struct Config {
     pub db: Option<PathBuf>,
 
     /// Serve synthetic pages instead of a file, generated on the GPU (`--backend cuda`):
-    /// `PAGES:PAGE_SIZE:SEED`, page `p` as `pirq_shared::db::synthetic` makes it under SEED, at
+    /// `PAGES:PAGE_SIZE:SEED`, page `p` as `pirq_shared::synthetic` makes it under SEED, at
     /// epoch 0. With `--shard`, only the shard's pages are generated: benches and tests of
     /// databases larger than the host could hold as a file.
     #[arg(long, env = "PIRQ_SYNTHETIC", conflicts_with = "db")]

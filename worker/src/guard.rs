@@ -1,7 +1,7 @@
 //! Guards of the served `.pirdb` file: a worker that loses its database says so and exits.
 //!
 //! The worker maps its file. pirq's own tools never write a served file in place: they write a
-//! temporary file and rename it over the path ([`pirq_shared::db::write_atomically`]), so the
+//! temporary file and rename it over the path ([`pirq_db::write_atomically`]), so the
 //! worker keeps the old inode and goes on answering from it, consistent with the digest it
 //! advertises. Something else (`cp`, `truncate`, an editor) can still rewrite the inode under
 //! the mapping: a truncated file makes the next read of a page past the new end raise SIGBUS,

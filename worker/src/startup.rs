@@ -8,16 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use pirq_db::PirDb;
 use pirq_queue::consumer::Consumer;
 use pirq_queue::digests::Digests;
 use pirq_queue::registration::{self as registry, Registration};
 use pirq_queue::updates::UpdatesReader;
 use pirq_queue::RedisTarget;
 use pirq_scan::Scanner;
-use pirq_shared::db::{synthetic, PirDb};
 use pirq_shared::digest::Digest;
 use pirq_shared::layout::Layout;
 use pirq_shared::shard::ShardSpec;
+use pirq_shared::synthetic;
 use pirq_shared::wire::EpochRange;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use pirq_shared::db::{DbError, PirDb};
+use pirq_db::{DbError, PirDb};
 use pirq_shared::digest::Digest;
 
 /// A check under way (or skipped).

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use pirq_shared::db::{self, Header, PirDb};
+use pirq_db::{self as db, Header, PirDb};
 
 const CHILD: &str = "PIRQ_SIGBUS_TEST_FILE";
 

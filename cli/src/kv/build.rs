@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::{self, Header, MappedWriter, MAX_PAGES};
+use pirq_db::{self as db, Header, MappedWriter, MAX_PAGES};
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
 use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag, ValueKind};
 use rayon::prelude::*;
@@ -59,7 +59,7 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 0)]
     key_size: u32,
     /// Page size: a power of two from 256 to 65536.
-    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE)]
+    #[arg(long, default_value_t = pirq_db::DEFAULT_PAGE_SIZE)]
     page_size: u32,
     /// Candidate pages per key (d), 2..=4. More choices fill pages fuller; a lookup fetches d
     /// pages.

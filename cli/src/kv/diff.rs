@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::{self, PirDb};
+use pirq_db::{self as db, PirDb};
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
 use pirq_shared::kv::{page, PlaceError, Table, Tag};
 

@@ -150,7 +150,7 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
     if args.out.as_os_str() == "-" {
         return write_records(&args, format, &mut io::stdout().lock(), true);
     }
-    pirq_shared::db::write_atomically(&args.out, |file| {
+    pirq_db::write_atomically(&args.out, |file| {
         write_records(&args, format, file, false).map_err(|e| io::Error::other(format!("{e:#}")))
     })
     .with_context(|| format!("writing {}", args.out.display()))

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 use pirq_shared::kv::{layout::LEN_FIELD, page, KvParams, ValueKind, TAG_LEN};
 use serde_json::json;
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_shared::db::{self, PirDb};
+use pirq_db::{self as db, PirDb};
 use pirq_shared::kv::table::{Upserted, DEFAULT_MAX_KICKS};
 use pirq_shared::kv::{page, PlaceError, Table};
 use pirq_shared::update::{EpochUpdate, PageWrite};
@@ -201,7 +201,7 @@ pub fn write_update(
     signer: Option<&pirq_shared::signing::PageSigner>,
     epoch: u64,
     out: &std::path::Path,
-) -> anyhow::Result<(EpochUpdate, pirq_shared::outfile::Staged)> {
+) -> anyhow::Result<(EpochUpdate, pirq_db::outfile::Staged)> {
     // Pages written back to what they were (a change undone later in the file) are left out.
     let writes: Vec<PageWrite> = touched
         .into_iter()
@@ -226,7 +226,7 @@ pub fn write_update(
     };
     // Staged: put in place by `append_manifest` once the manifest is appended, so that a
     // failure there leaves no update file behind.
-    let staged = pirq_shared::outfile::stage(out, pirq_shared::outfile::Contents::Public, &bytes)
+    let staged = pirq_db::outfile::stage(out, pirq_db::outfile::Contents::Public, &bytes)
         .with_context(|| format!("writing {}", out.display()))?;
     Ok((update, staged))
 }
@@ -238,7 +238,7 @@ pub fn append_manifest(
     signer: Option<&pirq_shared::signing::PageSigner>,
     update: &EpochUpdate,
     path: Option<&std::path::Path>,
-    staged: pirq_shared::outfile::Staged,
+    staged: pirq_db::outfile::Staged,
     out: &std::path::Path,
 ) -> anyhow::Result<()> {
     let appended = match (file, signer) {

@@ -39,7 +39,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "8,64")]
     sizes_gib: Vec<u64>,
     /// Page size in bytes.
-    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE as usize)]
+    #[arg(long, default_value_t = pirq_db::DEFAULT_PAGE_SIZE as usize)]
     page_size: usize,
     /// Batch sizes Q to time.
     #[arg(

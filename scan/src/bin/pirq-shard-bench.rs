@@ -4,7 +4,7 @@
 //!
 //! - **Check**: `--verify N` random pages are fetched the way a client does: a DPF key pair per
 //!   index, every shard answers both keys (its partial), and the XOR of all partials of both
-//!   keys must be the generator's page (`pirq_shared::db::synthetic`), byte for byte.
+//!   keys must be the generator's page (`pirq_shared::synthetic`), byte for byte.
 //! - **Time**: for each batch size Q, passes run on every shard at once (one thread per GPU,
 //!   started together); a pass of the party ends when its slowest shard is done. Reported: the
 //!   median of that time over `--reps` passes, and keys/s = Q / median.
@@ -24,9 +24,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use pirq_scan::cuda::{CudaConfig, CudaScanner};
 use pirq_scan::Scanner;
-use pirq_shared::db::synthetic;
 use pirq_shared::dpf::{generate, DpfKey};
 use pirq_shared::shard::ShardSpec;
+use pirq_shared::synthetic;
 use rand::Rng;
 
 #[derive(Parser, Debug)]
@@ -36,7 +36,7 @@ struct Args {
     #[arg(long)]
     gib: u64,
     /// Page size in bytes.
-    #[arg(long, default_value_t = pirq_shared::db::DEFAULT_PAGE_SIZE as usize)]
+    #[arg(long, default_value_t = pirq_db::DEFAULT_PAGE_SIZE as usize)]
     page_size: usize,
     /// Shards, one per GPU (shard i on GPU i, unless --gpus says otherwise).
     #[arg(long, default_value_t = 2)]
@@ -133,7 +133,7 @@ fn party_answer(scanners: &[CudaScanner], keys: &[DpfKey]) -> Result<Vec<u8>> {
 }
 
 fn verify(args: &Args, num_pages: u64, scanners: &[CudaScanner]) -> Result<()> {
-    let n = pirq_shared::db::domain_bits(num_pages);
+    let n = pirq_shared::dpf::domain_bits(num_pages);
     let mut rng = rand::rng();
     // The first and last page of every shard, then random ones.
     let mut indices: Vec<u64> = scanners
@@ -174,7 +174,7 @@ fn verify(args: &Args, num_pages: u64, scanners: &[CudaScanner]) -> Result<()> {
 }
 
 fn time(args: &Args, num_pages: u64, scanners: &[CudaScanner], q: usize) -> Result<()> {
-    let n = pirq_shared::db::domain_bits(num_pages);
+    let n = pirq_shared::dpf::domain_bits(num_pages);
     let mut rng = rand::rng();
     let keys: Vec<DpfKey> = (0..q)
         .map(|_| {

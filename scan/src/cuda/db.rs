@@ -71,7 +71,7 @@ impl DeviceDb {
         self.a.num_bytes() as u64
     }
 
-    /// Fills A with `pirq_shared::db::synthetic` pages under `seed`, generated on the device.
+    /// Fills A with `pirq_shared::synthetic` pages under `seed`, generated on the device.
     pub fn fill_synthetic(
         &mut self,
         stream: &Arc<CudaStream>,

@@ -37,7 +37,7 @@ impl Shape {
         Shape {
             page_size,
             num_pages,
-            domain_bits: pirq_shared::db::domain_bits(num_pages),
+            domain_bits: pirq_shared::dpf::domain_bits(num_pages),
             first_block: 0,
             total_pages: num_pages,
         }
@@ -50,7 +50,7 @@ impl Shape {
         Shape {
             page_size,
             num_pages: range.end - range.start,
-            domain_bits: pirq_shared::db::domain_bits(total_pages),
+            domain_bits: pirq_shared::dpf::domain_bits(total_pages),
             first_block: range.start / BLOCK_PAGES,
             total_pages,
         }

@@ -33,7 +33,7 @@ use std::time::Instant;
 use cudarc::driver::{
     result, CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::metrics::Phase;
 
@@ -158,7 +158,7 @@ impl CudaScanner {
         Ok(scanner)
     }
 
-    /// A scanner over `num_pages` synthetic pages (`pirq_shared::db::synthetic` under `seed`),
+    /// A scanner over `num_pages` synthetic pages (`pirq_shared::synthetic` under `seed`),
     /// generated on the device: benches and GPU tests need no file.
     pub fn synthetic(
         page_size: usize,

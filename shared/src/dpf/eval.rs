@@ -6,9 +6,9 @@
 //! Full-domain evaluation walks the tree breadth-first, [`LANES`] nodes per PRG call so the
 //! ChaCha rounds run as SIMD. To stay in cache it expands the top of the tree down to subtrees of
 //! `2^SUBTREE_LEVELS` leaves and then finishes each subtree in a small buffer; big domains spread
-//! the subtrees over rayon's threads.
-
-use rayon::prelude::*;
+//! the subtrees over rayon's threads when the crate's `parallel` feature is on (the scanners and
+//! the database crate turn it on; a client, which never evaluates a whole domain, does not, and
+//! so links no thread pool). The bits are the same either way.
 
 use super::key::{CorrectionWord, DpfKey};
 use super::prg::{expand, expand_lanes, Seed, LANES};
@@ -92,16 +92,18 @@ pub fn eval_full_into(key: &DpfKey, out: &mut [u64]) {
         }
     };
     let subtrees = top.len;
+    #[cfg(feature = "parallel")]
     if subtrees >= 2 * SUBTREES_PER_TASK {
+        use rayon::prelude::*;
         out.par_chunks_mut(words_per_subtree * SUBTREES_PER_TASK)
             .enumerate()
             .for_each(|(i, out)| {
                 let first = i * SUBTREES_PER_TASK;
                 finish(first..(first + SUBTREES_PER_TASK).min(subtrees), out)
             });
-    } else {
-        finish(0..subtrees, out);
+        return;
     }
+    finish(0..subtrees, out);
 }
 
 /// Why a range evaluation was refused.
@@ -191,16 +193,20 @@ pub fn eval_range_into(
                     out.copy_from_slice(&whole[..out.len()]);
                 }
             };
-        if tasks.len() >= 2 * SUBTREES_PER_TASK {
+        #[cfg(feature = "parallel")]
+        let tasks = if tasks.len() >= 2 * SUBTREES_PER_TASK {
+            use rayon::prelude::*;
             tasks
                 .into_par_iter()
                 .with_min_len(SUBTREES_PER_TASK)
                 .for_each_init(|| (Level::default(), Level::default()), finish);
+            Vec::new()
         } else {
-            let mut scratch = (Level::default(), Level::default());
-            for task in tasks {
-                finish(&mut scratch, task);
-            }
+            tasks
+        };
+        let mut scratch = (Level::default(), Level::default());
+        for task in tasks {
+            finish(&mut scratch, task);
         }
     }
     let tail_bits = (hi - lo) % 64;

@@ -20,6 +20,12 @@ pub use prg::Seed;
 /// Leaves carry 128 selection bits each: the tree has `n - 7` levels.
 pub const LEAF_BITS_LOG2: u32 = 7;
 
+/// Domain bits of the keys for a database of `num_pages` pages (SPEC §2): the fewest that
+/// index every page, at least 1.
+pub fn domain_bits(num_pages: u64) -> u8 {
+    (u64::BITS - num_pages.saturating_sub(1).leading_zeros()).max(1) as u8
+}
+
 /// Depth `m` of the GGM tree for a domain of `n` bits (SPEC §1.2).
 pub fn tree_depth(n: u8) -> u32 {
     (n as u32).saturating_sub(LEAF_BITS_LOG2)

@@ -4,7 +4,7 @@
 //!
 //! One party alone cannot reveal a page, but it can answer both keys of a DPF pair: every query
 //! carries the pairs of `--pairs` random indices (2 × pairs keys), and for each index the XOR of
-//! the two answers must be the generator's page (`pirq_shared::db::synthetic`), byte for byte.
+//! the two answers must be the generator's page (`pirq_shared::synthetic`), byte for byte.
 //! First `--sequential` queries one after another (latency of an idle party), then `--queries`
 //! with `--concurrency` in flight (throughput).
 //!
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use pirq_client::{Encoding, Party, Wait};
-use pirq_shared::db::synthetic;
 use pirq_shared::dpf::generate;
+use pirq_shared::synthetic;
 use pirq_shared::wire::QueryRequest;
 use rand::Rng;
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use pirq_client::{ClientError, Encoding, Party};
-use pirq_shared::db::PirDb;
+use pirq_db::PirDb;
 use pirq_shared::dpf::generate;
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::{QueryRequest, QueryResult, QueryStatus};

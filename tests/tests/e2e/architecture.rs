@@ -170,6 +170,26 @@ fn every_module_the_crate_table_names_exists() {
     );
 }
 
+/// Every member of the workspace has its row in the crate table (a new crate joins the map).
+#[test]
+fn every_workspace_crate_has_a_row() {
+    let root = root();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the map");
+    let folders: BTreeSet<String> = rows(&doc).into_iter().map(|r| r.folder).collect();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the workspace");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = ["))
+        .expect("the workspace's members");
+    let missing: Vec<&str> = members
+        .split(',')
+        .map(|m| m.trim().trim_end_matches(']').trim_matches('"'))
+        .filter(|m| !m.is_empty() && !folders.contains(*m))
+        .collect();
+    assert!(missing.is_empty(), "crates without a row: {missing:?}");
+    assert!(folders.contains("db"), "{folders:?}");
+}
+
 #[test]
 fn the_check_catches_a_module_that_is_not_there() {
     let root = root();

@@ -197,7 +197,7 @@ async fn admin_route(backend: Backend) {
     );
     // Epochs stay at or below 2^53 - 1 (SPEC §3): past it, an update is refused as it is read.
     let mut beyond = update.clone();
-    beyond.epoch = pirq_shared::db::MAX_EPOCH + 1;
+    beyond.epoch = pirq_shared::update::MAX_EPOCH + 1;
     let resp = post(beyond.to_bincode(), Some(TOKEN), "application/x-bincode")
         .await
         .unwrap();

@@ -8,10 +8,11 @@
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, ClientError, Encoding, Options};
+use pirq_db::{self as db, PirDb};
 use pirq_e2e::{Party, PartyOptions, TestDb};
-use pirq_shared::db::{self, synthetic, PirDb};
 use pirq_shared::digest::Digest;
 use pirq_shared::dpf::generate;
+use pirq_shared::synthetic;
 use pirq_shared::wire::{Info, QueryRequest};
 
 const PAGES: u64 = 300;
@@ -35,7 +36,12 @@ fn self_client(party: &Party) -> Client {
 /// One party's answer to a key, with the digest it is stamped with.
 async fn stamped_answer(party: &Party, index: u64) -> Option<Digest> {
     let client = Client::new(&party.url, &party.url).unwrap();
-    let (k0, _) = generate(db::domain_bits(PAGES), index, &mut rand::rng()).unwrap();
+    let (k0, _) = generate(
+        pirq_shared::dpf::domain_bits(PAGES),
+        index,
+        &mut rand::rng(),
+    )
+    .unwrap();
     let request = QueryRequest {
         keys: vec![k0.to_bytes()],
         epoch: None,
@@ -274,7 +280,7 @@ async fn a_snapshot_and_the_updates_stream_agree_on_the_digest() {
 
     // What `pirq db apply --db base --update u1 --update u2 --out snapshot` writes.
     let snapshot = base.path.with_file_name("snapshot.pirdb");
-    let header = pirq_shared::db::Header {
+    let header = pirq_db::Header {
         epoch: 2,
         ..*base.db.header()
     };

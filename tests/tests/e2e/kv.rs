@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, Options, Party as PartyApi};
+use pirq_db::PirDb;
 use pirq_e2e::cli::{arg, pirq, pirq_command, pirq_fails, pirq_ok, succeeded};
 use pirq_e2e::{cluster_tests_enabled, ClusterShape, Party, PartyOptions};
-use pirq_shared::db::PirDb;
 use rand::RngCore;
 
 const TOKEN: &str = "kv-admin-token";

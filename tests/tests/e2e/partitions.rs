@@ -40,7 +40,7 @@ fn id_in(layout: &Layout, partition: u32) -> String {
 
 /// A one-key job for page `index`, as a gateway would queue it.
 fn job(index: u64) -> Vec<u8> {
-    let bits = pirq_shared::db::domain_bits(PAGES);
+    let bits = pirq_shared::dpf::domain_bits(PAGES);
     let (k0, _) = generate(bits, index, &mut rand::rng()).unwrap();
     Job {
         keys: vec![k0.to_bytes()],
@@ -164,7 +164,7 @@ async fn gateways_spread_queries_over_every_partition() {
     let party = Party::start(&db.path, "spread", options()).await.unwrap();
     let layout = party.layout();
     let http = reqwest::Client::new();
-    let bits = pirq_shared::db::domain_bits(PAGES);
+    let bits = pirq_shared::dpf::domain_bits(PAGES);
     let mut ids = Vec::new();
     for i in 0..(4 * PARTITIONS as u64) {
         let (k0, _) = generate(bits, i, &mut rand::rng()).unwrap();

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pirq_client::{Client, ClientError, Options, PublisherKey, Verification, Wait};
+use pirq_db::PirDb;
 use pirq_e2e::cli::{arg, pirq, pirq_fails, pirq_ok, Ran};
 use pirq_e2e::{serve_database, Party, PartyOptions};
-use pirq_shared::db::PirDb;
 use pirq_shared::update::EpochUpdate;
 use pirq_testkit::tamper::{Tamper, TamperProxy};
 

@@ -15,7 +15,7 @@ use super::{
     header_bytes, write_atomically_with, DbError, Header, Meta, DIGEST_RANGE, HEADER_LEN,
     MAX_PAGES, PAGES_DIGEST_RANGE,
 };
-use crate::digest::Digest;
+use pirq_shared::digest::Digest;
 
 /// What an import wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub fn import(
     input_name: &str,
     known_len: Option<u64>,
     page_size: u32,
-    signer: Option<&crate::signing::PageSigner>,
+    signer: Option<&pirq_shared::signing::PageSigner>,
     mut progress: impl FnMut(u64),
 ) -> Result<Imported, DbError> {
     // The geometry is checked before anything is read or created.
@@ -190,7 +190,7 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::PirDb;
+    use crate::PirDb;
 
     fn import_bytes(
         data: &[u8],

@@ -1,8 +1,20 @@
-//! The `.pirdb` page database file (SPEC §2): header, reader (mmap), writer, synthetic pages,
-//! imported bytes.
+//! `pirq-db`: the `.pirdb` page database file (SPEC §2): header, reader (mmap), writers (atomic,
+//! whole files, shard files, a mapped writer for in-place builds), imported bytes.
+//!
+//! Its own crate so that what only a file needs (memory mappings, a thread pool for hashing,
+//! temporary files) stays out of `pirq-shared`, the spec crate every process and the client
+//! library link. The header's blocks that the spec defines (the signing block, the kv layout
+//! block) and the epoch and domain rules are `pirq-shared`'s; this crate reads and writes them
+//! in a file.
+//!
+//! - [`outfile`]: every tool's output file: written whole or not at all, with the mode its
+//!   contents call for.
+//! - [`tempfiles`]: temporary files a tool removes when it is interrupted.
+//! - [`import`]: a user's own bytes as a page database.
 
 pub mod import;
-pub mod synthetic;
+pub mod outfile;
+pub mod tempfiles;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
@@ -10,9 +22,9 @@ use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
-use crate::digest::Digest;
-
-use crate::kv::{KvLayout, KvParams};
+use pirq_shared::digest::Digest;
+use pirq_shared::kv::{KvLayout, KvParams};
+use pirq_shared::update::MAX_EPOCH;
 
 /// First 8 bytes of every `.pirdb` file.
 pub const MAGIC: [u8; 8] = *b"PIRQDB\0\x01";
@@ -28,9 +40,6 @@ pub const MAX_PAGE_SIZE: u32 = 65536;
 pub const DEFAULT_PAGE_SIZE: u32 = 4096;
 /// Keys have at most 40 domain bits, so a database holds at most 2^40 pages.
 pub const MAX_PAGES: u64 = 1 << 40;
-/// The highest epoch (SPEC §3): 2^53 - 1, so that every client reads epochs from JSON exactly
-/// (a JavaScript number is a double). Every tool, the gateway and the workers refuse more.
-pub const MAX_EPOCH: u64 = (1 << 53) - 1;
 /// Where header bytes 544..552 record the byte length of imported data (SPEC §2.3).
 pub const DATA_LEN_AT: usize = 544;
 /// Where the header records the content digest of the file's own pages (SPEC §2.1
@@ -54,7 +63,7 @@ pub struct Meta {
     /// Bytes of imported data, for a file written by `pirq db import` (SPEC §2.3); 0 otherwise.
     pub data_len: u64,
     /// The signing block (SPEC §2.4) of a database whose pages carry publisher signatures.
-    pub signing: Option<crate::signing::SigningBlock>,
+    pub signing: Option<pirq_shared::signing::SigningBlock>,
 }
 
 /// The header fields of a `.pirdb` file.
@@ -93,7 +102,7 @@ pub enum DbError {
     Reserved { offset: usize },
     /// The key-value layout block (header bytes 64..512, `docs/spec/kv.md`) is malformed.
     #[error("{0}")]
-    Kv(#[from] crate::kv::KvError),
+    Kv(#[from] pirq_shared::kv::KvError),
     #[error(
         "refusing to write {}: it is the input {} (same file); write to another path",
         output.display(), input.display()
@@ -101,7 +110,7 @@ pub enum DbError {
     OutputIsInput { output: PathBuf, input: PathBuf },
     /// The signing block (header bytes 560..688) is malformed, or a page's signature is bad.
     #[error(transparent)]
-    Signing(#[from] crate::signing::SignError),
+    Signing(#[from] pirq_shared::signing::SignError),
     /// A file's pages do not hash to the digest its header records.
     #[error(
         "{}: the pages hash to {found}, the header's {field} is {expected}: {hint}",
@@ -167,8 +176,8 @@ impl Header {
         // Bytes 32..64 hold the digest (any value); bytes 64..512 are the kv layout block: zero,
         // or a layout that fits these pages; 512..544 the shard block; 544..552 data_len;
         // 560..688 the signing block (SPEC §2.4).
-        let kv = crate::kv::BLOCK;
-        let signing = crate::signing::BLOCK;
+        let kv = pirq_shared::kv::BLOCK;
+        let signing = pirq_shared::signing::BLOCK;
         for reserved in [
             DIGEST_RANGE.end..kv.start,
             kv.end..SHARD_BLOCK.start,
@@ -204,8 +213,8 @@ impl Header {
     pub fn signing(
         &self,
         bytes: &[u8],
-    ) -> Result<Option<crate::signing::SigningBlock>, crate::signing::SignError> {
-        crate::signing::SigningBlock::from_header(bytes, self.page_size)
+    ) -> Result<Option<pirq_shared::signing::SigningBlock>, pirq_shared::signing::SignError> {
+        pirq_shared::signing::SigningBlock::from_header(bytes, self.page_size)
     }
 
     /// The `data_len` field (SPEC §2.3) of header `bytes`: 0 unless the file was imported.
@@ -258,7 +267,7 @@ impl Header {
 
     /// Domain bits `n = max(1, ceil(log2(num_pages)))`: keys for this database must have it.
     pub fn domain_bits(&self) -> u8 {
-        domain_bits(self.num_pages)
+        pirq_shared::dpf::domain_bits(self.num_pages)
     }
 
     /// Bytes of all pages.
@@ -288,11 +297,6 @@ pub fn check_data_len(data_len: u64, total_pages: u64, usable: u32) -> Result<()
     })
 }
 
-/// Domain bits for a database of `num_pages` pages (SPEC §2).
-pub fn domain_bits(num_pages: u64) -> u8 {
-    (u64::BITS - num_pages.saturating_sub(1).leading_zeros()).max(1) as u8
-}
-
 /// A `.pirdb` file mapped read-only. Page bytes are read straight from the page cache.
 pub struct PirDb {
     header: Header,
@@ -300,7 +304,7 @@ pub struct PirDb {
     pages_digest: Option<Digest>,
     kv: Option<KvParams>,
     data_len: u64,
-    signing: Option<crate::signing::SigningBlock>,
+    signing: Option<pirq_shared::signing::SigningBlock>,
     shard: Option<ShardOrigin>,
     map: Mmap,
     path: PathBuf,
@@ -435,7 +439,7 @@ impl PirDb {
     }
 
     /// The signing block, for a database whose pages carry publisher signatures (SPEC §2.4).
-    pub fn signing(&self) -> Option<&crate::signing::SigningBlock> {
+    pub fn signing(&self) -> Option<&pirq_shared::signing::SigningBlock> {
         self.signing.as_ref()
     }
 
@@ -449,9 +453,9 @@ impl PirDb {
     /// Returns how many pages were checked.
     pub fn verify_signatures(
         &self,
-        publisher: &crate::signing::PublisherKey,
+        publisher: &pirq_shared::signing::PublisherKey,
     ) -> Result<u64, DbError> {
-        use crate::signing::SignError;
+        use pirq_shared::signing::SignError;
         use rayon::prelude::*;
         let Some(block) = self.signing else {
             return Err(SignError::Block(format!(
@@ -748,11 +752,11 @@ fn header_bytes(header: &Header, meta: &Meta, total_pages: u64) -> Result<Vec<u8
     header.validate()?;
     let mut bytes = header.to_bytes();
     if let Some(block) = &meta.signing {
-        bytes[crate::signing::BLOCK].copy_from_slice(&block.to_block());
+        bytes[pirq_shared::signing::BLOCK].copy_from_slice(&block.to_block());
         header.signing(&bytes)?;
     }
     if let Some(layout) = &meta.kv {
-        bytes[crate::kv::BLOCK].copy_from_slice(&layout.to_block());
+        bytes[pirq_shared::kv::BLOCK].copy_from_slice(&layout.to_block());
         header.kv_params(&bytes)?;
     }
     check_data_len(meta.data_len, total_pages, header.usable(&bytes))?;
@@ -856,7 +860,7 @@ const SHARD_MAGIC: [u8; 8] = *b"PIRQSHRD";
 /// `first_page .. first_page + num_pages` of a `total_pages`-page database, shard `spec`'s range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShardOrigin {
-    pub spec: crate::shard::ShardSpec,
+    pub spec: pirq_shared::shard::ShardSpec,
     pub first_page: u64,
     pub total_pages: u64,
 }
@@ -886,7 +890,7 @@ impl ShardOrigin {
         }
         let u32_at = |o: usize| u32::from_le_bytes(block[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(block[o..o + 8].try_into().unwrap());
-        let spec = match crate::shard::ShardSpec::new(u32_at(8), u32_at(12)) {
+        let spec = match pirq_shared::shard::ShardSpec::new(u32_at(8), u32_at(12)) {
             Ok(s) => s,
             Err(e) => return bad(e.to_string()),
         };
@@ -917,7 +921,7 @@ impl ShardOrigin {
 pub fn write_shard(
     path: impl AsRef<Path>,
     source: &PirDb,
-    spec: crate::shard::ShardSpec,
+    spec: pirq_shared::shard::ShardSpec,
     progress: impl FnMut(u64),
 ) -> Result<ShardOrigin, DbError> {
     let path = path.as_ref();
@@ -1070,7 +1074,7 @@ impl MappedWriter {
 
     /// Signs every page (on all cores) as changed at `changed_epoch`, writing its tail: the
     /// last step before [`MappedWriter::commit`] of a signed database.
-    pub fn sign_pages(&mut self, signer: &crate::signing::PageSigner, changed_epoch: u64) {
+    pub fn sign_pages(&mut self, signer: &pirq_shared::signing::PageSigner, changed_epoch: u64) {
         use rayon::prelude::*;
         let ps = self.header.page_size as usize;
         self.pages_mut()

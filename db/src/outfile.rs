@@ -3,7 +3,7 @@
 //! An output path holds a regular file or nothing: a FIFO, a device node, a socket or a
 //! directory there is refused (run as root, `--out /dev/null` would otherwise turn the device
 //! into a regular file). The file is written beside the path and renamed over it
-//! ([`crate::db::write_atomically`]), so a symlink already at the path is replaced, never
+//! ([`crate::write_atomically`]), so a symlink already at the path is replaced, never
 //! followed to overwrite its target. An existing file keeps its mode; a new one is created
 //! 0644, or 0600 for secret material ([`Contents::Secret`]: DPF keys, publisher secrets,
 //! pages a client retrieved privately).
@@ -68,8 +68,8 @@ pub fn mode_for(path: &Path, contents: Contents) -> io::Result<u32> {
 
 /// Writes `bytes` to `path` as [`mode_for`] says: into a temporary file beside it, renamed over
 /// it once complete.
-pub fn write(path: &Path, contents: Contents, bytes: &[u8]) -> Result<(), crate::db::DbError> {
-    crate::db::write_atomically_as(path, contents, |f| io::Write::write_all(f, bytes))
+pub fn write(path: &Path, contents: Contents, bytes: &[u8]) -> Result<(), crate::DbError> {
+    crate::write_atomically_as(path, contents, |f| io::Write::write_all(f, bytes))
 }
 
 /// A file written in full beside its path, not yet in place: [`Staged::commit`] renames it
@@ -83,8 +83,8 @@ pub struct Staged {
 }
 
 /// Stages `bytes` for `path` under [`mode_for`]'s rules (checked now, before anything else).
-pub fn stage(path: &Path, contents: Contents, bytes: &[u8]) -> Result<Staged, crate::db::DbError> {
-    let io = |error| crate::db::DbError::Io {
+pub fn stage(path: &Path, contents: Contents, bytes: &[u8]) -> Result<Staged, crate::DbError> {
+    let io = |error| crate::DbError::Io {
         path: path.to_path_buf(),
         error,
     };
@@ -114,14 +114,12 @@ pub fn stage(path: &Path, contents: Contents, bytes: &[u8]) -> Result<Staged, cr
 
 impl Staged {
     /// Renames the staged file over its path.
-    pub fn commit(self) -> Result<(), crate::db::DbError> {
+    pub fn commit(self) -> Result<(), crate::DbError> {
         let path = self.path;
-        self.tmp
-            .persist(&path)
-            .map_err(|e| crate::db::DbError::Io {
-                path: path.clone(),
-                error: e.error,
-            })?;
+        self.tmp.persist(&path).map_err(|e| crate::DbError::Io {
+            path: path.clone(),
+            error: e.error,
+        })?;
         Ok(())
     }
 }

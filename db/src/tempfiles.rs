@@ -1,7 +1,7 @@
 //! Temporary files that must not outlive an interrupted tool.
 //!
 //! Every tool writes its output into a temporary file beside the target and renames it into
-//! place at the end ([`crate::db::write_atomically`], [`crate::db::MappedWriter`]). A failure
+//! place at the end ([`crate::write_atomically`], [`crate::MappedWriter`]). A failure
 //! drops the temporary file, but SIGINT or SIGTERM ends the process without running any
 //! destructor: a killed `pirq db gen` would leave gigabytes behind. So each temporary file is
 //! registered here while it exists, and the tool's signal handler ([`remove_all`], called by

@@ -1,7 +1,7 @@
 //! Headers the fuzzer (`scripts/fuzz.sh`, target `parse_header`) once made `Header::parse`
 //! panic on: each must now be parsed or refused with an error, never a panic.
 
-use pirq_shared::db::{Header, HEADER_LEN};
+use pirq_db::{Header, HEADER_LEN};
 
 /// Parses `bytes` as they are and padded to a full header, as the fuzz target does.
 fn parse_both_ways(bytes: &[u8]) {
