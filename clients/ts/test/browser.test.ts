@@ -2,22 +2,31 @@
 // pirq-worker each, gateways with --cors-origin for the page's origin) serving a key-value
 // database built by `pirq kv build`: the demo page's bundle, pages and values exact at every wait
 // mode (one round trip by default, as the browser's own network log shows), absent keys,
-// the demo UI, errors with codes, a party that is down. PIRQ_SCREENSHOT=file.png saves the demo
-// page after a key lookup.
+// the demo UI, errors with codes, a party that is down. A second pair serves a text table built
+// as users build one (no encoding flags): getValue with string keys read as text and text values
+// back (issue 37). PIRQ_SCREENSHOT=file.png saves the demo page after a key lookup.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import type { BrowserContext, Page, Response } from "playwright-core";
 import { toHex } from "../src/bytes.js";
-import { freePort, kvRecords, makeKvDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
+import { freePort, kvRecords, makeKvDb, makeTextKvDb, pageFromFile, Parties, startParties, tempDir, warnings } from "./parties.js";
 import { launchChromium, serveWeb } from "./browser.js";
 
 const PAGES = 1000; // domain 10 bits
 const PAGE_SIZE = 256;
 const VALUE_SIZE = 32;
 const records = kvRecords(2000, VALUE_SIZE);
+/** The text table's records, as a user writes them: a key that looks like hex, an address, non-ASCII text. */
+const TEXT_RECORDS = [
+  { key: "1234", value: "abcd" },
+  { key: "alice@example.org", value: "Alice, Lisbon" },
+  { key: "zoë", value: "Zoë, Zürich — café ☕" },
+  ...Array.from({ length: 200 }, (_, i) => ({ key: `user-${i}`, value: `profile of user ${i}` })),
+];
 let parties: Parties;
+let textParties: Parties;
 let db: Buffer;
 let web: { server: Server; origin: string };
 let browser: { context: BrowserContext; close: () => Promise<void> };
@@ -33,7 +42,11 @@ before(async () => {
   web = await serveWeb();
   const file = makeKvDb(tempDir(), records, { valueSize: VALUE_SIZE, pageSize: PAGE_SIZE, pages: PAGES, choices: 2 });
   db = readFileSync(file);
-  parties = await startParties({ db: file, corsOrigins: [web.origin] });
+  const textFile = makeTextKvDb(tempDir(), TEXT_RECORDS, { maxValueSize: 40 });
+  [parties, textParties] = await Promise.all([
+    startParties({ db: file, corsOrigins: [web.origin] }),
+    startParties({ db: textFile, corsOrigins: [web.origin] }),
+  ]);
   browser = await launchChromium();
   page = await browser.context.newPage();
   await page.goto(`${web.origin}/?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(parties.b.url)}`);
@@ -43,6 +56,7 @@ after(async () => {
   await browser?.close();
   web?.server.close();
   await parties?.stop();
+  await textParties?.stop();
 });
 
 test("the page connected to both parties across origins (CORS)", async () => {
@@ -143,11 +157,60 @@ test("the browser example (examples/browser.html) looks up a page and a key", as
   const example = await browser.context.newPage();
   try {
     const base = `${web.origin}/example.html?a=${encodeURIComponent(parties.a.url)}&b=${encodeURIComponent(parties.b.url)}`;
-    for (const [query, expected] of [["&page=640", toHex(pageFromFile(db, 640))], [`&key=${encodeURIComponent("user:0042")}`, toHex(records[42][1])], ["&key=nobody", "absent"]]) {
+    // This table records hex keys and values: the key is given as hex, the value shown as hex.
+    for (const [query, expected] of [["&page=640", toHex(pageFromFile(db, 640))], [`&key=${toHex(records[42][0])}`, toHex(records[42][1])], [`&key=${toHex(new TextEncoder().encode("nobody"))}`, "absent"]]) {
       await example.goto(base + query);
       await example.waitForFunction(() => document.getElementById("out")?.dataset.state !== undefined);
       assert.equal(await example.locator("#out").getAttribute("data-state"), "ok", (await example.locator("#out").textContent()) ?? "");
       assert.equal(await example.locator("#out").textContent(), expected, query);
+    }
+  } finally {
+    await example.close();
+  }
+});
+
+test("getValue in the browser on a text table: string keys read as text, text values back, absent null", async () => {
+  const got = await page.evaluate(async ({ a, b }) => {
+    const { connect } = (window as any).pirq;
+    const pirq = await connect(a, b);
+    const many = await pirq.getMany(["1234", "nobody", new TextEncoder().encode("zoë")]);
+    return {
+      encodings: [pirq.info.kv.keyEncoding, pirq.info.kv.valueEncoding, many.keyEncoding, many.valueEncoding],
+      hexLooking: await pirq.getValue("1234"),
+      // "1234" is text here, so its hex digits are another key (absent).
+      hexDigits: await pirq.getValue("31323334"),
+      address: await pirq.getValue("alice@example.org"),
+      nonAscii: await pirq.getValue("zoë"),
+      bytesKey: await pirq.getValue(new TextEncoder().encode("alice@example.org")),
+      user: await pirq.getValue("user-199"),
+      absent: await pirq.getValue("carol@example.org"),
+      has: [await pirq.has("user-0"), await pirq.has("user-200")],
+      many: many.values.map((v: Uint8Array | null) => v && new TextDecoder().decode(v)),
+    };
+  }, { a: textParties.a.url, b: textParties.b.url });
+  assert.deepEqual(got, {
+    encodings: ["utf8", "utf8", "utf8", "utf8"],
+    hexLooking: "abcd",
+    hexDigits: null,
+    address: "Alice, Lisbon",
+    nonAscii: "Zoë, Zürich — café ☕",
+    bytesKey: "Alice, Lisbon",
+    user: "profile of user 199",
+    absent: null,
+    has: [true, false],
+    many: ["abcd", null, "Zoë, Zürich — café ☕"],
+  });
+});
+
+test("the browser example looks a text key up in a text table and shows the text", async () => {
+  const example = await browser.context.newPage();
+  try {
+    const base = `${web.origin}/example.html?a=${encodeURIComponent(textParties.a.url)}&b=${encodeURIComponent(textParties.b.url)}`;
+    for (const [key, expected] of [["alice@example.org", "Alice, Lisbon"], ["zoë", "Zoë, Zürich — café ☕"], ["1234", "abcd"], ["carol@example.org", "absent"]]) {
+      await example.goto(`${base}&key=${encodeURIComponent(key)}`);
+      await example.waitForFunction(() => document.getElementById("out")?.dataset.state !== undefined);
+      assert.equal(await example.locator("#out").getAttribute("data-state"), "ok", (await example.locator("#out").textContent()) ?? "");
+      assert.equal(await example.locator("#out").textContent(), expected, key);
     }
   } finally {
     await example.close();
@@ -183,5 +246,5 @@ test("a party that is down is reported as party_unreachable, naming it", async (
 });
 
 test("no WARN or ERROR lines in the parties' logs", () => {
-  for (const p of [parties.a, parties.b]) for (const proc of [p.gateway, p.worker]) assert.deepEqual(warnings(proc), [], proc.name);
+  for (const p of [parties.a, parties.b, textParties.a, textParties.b]) for (const proc of [p.gateway, p.worker]) assert.deepEqual(warnings(proc), [], proc.name);
 });
