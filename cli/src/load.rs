@@ -102,6 +102,12 @@ pub struct LoadArgs {
     /// With --kv-records: the records' format (default: from the extension, as kv build).
     #[arg(long, value_enum, requires = "kv_records")]
     kv_format: Option<crate::kv::records::Format>,
+    /// With CSV --kv-records: the key column, by name (as kv build's --key-column).
+    #[arg(long, value_name = "NAME", requires = "kv_records")]
+    kv_key_column: Option<String>,
+    /// With CSV --kv-records: the value column, by name (as kv build's --value-column).
+    #[arg(long, value_name = "NAME", requires = "kv_records")]
+    kv_value_column: Option<String>,
     /// With --kv-records: how many records of the file to draw keys from (its first N lines).
     #[arg(long, default_value_t = 100_000)]
     kv_sample: usize,
@@ -248,11 +254,15 @@ struct KvLookups {
 fn read_kv_records(
     path: &std::path::Path,
     format: Option<crate::kv::records::Format>,
+    columns: &crate::kv::records::Columns,
     n: usize,
     params: &pirq_shared::kv::KvParams,
 ) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    use crate::kv::records::{self, Columns, Encodings, Format, Records, Sizes};
+    use crate::kv::records::{self, Encodings, Format, Records, Sizes};
     let format = Format::pick(format, path);
+    if format != Format::Csv && (columns.key.is_some() || columns.value.is_some()) {
+        bail!("--kv-key-column and --kv-value-column name CSV columns; --kv-records is not CSV");
+    }
     let sizes = Sizes {
         key_size: params.layout.key_size as usize,
         kind: params.kind(),
@@ -263,7 +273,7 @@ fn read_kv_records(
         format,
         sizes,
         Encodings::of_table(params.encodings()),
-        Columns::default(),
+        columns.clone(),
     );
     std::iter::from_fn(|| reader.next_record())
         .take(n)
@@ -436,7 +446,11 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
             let params = kv
                 .params(info.page_size, info.num_pages)
                 .map_err(|e| anyhow::anyhow!("the parties' kv layout: {e}"))?;
-            let records = read_kv_records(path, args.kv_format, args.kv_sample, &params)?;
+            let columns = crate::kv::records::Columns {
+                key: args.kv_key_column.clone(),
+                value: args.kv_value_column.clone(),
+            };
+            let records = read_kv_records(path, args.kv_format, &columns, args.kv_sample, &params)?;
             if records.is_empty() || !(0.0..=1.0).contains(&args.kv_absent) {
                 bail!("--kv-records needs at least one record and --kv-absent in 0..=1");
             }
