@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_db::{self as db, PirDb};
+use pirq_db::PirDb;
 
 #[derive(Args)]
 pub struct DiffArgs {
@@ -86,35 +86,20 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             args.old.display()
         );
     }
-    let epoch = args.epoch.unwrap_or(old.header().epoch + 1);
-    db::check_epoch(epoch).context("--epoch")?;
-    if epoch != old.header().epoch + 1 {
-        bail!(
-            "{} is at epoch {}: its update is epoch {} (got --epoch {epoch})",
-            args.old.display(),
-            old.header().epoch,
-            old.header().epoch + 1
-        );
-    }
-    let signer = match (&args.sign_key, old.signing()) {
-        (Some(path), block) => Some(crate::publisher::signer_for(path, block)?),
-        (None, Some(_)) => bail!(
-            "{} is a signed database: its updates must be signed too; give --sign-key (the \
-             publisher's secret key)",
-            args.old.display()
-        ),
-        (None, None) => None,
-    };
-    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
-    let manifests = match (&args.manifests, &signer) {
-        (Some(path), Some(signer)) => {
-            crate::manifests::check_path(path, &[&args.old, &args.new, &args.out])?;
-            Some(crate::manifests::ManifestFile::open_for(
-                path, &old, signer, epoch,
-            )?)
-        }
-        _ => None,
-    };
+    let crate::publisher::NextUpdate {
+        epoch,
+        signer,
+        manifests,
+    } = crate::publisher::next_update(
+        &old,
+        &args.old,
+        crate::publisher::NextUpdateFlags {
+            epoch: args.epoch,
+            sign_key: args.sign_key.as_deref(),
+            manifests: args.manifests.as_deref(),
+            other_files: &[&args.old, &args.new, &args.out],
+        },
+    )?;
     // A signed page's tail is its signature, which differs between two builds of the same
     // content: the usable bytes decide whether a page changed.
     let usable = old.usable();

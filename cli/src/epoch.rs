@@ -82,17 +82,13 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|path| crate::publisher::signer_for(path, db.signing()))
         .transpose()?;
-    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
-    // Checked before anything is written: a bad manifest file costs no update file.
-    let manifests = match (&args.manifests, &signer) {
-        (Some(path), Some(signer)) => {
-            crate::manifests::check_path(path, &[&args.db, &args.out])?;
-            Some(crate::manifests::ManifestFile::open_for(
-                path, &db, signer, args.epoch,
-            )?)
-        }
-        _ => None,
-    };
+    let manifests = crate::manifests::open_for_update(
+        args.manifests.as_deref(),
+        signer.as_ref(),
+        &db,
+        args.epoch,
+        &[&args.db, &args.out],
+    )?;
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
     let pages = (0..args.pages)
         .map(|_| {

@@ -103,6 +103,24 @@ impl ManifestFile {
     }
 }
 
+/// The manifest file a signed update's manifest joins, read and checked before anything is
+/// written (a bad manifest file costs no update file): `--manifests` must come with
+/// `--sign-key` ([`require`]) and be none of the command's `other_files` ([`check_path`]).
+pub fn open_for_update(
+    manifests: Option<&Path>,
+    signer: Option<&PageSigner>,
+    db: &PirDb,
+    epoch: u64,
+    other_files: &[&Path],
+) -> anyhow::Result<Option<ManifestFile>> {
+    require(manifests, signer.is_some())?;
+    let (Some(path), Some(signer)) = (manifests, signer) else {
+        return Ok(None);
+    };
+    check_path(path, other_files)?;
+    Ok(Some(ManifestFile::open_for(path, db, signer, epoch)?))
+}
+
 /// `--sign-key` without `--manifests` is refused: a signed update without its manifest makes
 /// every verifying client refuse the pages it did not replace ("the parties do not serve the
 /// publisher's manifest of epoch N"), which a new user cannot tell from an attack.

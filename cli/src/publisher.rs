@@ -3,9 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use pirq_db::PirDb;
 use pirq_shared::signing::{PageSigner, PublisherKey, SecretKey, SigningBlock};
+
+use crate::manifests::ManifestFile;
 
 #[derive(Subcommand)]
 pub enum PublisherCommand {
@@ -69,6 +72,69 @@ pub fn signer_for(path: &Path, block: Option<&SigningBlock>) -> anyhow::Result<P
         );
     };
     Ok(PageSigner::for_block(*block, SecretKey::read_file(path)?)?)
+}
+
+/// The next update of an existing database, as `pirq db diff`, `pirq kv diff` and `pirq kv
+/// update` make it: its epoch, its signer and the manifest file its manifest joins.
+pub struct NextUpdate {
+    pub epoch: u64,
+    pub signer: Option<PageSigner>,
+    pub manifests: Option<ManifestFile>,
+}
+
+/// The flags that say how the next update of a database is made.
+pub struct NextUpdateFlags<'a> {
+    /// `--epoch`; none: the one after the database's.
+    pub epoch: Option<u64>,
+    /// `--sign-key`.
+    pub sign_key: Option<&'a Path>,
+    /// `--manifests`.
+    pub manifests: Option<&'a Path>,
+    /// The command's other files, which the manifest file must not be.
+    pub other_files: &'a [&'a Path],
+}
+
+/// Checks the next update of `db` (read from `db_path`) before anything is written: its epoch
+/// is the one after the database's (no other applies), a signed database's updates are signed
+/// by its publisher, and a signed update's manifest file is read and checked (a bad one costs no
+/// update file).
+pub fn next_update(
+    db: &PirDb,
+    db_path: &Path,
+    flags: NextUpdateFlags,
+) -> anyhow::Result<NextUpdate> {
+    let next = db.header().epoch + 1;
+    let epoch = flags.epoch.unwrap_or(next);
+    pirq_db::check_epoch(epoch).context("--epoch")?;
+    let signer = match (flags.sign_key, db.signing()) {
+        (Some(path), block) => Some(signer_for(path, block)?),
+        (None, Some(_)) => bail!(
+            "{} is a signed database: its updates must be signed too; give --sign-key (the \
+             publisher's secret key)",
+            db_path.display()
+        ),
+        (None, None) => None,
+    };
+    if epoch != next {
+        bail!(
+            "{} is at epoch {}: its update is epoch {next} (got --epoch {epoch}); pass the \
+             snapshot of the epoch before (pirq db apply)",
+            db_path.display(),
+            db.header().epoch,
+        );
+    }
+    let manifests = crate::manifests::open_for_update(
+        flags.manifests,
+        signer.as_ref(),
+        db,
+        epoch,
+        flags.other_files,
+    )?;
+    Ok(NextUpdate {
+        epoch,
+        signer,
+        manifests,
+    })
 }
 
 /// Reads `--publisher-key`.

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
@@ -66,10 +65,7 @@ pub fn append(file: &Path, title: &str, body: &str, load_before: &str) -> anyhow
 
 /// `YYYY-MM-DD HH:MM UTC` from the system clock (civil-from-days, proleptic Gregorian).
 fn utc_date() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = pirq_shared::clock::unix_ms() / 1000;
     let (days, rem) = ((secs / 86400) as i64, secs % 86400);
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

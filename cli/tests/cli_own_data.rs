@@ -14,6 +14,55 @@ use pirq_db::PirDb;
 mod common;
 use common::{fails, ok, pirq, s, said, stderr};
 
+/// `pirq db gen` of `pages` synthetic pages of 256 bytes into `out`: the page database most
+/// cases here start from.
+fn db_gen_args<'a>(pages: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "db",
+        "gen",
+        "--pages",
+        pages,
+        "--page-size",
+        "256",
+        "--out",
+        out,
+    ]
+}
+
+/// `pirq kv build` of hex keys and hex values of `value_size` bytes from `records` into `out`,
+/// `more` flags after them: the fixed-size table most cases here start from.
+fn hex_kv_build<'a>(
+    records: &'a str,
+    value_size: &'a str,
+    out: &'a str,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "kv",
+        "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
+        "--records",
+        records,
+        "--value-size",
+        value_size,
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
+/// An export of `n` JSON-lines records, `user-I` to `"v1 of I"`: the first version of the
+/// content the diff and progress cases change.
+fn user_export(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{{\"key\":\"user-{i}\",\"value\":\"v1 of {i}\"}}\n"))
+        .collect()
+}
+
 /// The names in `dir`, sorted: what a tool left behind.
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -303,35 +352,16 @@ fn no_tool_writes_over_its_input() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let db = d.join("x.pirdb");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "64",
-        "--page-size",
-        "256",
-        "--out",
-        s(&db),
-    ]);
+    ok(&db_gen_args("64", s(&db)));
     let records = d.join("r.jsonl");
     std::fs::write(&records, "{\"key\":\"0a\",\"value\":\"01\"}\n").unwrap();
     let kv = d.join("kv.pirdb");
-    ok(&[
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
+    ok(&hex_kv_build(
         s(&records),
-        "--value-size",
         "1",
-        "--page-size",
-        "256",
-        "--out",
         s(&kv),
-    ]);
+        &["--page-size", "256"],
+    ));
     let changes = d.join("c.jsonl");
     std::fs::write(&changes, "{\"key\":\"0b\",\"value\":\"02\"}\n").unwrap();
     let hard = d.join("hard.pirdb");
@@ -346,20 +376,7 @@ fn no_tool_writes_over_its_input() {
     let cases: Vec<Vec<&str>> = vec![
         vec!["db", "import", "--input", s(&db), "--out", s(&hard)],
         vec!["db", "import", "--input", s(&soft), "--out", s(&db)],
-        vec![
-            "kv",
-            "build",
-            "--key-encoding",
-            "hex",
-            "--value-encoding",
-            "hex",
-            "--records",
-            s(&records),
-            "--value-size",
-            "1",
-            "--out",
-            s(&records),
-        ],
+        hex_kv_build(s(&records), "1", s(&records), &[]),
         vec![
             "kv",
             "update",
@@ -469,16 +486,7 @@ fn a_failed_write_is_an_error_and_leaves_nothing() {
     };
     let out_db = d.join("out.pirdb");
     for args in [
-        vec![
-            "db",
-            "gen",
-            "--pages",
-            "1000",
-            "--page-size",
-            "256",
-            "--out",
-            s(&out_db),
-        ],
+        db_gen_args("1000", s(&out_db)),
         vec![
             "db",
             "import",
@@ -489,22 +497,7 @@ fn a_failed_write_is_an_error_and_leaves_nothing() {
             "--out",
             s(&out_db),
         ],
-        vec![
-            "kv",
-            "build",
-            "--key-encoding",
-            "hex",
-            "--value-encoding",
-            "hex",
-            "--records",
-            s(&records),
-            "--value-size",
-            "4",
-            "--page-size",
-            "256",
-            "--out",
-            s(&out_db),
-        ],
+        hex_kv_build(s(&records), "4", s(&out_db), &["--page-size", "256"]),
     ] {
         let out = limited(&args);
         let err = stderr(&out);
@@ -540,24 +533,12 @@ fn a_signal_leaves_no_temporary_file() {
             "SIGINT",
         ),
         (
-            &[
-                "kv",
-                "build",
-                "--key-encoding",
-                "hex",
-                "--value-encoding",
-                "hex",
-                "--records",
+            &hex_kv_build(
                 "-",
-                "--count",
-                "10",
-                "--value-size",
                 "4",
-                "--page-size",
-                "256",
-                "--out",
                 s(&out_db),
-            ],
+                &["--count", "10", "--page-size", "256"],
+            )[..],
             libc::SIGTERM,
             "SIGTERM",
         ),
@@ -600,36 +581,17 @@ fn numbers_out_of_range_and_empty_requests_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let db = d.join("x.pirdb");
-    ok(&[
-        "db",
-        "gen",
-        "--pages",
-        "300",
-        "--page-size",
-        "256",
-        "--out",
-        s(&db),
-    ]);
+    ok(&db_gen_args("300", s(&db)));
     let records = d.join("r.jsonl");
     std::fs::write(&records, "{\"key\":\"0a\",\"value\":\"01\"}\n").unwrap();
     let over = "9007199254740992"; // 2^53
     let limit = "above the highest epoch, 2^53-1 = 9007199254740991";
-    let err = fails(&[
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
+    let err = fails(&hex_kv_build(
         s(&records),
-        "--value-size",
         "1",
-        "--epoch",
-        over,
-        "--out",
         s(&d.join("k.pirdb")),
-    ]);
+        &["--epoch", over],
+    ));
     assert!(err.contains(limit), "{err}");
     let err = fails(&[
         "epoch",
@@ -645,22 +607,12 @@ fn numbers_out_of_range_and_empty_requests_are_refused() {
     ]);
     assert!(err.contains(limit), "{err}");
     // The highest epoch itself is fine.
-    ok(&[
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
+    ok(&hex_kv_build(
         s(&records),
-        "--value-size",
         "1",
-        "--epoch",
-        "9007199254740991",
-        "--out",
         s(&d.join("k.pirdb")),
-    ]);
+        &["--epoch", "9007199254740991"],
+    ));
     let err = fails(&[
         "db",
         "split",
@@ -676,20 +628,7 @@ fn numbers_out_of_range_and_empty_requests_are_refused() {
     // Empty requests: nothing to build, change, replace or generate.
     let empty = d.join("empty.jsonl");
     std::fs::write(&empty, "\n").unwrap();
-    let err = fails(&[
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
-        s(&empty),
-        "--value-size",
-        "1",
-        "--out",
-        s(&d.join("e.pirdb")),
-    ]);
+    let err = fails(&hex_kv_build(s(&empty), "1", s(&d.join("e.pirdb")), &[]));
     assert!(
         err.contains("empty.jsonl has no records: there is nothing to build"),
         "{err}"
@@ -707,20 +646,7 @@ fn numbers_out_of_range_and_empty_requests_are_refused() {
         s(&d.join("u.bin")),
     ]);
     assert!(err.contains(limit), "{err}");
-    ok(&[
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
-        s(&records),
-        "--value-size",
-        "1",
-        "--out",
-        s(&d.join("k0.pirdb")),
-    ]);
+    ok(&hex_kv_build(s(&records), "1", s(&d.join("k0.pirdb")), &[]));
     let err = fails(&[
         "kv",
         "update",
@@ -1178,12 +1104,7 @@ fn db_diff_turns_your_new_content_into_an_update() {
 fn kv_diff_turns_a_new_export_into_an_update() {
     let dir = tempfile::tempdir().unwrap();
     let p = |name: &str| dir.path().join(name);
-    let mut v1 = String::new();
-    for i in 0..500 {
-        v1.push_str(&format!(
-            "{{\"key\":\"user-{i}\",\"value\":\"v1 of {i}\"}}\n"
-        ));
-    }
+    let v1 = user_export(500);
     std::fs::write(p("v1.jsonl"), &v1).unwrap();
     ok(&[
         "kv",
@@ -1332,12 +1253,7 @@ fn pirq_on_a_terminal(args: &[&str]) -> (std::process::ExitStatus, String) {
 fn long_work_shows_a_bar_on_a_terminal_only() {
     let dir = tempfile::tempdir().unwrap();
     let p = |name: &str| dir.path().join(name);
-    let mut v1 = String::new();
-    for i in 0..300 {
-        v1.push_str(&format!(
-            "{{\"key\":\"user-{i}\",\"value\":\"v1 of {i}\"}}\n"
-        ));
-    }
+    let v1 = user_export(300);
     std::fs::write(p("v1.jsonl"), &v1).unwrap();
     std::fs::write(p("v2.jsonl"), v1.replace("\"v1 of 7\"", "\"v2 of 7\"")).unwrap();
     std::fs::write(

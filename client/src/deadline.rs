@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use pirq_shared::backoff::Backoff;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -46,24 +47,10 @@ impl Deadline {
     }
 }
 
-/// Waits between tries: 100 ms doubling to 2 s when the party gave no `Retry-After`.
-#[derive(Debug)]
-pub(crate) struct Backoff(Duration);
-
-impl Backoff {
-    pub(crate) fn new() -> Backoff {
-        Backoff(Duration::from_millis(100))
-    }
-
-    pub(crate) fn next(&mut self) -> Duration {
-        let now = self.0;
-        self.0 = (self.0 * 2).min(Duration::from_secs(2));
-        now
-    }
-
-    pub(crate) fn reset(&mut self) {
-        *self = Backoff::new();
-    }
+/// Waits between tries when the party gave no `Retry-After`: 100 ms doubling to 2 s (the one
+/// back-off, `pirq_shared::backoff`, with the client's own steps).
+pub(crate) fn backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
 }
 
 /// The wait before trying a refused request again: the party's `Retry-After`, but never less
@@ -71,7 +58,7 @@ impl Backoff {
 /// one repeated without end, then costs the party a handful of requests a second at first and
 /// one every 2–3 s after, never a busy loop; a longer `Retry-After` is honoured as said.
 pub(crate) fn refusal_wait(retry_after: Option<Duration>, backoff: &mut Backoff) -> Duration {
-    jitter(retry_after.unwrap_or_default().max(backoff.next()))
+    jitter(retry_after.unwrap_or_default().max(backoff.next_delay()))
 }
 
 /// `wait` stretched by a random 0–50 %: clients refused together come back spread out instead
@@ -110,26 +97,26 @@ mod tests {
 
     #[test]
     fn backoff_doubles_to_two_seconds() {
-        let mut b = Backoff::new();
-        let waits: Vec<u64> = (0..7).map(|_| b.next().as_millis() as u64).collect();
+        let mut b = backoff();
+        let waits: Vec<u64> = (0..7).map(|_| b.next_delay().as_millis() as u64).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000]);
         b.reset();
-        assert_eq!(b.next(), Duration::from_millis(100));
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
     }
 
     #[test]
     fn refusals_wait_at_least_the_backoff_and_at_least_what_the_party_asked() {
-        let mut b = Backoff::new();
+        let mut b = backoff();
         let zero = Some(Duration::ZERO);
         let waits: Vec<Duration> = (0..7).map(|_| refusal_wait(zero, &mut b)).collect();
         for (wait, floor) in waits.iter().zip([100, 200, 400, 800, 1600, 2000, 2000]) {
             let floor = Duration::from_millis(floor);
             assert!(*wait >= floor && *wait < floor.mul_f64(1.5), "{waits:?}");
         }
-        let mut b = Backoff::new();
+        let mut b = backoff();
         let asked = refusal_wait(Some(Duration::from_secs(5)), &mut b);
         assert!(asked >= Duration::from_secs(5), "{asked:?}");
-        assert!(refusal_wait(None, &mut Backoff::new()) >= Duration::from_millis(100));
+        assert!(refusal_wait(None, &mut backoff()) >= Duration::from_millis(100));
     }
 
     #[tokio::test(start_paused = true)]

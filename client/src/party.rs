@@ -12,7 +12,7 @@ use pirq_shared::wire::{
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
-use crate::deadline::{jitter, refusal_wait, retry_after, Backoff, Deadline};
+use crate::deadline::{backoff, jitter, refusal_wait, retry_after, Deadline};
 use crate::error::Phase;
 use crate::sse;
 use crate::stats::Counters;
@@ -433,7 +433,7 @@ impl Party {
             Encoding::Bincode => request.to_bincode(),
         };
         let idempotency_key = format!("{:032x}", rand::random::<u128>());
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff();
         let mut failed_connects = 0;
         let resp = loop {
             let mut post = self
@@ -461,7 +461,7 @@ impl Party {
                         && failed_connects + 1 < SUBMIT_ATTEMPTS =>
                 {
                     failed_connects += 1;
-                    jitter(backoff.next())
+                    jitter(backoff.next_delay())
                 }
                 Err(e) => return Err(e),
             };
@@ -613,7 +613,7 @@ impl Party {
         // The query lives in the party's Redis, not in the gateway: a gateway restart (refused
         // connections, an event stream ended early, 502/503 from a proxy or a gateway coming up)
         // is waited out with back-off, within the deadline.
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff();
         let result = loop {
             let attempt = match how {
                 Wait::Inline | Wait::Events => self.wait_events(id, keys, d).await,
@@ -644,7 +644,7 @@ impl Party {
             match attempt {
                 Err(e) if is_transient(&e) => {
                     self.counters.retry();
-                    self.sleep(jitter(backoff.next()), d).await?;
+                    self.sleep(jitter(backoff.next_delay()), d).await?;
                 }
                 other => break other?,
             }

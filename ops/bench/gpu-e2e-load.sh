@@ -70,6 +70,9 @@ FIRST=${VARIANTS%% *}
 MNT=/mnt/pirq-e2e
 W=$(mktemp -d)
 PIDS=()
+# shellcheck source=scripts/lib/bench-procs.sh
+. scripts/lib/bench-procs.sh
+
 stop_all() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -81,23 +84,6 @@ cleanup() {
     tar -C "$LOGS" -czf "$FINAL/gpu-e2e-load.tgz" . 2>/dev/null || true
 }
 trap cleanup EXIT
-
-start() { # CPUS NAME CMD...
-    local cpus=$1 name=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$LOGS/$name.log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get URL FILE: GET into FILE (bash /dev/tcp; no curl needed)
-get() {
-    local hostport=${1#http://} path=/${1#http://*/}
-    hostport=${hostport%%/*}
-    exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
-}
 
 # wait_worker PID: until /v1/info lists one worker; fails at once if the worker died
 wait_worker() {
@@ -112,9 +98,6 @@ wait_worker() {
     echo "worker not ready"
     return 1
 }
-
-# cpu_ticks PID: user + system CPU of a process so far, in clock ticks (1/100 s)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 echo "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 # The host: CPU model and clock, which cores share a physical one, and where interrupts land (a

@@ -79,6 +79,9 @@ CLUSTER=${CLUSTER:-0}
 MNT=/mnt/pirq-scale
 SUMMARY="$OUT/summary.txt"
 PIDS=()
+# shellcheck source=scripts/lib/bench-procs.sh
+. scripts/lib/bench-procs.sh
+
 stop_all() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -92,26 +95,6 @@ cleanup() {
 }
 trap cleanup EXIT
 say() { echo "$*" | tee -a "$SUMMARY"; }
-
-start() { # CPUS NAME CMD...
-    local cpus=$1 name=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$LOGS/$name.log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get URL FILE: GET into FILE (bash /dev/tcp; no curl needed)
-get() {
-    local hostport=${1#http://} path=/${1#http://*/}
-    hostport=${hostport%%/*}
-    exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
-}
-
-# cpu_ticks PID: user + system CPU of a process so far, in clock ticks (1/100 s)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # redis_nodes: the ports of the party's Redis primaries
 redis_nodes() {

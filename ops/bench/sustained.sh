@@ -57,6 +57,10 @@ RAISED_SECS=${RAISED_SECS:-60}
 MNT=/mnt/pirq-sustained
 W=$(mktemp -d)
 PIDS=()
+# shellcheck source=scripts/lib/bench-procs.sh
+. scripts/lib/bench-procs.sh
+# Each process logs into the results folder.
+LOGS=$OUTDIR
 stop_all() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -67,24 +71,6 @@ cleanup() {
     umount "$MNT" 2>/dev/null || true
 }
 trap cleanup EXIT
-
-# start CPUS NAME CMD...: a background process pinned to CPUS, logging to $OUTDIR/NAME.log
-start() {
-    local cpus=$1 name=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$OUTDIR/$name.log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get URL FILE: GET into FILE (bash /dev/tcp; no curl needed)
-get() {
-    local hostport=${1#http://} path=/${1#http://*/}
-    hostport=${hostport%%/*}
-    exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
-}
 
 # wait_worker PID: until /v1/info lists one worker; fails at once if the worker died
 wait_worker() {

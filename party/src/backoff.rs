@@ -1,17 +1,12 @@
-//! The retry back-off of every loop that waits for Redis to come back: 50 ms, doubling, capped.
-//!
-//! One helper instead of the same three lines in each loop, so every retry of a party backs off
-//! alike and a change of policy is one edit.
+//! The retry back-off of every loop that waits for Redis to come back: 50 ms, doubling, capped
+//! at 2 s. The policy is `pirq_shared::backoff::Backoff`'s (the client's retries use it too);
+//! this adds the wait on the party's runtime and the party's default.
 
 use std::time::Duration;
 
-/// Exponential back-off: `first`, then twice the last delay, at most `max`.
+/// [`pirq_shared::backoff::Backoff`] with a sleep.
 #[derive(Clone, Debug)]
-pub struct Backoff {
-    first: Duration,
-    max: Duration,
-    next: Duration,
-}
+pub struct Backoff(pirq_shared::backoff::Backoff);
 
 impl Default for Backoff {
     /// 50 ms doubling up to 2 s: a Redis restart is noticed within 2 s of its return, and a
@@ -23,18 +18,12 @@ impl Default for Backoff {
 
 impl Backoff {
     pub fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff {
-            first,
-            max,
-            next: first,
-        }
+        Backoff(pirq_shared::backoff::Backoff::new(first, max))
     }
 
     /// The delay to wait now; the one after it doubles (up to the cap).
     pub fn next_delay(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (self.next * 2).min(self.max);
-        now
+        self.0.next_delay()
     }
 
     /// Sleeps for [`next_delay`](Self::next_delay).
@@ -44,7 +33,7 @@ impl Backoff {
 
     /// After a success: the next failure waits `first` again.
     pub fn reset(&mut self) {
-        self.next = self.first;
+        self.0.reset();
     }
 }
 
@@ -53,7 +42,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn doubles_up_to_the_cap_and_resets() {
+    fn the_party_default_is_50_ms_doubling_to_2_s() {
         let mut b = Backoff::default();
         let delays: Vec<u64> = (0..8).map(|_| b.next_delay().as_millis() as u64).collect();
         assert_eq!(delays, [50, 100, 200, 400, 800, 1600, 2000, 2000]);

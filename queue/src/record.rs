@@ -374,12 +374,9 @@ impl ToRedisArgs for Pages {
     }
 }
 
-/// Milliseconds since the Unix epoch now (0 before 1970).
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// Milliseconds since the Unix epoch now: the one clock helper, re-exported where the records'
+/// deadlines are read.
+pub use pirq_shared::clock::unix_ms;
 
 fn malformed(detail: String) -> QueueError {
     QueueError::Malformed {

@@ -13,7 +13,7 @@
 //! the workers of the old database see the new id at their next heartbeat and stop.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::connect::Conn;
 use pirq_shared::digest::Digest;
@@ -361,15 +361,6 @@ pub async fn check_prefix(
     })
 }
 
-impl Registration {
-    pub fn now_ms() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
-    }
-}
-
 /// Heartbeat intervals a worker's heartbeat key outlives the beat that wrote it: a beat or two
 /// late (a slow Redis, a busy host) does not make a live worker look gone, and a dead one is
 /// gone within three intervals (what `--heartbeat-ms` promises).
@@ -574,7 +565,7 @@ pub fn spawn_heartbeat(
                 Ok(Published::Current(id)) => {
                     reg.db_id = id;
                     metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
-                        .set(pirq_shared::metrics::unix_now_seconds())
+                        .set(pirq_shared::clock::unix_seconds())
                 }
                 Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
             }

@@ -1,7 +1,7 @@
 //! The gateway's samplers (`pirq_queue::sampler`) against a real `redis-server` (installed by
 //! scripts/install-deps.sh).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use pirq_queue::sampler::{self, QueueSample};
 use pirq_queue::{Connection, RedisTarget};
@@ -42,10 +42,7 @@ async fn sampler_reads_depth_pending_age_and_live_workers() {
 
     // Three jobs, the first appended a minute ago (explicit id), then a worker group that has
     // read one of them.
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = pirq_shared::clock::unix_ms();
     let old_id = format!("{}-0", now_ms - 60_000);
     let _: String = cmd(&mut conn, &["XADD", &jobs, &old_id, "id", "a"]).await;
     let _: String = cmd(&mut conn, &["XADD", &jobs, "*", "id", "b"]).await;

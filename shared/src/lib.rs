@@ -8,6 +8,7 @@
 //! - [`update`]: epoch updates (whole-page replacements), JSON and bincode.
 //! - [`error`]: error codes shared by gateway and worker.
 //! - [`shard`]: page-range shards (`--shard I/S`) and their boundaries.
+//! - [`clock`]: Unix time as records carry it; [`backoff`]: the one retry back-off.
 //! - [`kv`]: key-value lookups over the pages by cuckoo hashing (`docs/spec/kv.md`).
 //!
 //! The `.pirdb` file itself (SPEC §2: header, reader, writers) is the `pirq-db` crate's, built on
@@ -16,8 +17,10 @@
 //! No async runtime, no file mappings, no thread pool (unless the `parallel` feature asks for
 //! one): both the gateway and the worker, and the client, depend on this crate.
 
+pub mod backoff;
 pub mod bits;
 pub mod check;
+pub mod clock;
 pub mod digest;
 pub mod dpf;
 pub mod error;

@@ -340,11 +340,7 @@ impl Metric {
 /// this host's clock; 0 when the clocks disagree the other way. For [`WORKER_QUEUE_WAIT`] and
 /// [`WORKER_JOB_LATENCY`], whose start was stamped by the gateway.
 pub fn seconds_since_unix_ms(ms: u64) -> f64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    now.saturating_sub(std::time::Duration::from_millis(ms))
-        .as_secs_f64()
+    crate::clock::since_unix_ms(ms).as_secs_f64()
 }
 
 /// Records one phase of a pass in [`WORKER_PHASE_DURATION`].
@@ -365,14 +361,6 @@ pub fn record_answer_pages(lent: u64, copied: u64) {
 pub fn set_vram(used_bytes: u64, total_bytes: u64) {
     metrics::gauge!(WORKER_VRAM_USED).set(used_bytes as f64);
     metrics::gauge!(WORKER_VRAM_TOTAL).set(total_bytes as f64);
-}
-
-/// Unix time now in seconds, for [`WORKER_HEARTBEAT_TIMESTAMP`].
-pub fn unix_now_seconds() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64()
 }
 
 /// Looks a metric up by name.
@@ -537,7 +525,7 @@ mod tests {
 
     #[test]
     fn elapsed_since_a_unix_timestamp() {
-        let now_ms = (unix_now_seconds() * 1000.0) as u64;
+        let now_ms = crate::clock::unix_ms();
         let ten_s_ago = seconds_since_unix_ms(now_ms - 10_000);
         assert!((9.9..11.0).contains(&ten_s_ago), "{ten_s_ago}");
         // A gateway clock ahead of ours reads as no wait, not a negative one.

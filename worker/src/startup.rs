@@ -263,7 +263,7 @@ fn registration(
         domain_bits: geometry.domain_bits,
         window: source.scanner.epoch_window(),
         max_batch_keys: config.max_batch_keys,
-        started_ms: Registration::now_ms(),
+        started_ms: pirq_shared::clock::unix_ms(),
         kv: source.kv.clone(),
         signing: source.signing.clone(),
         shard: (!source.shard.is_whole()).then_some(source.shard),

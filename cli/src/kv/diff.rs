@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use pirq_db::{self as db, PirDb};
+use pirq_db::PirDb;
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
 use pirq_shared::kv::{page, PlaceError, Table, Tag};
 
@@ -68,34 +68,20 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             args.table.display()
         );
     };
-    let epoch = args.epoch.unwrap_or(db.header().epoch + 1);
-    db::check_epoch(epoch).context("--epoch")?;
-    if epoch != db.header().epoch + 1 {
-        bail!(
-            "{} is at epoch {}: its update is epoch {} (got --epoch {epoch})",
-            args.table.display(),
-            db.header().epoch,
-            db.header().epoch + 1
-        );
-    }
-    let signer = match (&args.sign_key, db.signing()) {
-        (Some(path), block) => Some(crate::publisher::signer_for(path, block)?),
-        (None, Some(_)) => bail!(
-            "{} is a signed database: its updates must be signed too; give --sign-key",
-            args.table.display()
-        ),
-        (None, None) => None,
-    };
-    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
-    let manifests = match (&args.manifests, &signer) {
-        (Some(path), Some(signer)) => {
-            crate::manifests::check_path(path, &[&args.table, &args.records, &args.out])?;
-            Some(crate::manifests::ManifestFile::open_for(
-                path, &db, signer, epoch,
-            )?)
-        }
-        _ => None,
-    };
+    let crate::publisher::NextUpdate {
+        epoch,
+        signer,
+        manifests,
+    } = crate::publisher::next_update(
+        &db,
+        &args.table,
+        crate::publisher::NextUpdateFlags {
+            epoch: args.epoch,
+            sign_key: args.sign_key.as_deref(),
+            manifests: args.manifests.as_deref(),
+            other_files: &[&args.table, &args.records, &args.out],
+        },
+    )?;
 
     // Three stages, each with its bar on a terminal: read the export, compare, place.
     let progress = crate::output::Progress::stages(args.quiet);

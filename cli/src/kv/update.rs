@@ -61,7 +61,6 @@ pub struct UpdateArgs {
 
 pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     crate::db::refuse_overwriting_inputs(&args.out, &[&args.db, &args.changes])?;
-    db::check_epoch(args.epoch).context("--epoch")?;
     let db = PirDb::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
     let Some(params) = db.kv().copied() else {
         bail!(
@@ -69,36 +68,20 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             args.db.display()
         );
     };
-    let signer = match (&args.sign_key, db.signing()) {
-        (Some(path), block) => Some(crate::publisher::signer_for(path, block)?),
-        (None, Some(_)) => bail!(
-            "{} is a signed database: its updates must be signed too; give --sign-key (the \
-             publisher's secret key)",
-            args.db.display()
-        ),
-        (None, None) => None,
-    };
-    if args.epoch != db.header().epoch + 1 {
-        bail!(
-            "{} is at epoch {}: its update is epoch {} (got --epoch {}); pass the snapshot of \
-             the epoch before (pirq db apply)",
-            args.db.display(),
-            db.header().epoch,
-            db.header().epoch + 1,
-            args.epoch
-        );
-    }
-    crate::manifests::require(args.manifests.as_deref(), signer.is_some())?;
-    // Checked before anything is written: a bad manifest file costs no update file.
-    let manifests = match (&args.manifests, &signer) {
-        (Some(path), Some(signer)) => {
-            crate::manifests::check_path(path, &[&args.db, &args.changes, &args.out])?;
-            Some(crate::manifests::ManifestFile::open_for(
-                path, &db, signer, args.epoch,
-            )?)
-        }
-        _ => None,
-    };
+    let crate::publisher::NextUpdate {
+        epoch,
+        signer,
+        manifests,
+    } = crate::publisher::next_update(
+        &db,
+        &args.db,
+        crate::publisher::NextUpdateFlags {
+            epoch: Some(args.epoch),
+            sign_key: args.sign_key.as_deref(),
+            manifests: args.manifests.as_deref(),
+            other_files: &[&args.db, &args.changes, &args.out],
+        },
+    )?;
     let mut pages = db.private_pages()?;
     // The change lines are read and placed as they come: the bar counts their bytes.
     let progress = crate::output::Progress::stages(args.quiet);
@@ -171,8 +154,7 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
     progress.clear();
-    let (written, staged) =
-        write_update(&db, &pages, touched, signer.as_ref(), args.epoch, &args.out)?;
+    let (written, staged) = write_update(&db, &pages, touched, signer.as_ref(), epoch, &args.out)?;
     append_manifest(
         manifests,
         signer.as_ref(),
@@ -185,7 +167,7 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
          {kicks} evictions, {} pages replaced",
         args.out.display(),
-        args.epoch,
+        epoch,
         written.pages.len()
     ));
     Ok(())
