@@ -1386,4 +1386,24 @@ fn long_work_shows_a_bar_on_a_terminal_only() {
         assert!(said.contains(summary), "{name}: {said}");
         assert!(!said.contains(['\x1b', '\r']), "{name} --quiet: {said:?}");
     }
+
+    // kv diff and kv update --json: the summary as one object on standard output, for scripts.
+    for (run, tool) in tools[1..3].iter().enumerate() {
+        let out = p(&format!("json-{run}"));
+        let mut args: Vec<&str> = tool
+            .0
+            .iter()
+            .map(|a| if *a == "{}" { s(&out) } else { a })
+            .collect();
+        args.push("--json");
+        let done = pirq(&args);
+        assert!(done.status.success(), "{}", stderr(&done));
+        assert_eq!(stderr(&done), "");
+        let summary: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+        assert_eq!(
+            summary,
+            serde_json::json!({"out": s(&out), "epoch": 1, "inserted": 0, "changed": 1,
+                "deleted": 0, "evictions": 0, "pages_replaced": 1})
+        );
+    }
 }

@@ -56,6 +56,9 @@ pub struct DiffArgs {
     /// No progress bar, even on a terminal (the summary line stays).
     #[arg(long)]
     quiet: bool,
+    /// The summary as one JSON object on standard output instead of a line on standard error.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<()> {
@@ -202,14 +205,17 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         staged,
         &args.out,
     )?;
-    progress.finish(&format!(
-        "wrote {}: epoch {epoch}, {} inserted, {} changed, {} deleted, {kicks} evictions, {} \
-         pages replaced",
-        args.out.display(),
-        inserts.len(),
-        changes.len(),
-        deletes.len(),
-        update.pages.len()
-    ));
-    Ok(())
+    super::update::report(
+        &progress,
+        &super::update::Summary {
+            out: &args.out,
+            epoch,
+            inserted: inserts.len() as u64,
+            changed: changes.len() as u64,
+            deleted: deletes.len() as u64,
+            evictions: kicks,
+            pages: update.pages.len(),
+        },
+        args.json,
+    )
 }

@@ -57,6 +57,9 @@ pub struct UpdateArgs {
     /// No progress bar, even on a terminal (the summary line stays).
     #[arg(long)]
     quiet: bool,
+    /// The summary as one JSON object on standard output instead of a line on standard error.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
@@ -163,12 +166,58 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
         staged,
         &args.out,
     )?;
+    report(
+        &progress,
+        &Summary {
+            out: &args.out,
+            epoch,
+            inserted,
+            changed,
+            deleted,
+            evictions: kicks,
+            pages: written.pages.len(),
+        },
+        args.json,
+    )
+}
+
+/// What an update of a kv table holds, for its summary.
+pub struct Summary<'a> {
+    pub out: &'a std::path::Path,
+    pub epoch: u64,
+    pub inserted: u64,
+    pub changed: u64,
+    pub deleted: u64,
+    pub evictions: u64,
+    pub pages: usize,
+}
+
+/// The summary of `kv update` and `kv diff`: one line on standard error, or with `json` one
+/// object on standard output (for scripts; kv build's `--json` does the same).
+pub fn report(progress: &crate::output::Progress, s: &Summary, json: bool) -> anyhow::Result<()> {
+    if json {
+        progress.clear();
+        let summary = serde_json::json!({
+            "out": s.out,
+            "epoch": s.epoch,
+            "inserted": s.inserted,
+            "changed": s.changed,
+            "deleted": s.deleted,
+            "evictions": s.evictions,
+            "pages_replaced": s.pages,
+        });
+        return crate::output::println(summary.to_string());
+    }
     progress.finish(&format!(
-        "wrote {}: epoch {}, {inserted} inserted, {changed} changed, {deleted} deleted, \
-         {kicks} evictions, {} pages replaced",
-        args.out.display(),
-        epoch,
-        written.pages.len()
+        "wrote {}: epoch {}, {} inserted, {} changed, {} deleted, {} evictions, {} pages \
+         replaced",
+        s.out.display(),
+        s.epoch,
+        s.inserted,
+        s.changed,
+        s.deleted,
+        s.evictions,
+        s.pages
     ));
     Ok(())
 }
