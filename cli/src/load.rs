@@ -392,39 +392,8 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
-    let positive = |x: f64| x.is_finite() && x > 0.0;
-    if !positive(args.duration) || !(positive(args.warmup) || args.warmup == 0.0) || args.keys == 0
-    {
-        bail!("--duration must be > 0, --warmup >= 0 and --keys >= 1");
-    }
-    let mode = match (args.rate, args.concurrency) {
-        (Some(rate), None) if positive(rate) => Mode::Open { rate },
-        (None, Some(c)) if c > 0 => Mode::Closed { concurrency: c },
-        _ => bail!("give --rate R > 0 (open loop) or --concurrency C > 0 (closed loop)"),
-    };
-    let mut options = Options::from_flags(
-        args.poll.then_some(POLL_INTERVAL),
-        args.bincode,
-        Duration::from_secs(args.timeout),
-    );
-    if args.sse {
-        options.wait = pirq_client::Wait::Events;
-    }
-    // --submit-only talks to party A alone.
-    options.allow_same_party = args.allow_same_party || args.submit_only;
-    options.insecure_http = args.transport.insecure_http;
-    let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
-    let builder = args
-        .transport
-        .builder()?
-        .party_a(&args.party_a)
-        .party_b(party_b)
-        .options(options.clone());
-    let mut builder = args.tokens.apply(builder);
-    if let Some(path) = &args.publisher_key {
-        builder = builder.publisher_key_file(path);
-    }
-    let client: Client = builder.build()?;
+    let mode = mode(&args)?;
+    let (client, options) = client(&args)?;
     let (info, epoch, max_keys) = if args.submit_only {
         let info = client
             .parties()
@@ -437,31 +406,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
     } else {
         client.agree().await.context("reading both parties' info")?
     };
-    let kv = match &args.kv_records {
-        Some(path) => {
-            let kv = info
-                .kv
-                .as_ref()
-                .context("--kv-records: the parties serve a page database")?;
-            let params = kv
-                .params(info.page_size, info.num_pages)
-                .map_err(|e| anyhow::anyhow!("the parties' kv layout: {e}"))?;
-            let columns = crate::kv::records::Columns {
-                key: args.kv_key_column.clone(),
-                value: args.kv_value_column.clone(),
-            };
-            let records = read_kv_records(path, args.kv_format, &columns, args.kv_sample, &params)?;
-            if records.is_empty() || !(0.0..=1.0).contains(&args.kv_absent) {
-                bail!("--kv-records needs at least one record and --kv-absent in 0..=1");
-            }
-            Some(KvLookups {
-                params,
-                records,
-                absent: args.kv_absent,
-            })
-        }
-        None => None,
-    };
+    let kv = kv_lookups(&args, &info)?;
     let dpf_keys = args.keys * kv.as_ref().map_or(1, |kv| kv.params.choices());
     if dpf_keys > max_keys {
         bail!(
@@ -469,32 +414,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
             args.keys
         );
     }
-    let db = match &args.verify {
-        Some(path) => {
-            let db = PirDb::open(path).with_context(|| format!("opening {}", path.display()))?;
-            let h = db.header();
-            if h.num_pages != info.num_pages || h.page_size != info.page_size {
-                bail!(
-                    "{} has {} pages of {} bytes; the parties serve {} pages of {} bytes",
-                    path.display(),
-                    h.num_pages,
-                    h.page_size,
-                    info.num_pages,
-                    info.page_size
-                );
-            }
-            if h.epoch != epoch {
-                bail!(
-                    "{} is at epoch {}, the parties serve epoch {epoch}: pages would not match",
-                    path.display(),
-                    h.epoch
-                );
-            }
-            Some(db)
-        }
-        None => None,
-    };
-
+    let db = verify_db(&args, &info, epoch)?;
     let submit = args
         .submit_only
         .then(|| premade_requests(&info, epoch, args.keys))
@@ -535,11 +455,132 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
 
+    let report = report(&args, mode, &shared, dpf_keys, measured);
+    emit(&args, &report)?;
+    let failed: u64 = report.errors.values().sum();
+    if report.ok == 0 {
+        bail!("no query succeeded ({failed} failed)");
+    }
+    Ok(())
+}
+
+/// Open or closed loop, from the flags, which are checked here.
+fn mode(args: &LoadArgs) -> anyhow::Result<Mode> {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(args.duration) || !(positive(args.warmup) || args.warmup == 0.0) || args.keys == 0
+    {
+        bail!("--duration must be > 0, --warmup >= 0 and --keys >= 1");
+    }
+    Ok(match (args.rate, args.concurrency) {
+        (Some(rate), None) if positive(rate) => Mode::Open { rate },
+        (None, Some(c)) if c > 0 => Mode::Closed { concurrency: c },
+        _ => bail!("give --rate R > 0 (open loop) or --concurrency C > 0 (closed loop)"),
+    })
+}
+
+/// The client of the two parties the flags name, and the options its queries go with.
+fn client(args: &LoadArgs) -> anyhow::Result<(Client, Options)> {
+    let mut options = Options::from_flags(
+        args.poll.then_some(POLL_INTERVAL),
+        args.bincode,
+        Duration::from_secs(args.timeout),
+    );
+    if args.sse {
+        options.wait = pirq_client::Wait::Events;
+    }
+    // --submit-only talks to party A alone.
+    options.allow_same_party = args.allow_same_party || args.submit_only;
+    options.insecure_http = args.transport.insecure_http;
+    let party_b = args.party_b.as_deref().unwrap_or(&args.party_a);
+    let builder = args
+        .transport
+        .builder()?
+        .party_a(&args.party_a)
+        .party_b(party_b)
+        .options(options.clone());
+    let mut builder = args.tokens.apply(builder);
+    if let Some(path) = &args.publisher_key {
+        builder = builder.publisher_key_file(path);
+    }
+    Ok((builder.build()?, options))
+}
+
+/// With `--kv-records`: the records to look up (a sample of the file), checked against the
+/// table the parties serve.
+fn kv_lookups(
+    args: &LoadArgs,
+    info: &pirq_shared::wire::Info,
+) -> anyhow::Result<Option<KvLookups>> {
+    let Some(path) = &args.kv_records else {
+        return Ok(None);
+    };
+    let kv = info
+        .kv
+        .as_ref()
+        .context("--kv-records: the parties serve a page database")?;
+    let params = kv
+        .params(info.page_size, info.num_pages)
+        .map_err(|e| anyhow::anyhow!("the parties' kv layout: {e}"))?;
+    let columns = crate::kv::records::Columns {
+        key: args.kv_key_column.clone(),
+        value: args.kv_value_column.clone(),
+    };
+    let records = read_kv_records(path, args.kv_format, &columns, args.kv_sample, &params)?;
+    if records.is_empty() || !(0.0..=1.0).contains(&args.kv_absent) {
+        bail!("--kv-records needs at least one record and --kv-absent in 0..=1");
+    }
+    Ok(Some(KvLookups {
+        params,
+        records,
+        absent: args.kv_absent,
+    }))
+}
+
+/// With `--verify`: the database every answer is checked against, which must be the one the
+/// parties serve at `epoch`.
+fn verify_db(
+    args: &LoadArgs,
+    info: &pirq_shared::wire::Info,
+    epoch: u64,
+) -> anyhow::Result<Option<PirDb>> {
+    let Some(path) = &args.verify else {
+        return Ok(None);
+    };
+    let db = PirDb::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let h = db.header();
+    if h.num_pages != info.num_pages || h.page_size != info.page_size {
+        bail!(
+            "{} has {} pages of {} bytes; the parties serve {} pages of {} bytes",
+            path.display(),
+            h.num_pages,
+            h.page_size,
+            info.num_pages,
+            info.page_size
+        );
+    }
+    if h.epoch != epoch {
+        bail!(
+            "{} is at epoch {}, the parties serve epoch {epoch}: pages would not match",
+            path.display(),
+            h.epoch
+        );
+    }
+    Ok(Some(db))
+}
+
+/// The run's report from its tally and the client's counters.
+fn report(
+    args: &LoadArgs,
+    mode: Mode,
+    shared: &Shared,
+    dpf_keys: usize,
+    measured: Duration,
+) -> Report {
     let t = shared.tally.lock().unwrap_or_else(|e| e.into_inner());
     let stats = shared.client.stats();
     let secs = measured.as_secs_f64();
     let lookups = shared.kv.is_some().then_some(args.keys);
-    let report = Report {
+    Report {
         mode,
         work: match (args.submit_only, lookups.is_some()) {
             (true, _) => "submit",
@@ -568,14 +609,7 @@ async fn run_async(args: LoadArgs) -> anyhow::Result<()> {
         achieved_keys_per_s: (t.ok * dpf_keys as u64) as f64 / secs,
         achieved_lookups_per_s: lookups.map(|l| (t.ok * l as u64) as f64 / secs),
         latency_ms: Latency::of(&t.latency_us),
-    };
-    drop(t);
-    emit(&args, &report)?;
-    let failed: u64 = report.errors.values().sum();
-    if report.ok == 0 {
-        bail!("no query succeeded ({failed} failed)");
     }
-    Ok(())
 }
 
 /// Requests for submit-only mode: party A's halves of key pairs for random indices.

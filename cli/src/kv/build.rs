@@ -16,6 +16,7 @@ use clap::Args;
 use pirq_db::{self as db, Header, MappedWriter, MAX_PAGES};
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
 use pirq_shared::kv::{Candidates, KvLayout, KvParams, PlaceError, Table, Tag, ValueKind};
+use pirq_shared::signing::PageSigner;
 use rayon::prelude::*;
 
 use super::records::{
@@ -123,11 +124,138 @@ struct Hashed {
 }
 
 pub fn run(args: BuildArgs) -> anyhow::Result<()> {
-    let format = Format::pick(args.format, &args.records);
-    if format == Format::Bin && args.key_size == 0 {
-        bail!("binary records need --key-size (the key bytes before each value)");
+    let plan = Plan::from_args(&args)?;
+    let start = Instant::now();
+    let meta = db::Meta {
+        kv: Some(plan.layout),
+        signing: plan.signer.as_ref().map(|s| s.block),
+        ..db::Meta::default()
+    };
+    let mut writer = MappedWriter::create_meta(&args.out, &plan.header, &meta)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let progress = crate::output::Progress::stages(args.quiet);
+    progress.stage("", plan.count, "records");
+    let filled = fill(&args, &plan, &mut writer, &progress)?;
+    progress.clear();
+    if let Some(c) = plan.count {
+        if args.count.is_some() && filled.records != c {
+            bail!("--count said {c} records, the input had {}", filled.records);
+        }
     }
-    let (kind, value_size) = match (args.value_size, args.max_value_size) {
+    let signed = sign(&plan, &mut writer);
+    writer
+        .commit()
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    report(&args, &plan, &filled, start.elapsed().as_secs_f64(), signed)
+}
+
+/// What the flags ask for, checked and sized before a byte is written: the record format, the
+/// table's layout and geometry, the signer.
+struct Plan {
+    format: Format,
+    kind: ValueKind,
+    sizes: Sizes,
+    encodings: Encodings,
+    columns: Columns,
+    seed: u64,
+    layout: KvLayout,
+    signer: Option<PageSigner>,
+    slots: usize,
+    load: f64,
+    /// Records expected: counted in the file, or `--count`; none for standard input sized by
+    /// `--pages`.
+    count: Option<u64>,
+    params: KvParams,
+    header: Header,
+}
+
+impl Plan {
+    fn from_args(args: &BuildArgs) -> anyhow::Result<Plan> {
+        let format = Format::pick(args.format, &args.records);
+        if format == Format::Bin && args.key_size == 0 {
+            bail!("binary records need --key-size (the key bytes before each value)");
+        }
+        let (kind, value_size) = value_kind(args, format)?;
+        if format != Format::Csv && (args.key_column.is_some() || args.value_column.is_some()) {
+            bail!("--key-column and --value-column name CSV columns; these records are not CSV");
+        }
+        if format == Format::Bin && kind == ValueKind::Variable {
+            bail!("binary records are fixed-width: variable-size values need JSON lines or CSV");
+        }
+        let encodings = encodings(args, format);
+        let columns = Columns {
+            key: args.key_column.clone(),
+            value: args.value_column.clone(),
+        };
+        db::check_epoch(args.epoch).context("--epoch")?;
+        // The records are read to the end before the output is renamed into place, but a build
+        // must never replace what it reads.
+        crate::db::refuse_overwriting_inputs(&args.out, &[&args.records])?;
+        let seed = args.seed.unwrap_or_else(rand::random);
+        let layout = KvLayout {
+            choices: args.choices,
+            kind,
+            value_size,
+            key_size: args.key_size,
+            seed: super::layout_seed(seed),
+            encodings: pirq_shared::kv::Encodings {
+                key: Some(encodings.key),
+                // A set has no values to write back.
+                value: (kind != ValueKind::Set).then_some(encodings.value),
+            },
+        };
+        let signer = crate::publisher::new_signer(args.sign_key.as_deref())?;
+        let tail = signer.as_ref().map_or(0, |s| s.block.tail_len());
+        // Geometry checks first, on a table of the smallest legal size.
+        let probe = KvParams::with_tail(layout, args.page_size, tail, args.choices as u64)?;
+        let slots = probe.slots_per_page();
+        let sizes = Sizes {
+            key_size: args.key_size as usize,
+            kind,
+            value_size: value_size as usize,
+        };
+        let load = args
+            .load
+            .unwrap_or_else(|| default_load(slots, args.choices));
+        if !(load > 0.0 && load <= 1.0) {
+            bail!("--load must be in (0, 1], got {load}");
+        }
+        let count = record_count(args, format, sizes, &columns)?;
+        let num_pages = match args.pages {
+            Some(p) => p,
+            None => {
+                let c = count.expect("a count when --pages is not given");
+                ((c as f64 / (slots as f64 * load)).ceil() as u64).max(args.choices as u64)
+            }
+        };
+        if num_pages > MAX_PAGES {
+            bail!("{num_pages} pages are more than a database holds (2^40)");
+        }
+        Ok(Plan {
+            format,
+            kind,
+            sizes,
+            encodings,
+            columns,
+            seed,
+            layout,
+            slots,
+            load,
+            count,
+            params: KvParams::with_tail(layout, args.page_size, tail, num_pages)?,
+            header: Header {
+                page_size: args.page_size,
+                num_pages,
+                epoch: args.epoch,
+            },
+            signer,
+        })
+    }
+}
+
+/// The table's kind and value size from `--value-size`, `--max-value-size` and the format.
+fn value_kind(args: &BuildArgs, format: Format) -> anyhow::Result<(ValueKind, u32)> {
+    Ok(match (args.value_size, args.max_value_size) {
         (Some(0), _) => (ValueKind::Set, 0),
         (None, None) if format == Format::Lines => (ValueKind::Set, 0),
         (_, _) if format == Format::Lines => {
@@ -139,61 +267,32 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             "give --max-value-size N (values of up to N bytes), --value-size N (every value N \
              bytes) or --value-size 0 (a set of keys)"
         ),
-    };
-    if format != Format::Csv && (args.key_column.is_some() || args.value_column.is_some()) {
-        bail!("--key-column and --value-column name CSV columns; these records are not CSV");
-    }
-    // Binary records are bytes: their keys and values read back as hex unless told.
+    })
+}
+
+/// The encodings the records are read in: the flags', else text, or hex for binary records
+/// (they are bytes: their keys and values read back as hex unless told).
+fn encodings(args: &BuildArgs, format: Format) -> Encodings {
     let default = if format == Format::Bin {
         Encodings::HEX
     } else {
         Encodings::default()
     };
-    let encodings = Encodings {
+    Encodings {
         key: args.key_encoding.unwrap_or(default.key),
         value: args.value_encoding.unwrap_or(default.value),
-    };
-    let columns = Columns {
-        key: args.key_column.clone(),
-        value: args.value_column.clone(),
-    };
-    if format == Format::Bin && kind == ValueKind::Variable {
-        bail!("binary records are fixed-width: variable-size values need JSON lines or CSV");
     }
-    db::check_epoch(args.epoch).context("--epoch")?;
-    // The records are read to the end before the output is renamed into place, but a build
-    // must never replace what it reads.
-    crate::db::refuse_overwriting_inputs(&args.out, &[&args.records])?;
-    let seed = args.seed.unwrap_or_else(rand::random);
-    let layout = KvLayout {
-        choices: args.choices,
-        kind,
-        value_size,
-        key_size: args.key_size,
-        seed: super::layout_seed(seed),
-        encodings: pirq_shared::kv::Encodings {
-            key: Some(encodings.key),
-            // A set has no values to write back.
-            value: (kind != ValueKind::Set).then_some(encodings.value),
-        },
-    };
-    let signer = crate::publisher::new_signer(args.sign_key.as_deref())?;
-    let tail = signer.as_ref().map_or(0, |s| s.block.tail_len());
-    // Geometry checks first, on a table of the smallest legal size.
-    let probe = KvParams::with_tail(layout, args.page_size, tail, args.choices as u64)?;
-    let slots = probe.slots_per_page();
-    let sizes = Sizes {
-        key_size: args.key_size as usize,
-        kind,
-        value_size: value_size as usize,
-    };
-    let load = args
-        .load
-        .unwrap_or_else(|| default_load(slots, args.choices));
-    if !(load > 0.0 && load <= 1.0) {
-        bail!("--load must be in (0, 1], got {load}");
-    }
-    let count = match (args.pages, args.count) {
+}
+
+/// How many records the table is sized for: `--count`, else counted in the file; none when
+/// they come from standard input and `--pages` sizes the table.
+fn record_count(
+    args: &BuildArgs,
+    format: Format,
+    sizes: Sizes,
+    columns: &Columns,
+) -> anyhow::Result<Option<u64>> {
+    Ok(match (args.pages, args.count) {
         (_, Some(c)) => Some(c),
         (Some(_), None) if is_stdin(&args.records) => None,
         (None, None) if is_stdin(&args.records) => bail!(
@@ -201,40 +300,36 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
              so the table can be sized before they arrive"
         ),
         _ => Some(
-            records::count(&args.records, format, sizes, &columns)
+            records::count(&args.records, format, sizes, columns)
                 .with_context(|| format!("counting records in {}", args.records.display()))?,
         ),
-    };
-    let num_pages = match args.pages {
-        Some(p) => p,
-        None => {
-            let c = count.expect("a count when --pages is not given");
-            ((c as f64 / (slots as f64 * load)).ceil() as u64).max(args.choices as u64)
-        }
-    };
-    if num_pages > MAX_PAGES {
-        bail!("{num_pages} pages are more than a database holds (2^40)");
-    }
-    let params = KvParams::with_tail(layout, args.page_size, tail, num_pages)?;
-    let header = Header {
-        page_size: args.page_size,
-        num_pages,
-        epoch: args.epoch,
-    };
-    let start = Instant::now();
-    let meta = db::Meta {
-        kv: Some(layout),
-        signing: signer.as_ref().map(|s| s.block),
-        ..db::Meta::default()
-    };
-    let mut writer = MappedWriter::create_meta(&args.out, &header, &meta)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let progress = crate::output::Progress::stages(args.quiet);
-    progress.stage("", count, "records");
+    })
+}
 
-    // Stage 1: parse on a thread of its own; the channel bounds the batches in flight.
+/// What placing the records left in the table.
+struct Filled {
+    records: u64,
+    kicks: u64,
+    load: f64,
+}
+
+/// Streams the records into the table in `writer`'s pages: one thread parses (the channel
+/// bounds the batches in flight), rayon hashes each batch, this thread places them in file
+/// order. Fails on the first bad record or one that does not fit, and on no records at all.
+fn fill(
+    args: &BuildArgs,
+    plan: &Plan,
+    writer: &mut MappedWriter,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<Filled> {
     let (tx, rx) = mpsc::sync_channel::<Vec<Result<Record, RecordError>>>(4);
     let input = records::open(&args.records)?;
+    let (format, sizes, encodings, columns) = (
+        plan.format,
+        plan.sizes,
+        plan.encodings,
+        plan.columns.clone(),
+    );
     let reader = std::thread::spawn(move || {
         let mut recs = Records::new(input, format, sizes, encodings, columns);
         loop {
@@ -247,60 +342,17 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             }
         }
     });
-
-    let mut table = Table::empty(params, writer.pages_mut(), seed);
+    let mut table = Table::empty(plan.params, writer.pages_mut(), plan.seed);
     table.set_max_kicks(args.max_kicks);
-    let result = (|| -> anyhow::Result<()> {
-        for batch in rx {
-            // A batch ends at the first bad record, which the reader sends last.
-            let mut good = Vec::with_capacity(batch.len());
-            let mut bad = None;
-            for r in batch {
-                match r {
-                    Ok(record) => good.push(record),
-                    Err(e) => {
-                        bad = Some(e);
-                        break;
-                    }
-                }
-            }
-            // Stage 2: hash the batch in parallel.
-            let hashed: Vec<Hashed> = good
-                .into_par_iter()
-                .map(|record| {
-                    let tag = params.tag(&record.key);
-                    let candidates = params.candidates(&tag);
-                    Hashed {
-                        record,
-                        tag,
-                        candidates,
-                    }
-                })
-                .collect();
-            // Stage 3: place, in file order.
-            for h in &hashed {
-                table
-                    .insert_hashed(&h.tag, &h.candidates, &h.record.value)
-                    .map_err(|e| place_error(e, h.record.line, &args, &table, slots, load))?;
-            }
-            progress.inc(hashed.len() as u64);
-            if let Some(e) = bad {
-                return Err(anyhow::Error::from(e).context(format!(
-                    "building {} ({} records placed)",
-                    args.out.display(),
-                    table.records()
-                )));
-            }
-        }
-        Ok(())
-    })();
+    let result = rx
+        .into_iter()
+        .try_for_each(|batch| place_batch(args, plan, &mut table, batch, progress));
     let parsed = reader.join();
     result?;
     if parsed.is_err() {
         bail!("the record reader panicked");
     }
-    let records = table.records();
-    if records == 0 {
+    if table.records() == 0 {
         bail!(
             "{} has no records: there is nothing to build",
             if is_stdin(&args.records) {
@@ -310,33 +362,88 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             }
         );
     }
-    let kicks = table.kicks();
-    let achieved = table.load();
-    drop(table);
-    progress.clear();
-    if let Some(c) = count {
-        if args.count.is_some() && records != c {
-            bail!("--count said {c} records, the input had {records}");
+    Ok(Filled {
+        records: table.records(),
+        kicks: table.kicks(),
+        load: table.load(),
+    })
+}
+
+/// Hashes one batch in parallel and places it in file order. A batch ends at the first bad
+/// record, which the reader sends last: the good ones before it are placed, then it fails.
+fn place_batch(
+    args: &BuildArgs,
+    plan: &Plan,
+    table: &mut Table,
+    batch: Vec<Result<Record, RecordError>>,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<()> {
+    let mut good = Vec::with_capacity(batch.len());
+    let mut bad = None;
+    for r in batch {
+        match r {
+            Ok(record) => good.push(record),
+            Err(e) => {
+                bad = Some(e);
+                break;
+            }
         }
     }
-    let signing = Instant::now();
-    if let Some(signer) = &signer {
-        writer.sign_pages(signer, args.epoch);
+    let params = plan.params;
+    let hashed: Vec<Hashed> = good
+        .into_par_iter()
+        .map(|record| {
+            let tag = params.tag(&record.key);
+            let candidates = params.candidates(&tag);
+            Hashed {
+                record,
+                tag,
+                candidates,
+            }
+        })
+        .collect();
+    for h in &hashed {
+        table
+            .insert_hashed(&h.tag, &h.candidates, &h.record.value)
+            .map_err(|e| place_error(e, h.record.line, args, table, plan.slots, plan.load))?;
     }
-    let signing = signer.as_ref().map(|s| {
-        let secs = signing.elapsed().as_secs_f64();
-        format!(
-            "; {num_pages} pages signed by publisher key {} in {secs:.1} s ({:.0} pages/s), \
-             db_id {}",
-            s.block.publisher,
-            num_pages as f64 / secs.max(1e-9),
-            hex::encode(s.block.db_id)
-        )
-    });
-    writer
-        .commit()
-        .with_context(|| format!("writing {}", args.out.display()))?;
-    let secs = start.elapsed().as_secs_f64();
+    progress.inc(hashed.len() as u64);
+    match bad {
+        Some(e) => Err(anyhow::Error::from(e).context(format!(
+            "building {} ({} records placed)",
+            args.out.display(),
+            table.records()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Signs every page when `--sign-key` was given; the summary's words about it.
+fn sign(plan: &Plan, writer: &mut MappedWriter) -> Option<String> {
+    let signer = plan.signer.as_ref()?;
+    let started = Instant::now();
+    writer.sign_pages(signer, plan.header.epoch);
+    let secs = started.elapsed().as_secs_f64();
+    let num_pages = plan.header.num_pages;
+    Some(format!(
+        "; {num_pages} pages signed by publisher key {} in {secs:.1} s ({:.0} pages/s), db_id {}",
+        signer.block.publisher,
+        num_pages as f64 / secs.max(1e-9),
+        hex::encode(signer.block.db_id)
+    ))
+}
+
+/// The summary: one JSON object on standard output with `--json`, else one line on standard
+/// error.
+fn report(
+    args: &BuildArgs,
+    plan: &Plan,
+    filled: &Filled,
+    secs: f64,
+    signed: Option<String>,
+) -> anyhow::Result<()> {
+    let (encodings, kind, slots, seed) = (plan.encodings, plan.kind, plan.slots, plan.seed);
+    let (records, num_pages) = (filled.records, plan.header.num_pages);
     if args.json {
         let summary = serde_json::json!({
             "out": args.out,
@@ -345,32 +452,34 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             "page_size": args.page_size,
             "choices": args.choices,
             "slots_per_page": slots,
-            "slot_size": params.slot_size(),
+            "slot_size": plan.params.slot_size(),
             "key_encoding": encodings.key.name(),
             "value_encoding": (kind != ValueKind::Set).then(|| encodings.value.name()),
-            "load": achieved,
-            "evictions": kicks,
+            "load": filled.load,
+            "evictions": filled.kicks,
             "seed": seed,
             "seconds": secs,
-            "signed": signer.is_some(),
+            "signed": plan.signer.is_some(),
         });
         return crate::output::println(summary.to_string());
     }
     eprintln!(
         "wrote {}: {records} records in {num_pages} pages of {} bytes (d = {}, {slots} slots of \
-         {} bytes per page), keys {}{}, load factor {achieved:.4}, {kicks} evictions, seed \
+         {} bytes per page), keys {}{}, load factor {:.4}, {} evictions, seed \
          {seed}, {secs:.1} s ({:.0} records/s){}",
         args.out.display(),
         args.page_size,
         args.choices,
-        params.slot_size(),
+        plan.params.slot_size(),
         encodings.key,
         match kind {
             ValueKind::Set => String::new(),
             _ => format!(", values {}", encodings.value),
         },
+        filled.load,
+        filled.kicks,
         records as f64 / secs.max(1e-9),
-        signing.unwrap_or_default(),
+        signed.unwrap_or_default(),
     );
     Ok(())
 }

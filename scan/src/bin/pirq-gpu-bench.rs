@@ -18,6 +18,7 @@
 //! Needs the `cuda` feature and a GPU; numbers go to docs/bench/gpu-scan.md.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -102,136 +103,174 @@ fn main() -> Result<()> {
         .map(|p| ScanPlan::parse(p).with_context(|| format!("bad plan {p}")))
         .collect::<Result<_>>()?;
     for &gib in &args.sizes_gib {
-        let num_pages = (gib << 30) / args.page_size as u64;
-        let started = Instant::now();
-        let config = CudaConfig {
-            workspaces: 4,
-            max_batch_keys: max_q,
-            ..CudaConfig::default()
-        };
-        let scanner = std::sync::Arc::new(CudaScanner::synthetic(
-            args.page_size,
-            num_pages,
-            0x5eed,
-            config,
-        )?);
-        println!(
-            "\n## {gib} GiB: {num_pages} pages of {} B on {} (set up in {:.1} s, VRAM used {:.1} GiB)\n",
-            args.page_size,
-            scanner.device_name(),
-            started.elapsed().as_secs_f64(),
-            scanner.vram_used()? as f64 / (1u64 << 30) as f64
-        );
-        let floor = median(
-            (0..args.reps + 1)
-                .map(|_| scanner.time_read_all().map(|ms| ms as f64))
-                .collect::<Result<Vec<_>, _>>()?[1..]
-                .to_vec(),
-        );
-        println!(
-            "read-all floor: {floor:.2} ms ({:.0} GB/s)\n",
-            scanner.db_bytes() as f64 / floor / 1e6
-        );
-        // A one-key and a full pass: where passes stop being memory-bound.
-        if let Some(cost) = scanner.measure_pass_cost() {
-            println!(
-                "pass cost: one-key pass {:.2} ms, {}-key pass {:.2} ms (scan {:.2}): knee {} keys\n",
-                cost.one_key.as_secs_f64() * 1e3,
-                cost.full_keys,
-                cost.full.as_secs_f64() * 1e3,
-                cost.full_scan.as_secs_f64() * 1e3,
-                cost.knee(max_q),
-            );
-        }
+        let scanner = Arc::new(synthetic_scanner(&args, gib, max_q)?);
+        let floor = read_all_floor(&scanner, args.reps, max_q)?;
         let keys = make_keys(scanner_domain(&scanner), max_q);
-        let phase_heads: String = PHASES_SHOWN.iter().map(|p| format!(" {p} ms |")).collect();
-        println!("| Q | plan | ms/pass | keys/s |{phase_heads} scan / floor |");
+        pass_table(&args, &scanner, &keys, &extra, floor)?;
+        pool_table(&args, &scanner, &keys)?;
+        rotation_table(&args, &scanner, &keys, max_q)?;
+    }
+    Ok(())
+}
+
+/// A scanner over `gib` GiB of synthetic pages generated on the GPU, with room for windows of
+/// `max_q` keys in four workspaces; prints what it set up.
+fn synthetic_scanner(args: &Args, gib: u64, max_q: usize) -> Result<CudaScanner> {
+    let num_pages = (gib << 30) / args.page_size as u64;
+    let started = Instant::now();
+    let config = CudaConfig {
+        workspaces: 4,
+        max_batch_keys: max_q,
+        ..CudaConfig::default()
+    };
+    let scanner = CudaScanner::synthetic(args.page_size, num_pages, 0x5eed, config)?;
+    println!(
+        "\n## {gib} GiB: {num_pages} pages of {} B on {} (set up in {:.1} s, VRAM used {:.1} GiB)\n",
+        args.page_size,
+        scanner.device_name(),
+        started.elapsed().as_secs_f64(),
+        scanner.vram_used()? as f64 / (1u64 << 30) as f64
+    );
+    Ok(scanner)
+}
+
+/// The read-all floor (median of `reps` reads after one warm-up), in ms; prints it and where
+/// passes stop being memory-bound (a one-key and a full pass of up to `max_q` keys).
+fn read_all_floor(scanner: &CudaScanner, reps: usize, max_q: usize) -> Result<f64> {
+    let floor = median(
+        (0..reps + 1)
+            .map(|_| scanner.time_read_all().map(|ms| ms as f64))
+            .collect::<Result<Vec<_>, _>>()?[1..]
+            .to_vec(),
+    );
+    println!(
+        "read-all floor: {floor:.2} ms ({:.0} GB/s)\n",
+        scanner.db_bytes() as f64 / floor / 1e6
+    );
+    if let Some(cost) = scanner.measure_pass_cost() {
         println!(
-            "|---:|---|---:|---:|{}---:|",
-            "---:|".repeat(PHASES_SHOWN.len())
+            "pass cost: one-key pass {:.2} ms, {}-key pass {:.2} ms (scan {:.2}): knee {} keys\n",
+            cost.one_key.as_secs_f64() * 1e3,
+            cost.full_keys,
+            cost.full.as_secs_f64() * 1e3,
+            cost.full_scan.as_secs_f64() * 1e3,
+            cost.knee(max_q),
         );
-        for &q in &args.qs {
-            let default = scanner.plan_for(q);
-            let mut plans = vec![default];
-            plans.extend(extra.iter().copied().filter(|p| *p != default));
-            for plan in plans {
-                let Some(t) = time_passes(&scanner, &keys[..q], plan, args.reps)? else {
-                    continue;
-                };
-                // The scan, at tens of ms, to two decimals; the short phases to three.
-                let phase_cells: String = PHASES_SHOWN
-                    .iter()
-                    .map(|&p| {
-                        let digits = if p == Phase::Scan { 2 } else { 3 };
-                        format!(" {:.*} |", digits, ms(t.phase(p)))
-                    })
-                    .collect();
-                println!(
-                    "| {q} | {plan} | {:.2} | {:.0} |{phase_cells} {:.2} |",
-                    ms(t.wall),
-                    q as f64 / t.wall.as_secs_f64(),
-                    ms(t.scan) / floor
-                );
-            }
-        }
-        println!(
-            "\npool: a continuous stream of {} windows, one feeder thread per workspace\n",
-            args.pool_windows
-        );
-        println!("| Q | workspaces | windows/s | keys/s | mean ms/window |");
-        println!("|---:|---:|---:|---:|---:|");
-        for &q in &args.pool_qs {
-            for slots in [1usize, 2, 4] {
-                let (rate, latency) =
-                    stream_windows(&scanner, &keys[..q], slots, args.pool_windows)?;
-                println!(
-                    "| {q} | {slots} | {rate:.1} | {:.0} | {:.1} |",
-                    rate * q as f64,
-                    latency
-                );
-            }
-        }
-        println!("\nrotating scan: one-key groups kept in flight\n");
-        println!("| keys in flight | segments | layout | ms/segment | ms/turn | keys/s |");
-        println!("|---:|---:|---|---:|---:|---:|");
-        let rows = args
-            .rotate_qs
-            .iter()
-            .filter(|&&q| q <= max_q)
-            .flat_map(|&q| args.rotate_segments.iter().map(move |&s| (q, s)));
-        for (q, segments) in rows {
-            let mut rotation = match segments {
-                0 => CudaRotation::measured(scanner.clone())?,
-                n => CudaRotation::new(scanner.clone(), n),
+    }
+    Ok(floor)
+}
+
+/// One row per Q and plan (the default one and `extra`): ms a pass, keys/s, the phases, and
+/// the scan against the read-all floor.
+fn pass_table(
+    args: &Args,
+    scanner: &CudaScanner,
+    keys: &[DpfKey],
+    extra: &[ScanPlan],
+    floor: f64,
+) -> Result<()> {
+    let phase_heads: String = PHASES_SHOWN.iter().map(|p| format!(" {p} ms |")).collect();
+    println!("| Q | plan | ms/pass | keys/s |{phase_heads} scan / floor |");
+    println!(
+        "|---:|---|---:|---:|{}---:|",
+        "---:|".repeat(PHASES_SHOWN.len())
+    );
+    for &q in &args.qs {
+        let default = scanner.plan_for(q);
+        let mut plans = vec![default];
+        plans.extend(extra.iter().copied().filter(|p| *p != default));
+        for plan in plans {
+            let Some(t) = time_passes(scanner, &keys[..q], plan, args.reps)? else {
+                continue;
             };
-            let (segments, turns) = (rotation.segments(), args.rotate_turns.max(1));
-            let mut next = 0;
-            let (mut answered, mut turn_sum, mut finished) = (0usize, Duration::ZERO, 0usize);
-            let mut started = Instant::now();
-            for step in 0..(turns + 1) * segments {
-                while rotation.in_flight() < q && rotation.fits(1) {
-                    rotation.join(&keys[next % keys.len()..][..1], 0)?;
-                    next += 1;
-                }
-                if step == segments {
-                    started = Instant::now(); // one turn of warm-up
-                    (answered, turn_sum, finished) = (0, Duration::ZERO, 0);
-                }
-                for f in rotation.step()?.finished {
-                    answered += f.answers?.len();
-                    turn_sum += f.turn;
-                    finished += 1;
-                }
-            }
-            let wall = started.elapsed();
+            // The scan, at tens of ms, to two decimals; the short phases to three.
+            let phase_cells: String = PHASES_SHOWN
+                .iter()
+                .map(|&p| {
+                    let digits = if p == Phase::Scan { 2 } else { 3 };
+                    format!(" {:.*} |", digits, ms(t.phase(p)))
+                })
+                .collect();
             println!(
-                "| {q} | {segments} | {:?} | {:.2} | {:.2} | {:.0} |",
-                rotation.sel_layout(),
-                ms(wall) / (turns * segments) as f64,
-                ms(turn_sum) / finished.max(1) as f64,
-                answered as f64 / wall.as_secs_f64()
+                "| {q} | {plan} | {:.2} | {:.0} |{phase_cells} {:.2} |",
+                ms(t.wall),
+                q as f64 / t.wall.as_secs_f64(),
+                ms(t.scan) / floor
             );
         }
+    }
+    Ok(())
+}
+
+/// The pool: a continuous stream of windows fed through 1, 2 and 4 workspaces, per Q.
+fn pool_table(args: &Args, scanner: &CudaScanner, keys: &[DpfKey]) -> Result<()> {
+    println!(
+        "\npool: a continuous stream of {} windows, one feeder thread per workspace\n",
+        args.pool_windows
+    );
+    println!("| Q | workspaces | windows/s | keys/s | mean ms/window |");
+    println!("|---:|---:|---:|---:|---:|");
+    for &q in &args.pool_qs {
+        for slots in [1usize, 2, 4] {
+            let (rate, latency) = stream_windows(scanner, &keys[..q], slots, args.pool_windows)?;
+            println!(
+                "| {q} | {slots} | {rate:.1} | {:.0} | {:.1} |",
+                rate * q as f64,
+                latency
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The rotating scan (the worker's): one-key groups kept in flight, per number in flight and
+/// segments a turn.
+fn rotation_table(
+    args: &Args,
+    scanner: &Arc<CudaScanner>,
+    keys: &[DpfKey],
+    max_q: usize,
+) -> Result<()> {
+    println!("\nrotating scan: one-key groups kept in flight\n");
+    println!("| keys in flight | segments | layout | ms/segment | ms/turn | keys/s |");
+    println!("|---:|---:|---|---:|---:|---:|");
+    let rows = args
+        .rotate_qs
+        .iter()
+        .filter(|&&q| q <= max_q)
+        .flat_map(|&q| args.rotate_segments.iter().map(move |&s| (q, s)));
+    for (q, segments) in rows {
+        let mut rotation = match segments {
+            0 => CudaRotation::measured(scanner.clone())?,
+            n => CudaRotation::new(scanner.clone(), n),
+        };
+        let (segments, turns) = (rotation.segments(), args.rotate_turns.max(1));
+        let mut next = 0;
+        let (mut answered, mut turn_sum, mut finished) = (0usize, Duration::ZERO, 0usize);
+        let mut started = Instant::now();
+        for step in 0..(turns + 1) * segments {
+            while rotation.in_flight() < q && rotation.fits(1) {
+                rotation.join(&keys[next % keys.len()..][..1], 0)?;
+                next += 1;
+            }
+            if step == segments {
+                started = Instant::now(); // one turn of warm-up
+                (answered, turn_sum, finished) = (0, Duration::ZERO, 0);
+            }
+            for f in rotation.step()?.finished {
+                answered += f.answers?.len();
+                turn_sum += f.turn;
+                finished += 1;
+            }
+        }
+        let wall = started.elapsed();
+        println!(
+            "| {q} | {segments} | {:?} | {:.2} | {:.2} | {:.0} |",
+            rotation.sel_layout(),
+            ms(wall) / (turns * segments) as f64,
+            ms(turn_sum) / finished.max(1) as f64,
+            answered as f64 / wall.as_secs_f64()
+        );
     }
     Ok(())
 }

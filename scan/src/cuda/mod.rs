@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use cudarc::driver::{
-    result, CudaContext, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PushKernelArg,
 };
 use pirq_db::PirDb;
 use pirq_shared::dpf::DpfKey;
@@ -549,64 +550,8 @@ impl CudaScanner {
         blocks: std::ops::Range<u64>,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        let shape = self.db.shape();
-        let stream = &ws.stream;
-        let func = self.kernels.scan(plan)?;
-        let (mtiles, nblocks) = (shape.mtiles() as u32, (blocks.end - blocks.start) as u32);
-        let (np_total, q32, wpp) = (np_stride as u32, q as u32, shape.words_per_page() as u32);
-        // Layout A: block b's tiles at b * mtiles * 512 bytes; layout B: block b's chunks at
-        // b * np_total * 512 bytes.
-        let db = self.db.ptr() + blocks.start * mtiles as u64 * 512;
-        let sel = sel_ptr(ws, &shape, np_stride * 16) + blocks.start * np_total as u64 * 512;
+        let scan = BlockScan::new(self, ws, plan, q, np_stride, blocks, accumulate)?;
         let ntiles = (padded / 8) as u32;
-        // The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
-        // accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
-        let sms = self.kernels.sms;
-        // Blocks per split-K task for a grid whose z-slices have `slice` CTAs each.
-        let split = |func: &cudarc::driver::CudaFunction,
-                     threads: u32,
-                     smem: u32,
-                     slice: u32,
-                     plan: u32| {
-            let resident = func
-                .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)?
-                .max(1)
-                * sms;
-            Ok::<u32, CudaError>(task_blocks(
-                plan,
-                nblocks,
-                (MIN_WAVES * resident).div_ceil(slice.max(1)),
-            ))
-        };
-        let tensor_core_scan = |grid_dim, threads, blocks_per_task: u32| -> Result<(), CudaError> {
-            // SAFETY: the partial buffer holds mtiles x (np_total * 2) x 4 words.
-            unsafe {
-                result::memset_d8_async(
-                    ws.partial.ptr,
-                    0,
-                    mtiles as usize * np_total as usize * 2 * 16,
-                    stream.cu_stream(),
-                )
-            }?;
-            let cfg = LaunchConfig {
-                grid_dim,
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: plan.dynamic_smem(),
-            };
-            let mut launch = stream.launch_builder(func);
-            launch
-                .arg(&db)
-                .arg(&sel)
-                .arg(&ws.partial.ptr)
-                .arg(&mtiles)
-                .arg(&nblocks)
-                .arg(&np_total)
-                .arg(&blocks_per_task);
-            // SAFETY: arguments match `scan_mma_*` and `scan_wgmma_*`; the grids below stay
-            // inside the buffers (padded is a multiple of the plan's key group).
-            unsafe { launch.launch(cfg) }?;
-            self.unpack(ws, q32, wpp, np_total, accumulate)
-        };
         match *plan {
             ScanPlan::Mma {
                 mt,
@@ -618,64 +563,24 @@ impl CudaScanner {
             } => {
                 // padded is a multiple of nt * 8 * wn.
                 let rows = (warps / wn) * mt;
-                let (x, y) = (ntiles / (nt * wn), mtiles.div_ceil(rows));
-                let blocks_per_task = split(
-                    func,
-                    warps * 32,
-                    plan.dynamic_smem(),
-                    x * y,
-                    blocks_per_task,
-                )?;
-                let grid = (x, y, nblocks.div_ceil(blocks_per_task));
-                tensor_core_scan(grid, warps * 32, blocks_per_task)?;
+                let (x, y) = (ntiles / (nt * wn), scan.mtiles.div_ceil(rows));
+                let blocks_per_task =
+                    scan.split_k(warps * 32, plan.dynamic_smem(), x * y, blocks_per_task)?;
+                let grid = (x, y, scan.nblocks.div_ceil(blocks_per_task));
+                scan.tensor_core(grid, warps * 32, blocks_per_task)
             }
             ScanPlan::Wgmma {
                 n, blocks_per_task, ..
             } => {
                 // padded is a multiple of n.
-                let (x, y) = (padded as u32 / n, mtiles.div_ceil(WGMMA_CTA_MTILES));
+                let (x, y) = (padded as u32 / n, scan.mtiles.div_ceil(WGMMA_CTA_MTILES));
                 // Its CTAs fill and drain an 8-stage ring: the plan's task count, evened out.
-                let blocks_per_task = task_blocks(blocks_per_task, nblocks, 1);
-                let grid = (x, y, nblocks.div_ceil(blocks_per_task));
-                tensor_core_scan(grid, WGMMA_THREADS, blocks_per_task)?;
+                let blocks_per_task = task_blocks(blocks_per_task, scan.nblocks, 1);
+                let grid = (x, y, scan.nblocks.div_ceil(blocks_per_task));
+                scan.tensor_core(grid, WGMMA_THREADS, blocks_per_task)
             }
-            ScanPlan::Xor { blocks_per_task } => {
-                let (warps, mt, kq) = (8u32, 2u32, 8u32);
-                let (x, y) = (q32.div_ceil(kq), mtiles.div_ceil(warps * mt));
-                let blocks_per_task = split(func, warps * 32, 0, x * y, blocks_per_task)?;
-                // The kernel XORs into the answers: cleared for a pass, kept for a rotation.
-                if !accumulate {
-                    // SAFETY: answers hold q pages.
-                    unsafe {
-                        result::memset_d8_async(
-                            ws.answers.ptr,
-                            0,
-                            q * shape.page_size,
-                            stream.cu_stream(),
-                        )
-                    }?;
-                }
-                let cfg = LaunchConfig {
-                    grid_dim: (x, y, nblocks.div_ceil(blocks_per_task)),
-                    block_dim: (warps * 32, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let mut launch = stream.launch_builder(func);
-                launch
-                    .arg(&db)
-                    .arg(&sel)
-                    .arg(&ws.answers.ptr)
-                    .arg(&mtiles)
-                    .arg(&nblocks)
-                    .arg(&np_total)
-                    .arg(&q32)
-                    .arg(&wpp)
-                    .arg(&blocks_per_task);
-                // SAFETY: arguments match `scan_xor_m2_k8`.
-                unsafe { launch.launch(cfg) }?;
-            }
+            ScanPlan::Xor { blocks_per_task } => scan.xor(blocks_per_task),
         }
-        Ok(())
     }
 
     /// `scan_unpack`: the parities in `partial` (mma C layout) become the answer pages.
@@ -805,6 +710,162 @@ impl Scanner for CudaScanner {
             pirq_shared::metrics::set_vram((total - free) as u64, total as u64);
         }
         Ok(answers)
+    }
+}
+
+/// One scan of a range of database blocks with its operands placed: what the launch of every
+/// scan kernel takes, whichever the plan ([`CudaScanner::scan_blocks`] picks the grid).
+struct BlockScan<'a> {
+    scanner: &'a CudaScanner,
+    ws: &'a Workspace,
+    plan: &'a ScanPlan,
+    func: &'a CudaFunction,
+    /// Layout A from the range's first block: block b's tiles at b * mtiles * 512 bytes.
+    db: u64,
+    /// Layout B from the range's first block: block b's chunks at b * np_total * 512 bytes.
+    sel: u64,
+    mtiles: u32,
+    nblocks: u32,
+    np_total: u32,
+    q: usize,
+    words_per_page: u32,
+    page_size: usize,
+    accumulate: bool,
+}
+
+impl<'a> BlockScan<'a> {
+    fn new(
+        scanner: &'a CudaScanner,
+        ws: &'a Workspace,
+        plan: &'a ScanPlan,
+        q: usize,
+        np_stride: usize,
+        blocks: std::ops::Range<u64>,
+        accumulate: bool,
+    ) -> Result<BlockScan<'a>, CudaError> {
+        let shape = scanner.db.shape();
+        let (mtiles, np_total) = (shape.mtiles() as u32, np_stride as u32);
+        Ok(BlockScan {
+            scanner,
+            ws,
+            plan,
+            func: scanner.kernels.scan(plan)?,
+            db: scanner.db.ptr() + blocks.start * mtiles as u64 * 512,
+            sel: sel_ptr(ws, &shape, np_stride * 16) + blocks.start * np_total as u64 * 512,
+            mtiles,
+            nblocks: (blocks.end - blocks.start) as u32,
+            np_total,
+            q,
+            words_per_page: shape.words_per_page() as u32,
+            page_size: shape.page_size,
+            accumulate,
+        })
+    }
+
+    /// Blocks per split-K task for a grid whose z-slices have `slice` CTAs each (of `threads`
+    /// threads and `smem` bytes of dynamic shared memory): enough tasks to fill the GPU
+    /// [`MIN_WAVES`] times over, the plan's `plan_blocks` otherwise.
+    fn split_k(
+        &self,
+        threads: u32,
+        smem: u32,
+        slice: u32,
+        plan_blocks: u32,
+    ) -> Result<u32, CudaError> {
+        let resident = self
+            .func
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)?
+            .max(1)
+            * self.scanner.kernels.sms;
+        Ok(task_blocks(
+            plan_blocks,
+            self.nblocks,
+            (MIN_WAVES * resident).div_ceil(slice.max(1)),
+        ))
+    }
+
+    /// The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
+    /// accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
+    fn tensor_core(
+        &self,
+        grid_dim: (u32, u32, u32),
+        threads: u32,
+        blocks_per_task: u32,
+    ) -> Result<(), CudaError> {
+        let ws = self.ws;
+        // SAFETY: the partial buffer holds mtiles x (np_total * 2) x 4 words.
+        unsafe {
+            result::memset_d8_async(
+                ws.partial.ptr,
+                0,
+                self.mtiles as usize * self.np_total as usize * 2 * 16,
+                ws.stream.cu_stream(),
+            )
+        }?;
+        let cfg = LaunchConfig {
+            grid_dim,
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: self.plan.dynamic_smem(),
+        };
+        let mut launch = ws.stream.launch_builder(self.func);
+        launch
+            .arg(&self.db)
+            .arg(&self.sel)
+            .arg(&ws.partial.ptr)
+            .arg(&self.mtiles)
+            .arg(&self.nblocks)
+            .arg(&self.np_total)
+            .arg(&blocks_per_task);
+        // SAFETY: arguments match `scan_mma_*` and `scan_wgmma_*`; the grids the caller picks
+        // stay inside the buffers (padded is a multiple of the plan's key group).
+        unsafe { launch.launch(cfg) }?;
+        self.scanner.unpack(
+            ws,
+            self.q as u32,
+            self.words_per_page,
+            self.np_total,
+            self.accumulate,
+        )
+    }
+
+    /// `scan_xor_m2_k8`: XORs the selected pages straight into the answers (cleared for a
+    /// pass, kept for a rotation).
+    fn xor(&self, plan_blocks: u32) -> Result<(), CudaError> {
+        let ws = self.ws;
+        let (warps, mt, kq) = (8u32, 2u32, 8u32);
+        let q32 = self.q as u32;
+        let (x, y) = (q32.div_ceil(kq), self.mtiles.div_ceil(warps * mt));
+        let blocks_per_task = self.split_k(warps * 32, 0, x * y, plan_blocks)?;
+        if !self.accumulate {
+            // SAFETY: answers hold q pages.
+            unsafe {
+                result::memset_d8_async(
+                    ws.answers.ptr,
+                    0,
+                    self.q * self.page_size,
+                    ws.stream.cu_stream(),
+                )
+            }?;
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (x, y, self.nblocks.div_ceil(blocks_per_task)),
+            block_dim: (warps * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = ws.stream.launch_builder(self.func);
+        launch
+            .arg(&self.db)
+            .arg(&self.sel)
+            .arg(&ws.answers.ptr)
+            .arg(&self.mtiles)
+            .arg(&self.nblocks)
+            .arg(&self.np_total)
+            .arg(&q32)
+            .arg(&self.words_per_page)
+            .arg(&blocks_per_task);
+        // SAFETY: arguments match `scan_xor_m2_k8`.
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
     }
 }
 
