@@ -27,14 +27,8 @@ pub struct DiffArgs {
     /// Output update file: JSON if it ends in .json, else bincode (as `pirq epoch make`).
     #[arg(long)]
     out: PathBuf,
-    /// Sign the replaced pages with the publisher's secret key (a signed database's updates
-    /// must be signed).
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-    /// The publisher's manifest file: the update's signed manifest is appended to it (needs
-    /// --sign-key), as `pirq epoch make` does.
-    #[arg(long, requires = "sign_key")]
-    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    signing: crate::publisher::UpdateSigningArgs,
     /// No progress bar, even on a terminal (the summary line stays).
     #[arg(long)]
     quiet: bool,
@@ -86,20 +80,14 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             args.old.display()
         );
     }
-    let crate::publisher::NextUpdate {
-        epoch,
-        signer,
-        manifests,
-    } = crate::publisher::next_update(
+    let next = crate::publisher::next_update(
         &old,
         &args.old,
-        crate::publisher::NextUpdateFlags {
-            epoch: args.epoch,
-            sign_key: args.sign_key.as_deref(),
-            manifests: args.manifests.as_deref(),
-            other_files: &[&args.old, &args.new, &args.out],
-        },
+        args.epoch,
+        &args.signing,
+        &[&args.old, &args.new, &args.out],
     )?;
+    let (epoch, signer) = (next.epoch, next.signer.as_ref());
     // A signed page's tail is its signature, which differs between two builds of the same
     // content: the usable bytes decide whether a page changed.
     let usable = old.usable();
@@ -129,23 +117,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         );
     }
     let update = pirq_shared::update::EpochUpdate { epoch, pages };
-    let json = args.out.extension().is_some_and(|e| e == "json");
-    let bytes = if json {
-        update.to_json()
-    } else {
-        update.to_bincode()
-    };
-    // Staged, then put in place only once its manifest is appended: a failure leaves neither.
-    let staged = pirq_db::outfile::stage(&args.out, pirq_db::outfile::Contents::Public, &bytes)
-        .with_context(|| format!("writing {}", args.out.display()))?;
-    crate::kv::update::append_manifest(
-        manifests,
-        signer.as_ref(),
-        &update,
-        args.manifests.as_deref(),
-        staged,
-        &args.out,
-    )?;
+    next.write(&update, &args.out)?;
     progress.finish(&format!(
         "wrote {}: epoch {epoch}, {} of {} pages replaced",
         args.out.display(),

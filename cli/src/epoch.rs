@@ -28,15 +28,8 @@ pub struct MakeArgs {
     /// Output file: JSON if it ends in .json, else bincode.
     #[arg(long)]
     out: PathBuf,
-    /// Sign the replaced pages (a signed database's updates must be signed): the publisher's
-    /// secret key, the one that signed the database. Needs --manifests.
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-    /// The publisher's manifest file (docs/spec/signed.md §4.2; needs --sign-key): the
-    /// update's signed manifest is appended to it (the file is created if absent), for both
-    /// parties to serve at GET /v1/manifests so clients can refuse rolled-back pages.
-    #[arg(long, requires = "sign_key")]
-    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    signing: crate::publisher::UpdateSigningArgs,
 }
 
 #[derive(Args)]
@@ -78,24 +71,30 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
     db::check_epoch(args.epoch).context("--epoch")?;
     let db = PirDb::open(&args.db)?;
     let signer = args
+        .signing
         .sign_key
         .as_deref()
         .map(|path| crate::publisher::signer_for(path, db.signing()))
         .transpose()?;
     let manifests = crate::manifests::open_for_update(
-        args.manifests.as_deref(),
+        args.signing.manifests.as_deref(),
         signer.as_ref(),
         &db,
         args.epoch,
         &[&args.db, &args.out],
     )?;
+    let next = crate::publisher::NextUpdate {
+        epoch: args.epoch,
+        signer,
+        manifests,
+    };
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
     let pages = (0..args.pages)
         .map(|_| {
             let mut page = vec![0u8; db.page_size()];
             rng.fill_bytes(&mut page);
             let index = rng.random_range(0..db.num_pages());
-            if let Some(signer) = &signer {
+            if let Some(signer) = &next.signer {
                 signer.sign(index, args.epoch, &mut page);
             }
             PageWrite { index, page }
@@ -105,32 +104,7 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         epoch: args.epoch,
         pages,
     };
-    let json = args.out.extension().is_some_and(|e| e == "json");
-    let bytes = if json {
-        update.to_json()
-    } else {
-        update.to_bincode()
-    };
-    // Staged, then put in place only once its manifest is appended: a failure leaves neither.
-    let staged = pirq_db::outfile::stage(&args.out, pirq_db::outfile::Contents::Public, &bytes)
-        .with_context(|| format!("writing {}", args.out.display()))?;
-    let appended = match (manifests, &signer) {
-        (Some(file), Some(signer)) => Some(file.append(signer, &update)?),
-        _ => None,
-    };
-    staged
-        .commit()
-        .with_context(|| format!("writing {}", args.out.display()))?;
-    if let Some(manifest) = appended {
-        eprintln!(
-            "appended the manifest of epoch {} ({} pages, digest {}) to {}",
-            manifest.epoch,
-            manifest.pages.len(),
-            manifest.digest,
-            args.manifests.as_deref().expect("given").display()
-        );
-    }
-    Ok(())
+    next.write(&update, &args.out)
 }
 
 pub fn apply(args: ApplyArgs) -> anyhow::Result<()> {

@@ -89,6 +89,11 @@ impl ManifestFile {
         })
     }
 
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Signs `update`'s manifest and writes the file with it appended (a temporary file renamed
     /// over the old one). Returns the new manifest.
     pub fn append(mut self, signer: &PageSigner, update: &EpochUpdate) -> anyhow::Result<Manifest> {

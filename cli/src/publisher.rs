@@ -7,6 +7,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use pirq_db::PirDb;
 use pirq_shared::signing::{PageSigner, PublisherKey, SecretKey, SigningBlock};
+use pirq_shared::update::EpochUpdate;
 
 use crate::manifests::ManifestFile;
 
@@ -74,39 +75,45 @@ pub fn signer_for(path: &Path, block: Option<&SigningBlock>) -> anyhow::Result<P
     Ok(PageSigner::for_block(*block, SecretKey::read_file(path)?)?)
 }
 
-/// The next update of an existing database, as `pirq db diff`, `pirq kv diff` and `pirq kv
-/// update` make it: its epoch, its signer and the manifest file its manifest joins.
+/// `--sign-key` and `--manifests` of every command that writes an update (`pirq epoch make`,
+/// `pirq db diff`, `pirq kv diff`, `pirq kv update`).
+#[derive(Args)]
+pub struct UpdateSigningArgs {
+    /// Sign the replaced pages with the publisher's secret key, the one that signed the
+    /// database (a signed database's updates must be signed). Needs --manifests.
+    #[arg(long)]
+    pub sign_key: Option<PathBuf>,
+    /// The publisher's manifest file (docs/spec/signed.md §4.2; needs --sign-key): the
+    /// update's signed manifest is appended to it (the file is created if absent), for both
+    /// parties to serve at GET /v1/manifests so clients can refuse rolled-back pages.
+    #[arg(long, requires = "sign_key")]
+    pub manifests: Option<PathBuf>,
+}
+
+/// An update about to be written: its epoch, its signer and the manifest file its manifest
+/// joins, all checked before anything is written.
 pub struct NextUpdate {
     pub epoch: u64,
     pub signer: Option<PageSigner>,
     pub manifests: Option<ManifestFile>,
 }
 
-/// The flags that say how the next update of a database is made.
-pub struct NextUpdateFlags<'a> {
-    /// `--epoch`; none: the one after the database's.
-    pub epoch: Option<u64>,
-    /// `--sign-key`.
-    pub sign_key: Option<&'a Path>,
-    /// `--manifests`.
-    pub manifests: Option<&'a Path>,
-    /// The command's other files, which the manifest file must not be.
-    pub other_files: &'a [&'a Path],
-}
-
-/// Checks the next update of `db` (read from `db_path`) before anything is written: its epoch
-/// is the one after the database's (no other applies), a signed database's updates are signed
-/// by its publisher, and a signed update's manifest file is read and checked (a bad one costs no
-/// update file).
+/// Checks the next update of `db` (read from `db_path`), as `pirq db diff`, `pirq kv diff` and
+/// `pirq kv update` make it: its epoch (`--epoch`, else the one after the database's) is the one
+/// after the database's, no other applies; a signed database's updates are signed by its
+/// publisher; and a signed update's manifest file is read and checked (a bad one costs no
+/// update file). `other_files` are the command's files, which the manifest file must not be.
 pub fn next_update(
     db: &PirDb,
     db_path: &Path,
-    flags: NextUpdateFlags,
+    epoch: Option<u64>,
+    signing: &UpdateSigningArgs,
+    other_files: &[&Path],
 ) -> anyhow::Result<NextUpdate> {
     let next = db.header().epoch + 1;
-    let epoch = flags.epoch.unwrap_or(next);
+    let epoch = epoch.unwrap_or(next);
     pirq_db::check_epoch(epoch).context("--epoch")?;
-    let signer = match (flags.sign_key, db.signing()) {
+    let signer = match (&signing.sign_key, db.signing()) {
         (Some(path), block) => Some(signer_for(path, block)?),
         (None, Some(_)) => bail!(
             "{} is a signed database: its updates must be signed too; give --sign-key (the \
@@ -124,17 +131,52 @@ pub fn next_update(
         );
     }
     let manifests = crate::manifests::open_for_update(
-        flags.manifests,
+        signing.manifests.as_deref(),
         signer.as_ref(),
         db,
         epoch,
-        flags.other_files,
+        other_files,
     )?;
     Ok(NextUpdate {
         epoch,
         signer,
         manifests,
     })
+}
+
+impl NextUpdate {
+    /// Writes `update` to `out`, JSON if the name ends in .json, else bincode: staged, then put
+    /// in place only once its signed manifest is appended to the manifest file (when one was
+    /// given), so that a failure leaves neither.
+    pub fn write(self, update: &EpochUpdate, out: &Path) -> anyhow::Result<()> {
+        let bytes = if out.extension().is_some_and(|e| e == "json") {
+            update.to_json()
+        } else {
+            update.to_bincode()
+        };
+        let staged = pirq_db::outfile::stage(out, pirq_db::outfile::Contents::Public, &bytes)
+            .with_context(|| format!("writing {}", out.display()))?;
+        let appended = match (self.manifests, &self.signer) {
+            (Some(file), Some(signer)) => {
+                let path = file.path().to_path_buf();
+                Some((file.append(signer, update)?, path))
+            }
+            _ => None,
+        };
+        staged
+            .commit()
+            .with_context(|| format!("writing {}", out.display()))?;
+        if let Some((manifest, path)) = appended {
+            eprintln!(
+                "appended the manifest of epoch {} ({} pages, digest {}) to {}",
+                manifest.epoch,
+                manifest.pages.len(),
+                manifest.digest,
+                path.display()
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Reads `--publisher-key`.

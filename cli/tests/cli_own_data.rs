@@ -12,48 +12,7 @@ use std::time::{Duration, Instant};
 use pirq_db::PirDb;
 
 mod common;
-use common::{fails, ok, pirq, s, said, stderr};
-
-/// `pirq db gen` of `pages` synthetic pages of 256 bytes into `out`: the page database most
-/// cases here start from.
-fn db_gen_args<'a>(pages: &'a str, out: &'a str) -> Vec<&'a str> {
-    vec![
-        "db",
-        "gen",
-        "--pages",
-        pages,
-        "--page-size",
-        "256",
-        "--out",
-        out,
-    ]
-}
-
-/// `pirq kv build` of hex keys and hex values of `value_size` bytes from `records` into `out`,
-/// `more` flags after them: the fixed-size table most cases here start from.
-fn hex_kv_build<'a>(
-    records: &'a str,
-    value_size: &'a str,
-    out: &'a str,
-    more: &[&'a str],
-) -> Vec<&'a str> {
-    let mut args = vec![
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
-        records,
-        "--value-size",
-        value_size,
-        "--out",
-        out,
-    ];
-    args.extend_from_slice(more);
-    args
-}
+use common::{db_gen_args, fails, hex_kv_build, ok, pirq, s, said, stderr};
 
 /// An export of `n` JSON-lines records, `user-I` to `"v1 of I"`: the first version of the
 /// content the diff and progress cases change.

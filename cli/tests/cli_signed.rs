@@ -9,7 +9,7 @@ use pirq_shared::signing::PublisherKey;
 
 mod common;
 // Here `ok` is everything a tool said: the signing tools report on standard error.
-use common::{fails, pirq, s, said as ok, stderr};
+use common::{fails, hex_kv_build, pirq, s, said as ok, stderr};
 
 /// `dir/g.pirdb`: 100 pages of 256 bytes signed with `secret`.
 fn signed_gen(dir: &Path, secret: &str) -> PathBuf {
@@ -541,24 +541,12 @@ fn signed_updates_append_their_manifests_and_a_bad_manifest_file_is_never_replac
         .collect();
     std::fs::write(&records, lines.join("\n") + "\n").unwrap();
     let kv = d.join("kv.pirdb");
-    ok(&[
-        "kv",
-        "build",
-        "--key-encoding",
-        "hex",
-        "--value-encoding",
-        "hex",
-        "--records",
+    ok(&hex_kv_build(
         s(&records),
-        "--value-size",
         "2",
-        "--page-size",
-        "256",
-        "--out",
         s(&kv),
-        "--sign-key",
-        &secret,
-    ]);
+        &["--page-size", "256", "--sign-key", &secret],
+    ));
     let changes = d.join("c.jsonl");
     std::fs::write(
         &changes,

@@ -173,8 +173,10 @@ fn hash_written(file: &mut File, header: &Header) -> io::Result<Digest> {
     Ok(hasher.finish())
 }
 
-/// Reads until `buf` is full or the input ends; returns the bytes read.
-fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+/// Reads until `buf` is full or the input ends; returns the bytes read (`Read::read_exact`
+/// without the error at the end: a short last chunk is data). `pirq kv build` reads binary
+/// records with it too.
+pub fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match input.read(&mut buf[n..]) {

@@ -680,46 +680,9 @@ fn write_atomically_with_as<T>(
     contents: crate::outfile::Contents,
     write: impl FnOnce(&mut File) -> Result<T, DbError>,
 ) -> Result<T, DbError> {
-    use std::os::unix::fs::PermissionsExt;
-    let io = |source| DbError::Io {
-        path: path.to_path_buf(),
-        error: source,
-    };
-    // Before any byte is written: a FIFO or device at the path is refused, not replaced.
-    let mode = crate::outfile::mode_for(path, contents).map_err(io)?;
-    let dir = parent_dir(path);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io)?;
-    // Removed by `tmp`'s drop on failure, and by the tool's signal handler if it is killed.
-    let _interrupted = crate::tempfiles::register(tmp.path());
-    let value = write(tmp.as_file_mut())?;
-    let file = tmp.as_file();
-    // A temporary file is created 0600: a database, read by workers of other users, becomes
-    // 0644, a secret stays 0600, a file replaced keeps its mode.
-    file.set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(io)?;
-    file.sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    sync_dir(dir);
+    let (staged, value) = crate::outfile::stage_with(path, contents, write)?;
+    staged.commit()?;
     Ok(value)
-}
-
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    }
-}
-
-/// Makes a rename in `dir` durable (best effort: some file systems cannot sync a directory).
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
 }
 
 /// Writes a database file (atomically, see [`write_atomically`]): the header, then `num_pages`
@@ -1106,7 +1069,7 @@ impl MappedWriter {
         }
         self.file.sync_all().map_err(io(&self.tmp))?;
         std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
-        sync_dir(parent_dir(&self.path));
+        crate::outfile::sync_dir(crate::outfile::parent_dir(&self.path));
         self.committed = true;
         Ok(())
     }

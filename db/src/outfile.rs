@@ -8,6 +8,7 @@
 //! 0644, or 0600 for secret material ([`Contents::Secret`]: DPF keys, publisher secrets,
 //! pages a client retrieved privately).
 
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
@@ -84,43 +85,77 @@ pub struct Staged {
 
 /// Stages `bytes` for `path` under [`mode_for`]'s rules (checked now, before anything else).
 pub fn stage(path: &Path, contents: Contents, bytes: &[u8]) -> Result<Staged, crate::DbError> {
+    let (staged, ()) = stage_with(path, contents, |file| {
+        io::Write::write_all(file, bytes).map_err(|error| crate::DbError::Io {
+            path: path.to_path_buf(),
+            error,
+        })
+    })?;
+    Ok(staged)
+}
+
+/// Stages what `write` writes for `path` under [`mode_for`]'s rules (checked before any byte
+/// is written: a FIFO or device at the path is refused, not replaced): a temporary file beside
+/// the path, given the mode `contents` calls for and synced. Its value comes back with it.
+pub fn stage_with<T>(
+    path: &Path,
+    contents: Contents,
+    write: impl FnOnce(&mut File) -> Result<T, crate::DbError>,
+) -> Result<(Staged, T), crate::DbError> {
     let io = |error| crate::DbError::Io {
         path: path.to_path_buf(),
         error,
     };
     let mode = mode_for(path, contents).map_err(io)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
-        .tempfile_in(dir)
+        .tempfile_in(parent_dir(path))
         .map_err(io)?;
+    // Removed by `tmp`'s drop on failure, and by the tool's signal handler if it is killed.
     let interrupted = crate::tempfiles::register(tmp.path());
-    io::Write::write_all(tmp.as_file_mut(), bytes).map_err(io)?;
+    let value = write(tmp.as_file_mut())?;
+    // A temporary file is created 0600: a database, read by workers of other users, becomes
+    // 0644, a secret stays 0600, a file replaced keeps its mode.
     tmp.as_file()
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(io)?;
     tmp.as_file().sync_all().map_err(io)?;
-    Ok(Staged {
+    let staged = Staged {
         tmp,
         path: path.to_path_buf(),
         _interrupted: interrupted,
-    })
+    };
+    Ok((staged, value))
 }
 
 impl Staged {
-    /// Renames the staged file over its path.
+    /// Renames the staged file over its path, and syncs the folder so the rename lasts.
     pub fn commit(self) -> Result<(), crate::DbError> {
         let path = self.path;
         self.tmp.persist(&path).map_err(|e| crate::DbError::Io {
             path: path.clone(),
             error: e.error,
         })?;
+        sync_dir(parent_dir(&path));
         Ok(())
+    }
+}
+
+/// The folder a file at `path` is in (`.` for a bare name).
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Syncs a folder, so that a file renamed into it stays there after a crash (best effort: a
+/// folder that cannot be opened is left as it is).
+pub(crate) fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
     }
 }
 

@@ -46,13 +46,8 @@ pub struct DiffArgs {
     /// Output update file: JSON if it ends in .json, else bincode (as `pirq epoch make`).
     #[arg(long)]
     out: PathBuf,
-    /// Sign the replaced pages (a signed table's updates must be signed).
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-    /// The publisher's manifest file: the update's signed manifest is appended (needs
-    /// --sign-key), as `pirq epoch make` and `pirq kv update` do.
-    #[arg(long, requires = "sign_key")]
-    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    signing: crate::publisher::UpdateSigningArgs,
     /// No progress bar, even on a terminal (the summary line stays).
     #[arg(long)]
     quiet: bool,
@@ -71,20 +66,14 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             args.table.display()
         );
     };
-    let crate::publisher::NextUpdate {
-        epoch,
-        signer,
-        manifests,
-    } = crate::publisher::next_update(
+    let next = crate::publisher::next_update(
         &db,
         &args.table,
-        crate::publisher::NextUpdateFlags {
-            epoch: args.epoch,
-            sign_key: args.sign_key.as_deref(),
-            manifests: args.manifests.as_deref(),
-            other_files: &[&args.table, &args.records, &args.out],
-        },
+        args.epoch,
+        &args.signing,
+        &[&args.table, &args.records, &args.out],
     )?;
+    let epoch = next.epoch;
 
     // Three stages, each with its bar on a terminal: read the export, compare, place.
     let progress = crate::output::Progress::stages(args.quiet);
@@ -195,16 +184,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
     progress.clear();
-    let (update, staged) =
-        super::update::write_update(&db, &pages, touched, signer.as_ref(), epoch, &args.out)?;
-    super::update::append_manifest(
-        manifests,
-        signer.as_ref(),
-        &update,
-        args.manifests.as_deref(),
-        staged,
-        &args.out,
-    )?;
+    let update = super::update::changed_pages(&db, &pages, touched, next.signer.as_ref(), epoch);
+    next.write(&update, &args.out)?;
     super::update::report(
         &progress,
         &super::update::Summary {

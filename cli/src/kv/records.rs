@@ -19,7 +19,7 @@
 //! Every error names its line (record number for binary files) so a bad record can be found.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
 pub use pirq_shared::kv::Encoding;
@@ -386,7 +386,7 @@ impl Records {
             }
             Source::Bin(input, buf) => {
                 self.line += 1;
-                match read_full(input, buf) {
+                match pirq_db::import::read_full(input, buf) {
                     Ok(0) => return None,
                     Ok(n) if n < buf.len() => Err(format!(
                         "the file ends inside a record ({n} of {} bytes)",
@@ -536,20 +536,6 @@ fn json_value(v: Value, encoding: Encoding) -> Result<Vec<u8>, String> {
             json_type(&other)
         )),
     }
-}
-
-/// Reads until `buf` is full or the input ends; returns the bytes read.
-fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match input.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// Records in a file without decoding them (to size a table before the build): non-blank lines

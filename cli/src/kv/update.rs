@@ -45,15 +45,8 @@ pub struct UpdateArgs {
     /// Output update file: JSON if it ends in .json, else bincode (as `pirq epoch make`).
     #[arg(long)]
     out: PathBuf,
-    /// Sign the replaced pages with the publisher's secret key (needed for a signed
-    /// database: its updates carry whole signed pages).
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-    /// The publisher's manifest file (docs/spec/signed.md §4.2; needs --sign-key): the
-    /// update's signed manifest is appended to it (the file is created if absent), for both
-    /// parties to serve at GET /v1/manifests so clients can refuse rolled-back values.
-    #[arg(long, requires = "sign_key")]
-    manifests: Option<PathBuf>,
+    #[command(flatten)]
+    signing: crate::publisher::UpdateSigningArgs,
     /// No progress bar, even on a terminal (the summary line stays).
     #[arg(long)]
     quiet: bool,
@@ -71,20 +64,14 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
             args.db.display()
         );
     };
-    let crate::publisher::NextUpdate {
-        epoch,
-        signer,
-        manifests,
-    } = crate::publisher::next_update(
+    let next = crate::publisher::next_update(
         &db,
         &args.db,
-        crate::publisher::NextUpdateFlags {
-            epoch: Some(args.epoch),
-            sign_key: args.sign_key.as_deref(),
-            manifests: args.manifests.as_deref(),
-            other_files: &[&args.db, &args.changes, &args.out],
-        },
+        Some(args.epoch),
+        &args.signing,
+        &[&args.db, &args.changes, &args.out],
     )?;
+    let epoch = next.epoch;
     let mut pages = db.private_pages()?;
     // The change lines are read and placed as they come: the bar counts their bytes.
     let progress = crate::output::Progress::stages(args.quiet);
@@ -157,15 +144,8 @@ pub fn run(args: UpdateArgs) -> anyhow::Result<()> {
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
     progress.clear();
-    let (written, staged) = write_update(&db, &pages, touched, signer.as_ref(), epoch, &args.out)?;
-    append_manifest(
-        manifests,
-        signer.as_ref(),
-        &written,
-        args.manifests.as_deref(),
-        staged,
-        &args.out,
-    )?;
+    let written = changed_pages(&db, &pages, touched, next.signer.as_ref(), epoch);
+    next.write(&written, &args.out)?;
     report(
         &progress,
         &Summary {
@@ -222,18 +202,16 @@ pub fn report(progress: &crate::output::Progress, s: &Summary, json: bool) -> an
     Ok(())
 }
 
-/// Writes the pages of `touched` that differ from the database's as the update of `epoch`,
-/// signed when `signer` is given, staged at `out` (see [`append_manifest`]); the update, for the
-/// manifest.
-pub fn write_update(
+/// The update of `epoch`: the pages of `touched` that differ from the database's (pages
+/// written back to what they were, a change undone later in the file, are left out), signed
+/// when `signer` is given.
+pub fn changed_pages(
     db: &PirDb,
     pages: &db::PrivatePages,
     touched: Vec<u64>,
     signer: Option<&pirq_shared::signing::PageSigner>,
     epoch: u64,
-    out: &std::path::Path,
-) -> anyhow::Result<(EpochUpdate, pirq_db::outfile::Staged)> {
-    // Pages written back to what they were (a change undone later in the file) are left out.
+) -> EpochUpdate {
     let writes: Vec<PageWrite> = touched
         .into_iter()
         .filter(|&p| Some(pages.page(p)) != db.page(p))
@@ -245,48 +223,8 @@ pub fn write_update(
             PageWrite { index: p, page }
         })
         .collect();
-    let update = EpochUpdate {
+    EpochUpdate {
         epoch,
         pages: writes,
-    };
-    let json = out.extension().is_some_and(|e| e == "json");
-    let bytes = if json {
-        update.to_json()
-    } else {
-        update.to_bincode()
-    };
-    // Staged: put in place by `append_manifest` once the manifest is appended, so that a
-    // failure there leaves no update file behind.
-    let staged = pirq_db::outfile::stage(out, pirq_db::outfile::Contents::Public, &bytes)
-        .with_context(|| format!("writing {}", out.display()))?;
-    Ok((update, staged))
-}
-
-/// Appends the update's signed manifest to the `--manifests` file, when one was given, then puts
-/// the staged update file in place: a failure of the first leaves neither.
-pub fn append_manifest(
-    file: Option<crate::manifests::ManifestFile>,
-    signer: Option<&pirq_shared::signing::PageSigner>,
-    update: &EpochUpdate,
-    path: Option<&std::path::Path>,
-    staged: pirq_db::outfile::Staged,
-    out: &std::path::Path,
-) -> anyhow::Result<()> {
-    let appended = match (file, signer) {
-        (Some(file), Some(signer)) => Some(file.append(signer, update)?),
-        _ => None,
-    };
-    staged
-        .commit()
-        .with_context(|| format!("writing {}", out.display()))?;
-    if let (Some(manifest), Some(path)) = (appended, path) {
-        eprintln!(
-            "appended the manifest of epoch {} ({} pages, digest {}) to {}",
-            manifest.epoch,
-            manifest.pages.len(),
-            manifest.digest,
-            path.display()
-        );
     }
-    Ok(())
 }

@@ -42,3 +42,44 @@ pub fn stderr(out: &Output) -> String {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// `pirq db gen` of `pages` synthetic pages of 256 bytes into `out`: the page database many
+/// cases start from.
+pub fn db_gen_args<'a>(pages: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "db",
+        "gen",
+        "--pages",
+        pages,
+        "--page-size",
+        "256",
+        "--out",
+        out,
+    ]
+}
+
+/// `pirq kv build` of hex keys and hex values of `value_size` bytes from `records` into `out`,
+/// `more` flags after them: the fixed-size table many cases start from.
+pub fn hex_kv_build<'a>(
+    records: &'a str,
+    value_size: &'a str,
+    out: &'a str,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "kv",
+        "build",
+        "--key-encoding",
+        "hex",
+        "--value-encoding",
+        "hex",
+        "--records",
+        records,
+        "--value-size",
+        value_size,
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(more);
+    args
+}

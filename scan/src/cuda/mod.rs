@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use cudarc::driver::{
-    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchArgs, LaunchConfig,
     PushKernelArg,
 };
 use pirq_db::PirDb;
@@ -784,6 +784,20 @@ impl<'a> BlockScan<'a> {
         ))
     }
 
+    /// A launch of the plan's kernel with the arguments every scan kernel starts with: the two
+    /// operands, `out` (the partials or the answers), and the tile, block and chunk counts.
+    fn launch<'b>(&'b self, out: &'b u64) -> LaunchArgs<'b> {
+        let mut launch = self.ws.stream.launch_builder(self.func);
+        launch
+            .arg(&self.db)
+            .arg(&self.sel)
+            .arg(out)
+            .arg(&self.mtiles)
+            .arg(&self.nblocks)
+            .arg(&self.np_total);
+        launch
+    }
+
     /// The tensor-core kernels (`scan_mma_*`, `scan_wgmma_*`) take the same arguments and
     /// accumulate parities into `partial`, cleared first; `scan_unpack` turns them into pages.
     fn tensor_core(
@@ -807,15 +821,8 @@ impl<'a> BlockScan<'a> {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: self.plan.dynamic_smem(),
         };
-        let mut launch = ws.stream.launch_builder(self.func);
-        launch
-            .arg(&self.db)
-            .arg(&self.sel)
-            .arg(&ws.partial.ptr)
-            .arg(&self.mtiles)
-            .arg(&self.nblocks)
-            .arg(&self.np_total)
-            .arg(&blocks_per_task);
+        let mut launch = self.launch(&ws.partial.ptr);
+        launch.arg(&blocks_per_task);
         // SAFETY: arguments match `scan_mma_*` and `scan_wgmma_*`; the grids the caller picks
         // stay inside the buffers (padded is a multiple of the plan's key group).
         unsafe { launch.launch(cfg) }?;
@@ -852,14 +859,8 @@ impl<'a> BlockScan<'a> {
             block_dim: (warps * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = ws.stream.launch_builder(self.func);
+        let mut launch = self.launch(&ws.answers.ptr);
         launch
-            .arg(&self.db)
-            .arg(&self.sel)
-            .arg(&ws.answers.ptr)
-            .arg(&self.mtiles)
-            .arg(&self.nblocks)
-            .arg(&self.np_total)
             .arg(&q32)
             .arg(&self.words_per_page)
             .arg(&blocks_per_task);
