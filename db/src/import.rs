@@ -11,10 +11,10 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use super::{
-    header_bytes, write_atomically_with, DbError, Header, Meta, DIGEST_RANGE, HEADER_LEN,
-    MAX_PAGES, PAGES_DIGEST_RANGE,
-};
+use crate::format::{DIGEST_RANGE, HEADER_LEN, MAX_PAGES, PAGES_DIGEST_RANGE};
+use crate::header::header_bytes;
+use crate::write::write_atomically_with;
+use crate::{DbError, Header, Meta};
 use pirq_shared::digest::Digest;
 
 /// What an import wrote.

@@ -70,7 +70,7 @@ pub fn mode_for(path: &Path, contents: Contents) -> io::Result<u32> {
 /// Writes `bytes` to `path` as [`mode_for`] says: into a temporary file beside it, renamed over
 /// it once complete.
 pub fn write(path: &Path, contents: Contents, bytes: &[u8]) -> Result<(), crate::DbError> {
-    crate::write_atomically_as(path, contents, |f| io::Write::write_all(f, bytes))
+    stage(path, contents, bytes)?.commit()
 }
 
 /// A file written in full beside its path, not yet in place: [`Staged::commit`] renames it

@@ -9,13 +9,13 @@
 //! which the error says.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
 use pirq_db::PirDb;
 use pirq_shared::kv::table::DEFAULT_MAX_KICKS;
-use pirq_shared::kv::{page, PlaceError, Table, Tag};
+use pirq_shared::kv::{page, KvParams, PlaceError, Table, Tag};
 
 use super::records::{self, Columns, Encodings, Format, Records, Sizes};
 
@@ -77,8 +77,46 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
 
     // Three stages, each with its bar on a terminal: read the export, compare, place.
     let progress = crate::output::Progress::stages(args.quiet);
+    let wanted = read_export(&args, &params, &progress)?;
+    let diff = compare(&db, &params, wanted, &progress)?;
+    let mut pages = db.private_pages()?;
+    let mut table = Table::existing(params, pages.as_mut_slice(), args.seed, 0);
+    table.set_max_kicks(DEFAULT_MAX_KICKS);
+    place(&mut table, &diff, &args.records, &progress)?;
+    if diff.deletes.is_empty() && diff.changes.is_empty() && diff.inserts.is_empty() {
+        bail!(
+            "{} holds exactly the table's records: there is no update to write",
+            args.records.display()
+        );
+    }
+    let kicks = table.kicks();
+    let touched: Vec<u64> = table.touched().collect();
+    drop(table);
+    progress.clear();
+    let update = super::update::changed_pages(&db, &pages, touched, next.signer.as_ref(), epoch);
+    next.write(&update, &args.out)?;
+    super::update::report(
+        &progress,
+        &super::update::Summary {
+            out: &args.out,
+            epoch,
+            inserted: diff.inserts.len() as u64,
+            changed: diff.changes.len() as u64,
+            deleted: diff.deletes.len() as u64,
+            evictions: kicks,
+            pages: update.pages.len(),
+        },
+        args.json,
+    )
+}
 
-    // The export, by tag.
+/// The export's records by tag, each with its line (for errors) and value; a duplicate key or
+/// a record that does not fit the table's layout is an error.
+fn read_export(
+    args: &DiffArgs,
+    params: &KvParams,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<HashMap<Tag, (u64, Vec<u8>)>> {
     let format = Format::pick(args.format, &args.records);
     progress.stage(
         &format!("reading {}", args.records.display()),
@@ -117,8 +155,26 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(wanted)
+}
 
-    // The table's records, compared by tag.
+/// What turns the table into the export.
+struct Diff {
+    /// Records of the table the export does not have.
+    deletes: Vec<Tag>,
+    /// Records whose value the export changes.
+    changes: Vec<(Tag, Vec<u8>)>,
+    /// Records only the export has, in its order: (line, tag, value).
+    inserts: Vec<(u64, Tag, Vec<u8>)>,
+}
+
+/// Compares the table's records with the export's, by tag.
+fn compare(
+    db: &PirDb,
+    params: &KvParams,
+    mut wanted: HashMap<Tag, (u64, Vec<u8>)>,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<Diff> {
     let slot = params.slot_size();
     let mut deletes = Vec::new();
     let mut changes = Vec::new();
@@ -144,59 +200,45 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
         .map(|(t, (line, v))| (line, t, v))
         .collect();
     inserts.sort_by_key(|(line, _, _)| *line);
+    Ok(Diff {
+        deletes,
+        changes,
+        inserts,
+    })
+}
 
-    let mut pages = db.private_pages()?;
-    let mut table = Table::existing(params, pages.as_mut_slice(), args.seed, 0);
-    table.set_max_kicks(DEFAULT_MAX_KICKS);
+/// Applies `diff` to the table: deletes first (they make room for the inserts), then changes,
+/// then inserts in the export's order. `records` names the export in errors.
+fn place(
+    table: &mut Table,
+    diff: &Diff,
+    records: &Path,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<()> {
     progress.stage(
         "placing",
-        Some((deletes.len() + changes.len() + inserts.len()) as u64),
+        Some((diff.deletes.len() + diff.changes.len() + diff.inserts.len()) as u64),
         "records",
     );
-    // Deletes first: they make room for the inserts.
-    for tag in &deletes {
+    for tag in &diff.deletes {
         table.remove(tag);
         progress.inc(1);
     }
-    for (tag, value) in &changes {
+    for (tag, value) in &diff.changes {
         table.upsert(tag, value)?;
         progress.inc(1);
     }
-    for (line, tag, value) in &inserts {
+    for (line, tag, value) in &diff.inserts {
         progress.inc(1);
         match table.upsert(tag, value) {
             Ok(_) => {}
             Err(PlaceError::Full { kicks, .. }) => bail!(
                 "{}: line {line}: the table is too full to place this record ({kicks} \
                  evictions): rebuild it with more pages (pirq kv build)",
-                args.records.display()
+                records.display()
             ),
-            Err(e) => bail!("{}: line {line}: {e}", args.records.display()),
+            Err(e) => bail!("{}: line {line}: {e}", records.display()),
         }
     }
-    if deletes.is_empty() && changes.is_empty() && inserts.is_empty() {
-        bail!(
-            "{} holds exactly the table's records: there is no update to write",
-            args.records.display()
-        );
-    }
-    let kicks = table.kicks();
-    let touched: Vec<u64> = table.touched().collect();
-    drop(table);
-    progress.clear();
-    let update = super::update::changed_pages(&db, &pages, touched, next.signer.as_ref(), epoch);
-    next.write(&update, &args.out)?;
-    super::update::report(
-        &progress,
-        &super::update::Summary {
-            out: &args.out,
-            epoch,
-            inserted: inserts.len() as u64,
-            changed: changes.len() as u64,
-            deleted: deletes.len() as u64,
-            evictions: kicks,
-            pages: update.pages.len(),
-        },
-        args.json,
-    )
+    Ok(())
 }
