@@ -171,6 +171,24 @@ pub const HELD_KEEP: Duration = Duration::from_secs(5);
 /// 202 at the deadline), and its client then polls for the record.
 pub const HELD_SLACK: Duration = Duration::from_secs(2);
 
+/// [`Consumer`]'s keep time for a final record written at `now_ms` whose full time is
+/// `full_ms` (`--result-ttl`): a held request's record, written well before its gateway's
+/// deadline, is kept what the gateway asked within [`HELD_KEEP`] (at least 1 ms); any other
+/// record the full time.
+fn held_keep_ms(reply: &Reply, now_ms: u64, full_ms: u64) -> u64 {
+    match reply.held_until_ms {
+        Some(until) if now_ms + (HELD_SLACK.as_millis() as u64) < until => {
+            let bound = HELD_KEEP.as_millis() as u64;
+            reply
+                .held_keep_ms
+                .unwrap_or(bound)
+                .clamp(1, bound)
+                .min(full_ms)
+        }
+        _ => full_ms,
+    }
+}
+
 /// Seconds a sharded query's combine state lives at most (as long as a `queued` record does by
 /// default, `--pending-ttl`): every shard's partial must be in by then.
 const SHARD_STATE_TTL: u64 = 3600;
@@ -779,15 +797,10 @@ impl Consumer {
 
     /// How long the final record of a job with `reply` is kept, in milliseconds: briefly when
     /// its gateway holds the client's request and will hand the answer over from the event
-    /// ([`HELD_KEEP`]), else `--result-ttl`.
+    /// (what the gateway asked, [`Reply::held_keep_ms`], within [`HELD_KEEP`]), else
+    /// `--result-ttl`.
     fn keep_ms(&self, reply: &Reply) -> u64 {
-        let full = self.result_ttl * 1000;
-        match reply.held_until_ms {
-            Some(until) if record::unix_ms() + (HELD_SLACK.as_millis() as u64) < until => {
-                (HELD_KEEP.as_millis() as u64).min(full)
-            }
-            _ => full,
-        }
+        held_keep_ms(reply, record::unix_ms(), self.result_ttl * 1000)
     }
 
     /// Writes every outcome of a window, announces it, then acknowledges and deletes the
@@ -1087,6 +1100,38 @@ mod claim_idle_tests {
 }
 
 #[cfg(test)]
+mod held_keep_tests {
+    use super::*;
+
+    fn held(until: u64, keep: Option<u64>) -> Reply {
+        Reply {
+            held_until_ms: Some(until),
+            held_keep_ms: keep,
+            idempotency_key: None,
+        }
+    }
+
+    #[test]
+    fn a_held_record_is_kept_what_its_gateway_asked_within_the_bound() {
+        let full = 60_000;
+        let bound = HELD_KEEP.as_millis() as u64;
+        let now = 1_000_000;
+        let early = now + 30_000;
+        // The gateway's read-result retention, when shorter than the bound.
+        assert_eq!(held_keep_ms(&held(early, Some(700)), now, full), 700);
+        // Never longer than the bound, never zero (a PX of 0 is an error).
+        assert_eq!(held_keep_ms(&held(early, Some(60_000)), now, full), bound);
+        assert_eq!(held_keep_ms(&held(early, Some(0)), now, full), 1);
+        // Without a wish: the bound.
+        assert_eq!(held_keep_ms(&held(early, None), now, full), bound);
+        // Finished close to the deadline: the gateway may answer 202, the client polls.
+        assert_eq!(held_keep_ms(&held(now + 1_000, Some(700)), now, full), full);
+        // Not held: the full time.
+        assert_eq!(held_keep_ms(&Reply::default(), now, full), full);
+    }
+}
+
+#[cfg(test)]
 mod one_slot_tests {
     use super::*;
     use crate::connect::TlsFiles;
@@ -1124,6 +1169,7 @@ mod one_slot_tests {
                         worker: Duration::ZERO,
                         reply: Reply {
                             held_until_ms: Some(u64::MAX),
+                            held_keep_ms: None,
                             idempotency_key: Some("k".into()),
                         },
                     },

@@ -358,6 +358,13 @@ pub struct Reply {
     /// close to or after `t` (then the gateway has answered 202 and the client polls). `None`:
     /// the client polls or follows events; a `queued` record was written at submit.
     pub held_until_ms: Option<u64>,
+    /// For a held request (`held_until_ms`): how long, in milliseconds, the final record is
+    /// kept when the job finishes well before `held_until_ms` (the worker keeps it no longer
+    /// than its own bound, `HELD_KEEP`). The gateway gives its read-result retention here
+    /// (gateway/src/retention.rs): these records are only a net for a missed completion event,
+    /// and at full speed a fixed few seconds of them filled a small Redis, so they are kept
+    /// within the same byte budget as read results. `None`: the worker's bound.
+    pub held_keep_ms: Option<u64>,
     /// The request's `Idempotency-Key`, carried into the final record so that whichever
     /// gateway hands the answer over can shorten the key's record with it.
     pub idempotency_key: Option<String>,
@@ -554,6 +561,7 @@ mod tests {
         let job = Job {
             reply: Reply {
                 held_until_ms: Some(1_700_000_005_000),
+                held_keep_ms: Some(1_500),
                 idempotency_key: Some("a-key".into()),
             },
             keys: vec![vec![1; 52]],

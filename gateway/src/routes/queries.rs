@@ -96,6 +96,10 @@ pub async fn submit(
             held_until_ms: inline
                 .as_ref()
                 .map(|held| accepted_ms + held.wait.as_millis() as u64),
+            // Its record is a net for a missed event: kept within the read-result budget.
+            held_keep_ms: inline
+                .as_ref()
+                .map(|_| st.retention.ttl().as_millis() as u64),
             idempotency_key: idem_key.clone(),
         },
     };
@@ -302,6 +306,7 @@ async fn replay(
     let job = Job {
         reply: Reply {
             held_until_ms: None,
+            held_keep_ms: None,
             ..job.reply
         },
         ..job
