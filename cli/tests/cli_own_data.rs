@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use pirq_db::PirDb;
 
 mod common;
-use common::{db_gen_args, fails, hex_kv_build, ok, pirq, s, said, stderr};
+use common::{db_gen_args, fails, hex_kv_build, ok, pirq, pirq_on_a_terminal, s, said, stderr};
 
 /// An export of `n` JSON-lines records, `user-I` to `"v1 of I"`: the first version of the
 /// content the diff and progress cases change.
@@ -1157,51 +1157,6 @@ fn kv_diff_turns_a_new_export_into_an_update() {
         s(&p("u3.bin")),
     ]);
     assert!(err.contains("needs a new table, pirq kv build"), "{err}");
-}
-
-/// Runs `pirq ARGS` with standard error on a pseudo-terminal, as someone at a terminal runs it:
-/// its exit status and everything it wrote there (the terminal turns "\n" into "\r\n").
-fn pirq_on_a_terminal(args: &[&str]) -> (std::process::ExitStatus, String) {
-    use std::io::Read;
-    use std::os::fd::FromRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    // SAFETY: plain libc calls on a descriptor this function opened and then hands to a File.
-    let (mut terminal, path) = unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
-        let path = std::ffi::CStr::from_ptr(name.as_ptr())
-            .to_str()
-            .unwrap()
-            .to_owned();
-        (std::fs::File::from_raw_fd(fd), path)
-    };
-    let stderr = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(path)
-        .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pirq"))
-        .args(args)
-        .env("TERM", "xterm")
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    // The terminal is read until its last writer (the child) is gone: then a read fails (EIO).
-    let reader = std::thread::spawn(move || {
-        let (mut said, mut buf) = (Vec::new(), [0u8; 4096]);
-        while let Ok(n @ 1..) = terminal.read(&mut buf) {
-            said.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&said).into_owned()
-    });
-    let status = child.wait().unwrap();
-    (status, reader.join().unwrap())
 }
 
 /// Issue 37 item 7: the long tools of a table's life (kv build, kv diff, kv update, db apply)

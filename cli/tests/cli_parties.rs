@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use pirq_testkit::fake_party::{fake, kv_key, kv_value, Behaviour, FakeConfig, FakeParty};
 
+mod common;
+use common::pirq_on_a_terminal;
+
 /// Runs `pirq ARGS` to completion; its output, wall time and peak resident memory (KiB).
 async fn pirq(args: Vec<String>) -> (Output, Duration, i64) {
     pirq_with_env(args, Vec::new()).await
@@ -241,6 +244,25 @@ async fn get_reads_a_keys_file_and_prints_json() {
     // All three lookups went out as one query per party.
     use std::sync::atomic::Ordering;
     assert_eq!(b.stats.submits.load(Ordering::Relaxed), 1);
+
+    // On a terminal: a bar over the keys, cleared before the same summary line.
+    let mut cmd = args(&["get", "--key-encoding", "utf8", "--keys-file"]);
+    cmd.push(file.display().to_string());
+    cmd.extend(parties(&a, &b));
+    let (status, said) = tokio::task::spawn_blocking(move || {
+        pirq_on_a_terminal(&cmd.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    let cleared = said
+        .rfind("\x1b[2K")
+        .unwrap_or_else(|| panic!("no bar: {said:?}"));
+    assert!(said[..cleared].contains("keys"), "{said:?}");
+    assert!(
+        said[cleared..].contains("looked up 3 keys: 2 found, 1 absent"),
+        "{said:?}"
+    );
 
     // A table that records no encodings (built before they were recorded) reads keys as hex:
     // plain output, grep's exit status.
