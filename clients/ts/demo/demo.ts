@@ -104,6 +104,22 @@ function verifiedText(result: LookupTrace): string {
   return result.verified ? ", verified: the publisher signed it" : "";
 }
 
+/**
+ * A value the way the table records it was given (KV §2): text as text, JSON laid out, bytes (or a
+ * table that records nothing) as a hex dump.
+ */
+function shownValue(encoding: string | null, value: Uint8Array): string {
+  if (encoding === "utf8" || encoding === "json") {
+    try {
+      const text = new TextDecoder("utf-8", { fatal: true }).decode(value);
+      return encoding === "json" ? JSON.stringify(JSON.parse(text), null, 2) : text;
+    } catch {
+      // not what the table says it holds: shown as the bytes it is
+    }
+  }
+  return hexDump(value, 256);
+}
+
 function keyBytes(text: string): Uint8Array {
   return text.startsWith("0x") ? pirqClient.fromHex(text.slice(2)) : new TextEncoder().encode(text);
 }
@@ -115,7 +131,7 @@ async function onGetKey(): Promise<void> {
     const result = await client.getMany([keyBytes(kvKey.value)]);
     const value = result.values[0];
     const member = result.valueKind === "set" && value !== null; // a set's keys have no value
-    $("value").textContent = value === null ? "(absent)" : member ? "(present)" : hexDump(value, 256);
+    $("value").textContent = value === null ? "(absent)" : member ? "(present)" : shownValue(result.valueEncoding, value);
     $("value").dataset.hex = value === null ? "absent" : member ? "present" : pirqClient.toHex(value);
     const what = value === null ? "key absent" : member ? "key present" : `value of ${value.length} B`;
     status(`${what} at epoch ${result.epoch} in ${result.elapsedMs.toFixed(1)} ms${verifiedText(result)}`, "ok");

@@ -64,6 +64,7 @@ try {
     await page.click("#get-key");
     await settled();
     await show(`key ${key}`);
+    console.log(`   the page shows: ${((await page.locator("#value").textContent()) ?? "").slice(0, 200)}`);
     const expected = args.expect[k];
     if (expected !== undefined) {
       const got = await page.locator("#value").getAttribute("data-hex");

@@ -217,6 +217,23 @@ test("the browser example looks a text key up in a text table and shows the text
   }
 });
 
+test("the demo UI on a text table shows the value as text", async () => {
+  const demo = await browser.context.newPage();
+  try {
+    await demo.goto(`${web.origin}/?a=${encodeURIComponent(textParties.a.url)}&b=${encodeURIComponent(textParties.b.url)}`);
+    await demo.waitForFunction(() => ["ok", "error"].includes(document.getElementById("status")?.dataset.state ?? ""));
+    await demo.fill("#kv-key", "zoë");
+    await demo.click("#get-key");
+    await demo.waitForFunction(() => document.getElementById("status")?.dataset.state !== "busy");
+    const value = new TextEncoder().encode("Zoë, Zürich — café ☕");
+    assert.match((await demo.locator("#status").textContent()) ?? "", new RegExp(`^value of ${value.length} B at epoch 0`));
+    assert.equal(await demo.locator("#value").textContent(), "Zoë, Zürich — café ☕");
+    assert.equal(await demo.locator("#value").getAttribute("data-hex"), toHex(value));
+  } finally {
+    await demo.close();
+  }
+});
+
 test("a party's error code reaches the browser: an epoch outside the window", async () => {
   const err = await page.evaluate(async ({ a, b }) => {
     const pirq = await (window as any).pirq.connect(a, b);
