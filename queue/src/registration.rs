@@ -350,7 +350,7 @@ pub async fn check_prefix(
         return Ok(());
     }
     Err(RegistryError::Conflict {
-        prefix: layout.prefix().to_string(),
+        prefix: layout.to_string(),
         registered: registered_text,
         ours: describe(
             &reg.num_pages.to_string(),
@@ -408,7 +408,7 @@ pub async fn register(
         [ok, id] if ok == "ok" => reg.db_id = id.clone(),
         [_, pages, size, epoch, registered] => {
             return Err(RegistryError::Conflict {
-                prefix: layout.prefix().to_string(),
+                prefix: layout.to_string(),
                 registered: describe(pages, size, epoch, Some(registered)),
                 ours: describe(
                     &reg.num_pages.to_string(),
@@ -428,10 +428,14 @@ pub async fn register(
     match beat(conn, layout, reg, heartbeat_ttl(heartbeat_interval)).await? {
         Published::Current(id) => {
             reg.db_id = id;
+            if !layout.is_default_table() {
+                // The party's list of tables, which gateways read to learn them (issue 38).
+                let _: () = mgr.sadd(layout.tables(), layout.table_name()).await?;
+            }
             Ok(())
         }
         Published::Replaced => Err(RegistryError::Conflict {
-            prefix: layout.prefix().to_string(),
+            prefix: layout.to_string(),
             registered: "a database registered by a --replace-db worker a moment ago".into(),
             ours: describe(
                 &reg.num_pages.to_string(),

@@ -134,9 +134,40 @@ pub const MAX_PARTITIONS: u32 = 256;
 /// the keys of the party as a whole (registration, updates, heartbeats) stay under `{P}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// `{P}`: the prefix inside its hash tag.
+    /// `{P}`: the party's prefix inside its hash tag (the party-wide keys: its identity, its
+    /// partition count, its read counter, its list of tables).
+    party_tag: String,
+    /// The tag of this table's keys: `{P}` for the table [`DEFAULT_TABLE`], `{P:t:NAME}` for
+    /// the table `NAME` ([`Layout::table`]).
     tag: String,
+    /// The table these keys are of.
+    table: String,
     partitions: u32,
+}
+
+/// The table a party serves when it is given one database (`pirq-worker --db FILE`), and the
+/// one today's routes (`/v1/queries`, `/v1/info`, …) mean. Its keys are the party's from before
+/// tables existed (`{P}:jobs`, `{P}:db`, …), so a party upgraded in place needs no migration.
+pub const DEFAULT_TABLE: &str = "default";
+
+/// Why a table name was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid table name {0:?}: use 1..=64 characters from [A-Za-z0-9_-]")]
+pub struct TableNameError(pub String);
+
+/// Checks a table name: letters, digits, `_` and `-` only, so that it is one URL path segment
+/// as it is (`/v1/tables/{name}/…`) and one piece of a key (no `:`, braces or dots).
+pub fn check_table_name(name: &str) -> Result<(), TableNameError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(TableNameError(name.to_string()))
+    }
 }
 
 /// The keys of one partition of a party's queue: its job stream and the records of the
@@ -208,9 +239,50 @@ impl Layout {
             return Err(PrefixError(prefix.to_string()));
         }
         Ok(Layout {
+            party_tag: format!("{{{prefix}}}"),
             tag: format!("{{{prefix}}}"),
+            table: DEFAULT_TABLE.to_string(),
             partitions: DEFAULT_PARTITIONS,
         })
+    }
+
+    /// The keys of the party's table `name`: the party's own for [`DEFAULT_TABLE`], else a
+    /// namespace of the table's own under the tag `{P:t:NAME}` (its partitions `{P:t:NAME:p}`),
+    /// with its own job streams, records, events, registration, digests, updates and worker
+    /// heartbeats. The party-wide keys ([`Layout::party`], [`Layout::partition_count`],
+    /// [`Layout::fetched_bytes`], [`Layout::tables`]) stay the party's. A table tag cannot be
+    /// another party's (a prefix holds no `:`) nor a partition's (`t` is not a number).
+    pub fn table(&self, name: &str) -> Result<Layout, TableNameError> {
+        check_table_name(name)?;
+        let party = self.prefix();
+        let tag = if name == DEFAULT_TABLE {
+            self.party_tag.clone()
+        } else {
+            format!("{{{party}:t:{name}}}")
+        };
+        Ok(Layout {
+            party_tag: self.party_tag.clone(),
+            tag,
+            table: name.to_string(),
+            partitions: self.partitions,
+        })
+    }
+
+    /// The table these keys are of ([`DEFAULT_TABLE`] unless made by [`Layout::table`]).
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+
+    /// Whether these are the keys of the [`DEFAULT_TABLE`].
+    pub fn is_default_table(&self) -> bool {
+        self.table == DEFAULT_TABLE
+    }
+
+    /// Set of the party's table names other than [`DEFAULT_TABLE`] (`SADD` by the workers that
+    /// register one): what a gateway reads to learn the tables it serves. A name stays listed
+    /// once added; a gateway lists a table only while its registration ([`Layout::db`]) exists.
+    pub fn tables(&self) -> String {
+        format!("{}:tables", self.party_tag)
     }
 
     /// The same party split into `count` partitions (1..=[`MAX_PARTITIONS`]).
@@ -224,9 +296,9 @@ impl Layout {
         })
     }
 
-    /// The prefix as given.
+    /// The party's prefix as given.
     pub fn prefix(&self) -> &str {
-        &self.tag[1..self.tag.len() - 1]
+        &self.party_tag[1..self.party_tag.len() - 1]
     }
 
     /// How many partitions the party's queue has.
@@ -242,7 +314,7 @@ impl Layout {
         let tag = if p == 0 {
             self.tag.clone()
         } else {
-            format!("{{{}:{p}}}", self.prefix())
+            format!("{{{}:{p}}}", &self.tag[1..self.tag.len() - 1])
         };
         PartitionKeys { tag }
     }
@@ -276,7 +348,7 @@ impl Layout {
     /// them (a decimal string): a gateway or worker started with another count refuses to run,
     /// since it would look for requests in the wrong partitions.
     pub fn partition_count(&self) -> String {
-        format!("{}:partitions", self.tag)
+        format!("{}:partitions", self.party_tag)
     }
 
     /// Partition 0's job stream (the party's only one with one partition); every partition's:
@@ -313,7 +385,7 @@ impl Layout {
     /// The party's identity (32 hex digits), drawn once with `SET NX` by the first gateway and
     /// shared by all of them; `/v1/info` shows it so a client can refuse one party twice.
     pub fn party(&self) -> String {
-        format!("{}:party", self.tag)
+        format!("{}:party", self.party_tag)
     }
 
     /// Set of worker ids that have registered; members whose heartbeat key is gone are dead.
@@ -362,13 +434,19 @@ impl Layout {
     /// growth is the party's read rate, from which every gateway sizes how long a read result
     /// is kept (`--fetched-result-bytes`).
     pub fn fetched_bytes(&self) -> String {
-        format!("{}:fetched_bytes", self.tag)
+        format!("{}:fetched_bytes", self.party_tag)
     }
 }
 
 impl fmt::Display for Layout {
+    /// The prefix, and the table when it is not the default one (`pirq`, `pirq table small`):
+    /// what messages name.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.prefix())
+        f.write_str(self.prefix())?;
+        if !self.is_default_table() {
+            write!(f, " table {}", self.table)?;
+        }
+        Ok(())
     }
 }
 
@@ -428,6 +506,34 @@ mod tests {
         assert_eq!(four.partition_count(), "{a}:partitions");
         for bad in [0, MAX_PARTITIONS + 1] {
             assert!(Layout::new("a").unwrap().with_partitions(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn a_table_has_keys_of_its_own_and_the_default_table_the_party_s() {
+        let party = Layout::new("a").unwrap().with_partitions(2).unwrap();
+        let default = party.table(DEFAULT_TABLE).unwrap();
+        assert_eq!(default, party);
+        assert_eq!(default.db(), "{a}:db");
+        let small = party.table("small").unwrap();
+        assert_eq!(small.table_name(), "small");
+        assert_eq!(small.prefix(), "a");
+        assert_eq!(small.jobs(), "{a:t:small}:jobs");
+        assert_eq!(small.partition(1).jobs(), "{a:t:small:1}:jobs");
+        assert_eq!(small.db(), "{a:t:small}:db");
+        assert_eq!(small.updates(), "{a:t:small}:updates");
+        assert_eq!(small.digests(), "{a:t:small}:digests");
+        assert_eq!(small.workers(), "{a:t:small}:workers");
+        assert_eq!(small.events(), ["{a:t:small}:done", "{a:t:small:1}:done"]);
+        // The party-wide keys stay the party's, whichever table asks.
+        assert_eq!(small.party(), "{a}:party");
+        assert_eq!(small.partition_count(), "{a}:partitions");
+        assert_eq!(small.fetched_bytes(), "{a}:fetched_bytes");
+        assert_eq!(small.tables(), "{a}:tables");
+        assert_eq!(small.to_string(), "a table small");
+        assert_eq!(party.to_string(), "a");
+        for bad in ["", "a.b", "a:b", "a b", "a/b", "..", &"x".repeat(65)] {
+            assert!(party.table(bad).is_err(), "{bad:?}");
         }
     }
 

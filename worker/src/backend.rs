@@ -143,3 +143,76 @@ fn cuda(_db: Arc<PirDb>, _options: &ScannerOptions) -> Result<Arc<dyn Scanner>, 
         "this build has no CUDA backend (cargo feature `cuda`)".into(),
     ))
 }
+
+/// One table's database as the memory check sees it: its name, page size, total pages and the
+/// pages this worker loads.
+pub struct TableShape {
+    pub name: String,
+    pub page_size: usize,
+    pub total_pages: u64,
+    pub range: std::ops::Range<u64>,
+}
+
+/// The backend a worker of several tables loads them all on, checked before any is loaded: on
+/// CUDA every table's database, workspaces and headroom must fit in the GPU's free memory
+/// together, or the worker refuses to start naming each table's share (`--backend cuda`), or
+/// serves every table from the CPU (`auto`, logged). A worker of one table keeps `kind`: its
+/// scanner checks its own memory as it loads.
+pub fn for_tables(
+    kind: Backend,
+    tables: &[TableShape],
+    options: &ScannerOptions,
+) -> anyhow::Result<Backend> {
+    if tables.len() < 2 || kind == Backend::Cpu {
+        return Ok(kind);
+    }
+    match gpu_fit(tables, options) {
+        Ok(()) => Ok(kind),
+        Err(why) if kind == Backend::Auto => {
+            tracing::info!(reason = %why, "using the CPU backend for every table");
+            Ok(Backend::Cpu)
+        }
+        Err(why) => Err(anyhow::anyhow!(why)),
+    }
+}
+
+/// Whether every table fits on the GPU at once; else why not, in one sentence.
+#[cfg(feature = "cuda")]
+fn gpu_fit(tables: &[TableShape], options: &ScannerOptions) -> Result<(), String> {
+    use pirq_scan::cuda::{device_bytes_needed, free_device_memory};
+    let config = cuda_config(options);
+    let free = free_device_memory(options.gpu)
+        .map_err(|e| format!("no GPU to load the tables on: {e}"))?;
+    let needs: Vec<(&str, u64)> = tables
+        .iter()
+        .map(|t| {
+            let need = device_bytes_needed(t.page_size, t.total_pages, t.range.clone(), &config);
+            (t.name.as_str(), need)
+        })
+        .collect();
+    let total: u64 = needs.iter().map(|(_, n)| n).sum();
+    if total <= free {
+        return Ok(());
+    }
+    const GIB: f64 = (1u64 << 30) as f64;
+    let each: Vec<String> = needs
+        .iter()
+        .map(|(name, n)| format!("{name} {:.2} GiB", *n as f64 / GIB))
+        .collect();
+    Err(format!(
+        "not enough GPU memory for the {} tables on GPU {}: they need {:.2} GiB together ({}; \
+         each its database, workspaces and 256 MiB of headroom), {:.2} GiB are free; serve \
+         fewer tables on this GPU (another worker with --gpu), lower --workspaces or \
+         --max-batch-keys, or use --backend cpu",
+        tables.len(),
+        options.gpu,
+        total as f64 / GIB,
+        each.join(", "),
+        free as f64 / GIB
+    ))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_fit(_tables: &[TableShape], _options: &ScannerOptions) -> Result<(), String> {
+    Err("this build has no CUDA backend (cargo feature `cuda`)".into())
+}

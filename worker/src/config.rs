@@ -37,6 +37,40 @@ impl std::str::FromStr for SyntheticDb {
     }
 }
 
+/// One table a worker serves (`--table NAME=FILE`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableArg {
+    pub name: String,
+    pub file: PathBuf,
+}
+
+impl std::str::FromStr for TableArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TableArg, String> {
+        let Some((name, file)) = s.split_once('=') else {
+            return Err(format!(
+                "{s:?} is not NAME=FILE (for example profiles=profiles.pirdb)"
+            ));
+        };
+        pirq_shared::layout::check_table_name(name).map_err(|e| e.to_string())?;
+        if file.is_empty() {
+            return Err(format!("{s:?}: the table {name} names no file"));
+        }
+        Ok(TableArg {
+            name: name.to_string(),
+            file: PathBuf::from(file),
+        })
+    }
+}
+
+/// What one table is served from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableSource {
+    File(PathBuf),
+    Synthetic(SyntheticDb),
+}
+
 /// Which scanner answers the passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
@@ -60,9 +94,18 @@ pub struct Config {
     #[command(flatten)]
     pub partitions: pirq_party::PartitionArgs,
 
-    /// The `.pirdb` page database file to serve.
-    #[arg(long, env = "PIRQ_DB", required_unless_present = "synthetic")]
+    /// The `.pirdb` page database file to serve, as the table `default` (the one the
+    /// gateway's routes without a table name mean).
+    #[arg(long, env = "PIRQ_DB", required_unless_present_any = ["synthetic", "tables"])]
     pub db: Option<PathBuf>,
+
+    /// One more table to serve, `NAME=FILE` (a `.pirdb` file: pages or key-value, any page
+    /// size); repeat it for several. Each table has its own job streams, epochs, digest and
+    /// registration under the prefix, and the tables share this worker's scanner time equally
+    /// while they have queries. `--table default=FILE` is `--db FILE`. Several at once in the
+    /// environment: `PIRQ_TABLES=a=a.pirdb,b=b.pirdb`.
+    #[arg(long = "table", env = "PIRQ_TABLES", value_delimiter = ',')]
+    pub tables: Vec<TableArg>,
 
     /// Serve synthetic pages instead of a file, generated on the GPU (`--backend cuda`):
     /// `PAGES:PAGE_SIZE:SEED`, page `p` as `pirq_shared::synthetic` makes it under SEED, at
@@ -183,6 +226,34 @@ pub struct Config {
 }
 
 impl Config {
+    /// Every table this worker serves, by name, the default one (`--db`, `--synthetic`) first:
+    /// a name given twice is refused.
+    pub fn table_sources(&self) -> Result<Vec<(String, TableSource)>, String> {
+        let default = match (&self.synthetic, &self.db) {
+            (Some(s), _) => Some(TableSource::Synthetic(*s)),
+            (None, Some(path)) => Some(TableSource::File(path.clone())),
+            (None, None) => None,
+        };
+        let mut tables: Vec<(String, TableSource)> = default
+            .map(|d| (pirq_shared::layout::DEFAULT_TABLE.to_string(), d))
+            .into_iter()
+            .collect();
+        for t in &self.tables {
+            if tables.iter().any(|(name, _)| *name == t.name) {
+                return Err(if t.name == pirq_shared::layout::DEFAULT_TABLE {
+                    "the table default is given twice (--db FILE is --table default=FILE)".into()
+                } else {
+                    format!("the table {} is given twice (--table)", t.name)
+                });
+            }
+            tables.push((t.name.clone(), TableSource::File(t.file.clone())));
+        }
+        if tables.is_empty() {
+            return Err("give the database: --db FILE, --table NAME=FILE or --synthetic".into());
+        }
+        Ok(tables)
+    }
+
     pub fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms)
     }
@@ -219,5 +290,43 @@ impl Config {
             std::process::id(),
             rand::random::<u16>()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_come_from_db_and_table_flags_and_a_name_twice_is_refused() {
+        let config = Config::try_parse_from([
+            "pirq-worker",
+            "--db",
+            "main.pirdb",
+            "--table",
+            "small=s.pirdb",
+            "--table",
+            "kv=k.pirdb",
+        ])
+        .unwrap();
+        let names: Vec<String> = config
+            .table_sources()
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["default", "small", "kv"]);
+        let only_tables = Config::try_parse_from(["pirq-worker", "--table", "a=a.pirdb"]).unwrap();
+        assert_eq!(only_tables.table_sources().unwrap().len(), 1);
+        let twice =
+            Config::try_parse_from(["pirq-worker", "--db", "x", "--table", "default=y"]).unwrap();
+        assert!(twice.table_sources().unwrap_err().contains("twice"));
+        for bad in ["nofile", "a.b=x", "=x", "a="] {
+            assert!(
+                Config::try_parse_from(["pirq-worker", "--table", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Config::try_parse_from(["pirq-worker"]).is_err());
     }
 }

@@ -14,6 +14,7 @@ pub mod metrics_export;
 pub mod reclaim;
 pub mod schedule;
 pub mod serve;
+pub mod share;
 pub mod startup;
 pub mod verify;
 

@@ -338,6 +338,9 @@ fn rotate(
         if *stop.borrow() {
             admitting = false;
         }
+        // The scanner is the worker's, shared with its other tables (`crate::share`): this
+        // round's joins and step run while this table holds it.
+        let _held = worker.share.take(worker.table_index);
         if !admitting {
             // Stopping: what has not joined at all is handed back; a job joined in part joins
             // whole.

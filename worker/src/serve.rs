@@ -30,6 +30,10 @@ pub struct Worker {
     pub block: Duration,
     /// Told whether each read of the job stream succeeds (`/readyz`).
     pub health: Arc<Health>,
+    /// The scanner time this worker's tables share ([`crate::share`]), and this table's
+    /// number among them.
+    pub share: Arc<crate::share::ScanShare>,
+    pub table_index: usize,
 }
 
 /// Hands back to the group every job this worker read but never started (buffered, or cut off

@@ -24,90 +24,223 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backend::ScannerOptions;
-use crate::config::Config;
+use crate::config::{Config, TableSource};
 use crate::epoch_follower::{Follower, UpdatesError};
 use crate::health::{Health, Stage};
 use crate::schedule;
 use crate::serve::Worker;
+use crate::share::ScanShare;
 
-/// Opens the database, joins the party, serves until `shutdown` completes (or the worker is
-/// replaced, or cannot follow the updates stream), then leaves. The error is what `main` prints
-/// on its one line.
+/// Opens every table's database, joins the party with each, serves them until `shutdown`
+/// completes (or a table is replaced, or cannot follow its updates stream), then leaves. The
+/// error is what `main` prints on its one line.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let layout = config.partitions.apply(config.redis.layout()?)?;
+    let party = config.partitions.apply(config.redis.layout()?)?;
     let target = config.redis.target()?;
+    let sources = config.table_sources().map_err(anyhow::Error::msg)?;
     let health = serve_health(&config, &target).await?;
-    let source = open_source(&config)?;
+    let backend = pick_backend(&config, &sources)?;
+    let mut opened = Vec::new();
+    for (name, source) in &sources {
+        let layout = party.table(name)?;
+        let source = open_source(&config, backend, source)
+            .with_context(|| format!("table {name}: {}", source_name(source)))?;
+        opened.push((layout, source));
+    }
     health.set_stage(Stage::Joining);
-    let digests = Digests::new(source.file_epoch, source.file_digest);
     let consumer = config.consumer_name();
-    let queue = connect_queue(&config, &target, &layout, source.shard)?;
-    check_party(&config, &queue, &layout, source.shard, &consumer).await?;
+    let mut tables = Vec::new();
+    for ((layout, source), (name, from)) in opened.into_iter().zip(&sources) {
+        let table = join_table(&config, &target, layout, source, &consumer)
+            .await
+            .with_context(|| match name.as_str() {
+                pirq_shared::layout::DEFAULT_TABLE => format!("serving {}", source_name(from)),
+                _ => format!("serving table {name} ({})", source_name(from)),
+            })?;
+        tables.push(table);
+    }
 
-    let (epochs_tx, epochs_rx) = watch::channel(source.scanner.epoch_window());
-    let mut reg = registration(&config, &source, &consumer, &digests);
-    let conn = queue.connection();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    health.set_stage(Stage::Serving);
+    mark_stopping(&health, stop_rx.clone());
+    let share = Arc::new(ScanShare::new(tables.len()));
+    let mut serving = tokio::task::JoinSet::new();
+    for (index, table) in tables.into_iter().enumerate() {
+        let context = Served {
+            config: config.clone(),
+            health: health.clone(),
+            share: share.clone(),
+            index,
+            consumer: consumer.clone(),
+        };
+        serving.spawn(serve_table(
+            context,
+            table,
+            stop_tx.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    stop_on(shutdown, stop_tx);
+    let mut result = Ok(());
+    while let Some(done) = serving.join_next().await {
+        let outcome = done
+            .context("a table's serve loop panicked")
+            .and_then(|r| r);
+        if result.is_ok() {
+            result = outcome;
+        }
+    }
+    tracing::info!("pirq-worker stopped");
+    result
+}
+
+/// A table joined to the party, ready to serve: its keys, its database, its queue, its
+/// registration and its updates follower (caught up).
+struct Joined {
+    layout: Layout,
+    source: Source,
+    queue: Arc<Consumer>,
+    digests: Digests,
+    reg: Registration,
+    follower: Follower,
+    epochs: watch::Receiver<EpochRange>,
+    window: EpochRange,
+}
+
+/// What every table's serve loop shares.
+struct Served {
+    config: Config,
+    health: Arc<Health>,
+    share: Arc<ScanShare>,
+    index: usize,
+    consumer: String,
+}
+
+/// The backend every table loads on: `--backend`, unless several tables do not fit on the GPU
+/// together ([`crate::backend::for_tables`]).
+fn pick_backend(
+    config: &Config,
+    sources: &[(String, TableSource)],
+) -> anyhow::Result<crate::config::Backend> {
+    let options = scanner_options(config);
+    let mut shapes = Vec::new();
+    for (name, source) in sources {
+        let (page_size, total_pages, shard) = match source {
+            TableSource::Synthetic(s) => (s.page_size as usize, s.num_pages, options.shard),
+            TableSource::File(path) => {
+                let db = PirDb::open(path)
+                    .with_context(|| format!("table {name}: opening {}", path.display()))?;
+                let shard = match (config.shard, db.shard()) {
+                    (None, Some(origin)) => origin.spec,
+                    _ => options.shard,
+                };
+                (db.page_size(), db.total_pages(), shard)
+            }
+        };
+        let range = shard
+            .range(total_pages)
+            .map_err(|e| anyhow::anyhow!("table {name}: --shard {shard}: {e}"))?;
+        shapes.push(crate::backend::TableShape {
+            name: name.clone(),
+            page_size,
+            total_pages,
+            range,
+        });
+    }
+    crate::backend::for_tables(config.backend, &shapes, &options)
+}
+
+/// Joins the party with one table: its queue and consumer group, its checks against what is
+/// registered under its keys, its updates applied, its registration written.
+async fn join_table(
+    config: &Config,
+    target: &RedisTarget,
+    layout: Layout,
+    source: Source,
+    consumer: &str,
+) -> anyhow::Result<Joined> {
+    let digests = Digests::new(source.file_epoch, source.file_digest);
+    let queue = connect_queue(config, target, &layout, source.shard, consumer)?;
+    check_party(config, &queue, &layout, source.shard, consumer).await?;
+    let (epochs_tx, epochs) = watch::channel(source.scanner.epoch_window());
+    let mut reg = registration(config, &source, consumer, &digests);
     // The updates stream belongs to the registered database: check before applying it.
     registry::check_prefix(
-        &conn,
+        &queue.connection(),
         &layout,
         &reg,
         source.file_epoch,
         source.file_digest,
         config.replace_db,
     )
-    .await
-    .with_context(|| format!("serving {}", source_name(&config)))?;
-    let mut follower = follower(&config, &target, &layout, &source, epochs_tx, &digests)?;
+    .await?;
+    let mut follower = follower(config, target, &layout, &source, epochs_tx, &digests)?;
     let window = follower
         .catch_up()
         .await
         .context("catching up with the updates stream")?;
     reg.window = window;
-    join(&config, &queue, &layout, &mut reg, source.shard).await?;
+    join(config, &queue, &layout, &mut reg, source.shard).await?;
+    Ok(Joined {
+        layout,
+        source,
+        queue,
+        digests,
+        reg,
+        follower,
+        epochs,
+        window,
+    })
+}
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    health.set_stage(Stage::Serving);
-    mark_stopping(&health, stop_rx.clone());
-    // Finishes only when another database replaced this one under the prefix (it then sets
-    // `stop_tx`).
+/// Serves one table until `stop`: its heartbeat, its updates follower and its scheduling loop,
+/// which steps the table's rotation while it holds the worker's scanner ([`crate::share`]).
+/// A table replaced under its keys, or unable to follow its updates, stops the whole worker.
+async fn serve_table(
+    served: Served,
+    table: Joined,
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let Joined {
+        layout,
+        source,
+        queue,
+        digests,
+        reg,
+        follower,
+        epochs,
+        window,
+    } = table;
+    let conn = queue.connection();
+    // Finishes only when another database replaced this one under the table's keys (it then
+    // sets `stop_tx`).
     let heartbeat = registry::spawn_heartbeat(
-        conn.clone(),
+        conn,
         layout.clone(),
         reg.clone(),
-        epochs_rx.clone(),
-        config.heartbeat(),
+        epochs.clone(),
+        served.config.heartbeat(),
         stop_tx.clone(),
     );
-    announce(&source, &queue, &layout, &consumer, window, &digests);
-    let following = spawn_follower(follower, reg, stop_tx.clone());
-    stop_on(shutdown, stop_tx);
+    announce(&source, &queue, &layout, &served.consumer, window, &digests);
+    let following = spawn_follower(follower, reg, stop_tx);
     let worker = Worker {
         scanner: source.scanner,
         queue: queue.clone(),
-        epochs: epochs_rx,
+        epochs,
         digests,
-        epoch_wait: config.epoch_wait(),
-        block: config.block(),
-        health,
+        epoch_wait: served.config.epoch_wait(),
+        block: served.config.block(),
+        health: served.health,
+        share: served.share,
+        table_index: served.index,
     };
     schedule::run(worker, stop_rx).await;
-    leave(heartbeat, following, &queue, &layout, &consumer).await
-}
-
-/// The database a worker serves, opened and checked, with what its registration says of it.
-struct Source {
-    scanner: Arc<dyn Scanner>,
-    /// The file's epoch (0 for synthetic pages) and the digest of its contents at that epoch.
-    file_epoch: u64,
-    file_digest: Digest,
-    kv: Option<pirq_shared::kv::KvInfo>,
-    signing: Option<pirq_shared::signing::SigningInfo>,
-    /// The shard served: `--shard`, else a shard file's own, else the whole database.
-    shard: ShardSpec,
+    leave(heartbeat, following, &queue, &layout, &served.consumer).await
 }
 
 /// `/healthz` and `/readyz` (with `/metrics`), served from the start: `/healthz` answers while
@@ -122,20 +255,41 @@ async fn serve_health(config: &Config, target: &RedisTarget) -> anyhow::Result<A
     Ok(health)
 }
 
-/// The database: a file (mapped, and guarded against changes under the mapping), or the seeded
-/// generator's pages made on the GPU (`--synthetic`, benches).
-fn open_source(config: &Config) -> anyhow::Result<Source> {
-    let options = ScannerOptions {
+/// One table's database, opened and checked, with what its registration says of it.
+struct Source {
+    scanner: Arc<dyn Scanner>,
+    /// The file's epoch (0 for synthetic pages) and the digest of its contents at that epoch.
+    file_epoch: u64,
+    file_digest: Digest,
+    kv: Option<pirq_shared::kv::KvInfo>,
+    signing: Option<pirq_shared::signing::SigningInfo>,
+    /// The shard served: `--shard`, else a shard file's own, else the whole database.
+    shard: ShardSpec,
+}
+
+/// The scanners' settings, from the flags (every table's the same).
+fn scanner_options(config: &Config) -> ScannerOptions {
+    ScannerOptions {
         threads: config.threads,
         max_batch_keys: config.max_batch_keys as usize,
         epoch_window: config.epoch_window as usize,
         gpu: config.gpu,
         workspaces: config.workspaces as usize,
         shard: config.shard.unwrap_or(ShardSpec::WHOLE),
-    };
-    match (&config.synthetic, &config.db) {
-        (Some(source), _) => {
-            let scanner = crate::backend::open_synthetic(config.backend, source, options)
+    }
+}
+
+/// One table's database: a file (mapped, and guarded against changes under the mapping), or
+/// the seeded generator's pages made on the GPU (`--synthetic`, benches).
+fn open_source(
+    config: &Config,
+    backend: crate::config::Backend,
+    source: &TableSource,
+) -> anyhow::Result<Source> {
+    let options = scanner_options(config);
+    match source {
+        TableSource::Synthetic(source) => {
+            let scanner = crate::backend::open_synthetic(backend, source, options)
                 .context("starting the scanner")?;
             let digest = synthetic::digest(source.page_size, source.num_pages, source.seed);
             Ok(Source {
@@ -147,8 +301,7 @@ fn open_source(config: &Config) -> anyhow::Result<Source> {
                 shard: options.shard,
             })
         }
-        (None, Some(path)) => open_file(config, path, options),
-        (None, None) => anyhow::bail!("give the database: --db FILE (or --synthetic)"),
+        TableSource::File(path) => open_file(config, backend, path, options),
     }
 }
 
@@ -158,6 +311,7 @@ fn open_source(config: &Config) -> anyhow::Result<Source> {
 /// passed.
 fn open_file(
     config: &Config,
+    backend: crate::config::Backend,
     path: &std::path::Path,
     mut options: ScannerOptions,
 ) -> anyhow::Result<Source> {
@@ -172,8 +326,8 @@ fn open_file(
     // The check is one more reader of the same pages, on other cores.
     let check = crate::verify::start(db.clone(), config.skip_verify);
     let loading = std::time::Instant::now();
-    let scanner = crate::backend::open(config.backend, db.clone(), options)
-        .context("starting the scanner")?;
+    let scanner =
+        crate::backend::open(backend, db.clone(), options).context("starting the scanner")?;
     let content = check.finish(loading.elapsed())?;
     // The digest of the file's contents at its epoch (SPEC §2.1): recorded by the tool that
     // wrote it; a file from before digests has its content digest, just computed (or computed
@@ -198,11 +352,12 @@ fn connect_queue(
     target: &RedisTarget,
     layout: &Layout,
     shard: ShardSpec,
+    consumer: &str,
 ) -> anyhow::Result<Arc<Consumer>> {
     let queue = Consumer::new(
         target,
         layout.clone(),
-        config.consumer_name(),
+        consumer.to_string(),
         config.block(),
         config.result_ttl,
     )?
@@ -230,9 +385,7 @@ async fn check_party(
     )
     .await?;
     pirq_queue::requirements::check(&queue.connection()).await?;
-    wait_for_layout(queue, layout, shard, consumer)
-        .await
-        .with_context(|| format!("serving {}", source_name(config)))?;
+    wait_for_layout(queue, layout, shard, consumer).await?;
     wait_for_redis(queue).await;
     match queue.probe().await {
         Ok(version) => tracing::info!(
@@ -307,13 +460,11 @@ async fn join(
     shard: ShardSpec,
 ) -> anyhow::Result<()> {
     let conn = queue.connection();
-    registry::register(&conn, layout, reg, config.heartbeat())
-        .await
-        .with_context(|| format!("serving {}", source_name(config)))?;
+    registry::register(&conn, layout, reg, config.heartbeat()).await?;
     let consumer = &reg.worker_id;
     if let Err(e) = registry::check_shard_layout(&conn, layout, shard, consumer).await {
         let _ = registry::deregister(&conn, layout, consumer).await;
-        return Err(e).with_context(|| format!("serving {}", source_name(config)));
+        return Err(e.into());
     }
     Ok(())
 }
@@ -339,9 +490,12 @@ fn announce(
 ) {
     let geometry = source.scanner.geometry();
     let pages = source.scanner.page_range();
-    metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
+    if layout.is_default_table() {
+        metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
+    }
     tracing::info!(
-        worker = %consumer, prefix = %layout, backend = source.scanner.name(),
+        worker = %consumer, prefix = %layout.prefix(), table = layout.table_name(),
+        backend = source.scanner.name(),
         pages = geometry.num_pages, page_size = geometry.page_size,
         file_epoch = source.file_epoch, oldest = window.oldest, newest = window.newest,
         shard = %source.shard, first_page = pages.start, end_page = pages.end,
@@ -396,7 +550,6 @@ async fn leave(
     if let Err(e) = registry::deregister(&queue.connection(), layout, consumer).await {
         tracing::warn!(error = %e, "deregistering failed; the heartbeat will expire");
     }
-    tracing::info!("pirq-worker stopped");
     match follow_error {
         Some(e) => Err(e).context("following the updates stream"),
         None if replaced => anyhow::bail!(
@@ -441,11 +594,13 @@ async fn wait_for_redis(queue: &Consumer) {
     }
 }
 
-/// What the worker serves, for messages: the file, or the synthetic generator's parameters.
-fn source_name(config: &Config) -> String {
-    match (&config.synthetic, &config.db) {
-        (Some(s), _) => format!("synthetic {}:{}:{}", s.num_pages, s.page_size, s.seed),
-        (None, Some(path)) => path.display().to_string(),
-        (None, None) => String::new(),
+/// What a table is served from, for messages: the file, or the synthetic generator's
+/// parameters.
+fn source_name(source: &TableSource) -> String {
+    match source {
+        TableSource::Synthetic(s) => {
+            format!("synthetic {}:{}:{}", s.num_pages, s.page_size, s.seed)
+        }
+        TableSource::File(path) => path.display().to_string(),
     }
 }

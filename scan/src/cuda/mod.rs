@@ -100,6 +100,39 @@ pub struct CudaScanner {
     update_lock: Mutex<()>,
 }
 
+/// Device memory one scanner over pages `range` of a `total_pages`-page database of
+/// `page_size`-byte pages takes with `config`: the transposed database, the workspaces and the
+/// headroom every scanner keeps (what [`CudaScanner::new`] checks against the free memory). A
+/// worker serving several tables adds theirs up before it loads any (issue 38).
+pub fn device_bytes_needed(
+    page_size: usize,
+    total_pages: u64,
+    range: std::ops::Range<u64>,
+    config: &CudaConfig,
+) -> u64 {
+    let shape = Shape::shard(page_size, total_pages, range);
+    shape.db_bytes() + scanner_reserve(&shape, config)
+}
+
+/// Device memory free now on GPU `device` (bytes).
+pub fn free_device_memory(device: usize) -> Result<u64, CudaError> {
+    // SAFETY: this only tries to open the shared library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(CudaError::Unsupported(
+            "no CUDA driver library (libcuda.so) on this machine".into(),
+        ));
+    }
+    let ctx = CudaContext::new(device)?;
+    let (free, _total) = ctx.mem_get_info()?;
+    Ok(free as u64)
+}
+
+/// Device memory a scanner keeps beside its database: its workspaces and 256 MiB of headroom.
+fn scanner_reserve(shape: &Shape, config: &CudaConfig) -> u64 {
+    let keys = config.max_batch_keys.clamp(1, 4096);
+    workspace_bytes(shape, keys) * config.workspaces.max(1) as u64 + (256 << 20)
+}
+
 impl CudaScanner {
     /// The worker's constructor: loads pages `range` of `db` (all of them, or a shard's) onto
     /// the GPU of `config`, logging load progress.
@@ -233,9 +266,7 @@ impl CudaScanner {
             )));
         }
         let main = ctx.new_stream()?;
-        let reserve =
-            workspace_bytes(&shape, config.max_batch_keys) * config.workspaces as u64 + (256 << 20);
-        let db = DeviceDb::alloc(&main, shape, reserve)?;
+        let db = DeviceDb::alloc(&main, shape, scanner_reserve(&shape, &config))?;
         let slots = (0..config.workspaces)
             .map(|_| Workspace::new(&ctx, &shape, config.max_batch_keys))
             .collect::<Result<Vec<_>, _>>()?;

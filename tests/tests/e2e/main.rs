@@ -41,5 +41,6 @@ mod shards;
 mod signed;
 mod slow_clients;
 mod sustained;
+mod tables;
 mod tls;
 mod worker_health;
