@@ -1301,6 +1301,28 @@ fn long_work_shows_a_bar_on_a_terminal_only() {
         assert!(!said.contains(['\x1b', '\r']), "{name} --quiet: {said:?}");
     }
 
+    // kv stats reads every page: a bar on a terminal, gone before the figures (on standard
+    // output); nothing on standard error otherwise.
+    let (status, said) = pirq_on_a_terminal(&["kv", "stats", s(&t)]);
+    assert!(status.success(), "{said}");
+    let cleared = said
+        .rfind("\x1b[2K")
+        .unwrap_or_else(|| panic!("kv stats: no bar: {said:?}"));
+    assert!(said[..cleared].contains("pages"), "{said:?}");
+    assert_eq!(
+        said[cleared..].trim_start_matches("\x1b[2K"),
+        "",
+        "{said:?}"
+    );
+    let (status, said) = pirq_on_a_terminal(&["kv", "stats", s(&t), "--quiet"]);
+    assert!(
+        status.success() && said.is_empty(),
+        "kv stats --quiet: {said:?}"
+    );
+    let stats = pirq(&["kv", "stats", s(&t)]);
+    assert!(String::from_utf8_lossy(&stats.stdout).contains("records: 300"));
+    assert_eq!(stderr(&stats), "");
+
     // kv diff and kv update --json: the summary as one object on standard output, for scripts.
     for (run, tool) in tools[1..3].iter().enumerate() {
         let out = p(&format!("json-{run}"));

@@ -41,6 +41,9 @@ pub struct StatsArgs {
     /// One JSON object instead of lines of text.
     #[arg(long)]
     json: bool,
+    /// No progress bar while the pages are read, even on a terminal.
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn open(path: &PathBuf) -> anyhow::Result<(PirDb, KvParams)> {
@@ -117,10 +120,16 @@ struct Counts {
     value_sum: u64,
 }
 
-fn count(db: &PirDb, params: &KvParams) -> Counts {
+/// Every slot of every page is read: on a large table that takes a while (64 GiB from a disk),
+/// hence the bar, which is gone before the figures are printed.
+fn count(db: &PirDb, params: &KvParams, progress: &crate::output::Progress) -> Counts {
     let slot = params.slot_size();
     let mut c = Counts::default();
+    progress.stage("reading", Some(params.num_pages), "pages");
     for p in 0..params.num_pages {
+        if p % 1024 == 0 {
+            progress.set_position(p);
+        }
         let area = params.slot_area(db.page(p).expect("a page of the table"));
         let occupied = page::occupied(area, slot);
         c.records += occupied as u64;
@@ -145,12 +154,14 @@ fn count(db: &PirDb, params: &KvParams) -> Counts {
             c.value_sum += len as u64;
         }
     }
+    progress.set_position(params.num_pages);
+    progress.clear();
     c
 }
 
 pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let (db, params) = open(&args.db)?;
-    let c = count(&db, &params);
+    let c = count(&db, &params, &crate::output::Progress::stages(args.quiet));
     let header = db.header();
     let encodings = params.encodings();
     let name = |e: Option<pirq_shared::kv::Encoding>| match e {
