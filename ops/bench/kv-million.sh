@@ -3,8 +3,8 @@
 # build with no encoding flags, check offline, find the update in a new full export, serve the
 # table from two real parties on this machine (redis-server, pirq-gateway, one
 # `pirq-worker --backend cpu --threads 1` each), look keys up from both clients (`pirq get` and
-# the TypeScript client, clients/ts/bench/kv-check.ts), push the update to both parties and look
-# up again. Every answer is checked against the records: half of the keys present (their text
+# the TypeScript client: in Node, clients/ts/bench/kv-check.ts, and in headless Chromium through
+# the demo page, clients/ts/demo/headless.ts), push the update to both parties and look up again. Every answer is checked against the records: half of the keys present (their text
 # values must match exactly), half absent; after the update, half of the present keys have new
 # values. Nothing here runs in the test suite (it takes minutes and 2 GB of disk).
 #
@@ -112,7 +112,8 @@ party() {
     PIDS+=($!)
     for _ in $(seq 100); do redis-cli -p "165$n" ping >/dev/null 2>&1 && break; sleep 0.1; done
     "$BIN/pirq-gateway" --redis "redis://127.0.0.1:165$n" --prefix "million$n" \
-        --listen "127.0.0.1:185$n" --admin-token "$TOKEN" >"$W/gateway$n.log" 2>&1 &
+        --listen "127.0.0.1:185$n" --admin-token "$TOKEN" --cors-origin "http://127.0.0.1:$WEB_PORT" \
+        >"$W/gateway$n.log" 2>&1 &
     PIDS+=($!)
     "$BIN/pirq-worker" --redis "redis://127.0.0.1:165$n" --prefix "million$n" --db "$W/t1.pirdb" \
         --backend cpu --threads 1 >"$W/worker$n.log" 2>&1 &
@@ -129,6 +130,7 @@ at_epoch() {
     echo "party on port $1 never served epoch $2" >&2
     return 1
 }
+WEB_PORT=18590 # where demo/headless.ts serves the demo page to Chromium
 A=http://127.0.0.1:1851
 B=http://127.0.0.1:1852
 
@@ -158,6 +160,14 @@ sys.exit(1 if bad else 0)
 PY
     echo "-- TypeScript client: $SINGLE getValue one by one, then all $LOOKUPS keys in one getMany"
     node clients/ts/dist/bench/kv-check.js "$A" "$B" "$W/expected-$name.jsonl" "$SINGLE"
+    echo "-- TypeScript client in headless Chromium (the demo page): a present key, then an absent one"
+    local first key value
+    first=$(head -n 1 "$W/expected-$name.jsonl")
+    key=$(jq -r .key <<<"$first")
+    value=$(jq -r .value <<<"$first")
+    node clients/ts/dist/demo/headless.js --a "$A" --b "$B" --port "$WEB_PORT" \
+        --key "$key" --expect "$(printf '%s' "$value" | od -An -tx1 | tr -d ' \n')" \
+        --key nobody-0 --expect absent | grep -v "^   Same shape"
 }
 
 echo "expected answers: $(grep -c . "$W/expected-v1.jsonl") keys, $(diff <(jq -c .value "$W/expected-v1.jsonl") <(jq -c .value "$W/expected-v2.jsonl") | grep -c '^>') of them changed by the update"
