@@ -57,8 +57,8 @@ enum Command {
     /// Key-value databases: build one from records, generate records, update by key.
     #[command(subcommand)]
     Kv(kv::KvCommand),
-    /// Look keys up privately in a kv database served by two parties (hex values out; exit 0
-    /// all found, 1 any absent, 2 error).
+    /// Look keys up privately in a kv database served by two parties (values printed as the
+    /// table records them: text, JSON or hex; exit 0 all found, 1 any absent, 2 error).
     Get(get::GetArgs),
     /// Benchmarks (results as a table, optionally recorded under docs/bench/).
     #[command(subcommand)]
