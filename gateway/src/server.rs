@@ -248,7 +248,8 @@ where
 /// Resolves once no byte moved for `limit` (by the stamp in `last`).
 async fn idle(last: &AtomicU64, limit: Duration) {
     loop {
-        let since = Duration::from_millis(now_ms().saturating_sub(last.load(Ordering::Relaxed)));
+        let since =
+            Duration::from_millis(monotonic_ms().saturating_sub(last.load(Ordering::Relaxed)));
         if since >= limit {
             return;
         }
@@ -398,7 +399,10 @@ impl Drop for Busy {
     }
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since this process first asked: a monotonic clock for the idle timeout (an
+/// `AtomicU64` holds it where an `Instant` would need a lock), never the wall clock of
+/// `pirq_shared::clock`.
+fn monotonic_ms() -> u64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
@@ -413,12 +417,12 @@ impl Activity {
     fn new(tcp: TcpStream) -> Activity {
         Activity {
             tcp,
-            last: Arc::new(AtomicU64::new(now_ms())),
+            last: Arc::new(AtomicU64::new(monotonic_ms())),
         }
     }
 
     fn stamp(&self) {
-        self.last.store(now_ms(), Ordering::Relaxed);
+        self.last.store(monotonic_ms(), Ordering::Relaxed);
     }
 }
 

@@ -83,20 +83,31 @@ fn is_module_name(s: &str) -> bool {
 }
 
 /// Whether `source` defines `item` (a function, type, constant or module of that name) or
-/// re-exports it (`pub use …item…`).
+/// re-exports it (`pub use …item…`, over as many lines as rustfmt breaks it into).
 fn defines(source: &str, item: &str) -> bool {
     let word = |text: &str| {
         text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .any(|w| w == item)
     };
-    source.lines().any(|line| {
+    let mut lines = source.lines();
+    while let Some(line) = lines.next() {
         let line = line.trim_start();
         let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
         let line = line.strip_prefix("pub ").unwrap_or(line);
         if line.starts_with("use ") {
-            return word(line);
+            let mut statement = line.to_string();
+            while !statement.contains(';') {
+                match lines.next() {
+                    Some(more) => statement.push_str(more),
+                    None => break,
+                }
+            }
+            if word(&statement) {
+                return true;
+            }
+            continue;
         }
-        [
+        let defined = [
             "fn", "struct", "enum", "trait", "type", "const", "static", "mod",
         ]
         .iter()
@@ -108,8 +119,12 @@ fn defines(source: &str, item: &str) -> bool {
                         && !rest[item.len()..]
                             .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
                 })
-        })
-    })
+        });
+        if defined {
+            return true;
+        }
+    }
+    false
 }
 
 #[test]
@@ -217,4 +232,7 @@ fn the_check_catches_a_module_that_is_not_there() {
         "pub use connect::{Connection, RedisTarget};",
         "RedisTarget"
     ));
+    let broken = "pub use write::{\n    ensure_not_an_input, write_atomically,\n};\nfn other() {}";
+    assert!(defines(broken, "write_atomically"));
+    assert!(!defines(broken, "write_shard"));
 }
