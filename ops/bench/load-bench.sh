@@ -56,6 +56,10 @@ OUT=${OUT:-.gpu/out}
 mkdir -p "$OUT"
 W=$(mktemp -d)
 PIDS=()
+# start and get: scripts/lib/bench-procs.sh; each process logs into the work folder.
+LOGS=$W
+# shellcheck source=scripts/lib/bench-procs.sh
+. scripts/lib/bench-procs.sh
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
@@ -68,14 +72,6 @@ READY_TRIES=${READY_TRIES:-200}
 section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-
-# start CPUS NAME CMD...: a pinned background process, logged to $W/NAME.log
-start() {
-    local cpus=$1 name=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$W/$name.log" 2>&1 &
-    PIDS+=($!)
-}
 
 # ready URL: wait until GET URL answers 200 (bash /dev/tcp; the machine has no curl for sure)
 ready() {
@@ -95,16 +91,6 @@ ready() {
     echo "not ready: $1" >&2
     tail -n 20 "$W"/*.log >&2
     return 1
-}
-
-# fetch URL FILE: GET into FILE
-fetch() {
-    local hostport=${1#http://} path=/${1#http://*/}
-    hostport=${hostport%%/*}
-    exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$path" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
 }
 
 redis() { # CPUS PORT
@@ -189,8 +175,8 @@ two_parties 1 2
 export GEN_CPUS=12-15
 for r in 5 10 20 40; do load "e2e-open-$r" "${PARTIES[@]}" "$W/db.pirdb" --rate "$r"; done
 for c in 1 16 64; do load "e2e-closed-$c" "${PARTIES[@]}" "$W/db.pirdb" --concurrency "$c"; done
-fetch http://127.0.0.1:9100/metrics "$OUT/e2e-worker-a0.metrics"
-fetch http://127.0.0.1:8101/metrics "$OUT/e2e-gateway-a.metrics"
+get http://127.0.0.1:9100/metrics "$OUT/e2e-worker-a0.metrics"
+get http://127.0.0.1:8101/metrics "$OUT/e2e-gateway-a.metrics"
 stop_all
 unset GEN_CPUS
 fi
@@ -202,7 +188,7 @@ for n in 1 2 4; do
     two_parties "$n" 1
     load "scale-$n-workers" "${PARTIES[@]}" "$W/db.pirdb" --concurrency 64
     for i in $(seq 0 $((n - 1))); do
-        fetch "http://127.0.0.1:$((9100 + i))/metrics" "$OUT/scale-$n-worker-a$i.metrics"
+        get "http://127.0.0.1:$((9100 + i))/metrics" "$OUT/scale-$n-worker-a$i.metrics"
     done
     stop_all
 done
@@ -225,7 +211,7 @@ if section 4; then
     for c in 4 16 64; do
         load "gpu-closed-$c-x16" "${PARTIES[@]}" "$W/db.pirdb" --bincode --keys 16 --concurrency "$c"
     done
-    fetch http://127.0.0.1:9100/metrics "$OUT/gpu-worker-a0.metrics"
+    get http://127.0.0.1:9100/metrics "$OUT/gpu-worker-a0.metrics"
     stop_all
 fi
 if section 5; then
@@ -246,7 +232,7 @@ if section 5; then
         READY_TRIES=3000 ready http://127.0.0.1:8101/readyz
         # /readyz turns 200 with the first worker; wait until all n have loaded and registered.
         for _ in $(seq 600); do
-            fetch http://127.0.0.1:8101/v1/info "$W/info.json"
+            get http://127.0.0.1:8101/v1/info "$W/info.json"
             grep -q "\"workers\":$n[,}]" "$W/info.json" && break
             sleep 0.5
         done
@@ -256,7 +242,7 @@ if section 5; then
             load "gpus-$n-closed-$c-x16" "${SELF[@]}" --bincode --keys 16 --concurrency "$c"
         done
         for g in $(seq 0 $((n - 1))); do
-            fetch "http://127.0.0.1:$((9100 + g))/metrics" "$OUT/gpus-$n-worker-g$g.metrics"
+            get "http://127.0.0.1:$((9100 + g))/metrics" "$OUT/gpus-$n-worker-g$g.metrics"
         done
         stop_all
     done

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# What the GPU bench scripts (ops/bench/gpu-scale.sh, gpu-e2e-load.sh, sustained.sh) share to
-# run a party's processes and read them: sourced from the repository root on the machine that
-# runs the bench, never run. The caller sets LOGS (the folder each process logs into) and
+# What the GPU bench scripts (ops/bench/gpu-scale.sh, gpu-e2e-load.sh, sustained.sh,
+# load-bench.sh) share to run a party's processes and read them: sourced from the repository
+# root on the machine that runs the bench, never run. The caller sets LOGS (the folder each process logs into) and
 # PIDS=() (the processes it stops at the end) before it calls `start`.
 
 # start CPUS NAME CMD...: CMD in the background pinned to CPUS, logging to $LOGS/NAME.log; its
