@@ -214,19 +214,30 @@ pub struct PushArgs {
     /// Update file (JSON or bincode, as `pirq epoch make` writes).
     #[arg(long)]
     from: PathBuf,
+    /// The party's table the update is for (`POST /v1/admin/tables/NAME/epochs`; default: the
+    /// table `default`). No other table's epoch moves.
+    #[arg(long, env = "PIRQ_TABLE", value_name = "NAME")]
+    table: Option<String>,
 }
 
 pub fn push(args: PushArgs) -> anyhow::Result<()> {
     pirq_client::check_party_url(&args.party, args.transport.insecure_http)?;
+    if let Some(table) = &args.table {
+        pirq_shared::layout::check_table_name(table)?;
+    }
     let update = read_update(&args.from)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let http = pirq_client::http_client(args.transport.roots()?, args.transport.proxy.as_deref())?;
-    let party = pirq_client::Party::new(http, &args.party);
+    let party = pirq_client::Party::new(http, &args.party).with_table(args.table.as_deref());
     let epoch = runtime.block_on(party.push_epoch(&args.token, &update))?;
+    let table = match &args.table {
+        Some(name) => format!(" table {name}:"),
+        None => String::new(),
+    };
     eprintln!(
-        "{}: epoch {epoch} appended ({} pages)",
+        "{}:{table} epoch {epoch} appended ({} pages)",
         args.party,
         update.pages.len()
     );

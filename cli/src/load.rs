@@ -65,6 +65,10 @@ pub struct LoadArgs {
     /// party A alone).
     #[arg(long, env = "PIRQ_PARTY_B", required_unless_present = "submit_only")]
     party_b: Option<String>,
+    /// The parties' table to look up in (`GET /v1/tables` lists them; default: the table
+    /// `default`, the only one of a party that serves one database).
+    #[arg(long, env = "PIRQ_TABLE", value_name = "NAME")]
+    table: Option<String>,
     /// Accept party URLs that reach the same party (it then sees both keys of every pair):
     /// for capacity runs against one party only.
     #[arg(long)]
@@ -501,6 +505,9 @@ fn client(args: &LoadArgs) -> anyhow::Result<(Client, Options)> {
     let mut builder = args.tokens.apply(builder);
     if let Some(path) = &args.publisher_key {
         builder = builder.publisher_key_file(path);
+    }
+    if let Some(table) = &args.table {
+        builder = builder.table(table);
     }
     Ok((builder.build()?, options))
 }

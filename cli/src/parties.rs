@@ -50,6 +50,10 @@ pub struct PartiesArgs {
     /// signed epoch; docs/spec/signed.md §4.4). Needs --publisher-key.
     #[arg(long, value_name = "N", requires = "publisher_key")]
     pub min_epoch: Option<u64>,
+    /// The parties' table to look up in (`GET /v1/tables` lists them; default: the table
+    /// `default`, the only one of a party that serves one database).
+    #[arg(long, env = "PIRQ_TABLE", value_name = "NAME")]
+    pub table: Option<String>,
 }
 
 /// A `--timeout` value: whole seconds, at least 1 (a zero deadline could never be met).
@@ -160,6 +164,9 @@ impl PartiesArgs {
         }
         if let Some(epoch) = self.min_epoch {
             builder = builder.min_epoch(epoch);
+        }
+        if let Some(table) = &self.table {
+            builder = builder.table(table);
         }
         if self.no_verify {
             eprintln!(

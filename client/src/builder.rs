@@ -39,6 +39,8 @@ pub struct ClientBuilder {
     min_epoch: u64,
     proxy: Option<String>,
     no_verify: bool,
+    /// The parties' table looked up in (`None`: `default`).
+    table: Option<String>,
 }
 
 impl ClientBuilder {
@@ -186,6 +188,18 @@ impl ClientBuilder {
         self.error.get_or_insert(ClientError::Config(why));
     }
 
+    /// Look up in the parties' table `name` (issue 38: `GET /v1/tables` lists a party's tables)
+    /// rather than their table `default`: every request goes to the table's routes, and the
+    /// digest, epoch and signing checks are the table's.
+    pub fn table(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        match pirq_shared::layout::check_table_name(&name) {
+            Ok(()) => self.table = Some(name),
+            Err(e) => self.fail(e.to_string()),
+        }
+        self
+    }
+
     /// The client; checks both URLs (before any connection) and the settings.
     pub fn build(self) -> Result<Client, ClientError> {
         if let Some(e) = self.error {
@@ -216,8 +230,11 @@ impl ClientBuilder {
             None => http_client(self.roots, self.proxy.as_deref())?,
         };
         let counters = Arc::new(Counters::default());
-        let party_a = Party::labelled(http.clone(), &a, "A", self.token_a, counters.clone());
-        let party_b = Party::labelled(http, &b, "B", self.token_b, counters.clone());
+        let table = self.table.as_deref();
+        let party_a = Party::labelled(http.clone(), &a, "A", self.token_a, counters.clone())
+            .with_table(table);
+        let party_b =
+            Party::labelled(http, &b, "B", self.token_b, counters.clone()).with_table(table);
         if self.min_epoch > 0 && self.publisher.is_none() {
             return Err(ClientError::Config(
                 "a minimum epoch needs a publisher key: without one the epoch a party reports \

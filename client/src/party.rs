@@ -91,6 +91,11 @@ pub const INLINE_WAIT: Duration = Duration::from_secs(25);
 pub struct Party {
     http: reqwest::Client,
     base: String,
+    /// Where the database routes are: `{base}/v1` for the table `default`, else
+    /// `{base}/v1/tables/NAME` (issue 38).
+    api: String,
+    /// The admin route that appends the table's next epoch.
+    admin_epochs: String,
     /// How errors name it: `party A (URL)`, or the URL alone.
     name: String,
     /// Sent as `Authorization: Bearer` with every request (never logged, never in `Debug`).
@@ -119,6 +124,8 @@ impl Party {
         Party {
             http,
             name: base.clone(),
+            api: format!("{base}/v1"),
+            admin_epochs: format!("{base}/v1/admin/epochs"),
             base,
             token: None,
             page_size: Arc::new(AtomicU32::new(0)),
@@ -145,6 +152,22 @@ impl Party {
 
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The same party, asked about its table `table` (`None` or `default`: the routes without a
+    /// table name). The name is not checked here: [`crate::ClientBuilder::table`] checks it.
+    pub fn with_table(mut self, table: Option<&str>) -> Party {
+        match table {
+            Some(name) if name != pirq_shared::layout::DEFAULT_TABLE => {
+                self.api = format!("{}/v1/tables/{name}", self.base);
+                self.admin_epochs = format!("{}/v1/admin/tables/{name}/epochs", self.base);
+            }
+            _ => {
+                self.api = format!("{}/v1", self.base);
+                self.admin_epochs = self.admin_epochs.clone();
+            }
+        }
+        self
     }
 
     /// How errors name this party.
@@ -285,7 +308,7 @@ impl Party {
         let d = Deadline::after(DEFAULT_TIMEOUT);
         let request = self
             .http
-            .post(format!("{}/v1/admin/epochs", self.base))
+            .post(self.admin_epochs.clone())
             .bearer_auth(token)
             .header(CONTENT_TYPE, pirq_shared::wire::BINCODE)
             .body(update.to_bincode());
@@ -324,11 +347,7 @@ impl Party {
     ) -> Result<(Info, Option<Vec<u8>>), ClientError> {
         self.counters.info();
         let resp = self
-            .send(
-                self.http.get(format!("{}/v1/info", self.base)),
-                Phase::Info,
-                d,
-            )
+            .send(self.http.get(format!("{}/info", self.api)), Phase::Info, d)
             .await?;
         if !resp.status().is_success() {
             return Err(self.api_error(resp, Phase::Info, d).await);
@@ -368,7 +387,7 @@ impl Party {
     ) -> Result<Vec<pirq_shared::signing::Manifest>, ClientError> {
         let resp = self
             .send(
-                self.http.get(format!("{}/v1/manifests", self.base)),
+                self.http.get(format!("{}/manifests", self.api)),
                 Phase::Manifests,
                 d,
             )
@@ -438,7 +457,7 @@ impl Party {
         let resp = loop {
             let mut post = self
                 .http
-                .post(format!("{}/v1/queries", self.base))
+                .post(format!("{}/queries", self.api))
                 .header(CONTENT_TYPE, encoding.media_type())
                 .header(ACCEPT, encoding.media_type())
                 .header("Idempotency-Key", &idempotency_key);
@@ -573,7 +592,7 @@ impl Party {
         d: &Deadline,
     ) -> Result<QueryResult, ClientError> {
         self.check_id(id)?;
-        let mut url = format!("{}/v1/queries/{id}", self.base);
+        let mut url = format!("{}/queries/{id}", self.api);
         if let Some(w) = wait_secs {
             url.push_str(&format!("?wait={w}"));
         }
@@ -686,7 +705,7 @@ impl Party {
     ) -> Result<QueryResult, ClientError> {
         let request = self
             .http
-            .get(format!("{}/v1/queries/{id}/events", self.base))
+            .get(format!("{}/queries/{id}/events", self.api))
             .header(ACCEPT, "text/event-stream");
         let mut resp = self.send(request, Phase::Events, d).await?;
         if !resp.status().is_success() {

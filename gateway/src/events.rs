@@ -120,8 +120,15 @@ impl Events {
             waiters: Mutex::new(HashMap::new()),
             connected: AtomicBool::new(false),
         });
-        tokio::spawn(listen(target, layout, hub.clone()));
+        tokio::spawn(listen(target, layout, hub.clone(), true));
         Events { hub }
+    }
+
+    /// Listens to the status channels of another table of the party too (issue 38), on a
+    /// connection of its own, feeding the same waiters (request ids are unique across tables).
+    /// Readiness follows the default table's connection only.
+    pub fn listen_to_table(&self, target: RedisTarget, layout: Layout) {
+        tokio::spawn(listen(target, layout, self.hub.clone(), false));
     }
 
     /// Registers interest in `id`. Call before reading the query's status.
@@ -149,15 +156,17 @@ impl Events {
     }
 }
 
-async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>) {
+async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>, reports_readiness: bool) {
     let channel = layout.events().join(" ");
     let mut backoff = pirq_party::Backoff::default();
     loop {
         match pirq_queue::events::subscribe(&target, &layout).await {
             Ok(events) => {
                 backoff.reset();
-                hub.connected.store(true, Ordering::Relaxed);
-                metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(1.0);
+                if reports_readiness {
+                    hub.connected.store(true, Ordering::Relaxed);
+                    metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(1.0);
+                }
                 tracing::info!(%channel, "pub/sub subscribed");
                 // Anything published while we were away was missed: everyone reads again.
                 hub.notify_all();
@@ -165,8 +174,10 @@ async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>) {
                 while let Some(payload) = events.next().await {
                     hub.notify(&payload);
                 }
-                hub.connected.store(false, Ordering::Relaxed);
-                metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(0.0);
+                if reports_readiness {
+                    hub.connected.store(false, Ordering::Relaxed);
+                    metrics::gauge!(pirq_shared::metrics::GATEWAY_PUBSUB_CONNECTED).set(0.0);
+                }
                 tracing::warn!(%channel, "pub/sub connection lost; reconnecting");
                 hub.notify_all();
             }

@@ -8,7 +8,8 @@
 //! - [`state`]: what every handler shares, among it the party's [`pirq_queue::producer::Producer`], through
 //!   which goes every Redis command the gateway sends.
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
-//! - [`dbinfo`]: the registered database, cached for validation.
+//! - [`dbinfo`]: the registered database, cached for validation; [`tables`]: the party's
+//!   named tables (issue 38), learnt from the workers' registration.
 //! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON, [`body`]: request bodies
 //!   read only after the checks that need none, bounded in size and time.
 //! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
@@ -42,6 +43,7 @@ pub mod server;
 pub mod shards;
 pub mod startup;
 pub mod state;
+pub mod tables;
 pub mod tls;
 pub mod waiters;
 

@@ -38,6 +38,10 @@ pub struct AppState {
     pub retention: Retention,
     /// `--query-tokens`, `--token-rate`, `--ip-rate`.
     pub access: Access,
+    /// The table `store` and `db` are of (`default` unless made by [`AppState::for_table`]).
+    pub table: Arc<str>,
+    /// The party's named tables, learnt from the workers' registration ([`crate::tables`]).
+    pub tables: Arc<crate::tables::Tables>,
 }
 
 /// Why the state could not be built (bad prefix or Redis URL).
@@ -68,6 +72,7 @@ impl AppState {
         let target = config.redis.target().map_err(StateError::Target)?;
         let store = Producer::new(&target, layout.clone(), config.redis_timeout())?;
         let events = Events::start(target.clone(), layout.clone());
+        let tables = Arc::new(crate::tables::Tables::new(target.clone()));
         let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
         let drain = Drain::default();
         metrics::gauge!(pirq_shared::metrics::GATEWAY_REDIS_MEMORY_CAP)
@@ -96,6 +101,8 @@ impl AppState {
             waiters,
             retention,
             access,
+            table: Arc::from(pirq_shared::layout::DEFAULT_TABLE),
+            tables,
         })
     }
 

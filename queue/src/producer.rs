@@ -559,3 +559,28 @@ async fn submit_batches(
         }
     }
 }
+
+/// Tables (issue 38): a producer per table, sharing the gateway's connection, and the party's
+/// list of tables.
+impl Producer {
+    /// The same connection, for the keys of another table of the party (`layout`, from
+    /// [`Layout::table`]): its own submitters, so each table's submits batch on their own.
+    pub fn for_table(&self, layout: Layout) -> Producer {
+        let submitters = (0..layout.partitions()).map(|_| OnceLock::new()).collect();
+        Producer {
+            conn: self.conn.clone(),
+            layout,
+            timeout: self.timeout,
+            next_partition: Arc::new(AtomicU32::new(rand::random::<u32>())),
+            submitters: Arc::new(submitters),
+        }
+    }
+
+    /// The party's named tables (`{P}:tables`, written by the workers that serve them), sorted.
+    pub async fn table_names(&self) -> Result<Vec<String>, QueueError> {
+        let cmd = redis::Cmd::smembers(self.layout.tables());
+        let mut names: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
+        names.sort();
+        Ok(names)
+    }
+}

@@ -100,11 +100,13 @@ pub enum ErrorCode {
     /// `GET /v1/manifests` on a party that serves no publisher manifests (no `--manifests`, or
     /// its file is not there yet).
     NoManifests,
+    /// `/v1/tables/{name}/…` names a table the party does not serve (issue 38).
+    UnknownTable,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests.
-    pub const ALL: [ErrorCode; 44] = [
+    pub const ALL: [ErrorCode; 45] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidBincode,
         ErrorCode::InvalidBase64,
@@ -149,6 +151,7 @@ impl ErrorCode {
         ErrorCode::ShardUnavailable,
         ErrorCode::RateLimited,
         ErrorCode::NoManifests,
+        ErrorCode::UnknownTable,
     ];
 
     /// The stable string clients see in `{"error": {"code": ...}}`.
@@ -198,6 +201,7 @@ impl ErrorCode {
             ErrorCode::ShardUnavailable => "shard_unavailable",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::NoManifests => "no_manifests",
+            ErrorCode::UnknownTable => "unknown_table",
         }
     }
 
@@ -225,7 +229,7 @@ impl ErrorCode {
             | ErrorCode::InvalidJob => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::AdminDisabled => 403,
-            ErrorCode::NotFound | ErrorCode::NoManifests => 404,
+            ErrorCode::NotFound | ErrorCode::NoManifests | ErrorCode::UnknownTable => 404,
             ErrorCode::EpochNotNext => 409,
             // Well-formed, but not what this database takes: its publisher did not sign it.
             ErrorCode::UnsignedUpdate => 422,

@@ -232,10 +232,10 @@ use Presence::{AfterTraffic, Always, Cuda};
 /// Every metric pirq exports. Order is the order of `docs/metrics.md`.
 #[rustfmt::skip]
 pub const CATALOG: &[Metric] = &[
-    m(GATEWAY_HTTP_REQUESTS, Counter, Unit::Count, &["route", "method", "status"], Gateway, AfterTraffic,
-      "HTTP requests answered, by matched route template (never the raw path), method and status code."),
-    m(GATEWAY_HTTP_REQUEST_DURATION, Histogram, Unit::Seconds, &["route"], Gateway, AfterTraffic,
-      "Time from request to response head, by route template; for SSE and long-poll this includes the wait."),
+    m(GATEWAY_HTTP_REQUESTS, Counter, Unit::Count, &["route", "method", "status", "table"], Gateway, AfterTraffic,
+      "HTTP requests answered, by matched route template (never the raw path), method, status code and table (`default` on the routes without one; `-` where there is no table or a 404 may name none)."),
+    m(GATEWAY_HTTP_REQUEST_DURATION, Histogram, Unit::Seconds, &["route", "table"], Gateway, AfterTraffic,
+      "Time from request to response head, by route template and table; for SSE and long-poll this includes the wait."),
     m(GATEWAY_QUERIES_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,
       "Queries validated and queued (202), one job each: the jobs accepted."),
     m(GATEWAY_KEYS_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,

@@ -313,6 +313,33 @@ pub struct Info {
     pub shards: Vec<ShardInfo>,
 }
 
+/// `GET /v1/tables`: every table the party serves (issue 38), the table `default` first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tables {
+    pub tables: Vec<TableSummary>,
+}
+
+/// One table in `GET /v1/tables`: what `GET /v1/tables/{name}/info` says of it in full.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSummary {
+    /// The table's name; `default` is the one the routes without a table name mean.
+    pub name: String,
+    /// `pages` or `kv` (a key-value table, its layout in its info).
+    pub kind: String,
+    pub num_pages: u64,
+    pub page_size: u32,
+    /// The epochs answered exactly.
+    pub epoch: EpochRange,
+    /// Digest (SPEC §2.1) of the table at `epoch.newest`, once a worker applied that epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Digest>,
+    /// The table's signing block when it is signed (`docs/spec/signed.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing: Option<crate::signing::SigningInfo>,
+    /// Workers serving it with a live heartbeat.
+    pub workers: u32,
+}
+
 /// One shard of a sharded party in `GET /v1/info`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardInfo {

@@ -117,6 +117,12 @@ export interface PartyOptions {
   insecureHttp?: boolean;
   /** Deadline of a call made without one (`CallContext.deadline`/`signal`), in ms (default 60 000). */
   timeoutMs?: number;
+  /**
+   * The party's table to ask (issue 38: `GET /v1/tables` lists a party's tables): its routes are
+   * `/v1/tables/NAME/…`; absent or `"default"`, the routes without a table name. 1 to 64 of
+   * `[A-Za-z0-9_-]` (`invalid_argument` otherwise).
+   */
+  table?: string;
 }
 
 const LONG_POLL_SECONDS = 30;
@@ -184,6 +190,8 @@ export class Party {
   private readonly retries: number;
   private readonly fetchFn: typeof fetch;
   private readonly timeoutMs: number;
+  /** Where the table's routes are: `/v1`, or `/v1/tables/NAME`. */
+  private readonly api: string;
   /** A private field: not shown by `console.log(party)`, `JSON.stringify` or a debugger's summary. */
   readonly #authorization?: string;
 
@@ -194,6 +202,10 @@ export class Party {
   constructor(name: string, url: string, options: PartyOptions = {}) {
     this.name = name;
     this.url = partyBaseUrl(name, url, options.insecureHttp);
+    if (options.table !== undefined && !/^[A-Za-z0-9_-]{1,64}$/.test(options.table)) {
+      throw new PirqError("invalid_argument", "table must be 1..64 characters of [A-Za-z0-9_-]");
+    }
+    this.api = options.table === undefined || options.table === "default" ? "/v1" : `/v1/tables/${options.table}`;
     this.wait = options.wait ?? "inline";
     if (!["inline", "sse", "poll"].includes(this.wait)) throw new PirqError("invalid_argument", `wait must be "inline", "sse" or "poll"`);
     this.retries = options.retries ?? 4;
@@ -388,7 +400,7 @@ export class Party {
   async info(ctx: CallContext = {}): Promise<PartyInfo> {
     return this.bounded(ctx, async (ctx) => {
       const step: Step = { phase: "info", what: "GET /v1/info" };
-      const response = await this.send("/v1/info", { headers: { accept: "application/json" } }, ctx, step);
+      const response = await this.send(`${this.api}/info`, { headers: { accept: "application/json" } }, ctx, step);
       if (!response.ok) throw await this.errorFrom(response, ctx, step);
       const body = await this.json(response, INFO_LIMIT, ctx, step);
       if (
@@ -444,7 +456,7 @@ export class Party {
   async manifests(ctx: CallContext = {}): Promise<Manifest[]> {
     return this.bounded(ctx, async (ctx) => {
       const step: Step = { phase: "manifests", what: "GET /v1/manifests" };
-      const response = await this.send("/v1/manifests", { headers: { accept: "application/json" } }, ctx, step);
+      const response = await this.send(`${this.api}/manifests`, { headers: { accept: "application/json" } }, ctx, step);
       if (response.status === 404) {
         const e = await this.errorFrom(response, ctx, step);
         if (e.code === "no_manifests") return [];
@@ -496,7 +508,7 @@ export class Party {
     const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json", "idempotency-key": uuid4() };
     if (prefer !== undefined) headers.prefer = prefer;
     const step: Step = { phase: "submit", what: "POST /v1/queries" };
-    const response = await this.send("/v1/queries", { method: "POST", headers, body, bodyBytes }, ctx, step, true);
+    const response = await this.send(`${this.api}/queries`, { method: "POST", headers, body, bodyBytes }, ctx, step, true);
     if (response.status !== 200 && response.status !== 202) throw await this.errorFrom(response, ctx, step);
     // 202 carries only the id and status; 200 the final result, read in the phase "answer".
     const held = response.status === 200;
@@ -532,7 +544,7 @@ export class Party {
     const step: Step = { phase: "poll", what: "GET /v1/queries/{id}" };
     for (let early = 0; ; ) {
       const sent = performance.now();
-      const response = await this.send(`/v1/queries/${id}?wait=${LONG_POLL_SECONDS}`, { headers: { accept: "application/json" } }, ctx, step);
+      const response = await this.send(`${this.api}/queries/${id}?wait=${LONG_POLL_SECONDS}`, { headers: { accept: "application/json" } }, ctx, step);
       if (response.status === 202) {
         const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
         discard(response);
@@ -549,7 +561,7 @@ export class Party {
   /** SSE over a streamed fetch; `null` when the stream ends without a `result` event. */
   private async resultBySse(id: string, ctx: CallContext, limit: number): Promise<PartyAnswer | null> {
     const step: Step = { phase: "events", what: "GET /v1/queries/{id}/events" };
-    const response = await this.send(`/v1/queries/${id}/events`, { headers: { accept: "text/event-stream" } }, ctx, step);
+    const response = await this.send(`${this.api}/queries/${id}/events`, { headers: { accept: "text/event-stream" } }, ctx, step);
     if (!response.ok) throw await this.errorFrom(response, ctx, step);
     if (!response.body || !(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
       discard(response);

@@ -161,3 +161,17 @@ test("query with wait sse or poll sends no Prefer; submit alone never does", asy
   assert.equal(await scriptedParty("A", { fetch }).submit([new Uint8Array([1])], 4), ID);
   assert.equal(prefer, null);
 });
+
+test("a table's party asks the table's routes (issue 38); default is the routes without a name; a bad name is refused", async () => {
+  const { fetch, calls } = scripted([
+    () => stream([`event: result\ndata: ${DONE}\n\n`]),
+    () => stream([`event: result\ndata: ${DONE}\n\n`]),
+  ]);
+  const answer = await scriptedParty("A", { fetch, wait: "sse", table: "accounts" }).result(ID);
+  assert.deepEqual(Array.from(answer.pages[0]), [0, 1, 2]);
+  await scriptedParty("A", { fetch, wait: "sse", table: "default" }).result(ID);
+  assert.deepEqual(calls, [`GET /v1/tables/accounts/queries/${ID}/events`, `GET /v1/queries/${ID}/events`]);
+  for (const table of ["", "a.b", "a/b", "x".repeat(65)]) {
+    assert.throws(() => new Party("A", P, { table }), (e: unknown) => e instanceof PirqError && e.code === "invalid_argument", table);
+  }
+});

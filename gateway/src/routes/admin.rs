@@ -129,7 +129,7 @@ fn check_signed(
 
 /// 403 when the gateway has no admin token (an empty one counts as none), 401 unless
 /// `Authorization: Bearer <token>` matches (the scheme in any case, RFC 9110 §11.1).
-fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn authorize(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = expected.filter(|t| !t.is_empty()) else {
         return Err(ApiError::new(
             ErrorCode::AdminDisabled,

@@ -5,6 +5,7 @@ mod health;
 mod info;
 mod manifests;
 mod queries;
+mod tables;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -46,10 +47,17 @@ pub enum Route {
     Manifests,
     PushEpoch,
     Metrics,
+    Tables,
+    TableSubmitQuery,
+    TableQueryStatus,
+    TableQueryEvents,
+    TableInfo,
+    TableManifests,
+    TablePushEpoch,
 }
 
 impl Route {
-    pub const ALL: [Route; 9] = [
+    pub const ALL: [Route; 16] = [
         Route::Healthz,
         Route::Readyz,
         Route::SubmitQuery,
@@ -59,6 +67,13 @@ impl Route {
         Route::Manifests,
         Route::PushEpoch,
         Route::Metrics,
+        Route::Tables,
+        Route::TableSubmitQuery,
+        Route::TableQueryStatus,
+        Route::TableQueryEvents,
+        Route::TableInfo,
+        Route::TableManifests,
+        Route::TablePushEpoch,
     ];
 
     /// The path, in axum's (and OpenAPI's) `{param}` syntax.
@@ -73,12 +88,22 @@ impl Route {
             Route::Manifests => "/v1/manifests",
             Route::PushEpoch => "/v1/admin/epochs",
             Route::Metrics => "/metrics",
+            Route::Tables => "/v1/tables",
+            Route::TableSubmitQuery => "/v1/tables/{name}/queries",
+            Route::TableQueryStatus => "/v1/tables/{name}/queries/{id}",
+            Route::TableQueryEvents => "/v1/tables/{name}/queries/{id}/events",
+            Route::TableInfo => "/v1/tables/{name}/info",
+            Route::TableManifests => "/v1/tables/{name}/manifests",
+            Route::TablePushEpoch => "/v1/admin/tables/{name}/epochs",
         }
     }
 
     pub fn method(self) -> Method {
         match self {
-            Route::SubmitQuery | Route::PushEpoch => Method::POST,
+            Route::SubmitQuery
+            | Route::PushEpoch
+            | Route::TableSubmitQuery
+            | Route::TablePushEpoch => Method::POST,
             _ => Method::GET,
         }
     }
@@ -93,17 +118,28 @@ impl Route {
             | Route::QueryStatus
             | Route::QueryEvents
             | Route::Info
-            | Route::Manifests => routes != Routes::Admin,
-            Route::PushEpoch | Route::Metrics => routes != Routes::Public,
+            | Route::Manifests
+            | Route::Tables
+            | Route::TableSubmitQuery
+            | Route::TableQueryStatus
+            | Route::TableQueryEvents
+            | Route::TableInfo
+            | Route::TableManifests => routes != Routes::Admin,
+            Route::PushEpoch | Route::Metrics | Route::TablePushEpoch => routes != Routes::Public,
         }
     }
 
     /// Whether `--query-tokens` and the rate limits ([`crate::access`]) guard it: the query
-    /// routes, not `/v1/info` nor `/v1/manifests`.
+    /// routes (a table's too), not `/v1/info`, `/v1/manifests` nor `/v1/tables`.
     pub fn needs_query_access(self) -> bool {
         matches!(
             self,
-            Route::SubmitQuery | Route::QueryStatus | Route::QueryEvents
+            Route::SubmitQuery
+                | Route::QueryStatus
+                | Route::QueryEvents
+                | Route::TableSubmitQuery
+                | Route::TableQueryStatus
+                | Route::TableQueryEvents
         )
     }
 
@@ -120,6 +156,13 @@ impl Route {
             Route::Manifests => on(method, manifests::manifests),
             Route::PushEpoch => on(method, admin::push_epoch),
             Route::Metrics => on(method, health::metrics),
+            Route::Tables => on(method, tables::list),
+            Route::TableSubmitQuery => on(method, tables::submit),
+            Route::TableQueryStatus => on(method, tables::status),
+            Route::TableQueryEvents => on(method, tables::events),
+            Route::TableInfo => on(method, tables::info),
+            Route::TableManifests => on(method, tables::manifests),
+            Route::TablePushEpoch => on(method, tables::push_epoch),
         }
     }
 }

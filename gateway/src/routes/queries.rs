@@ -277,7 +277,8 @@ fn accepted(st: &AppState, id: &RequestId, format: Format, result: &QueryResult)
     let h = resp.headers_mut();
     h.insert(
         header::LOCATION,
-        HeaderValue::from_str(&format!("/v1/queries/{id}")).expect("hex is a valid header"),
+        HeaderValue::from_str(&format!("{}/queries/{id}", st.queries_base()))
+            .expect("hex and a table name are a valid header"),
     );
     if !final_ {
         h.insert(

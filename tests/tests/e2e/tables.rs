@@ -4,12 +4,16 @@
 
 use std::time::{Duration, Instant};
 
+use pirq_e2e::cli::pirq_ok;
 use pirq_e2e::{strings, Party, PartyOptions, TestDb};
 use pirq_queue::{QueryRecord, RequestId};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::Layout;
-use pirq_shared::wire::Job;
+use pirq_shared::update::{EpochUpdate, PageWrite};
+use pirq_shared::wire::{Job, QueryResult};
 use pirq_testkit::jobs;
+
+use crate::openapi::{send, Api, Reply};
 
 /// The default table and two named ones, of three page sizes and page counts.
 struct Tables {
@@ -132,5 +136,345 @@ async fn one_worker_serves_three_tables_each_under_its_own_keys() {
             let page = fetch_through_queue(&mut conn, &table, pages, index).await;
             assert_eq!(page, db.page(index), "{name} page {index}");
         }
+    }
+}
+
+const ADMIN_TOKEN: &str = "tables-admin-token";
+
+/// Two parties whose workers serve the three tables, gateways with an admin token.
+async fn two_parties(tables: &Tables, prefix: &str) -> (Party, Party) {
+    let options = PartyOptions {
+        worker_args: tables.worker_args(),
+        gateway_args: strings(&["--admin-token", ADMIN_TOKEN]),
+        ..PartyOptions::default()
+    };
+    let a = Party::start(
+        &tables.default.path,
+        &format!("{prefix}-a"),
+        options.clone(),
+    )
+    .await
+    .unwrap();
+    let b = Party::start(&tables.default.path, &format!("{prefix}-b"), options)
+        .await
+        .unwrap();
+    (a, b)
+}
+
+/// The path of `route` (`/queries`, `/info`, …) of table `name`: the routes without a table
+/// name for `None`.
+fn route(party: &Party, table: Option<&str>, route: &str) -> String {
+    match table {
+        Some(name) => format!("{}/v1/tables/{name}{route}", party.url),
+        None => format!("{}/v1{route}", party.url),
+    }
+}
+
+/// `POST …/queries` of one key with `Prefer: wait=10`: the final answer's one page, checked
+/// against the document.
+async fn ask(api: &Api, party: &Party, table: Option<&str>, key: Vec<u8>) -> (u64, Vec<u8>) {
+    let body = pirq_e2e::requests::one_key(key).to_json();
+    let r = send(
+        party
+            .http
+            .post(route(party, table, "/queries"))
+            .header("content-type", "application/json")
+            .header("prefer", "wait=10")
+            .body(body),
+    )
+    .await;
+    let template = match table {
+        Some(_) => "/v1/tables/{name}/queries",
+        None => "/v1/queries",
+    };
+    if table.is_some() {
+        api.check("post", template, &r);
+    }
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let result = QueryResult::from_json(&r.body).unwrap();
+    assert!(result.error.is_none(), "{:?}", result.error);
+    (result.epoch.unwrap(), result.pages[0].clone())
+}
+
+/// Page `index` of a `pages`-page table through both parties, with the epoch both answered.
+async fn lookup(
+    api: &Api,
+    (a, b): (&Party, &Party),
+    table: Option<&str>,
+    pages: u64,
+    index: u64,
+) -> (u64, Vec<u8>) {
+    let (k0, k1) = generate(
+        pirq_shared::dpf::domain_bits(pages),
+        index,
+        &mut rand::rng(),
+    )
+    .unwrap();
+    let (ea, pa) = ask(api, a, table, k0.to_bytes()).await;
+    let (eb, pb) = ask(api, b, table, k1.to_bytes()).await;
+    assert_eq!(ea, eb, "the parties answered different epochs");
+    (ea, pa.iter().zip(&pb).map(|(x, y)| x ^ y).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn both_parties_serve_every_table_on_its_routes_and_one_table_s_epoch_moves_alone() {
+    let tables = Tables::create();
+    let (a, b) = two_parties(&tables, "tables-http").await;
+    let api = Api::load();
+
+    // The party lists its tables, default first.
+    let r = send(a.http.get(format!("{}/v1/tables", a.url))).await;
+    api.check("get", "/v1/tables", &r);
+    let listed = r.json()["tables"].as_array().unwrap().clone();
+    let names: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "small", "wide"]);
+    for ((name, db), t) in tables.each().into_iter().zip(&listed) {
+        assert_eq!(t["page_size"], db.db.page_size(), "{name}");
+        assert_eq!(t["num_pages"], db.db.num_pages(), "{name}");
+        assert_eq!(t["kind"], "pages");
+        assert_eq!(t["workers"], 1);
+        assert!(t["digest"].is_string(), "{t}");
+    }
+
+    // Every table answers exactly through both parties; `default` on both of its routes.
+    for (name, db) in tables.each() {
+        let pages = db.db.num_pages();
+        for index in [0, pages / 2, pages - 1] {
+            let (_, page) = lookup(&api, (&a, &b), Some(name), pages, index).await;
+            assert_eq!(page, db.page(index), "{name} page {index}");
+        }
+        let r = send(a.http.get(route(&a, Some(name), "/info"))).await;
+        api.check("get", "/v1/tables/{name}/info", &r);
+        assert_eq!(r.json()["page_size"], db.db.page_size());
+    }
+    let (_, page) = lookup(&api, (&a, &b), None, 256, 7).await;
+    assert_eq!(page, tables.default.page(7));
+    // One party, whichever table: the same party id.
+    let party_of = |r: Reply| r.json()["party"].as_str().unwrap().to_string();
+    let plain = party_of(send(a.http.get(format!("{}/v1/info", a.url))).await);
+    let small = party_of(send(a.http.get(route(&a, Some("small"), "/info"))).await);
+    assert_eq!(plain, small);
+
+    // A polled query of a table: 202 with the table's Location, then its result there, and its
+    // event stream.
+    let (k0, _) = generate(pirq_shared::dpf::domain_bits(40), 3, &mut rand::rng()).unwrap();
+    let r = send(
+        a.http
+            .post(route(&a, Some("small"), "/queries"))
+            .header("content-type", "application/json")
+            .body(pirq_e2e::requests::one_key(k0.to_bytes()).to_json()),
+    )
+    .await;
+    api.check("post", "/v1/tables/{name}/queries", &r);
+    assert_eq!(r.status, 202);
+    let location = r.headers["location"].to_str().unwrap().to_string();
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(location, format!("/v1/tables/small/queries/{id}"));
+    let r = send(a.http.get(format!("{}{location}?wait=10", a.url))).await;
+    api.check("get", "/v1/tables/{name}/queries/{id}", &r);
+    assert_eq!((r.status, r.json()["status"].as_str()), (200, Some("done")));
+    let r = send(a.http.get(format!("{}{location}/events", a.url))).await;
+    api.check("get", "/v1/tables/{name}/queries/{id}/events", &r);
+    assert_eq!(r.status, 200);
+    // The query is the table's: the default table does not know it.
+    let r = send(a.http.get(format!("{}/v1/queries/{id}", a.url))).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+
+    // A table the party does not serve.
+    for (method, template, url) in [
+        (
+            "get",
+            "/v1/tables/{name}/info",
+            route(&a, Some("nope"), "/info"),
+        ),
+        (
+            "get",
+            "/v1/tables/{name}/manifests",
+            route(&a, Some("nope"), "/manifests"),
+        ),
+        (
+            "get",
+            "/v1/tables/{name}/queries/{id}",
+            route(&a, Some("nope"), &format!("/queries/{id}")),
+        ),
+    ] {
+        let r = send(a.http.get(&url)).await;
+        api.check(method, template, &r);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (404, "unknown_table"),
+            "{url}"
+        );
+    }
+    let r = send(
+        a.http
+            .post(route(&a, Some("no.such"), "/queries"))
+            .header("content-type", "application/json")
+            .body(pirq_e2e::requests::one_key(k0.to_bytes()).to_json()),
+    )
+    .await;
+    api.check("post", "/v1/tables/{name}/queries", &r);
+    assert_eq!((r.status, r.code().as_str()), (404, "unknown_table"));
+
+    // The next epoch of one table, pushed to both parties: that table answers it, the others
+    // stay where they were.
+    let new_page: Vec<u8> = (0..512).map(|i| (i * 7 + 1) as u8).collect();
+    let update = EpochUpdate {
+        epoch: 1,
+        pages: vec![PageWrite {
+            index: 5,
+            page: new_page.clone(),
+        }],
+    };
+    for party in [&a, &b] {
+        let r = send(
+            party
+                .http
+                .post(format!("{}/v1/admin/tables/small/epochs", party.url))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("content-type", "application/json")
+                .body(update.to_json()),
+        )
+        .await;
+        api.check("post", "/v1/admin/tables/{name}/epochs", &r);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let r = send(
+            party
+                .http
+                .post(format!("{}/v1/admin/tables/nope/epochs", party.url))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("content-type", "application/json")
+                .body(update.to_json()),
+        )
+        .await;
+        api.check("post", "/v1/admin/tables/{name}/epochs", &r);
+        assert_eq!((r.status, r.code().as_str()), (404, "unknown_table"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (epoch, page) = lookup(&api, (&a, &b), Some("small"), 40, 5).await;
+        if epoch == 1 {
+            assert_eq!(page, new_page);
+            break;
+        }
+        assert_eq!(page, tables.small.page(5), "epoch {epoch}");
+        assert!(Instant::now() < deadline, "epoch 1 never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = send(a.http.get(format!("{}/v1/tables", a.url))).await;
+    let newest: Vec<u64> = r.json()["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["epoch"]["newest"].as_u64().unwrap())
+        .collect();
+    assert_eq!(newest, [0, 1, 0], "default, small, wide");
+    let (epoch, page) = lookup(&api, (&a, &b), Some("wide"), 300, 5).await;
+    assert_eq!((epoch, page.as_slice()), (0, tables.wide.page(5)));
+
+    // The Rust client and the `pirq` tool name the table; the digest and epoch checks are the
+    // table's (small is at epoch 1, the others at 0).
+    let client = table_client(&a, &b, "small");
+    let got = client.fetch(&[5, 6]).await.unwrap();
+    assert_eq!(got.epoch, 1);
+    assert_eq!(got.pages, [new_page.clone(), tables.small.page(6).to_vec()]);
+    let got = table_client(&a, &b, "wide").fetch(&[299]).await.unwrap();
+    assert_eq!(
+        (got.epoch, got.pages[0].as_slice()),
+        (0, tables.wide.page(299))
+    );
+    let ran = pirq_ok(&[
+        "query",
+        "--party-a",
+        &a.url,
+        "--party-b",
+        &b.url,
+        "--table",
+        "wide",
+        "--index",
+        "12",
+        "--out",
+        "-",
+    ]);
+    assert_eq!(ran.stdout, tables.wide.page(12));
+    let refused = pirq_e2e::cli::pirq(&[
+        "query",
+        "--party-a",
+        &a.url,
+        "--party-b",
+        &b.url,
+        "--table",
+        "nope",
+        "--index",
+        "0",
+        "--out",
+        "-",
+    ]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("no table"), "{said}");
+}
+
+/// A client of the two parties' table `name`.
+fn table_client(a: &Party, b: &Party, name: &str) -> pirq_client::Client {
+    pirq_client::Client::builder()
+        .party_a(&a.url)
+        .party_b(&b.url)
+        .table(name)
+        .build()
+        .unwrap()
+}
+
+/// Issue 38's fairness, counted and verified (never timed): while clients keep the wide table
+/// busy, lone lookups on the small table are answered, exactly, with the load still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quiet_table_is_answered_while_another_is_under_load() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let tables = Tables::create();
+    let (a, b) = two_parties(&tables, "tables-fair").await;
+    let busy = Arc::new(table_client(&a, &b, "wide"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let wide = Arc::new(tables.wide.db.clone());
+    let mut load = tokio::task::JoinSet::new();
+    for client_no in 0..6u64 {
+        let (busy, stop, answered, wide) =
+            (busy.clone(), stop.clone(), answered.clone(), wide.clone());
+        load.spawn(async move {
+            let mut index = client_no;
+            while !stop.load(Ordering::Relaxed) {
+                let indices: Vec<u64> = (0..4).map(|k| (index + k * 71) % 300).collect();
+                let got = busy.fetch(&indices).await.unwrap();
+                for (i, page) in indices.iter().zip(&got.pages) {
+                    assert_eq!(page.as_slice(), wide.page(*i).unwrap(), "wide page {i}");
+                }
+                answered.fetch_add(1, Ordering::Relaxed);
+                index += 13;
+            }
+        });
+    }
+    // The load is running before the lone lookups start...
+    while answered.load(Ordering::Relaxed) < 6 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let quiet = table_client(&a, &b, "small");
+    for index in [1, 17, 39] {
+        let before = answered.load(Ordering::Relaxed);
+        let got = quiet.fetch(&[index]).await.unwrap();
+        assert_eq!(got.pages[0], tables.small.page(index), "small page {index}");
+        // ...and the busy table kept being answered meanwhile (neither table stopped the other).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while answered.load(Ordering::Relaxed) <= before {
+            assert!(
+                Instant::now() < deadline,
+                "the busy table stopped being answered"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = load.join_next().await {
+        done.expect("every load lookup answered exactly");
     }
 }

@@ -1,0 +1,91 @@
+//! The party's tables as a gateway learns them (issue 38): the table `default` is the state the
+//! gateway starts with; a named table is learnt from the workers' registration (`{P}:tables`,
+//! `docs/redis.md`, "Tables") the first time a request names it, and kept: its producer (the
+//! gateway's connection, the table's keys), its registration cache, and a status-channel
+//! listener feeding the gateway's one set of waiters.
+//!
+//! A request for a table the party does not list is 404 `unknown_table`, decided by one `SMEMBERS`
+//! (a name that is not a table name at all costs no Redis command); a known table costs no Redis
+//! command to find.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pirq_queue::RedisTarget;
+use pirq_shared::error::ErrorCode;
+use pirq_shared::layout::{check_table_name, DEFAULT_TABLE};
+
+use crate::dbinfo::DbCache;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The named tables this gateway has served so far.
+pub struct Tables {
+    target: RedisTarget,
+    known: Mutex<HashMap<String, AppState>>,
+}
+
+impl Tables {
+    pub fn new(target: RedisTarget) -> Tables {
+        Tables {
+            target,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// 404 `unknown_table`, naming the table and where the list is.
+pub fn unknown_table(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::UnknownTable,
+        format!("this party serves no table {name:?} (GET /v1/tables lists its tables)"),
+    )
+}
+
+impl AppState {
+    /// The state the handlers of table `name` run with: this one for `default`, else the
+    /// table's (its producer, its registration cache), learnt on first use.
+    pub async fn for_table(&self, name: &str) -> Result<AppState, ApiError> {
+        if name == DEFAULT_TABLE {
+            return Ok(self.clone());
+        }
+        check_table_name(name).map_err(|_| unknown_table(name))?;
+        if let Some(table) = self.tables.known.lock().unwrap().get(name) {
+            return Ok(table.clone());
+        }
+        if !self.store.table_names().await?.iter().any(|t| t == name) {
+            return Err(unknown_table(name));
+        }
+        let layout = self
+            .store
+            .layout()
+            .table(name)
+            .map_err(|_| unknown_table(name))?;
+        let mut known = self.tables.known.lock().unwrap();
+        // Two first requests at once: the first one in makes the table's state.
+        let table = known.entry(name.to_string()).or_insert_with(|| {
+            let store = self.store.for_table(layout.clone());
+            self.events
+                .listen_to_table(self.tables.target.clone(), layout);
+            tracing::info!(table = name, "serving a table of the party");
+            AppState {
+                db: Arc::new(DbCache::new(store.clone(), Duration::from_secs(1))),
+                store,
+                table: Arc::from(name),
+                ..self.clone()
+            }
+        });
+        Ok(table.clone())
+    }
+
+    /// Where this table's query routes are: `/v1` for `default`, `/v1/tables/NAME` for the
+    /// others (the `Location` of an accepted query).
+    pub fn queries_base(&self) -> String {
+        if &*self.table == DEFAULT_TABLE {
+            "/v1".to_string()
+        } else {
+            format!("/v1/tables/{}", self.table)
+        }
+    }
+}
