@@ -478,3 +478,114 @@ async fn a_quiet_table_is_answered_while_another_is_under_load() {
         done.expect("every load lookup answered exactly");
     }
 }
+
+/// A key-value table beside the page table `default`, from the same worker: `GET /v1/tables`
+/// says which is which, and `pirq get`, `pirq bench load` and the Rust client look keys up in it
+/// by its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_value_table_beside_a_page_table() {
+    let pages = TestDb::create(128, 256, rand::random()).unwrap();
+    let records = pages.dir().join("users.jsonl");
+    let lines: String = (1..=300)
+        .map(|i| format!("{{\"key\":\"user-{i:05}\",\"value\":\"profile of user {i}\"}}\n"))
+        .collect();
+    std::fs::write(&records, lines).unwrap();
+    let users = pages.dir().join("users.pirdb");
+    let (records_arg, users_arg) = (records.display().to_string(), users.display().to_string());
+    pirq_ok(&[
+        "kv",
+        "build",
+        "--records",
+        &records_arg,
+        "--max-value-size",
+        "64",
+        "--seed",
+        "3",
+        "--out",
+        &users_arg,
+    ]);
+    let options = PartyOptions {
+        worker_args: strings(&["--table", &format!("users={users_arg}")]),
+        ..PartyOptions::default()
+    };
+    let a = Party::start(&pages.path, "tables-kv-a", options.clone())
+        .await
+        .unwrap();
+    let b = Party::start(&pages.path, "tables-kv-b", options)
+        .await
+        .unwrap();
+
+    let r = send(a.http.get(format!("{}/v1/tables", a.url))).await;
+    Api::load().check("get", "/v1/tables", &r);
+    let kinds: Vec<(String, String)> = r.json()["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().into(),
+                t["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("default".into(), "pages".into()),
+            ("users".into(), "kv".into())
+        ]
+    );
+
+    let got = pirq_ok(&[
+        "get",
+        "--party-a",
+        &a.url,
+        "--party-b",
+        &b.url,
+        "--table",
+        "users",
+        "--key",
+        "user-00042",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "profile of user 42"
+    );
+    let client = table_client(&a, &b, "users");
+    let value = client.get(b"user-00007").await.unwrap();
+    assert_eq!(value.as_deref(), Some(&b"profile of user 7"[..]));
+    assert_eq!(client.get(b"nobody").await.unwrap(), None);
+    // The page table is still the routes without a name.
+    let got = pirq_client::Client::new(&a.url, &b.url)
+        .unwrap()
+        .fetch(&[5])
+        .await
+        .unwrap();
+    assert_eq!(got.pages[0], pages.page(5));
+    let report = pages.dir().join("load.json").display().to_string();
+    pirq_ok(&[
+        "bench",
+        "load",
+        "--party-a",
+        &a.url,
+        "--party-b",
+        &b.url,
+        "--table",
+        "users",
+        "--kv-records",
+        &records_arg,
+        "--concurrency",
+        "2",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+        "--quiet",
+        "--json",
+        &report,
+    ]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+}
