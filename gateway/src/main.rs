@@ -4,13 +4,6 @@
 use clap::Parser;
 use pirq_gateway::Config;
 
-/// mimalloc, not the system allocator: a gateway turns over a request body, a job, an event
-/// frame and an answer per query on many threads, and glibc's malloc spent about a quarter of
-/// the gateway's CPU under load (`_int_malloc`, `unlink_chunk`, `malloc_consolidate`; perf on
-/// the 2-core VM, docs/bench/host-path.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Errors end the process with one line (`error: <what>: <why>`), never a backtrace: operators
 /// read these, and release builds have no symbols to show anyway.
 fn main() -> std::process::ExitCode {
