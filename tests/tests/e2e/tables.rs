@@ -115,12 +115,21 @@ async fn one_worker_serves_three_tables_each_under_its_own_keys() {
     let mut conn = party.redis().await.unwrap();
     let layout = party.layout();
     // The party lists its named tables; each registered its own database under its own keys.
-    let mut listed: Vec<String> = redis::cmd("SMEMBERS")
-        .arg(layout.tables())
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    listed.sort();
+    // The party is ready once the default table is; the named ones register beside it, each
+    // from its own start-up, so they are waited for (within a bound).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let listed = loop {
+        let mut listed: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(layout.tables())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        listed.sort();
+        if listed == ["small", "wide"] || Instant::now() >= deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(listed, ["small", "wide"]);
     for (name, db) in tables.each() {
         let table = layout.table(name).unwrap();
