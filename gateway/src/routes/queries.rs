@@ -183,13 +183,7 @@ pub async fn submit(
         // Not in time: the client polls from now on, and finds the query `queued` until its
         // record is final (`SET … NX`: never over a final record a worker wrote meanwhile).
         let queued = pirq_queue::record::queued(job.keys.len(), job.accepted_ms, idem);
-        if let Err(e) = st
-            .store
-            .keep_pending(&id, &queued, st.config.pending_ttl)
-            .await
-        {
-            tracing::debug!(error = %e, "recording a held query as queued failed");
-        }
+        record_pending(&st, &id, &queued).await?;
     }
     Ok(accepted(
         &st,
@@ -197,6 +191,36 @@ pub async fn submit(
         format,
         &QueryResult::pending(id.as_str(), QueryStatus::Queued),
     ))
+}
+
+/// How long a held query whose answer did not come in time is retried to be recorded `queued`
+/// before the request is answered 503 instead of 202.
+const RECORD_PENDING_FOR: Duration = Duration::from_secs(5);
+
+/// Records a held query `queued` (`SET … NX`) before the 202 that sends its client polling: a
+/// held request has no record until its final one, and a poll that found none would be told
+/// 404 for a query that is still running (the soak saw it when Redis restarted while the
+/// gateway held the request and the worker's write waited for Redis). Retried with back-off
+/// for [`RECORD_PENDING_FOR`]; if Redis stays away the client gets 503 and retries the request
+/// (with its `Idempotency-Key` it is answered, not run again while known).
+async fn record_pending(st: &AppState, id: &RequestId, queued: &[u8]) -> Result<(), ApiError> {
+    let give_up = Instant::now() + RECORD_PENDING_FOR;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match st
+            .store
+            .keep_pending(id, queued, st.config.pending_ttl)
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() + pause >= give_up => return Err(e.into()),
+            Err(e) => {
+                tracing::debug!(error = %e, "recording a held query as queued failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
 }
 
 /// `Prefer: wait=S` (RFC 7240 §4.3), capped at [`MAX_WAIT_SECS`]: the client would rather wait
