@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -79,7 +79,7 @@ pub async fn submit(
     // held, the job says until when, and no `queued` record is written (the answer comes in
     // the completion event). Subscribed before the job is on the stream, so its answer cannot
     // be announced unheard.
-    let accepted_ms = now_ms();
+    let accepted_ms = pirq_shared::clock::unix_ms();
     let inline = prefer_wait(&headers).and_then(|wait| {
         let slot = st.waiters.enter().ok()?;
         Some(Held {
@@ -205,7 +205,8 @@ const RECORD_PENDING_FOR: Duration = Duration::from_secs(5);
 /// (with its `Idempotency-Key` it is answered, not run again while known).
 async fn record_pending(st: &AppState, id: &RequestId, queued: &[u8]) -> Result<(), ApiError> {
     let give_up = Instant::now() + RECORD_PENDING_FOR;
-    let mut pause = Duration::from_millis(50);
+    let mut backoff =
+        pirq_party::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     loop {
         match st
             .store
@@ -213,11 +214,13 @@ async fn record_pending(st: &AppState, id: &RequestId, queued: &[u8]) -> Result<
             .await
         {
             Ok(()) => return Ok(()),
-            Err(e) if Instant::now() + pause >= give_up => return Err(e.into()),
             Err(e) => {
+                let pause = backoff.next_delay();
+                if Instant::now() + pause >= give_up {
+                    return Err(e.into());
+                }
                 tracing::debug!(error = %e, "recording a held query as queued failed; retrying");
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
             }
         }
     }
@@ -457,13 +460,6 @@ pub(crate) fn no_database() -> ApiError {
         "no worker has registered a database for this party yet",
     )
     .retry_after(1)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// The request id of the path: 400 `invalid_id` (without a Redis round trip, and without
