@@ -75,7 +75,9 @@ pub enum Appended {
 #[derive(Clone)]
 pub struct Producer {
     conn: Conn,
-    layout: Layout,
+    /// Shared, not owned: a producer is cloned for every request (the gateway's state), and a
+    /// layout holds the party's key names as strings.
+    layout: Arc<Layout>,
     timeout: Duration,
     /// The partition the next request without an `Idempotency-Key` goes to (round robin).
     next_partition: Arc<AtomicU32>,
@@ -119,7 +121,7 @@ impl Producer {
         let submitters = (0..layout.partitions()).map(|_| OnceLock::new()).collect();
         Ok(Producer {
             conn,
-            layout,
+            layout: Arc::new(layout),
             timeout,
             next_partition: Arc::new(AtomicU32::new(rand::random::<u32>())),
             submitters: Arc::new(submitters),
@@ -569,7 +571,7 @@ impl Producer {
         let submitters = (0..layout.partitions()).map(|_| OnceLock::new()).collect();
         Producer {
             conn: self.conn.clone(),
-            layout,
+            layout: Arc::new(layout),
             timeout: self.timeout,
             next_partition: Arc::new(AtomicU32::new(rand::random::<u32>())),
             submitters: Arc::new(submitters),
