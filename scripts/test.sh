@@ -7,7 +7,8 @@
 #      and the ops checks (docker-compose schema, Dockerfile lint, dashboard vs metrics catalog)
 #   2. unit, property and end-to-end tests (real redis-server, gateway and worker processes)
 #   3. the TypeScript client (clients/ts): the spec's vectors, then Node and headless Chromium
-#      against real parties (needs Node >= 20, npm and chromium: install-deps.sh gets them)
+#      against real parties (needs Node >= 20, npm and chromium: install-deps.sh gets them);
+#      then ethers v6 reading Ethereum state through `pirq eth serve` (tests/eth, seconds)
 #   4. a 2-minute soak: two parties under load through worker kills, a Redis restart and epoch
 #      pushes, every answer verified (ops/soak.sh; the 30-minute run is docs/bench/soak.md)
 #   5. a bounded fuzz run of the key and .pirdb header parsers
@@ -52,7 +53,8 @@ PIRQ_REQUIRE_PROMTOOL=1 scripts/check-ops.sh
 echo "== tests"
 log=$(mktemp)
 ts_log=$(mktemp)
-trap 'rm -f "$log" "$ts_log"' EXIT
+eth_log=$(mktemp)
+trap 'rm -f "$log" "$ts_log" "$eth_log"' EXIT
 cargo test --workspace --release --locked 2>&1 | tee "$log"
 passed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
 failed=$(grep -o '^test result: .*' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
@@ -72,6 +74,11 @@ cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cl
 (cd clients/ts && npm ci --no-audit --no-fund --loglevel=error && npm test) 2>&1 | tee "$ts_log"
 passed=$((passed + $(grep -o '^# pass [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
 failed=$((failed + $(grep -o '^# fail [0-9]*' "$ts_log" | awk '{s += $3} END {print s + 0}')))
+
+echo "== ethers v6 through pirq eth serve in front of two real parties (tests/eth)"
+(cd tests/eth && npm ci --no-audit --no-fund --loglevel=error && npm test) 2>&1 | tee "$eth_log"
+passed=$((passed + $(grep -o '^# pass [0-9]*' "$eth_log" | awk '{s += $3} END {print s + 0}')))
+failed=$((failed + $(grep -o '^# fail [0-9]*' "$eth_log" | awk '{s += $3} END {print s + 0}')))
 
 echo "== soak, 2 minutes: worker kills, a Redis restart, epoch pushes, every answer verified"
 if ops/soak.sh 2; then passed=$((passed + 1)); else failed=$((failed + 1)); fi

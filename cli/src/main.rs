@@ -8,6 +8,7 @@ mod bench;
 mod db;
 mod diff;
 mod epoch;
+mod eth;
 mod get;
 mod interrupt;
 mod keys;
@@ -57,6 +58,10 @@ enum Command {
     /// Key-value databases: build one from records, generate records, update by key.
     #[command(subcommand)]
     Kv(kv::KvCommand),
+    /// Ethereum state as tables, and a wallet's JSON-RPC endpoint answered privately from two
+    /// parties (docs/eth.md): import a geth dump, follow blocks, serve.
+    #[command(subcommand)]
+    Eth(eth::EthCommand),
     /// Look keys up privately in a kv database served by two parties (values printed as the
     /// table records them: text, JSON or hex; exit 0 all found, 1 any absent, 2 error).
     Get(get::GetArgs),
@@ -109,6 +114,7 @@ fn run() -> anyhow::Result<()> {
         Command::Combine(args) => answer::combine(args),
         Command::Query(args) => query::run(args),
         Command::Kv(cmd) => kv::run(cmd),
+        Command::Eth(cmd) => eth::run(cmd),
         Command::Get(args) => get::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Completions { shell } => {
@@ -129,6 +135,7 @@ fn writes_files(command: &Command) -> bool {
         Command::Db(db::DbCommand::Info { .. } | db::DbCommand::Verify(_)) => false,
         Command::Kv(kv::KvCommand::Get(_) | kv::KvCommand::Stats(_)) => false,
         Command::Db(_) | Command::Kv(_) | Command::Epoch(EpochCommand::Make(_)) => true,
+        Command::Eth(cmd) => eth::writes_files(cmd),
         _ => false,
     }
 }

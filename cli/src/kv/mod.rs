@@ -8,6 +8,8 @@ mod inspect;
 pub mod records;
 pub mod update;
 
+pub use build::default_load;
+
 use clap::Subcommand;
 use sha2::{Digest, Sha256};
 

@@ -18,6 +18,7 @@ mod cluster_failover;
 mod cors;
 mod epochs;
 mod errors;
+mod eth;
 mod faults;
 mod flood;
 mod fuzz_http;

@@ -1,0 +1,596 @@
+//! Reading `geth dump --iterative` output as a stream: one JSON object a line, an optional first
+//! line `{"root": "…"}` (the state root), then one account a line:
+//!
+//! ```text
+//! {"balance":"1000","nonce":3,"root":"0x56e8…","codeHash":"0xc5d2…","code":"0x6080…",
+//!  "storage":{"0x00…01":"2a"},"address":"0x7e5f…","key":"0x…"}
+//! ```
+//!
+//! `balance` is decimal, hex fields come with or without `0x`, storage values without their
+//! leading zero bytes (as geth prints them); `code` and `storage` are left out when empty;
+//! unknown fields (geth's `key`, the hashed address) are ignored. The dump is the publisher's
+//! trusted input: its roots are carried, not recomputed; only what is cheap to check is
+//! (a code hash is keccak256 of the code).
+//!
+//! Memory stays bounded whatever the dump: objects are parsed from the stream without holding a
+//! line, and an account's storage, which geth prints before the address it belongs to, is held
+//! until the address comes: in memory up to [`SLOTS_IN_MEMORY`] slots, then in a temporary
+//! file beside the output (a contract may have tens of millions of slots).
+//!
+//! Every error names the dump's line.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+
+use super::tables::{
+    self, keccak256, parse_decimal_u256, parse_fixed, parse_word, Account, EMPTY_CODE_HASH,
+    EMPTY_ROOT,
+};
+
+/// Storage slots of one account held in memory before they go to a temporary file (64 bytes
+/// each: 64 MiB).
+pub const SLOTS_IN_MEMORY: usize = 1 << 20;
+
+/// One thing a dump says, handed to the reader's sink in order: an account, then its storage.
+pub enum Item<'a> {
+    Account {
+        address: [u8; 20],
+        account: Account,
+        /// The code, when the account has some.
+        code: Option<&'a [u8]>,
+    },
+    /// A non-zero storage value (zero values are absent from the state, as from a node).
+    Slot {
+        address: [u8; 20],
+        slot: [u8; 32],
+        value: [u8; 32],
+    },
+}
+
+/// What a whole dump held.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Summary {
+    /// The header line's state root, when the dump has one.
+    pub root: Option<[u8; 32]>,
+    pub accounts: u64,
+    pub slots: u64,
+    pub lines: u64,
+}
+
+/// Reads the dump from `input`, handing each account and slot to `sink` (which may refuse one:
+/// its message is reported with the line). `spill_dir` holds the temporary file of a huge
+/// account's storage, if one is needed.
+pub fn read(
+    input: Box<dyn BufRead + Send>,
+    max_code_size: usize,
+    spill_dir: &Path,
+    sink: &mut dyn FnMut(Item) -> Result<(), String>,
+) -> anyhow::Result<Summary> {
+    let mut reader = Lines {
+        inner: input,
+        newlines: 0,
+    };
+    let mut ctx = Ctx {
+        sink,
+        max_code_size,
+        held: Held::new(spill_dir),
+        summary: Summary::default(),
+        first: true,
+    };
+    loop {
+        if !reader.skip_whitespace()? {
+            break;
+        }
+        let start_line = reader.newlines + 1;
+        let mut de = serde_json::Deserializer::from_reader(&mut reader);
+        let result = LineSeed { ctx: &mut ctx }.deserialize(&mut de);
+        if let Err(e) = result {
+            return Err(line_error(&e, start_line));
+        }
+        ctx.first = false;
+    }
+    ctx.summary.lines = reader.newlines;
+    Ok(ctx.summary)
+}
+
+/// `line N: why`, from a serde_json error in the object that starts on `start_line`. The line
+/// is the object's own (one account a line), even where the parser noticed the fault on a later
+/// line (an object left open runs into the next).
+fn line_error(e: &serde_json::Error, start_line: u64) -> anyhow::Error {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let why = full.strip_suffix(&suffix).unwrap_or(&full);
+    let why = if e.is_eof() {
+        "the line ends inside a JSON object (a truncated dump?)"
+    } else {
+        why
+    };
+    anyhow::anyhow!("line {start_line}: {why}")
+}
+
+/// The input, counting the newlines taken from it (for errors and the summary).
+struct Lines {
+    inner: Box<dyn BufRead + Send>,
+    newlines: u64,
+}
+
+impl Lines {
+    /// Skips whitespace before the next object; false at the end of the input.
+    fn skip_whitespace(&mut self) -> io::Result<bool> {
+        loop {
+            let buf = self.inner.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(false);
+            }
+            let ws = buf
+                .iter()
+                .take_while(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+                .count();
+            self.newlines += buf[..ws].iter().filter(|&&b| b == b'\n').count() as u64;
+            let more = ws < buf.len();
+            self.inner.consume(ws);
+            if more {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+impl Read for Lines {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(out)?;
+        self.newlines += out[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        Ok(n)
+    }
+}
+
+struct Ctx<'s> {
+    sink: &'s mut dyn FnMut(Item) -> Result<(), String>,
+    max_code_size: usize,
+    held: Held,
+    summary: Summary,
+    first: bool,
+}
+
+/// One line's object.
+struct LineSeed<'c, 's> {
+    ctx: &'c mut Ctx<'s>,
+}
+
+impl<'de> DeserializeSeed<'de> for LineSeed<'_, '_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+/// The fields of an account line as they come.
+#[derive(Default)]
+struct Fields {
+    balance: Option<String>,
+    nonce: Option<u64>,
+    root: Option<String>,
+    code_hash: Option<String>,
+    code: Option<String>,
+    address: Option<[u8; 20]>,
+    /// Whether a `storage` object was there (possibly empty).
+    storage: bool,
+    others: bool,
+}
+
+impl<'de> Visitor<'de> for LineSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object: an account of geth's dump (or a first line with root only)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        let mut f = Fields::default();
+        ctx.held.clear().map_err(de::Error::custom)?;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "balance" => f.balance = Some(map.next_value()?),
+                "nonce" => f.nonce = Some(map.next_value()?),
+                "root" => f.root = Some(map.next_value()?),
+                "codeHash" => f.code_hash = Some(map.next_value()?),
+                "code" => f.code = Some(map.next_value()?),
+                "address" => {
+                    let text: String = map.next_value()?;
+                    f.address =
+                        Some(parse_fixed::<20>(&text, "address").map_err(de::Error::custom)?);
+                }
+                "storage" => {
+                    f.storage = true;
+                    map.next_value_seed(StorageSeed {
+                        ctx: &mut *ctx,
+                        address: f.address,
+                    })?;
+                }
+                _ => {
+                    f.others = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        account(ctx, f).map_err(de::Error::custom)
+    }
+}
+
+/// Checks an account line's fields and hands the account, then its storage, to the sink; or
+/// takes a first line's state root.
+fn account(ctx: &mut Ctx, f: Fields) -> Result<(), String> {
+    let header_only = f.root.is_some()
+        && f.balance.is_none()
+        && f.nonce.is_none()
+        && f.code_hash.is_none()
+        && f.code.is_none()
+        && f.address.is_none()
+        && !f.storage
+        && !f.others;
+    if header_only {
+        if !ctx.first {
+            return Err(
+                "a line with only \"root\" is the dump's header: it may only be the first line"
+                    .into(),
+            );
+        }
+        let root = f.root.as_deref().unwrap_or_default();
+        ctx.summary.root = Some(parse_fixed::<32>(root, "root")?);
+        return Ok(());
+    }
+    let missing = |name: &str| format!("the account has no {name:?}");
+    let Some(address) = f.address else {
+        return Err(
+            "the account has no \"address\" (geth prints only the hashed key when it lacks \
+             the address's preimage: dump from a node that keeps preimages)"
+                .into(),
+        );
+    };
+    let balance = parse_decimal_u256(f.balance.as_deref().ok_or_else(|| missing("balance"))?)
+        .map_err(|e| format!("balance: {e}"))?;
+    let nonce = f.nonce.ok_or_else(|| missing("nonce"))?;
+    let storage_root =
+        parse_fixed::<32>(f.root.as_deref().ok_or_else(|| missing("root"))?, "root")?;
+    let code_hash = parse_fixed::<32>(
+        f.code_hash.as_deref().ok_or_else(|| missing("codeHash"))?,
+        "codeHash",
+    )?;
+    let code = match &f.code {
+        Some(text) => tables::parse_hex(text).map_err(|e| format!("code: {e}"))?,
+        None => Vec::new(),
+    };
+    if code.len() > ctx.max_code_size {
+        return Err(format!(
+            "the code is {} bytes, more than the largest the code table holds ({}; \
+             --max-code-size)",
+            code.len(),
+            ctx.max_code_size
+        ));
+    }
+    if code.is_empty() && code_hash != EMPTY_CODE_HASH {
+        return Err(
+            "the account's codeHash is not the empty code's, but the line has no \"code\" \
+             (dump with code: geth dump without --nocode)"
+                .into(),
+        );
+    }
+    if !code.is_empty() && keccak256(&code) != code_hash {
+        return Err("codeHash is not keccak256 of the code".into());
+    }
+    if !f.storage && storage_root != EMPTY_ROOT {
+        return Err(
+            "the account has storage (its root is not the empty trie's) but the line has no \
+             \"storage\" (dump with storage: geth dump without --nostorage)"
+                .into(),
+        );
+    }
+    let account = Account {
+        balance,
+        nonce,
+        code_hash,
+        storage_root,
+    };
+    (ctx.sink)(Item::Account {
+        address,
+        account,
+        code: (!code.is_empty()).then_some(&code[..]),
+    })?;
+    ctx.summary.accounts += 1;
+    // Storage printed before the address waited for it.
+    let sink = &mut *ctx.sink;
+    let slots = ctx.held.drain(&mut |slot, value| {
+        sink(Item::Slot {
+            address,
+            slot,
+            value,
+        })
+    })?;
+    ctx.summary.slots += slots;
+    Ok(())
+}
+
+/// An account's `storage` object: each non-zero value to the sink now when the address is
+/// known, else held.
+struct StorageSeed<'c, 's> {
+    ctx: &'c mut Ctx<'s>,
+    address: Option<[u8; 20]>,
+}
+
+impl<'de> DeserializeSeed<'de> for StorageSeed<'_, '_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StorageSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object of storage slots and values (hex strings)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some((slot, value)) = map.next_entry::<String, String>()? {
+            let slot =
+                parse_word(&slot).map_err(|e| de::Error::custom(format!("storage slot: {e}")))?;
+            let value =
+                parse_word(&value).map_err(|e| de::Error::custom(format!("storage value: {e}")))?;
+            if value == [0; 32] {
+                continue;
+            }
+            match self.address {
+                Some(address) => {
+                    (self.ctx.sink)(Item::Slot {
+                        address,
+                        slot,
+                        value,
+                    })
+                    .map_err(de::Error::custom)?;
+                    self.ctx.summary.slots += 1;
+                }
+                None => self.ctx.held.push(slot, value).map_err(de::Error::custom)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Slots waiting for their account's address: in memory, then in a temporary file.
+struct Held {
+    memory: Vec<([u8; 32], [u8; 32])>,
+    dir: PathBuf,
+    file: Option<(BufWriter<File>, pirq_db::tempfiles::Registration, PathBuf)>,
+    in_file: u64,
+}
+
+impl Held {
+    fn new(dir: &Path) -> Held {
+        Held {
+            memory: Vec::new(),
+            dir: dir.to_path_buf(),
+            file: None,
+            in_file: 0,
+        }
+    }
+
+    fn push(&mut self, slot: [u8; 32], value: [u8; 32]) -> Result<(), String> {
+        if self.memory.len() < SLOTS_IN_MEMORY {
+            self.memory.push((slot, value));
+            return Ok(());
+        }
+        if self.file.is_none() {
+            let path = self
+                .dir
+                .join(format!(".pirq-eth-storage-{}.tmp", std::process::id()));
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| format!("creating {}: {e}", path.display()))?;
+            let registration = pirq_db::tempfiles::register(&path);
+            self.file = Some((BufWriter::new(file), registration, path));
+        }
+        let (w, _, path) = self.file.as_mut().expect("opened above");
+        w.write_all(&slot)
+            .and_then(|()| w.write_all(&value))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        self.in_file += 1;
+        Ok(())
+    }
+
+    /// Hands every held slot to `each`, memory first, then the file's; returns how many.
+    fn drain(
+        &mut self,
+        each: &mut dyn FnMut([u8; 32], [u8; 32]) -> Result<(), String>,
+    ) -> Result<u64, String> {
+        let mut n = 0;
+        for (slot, value) in self.memory.drain(..) {
+            each(slot, value)?;
+            n += 1;
+        }
+        if let Some((w, _, path)) = self.file.as_mut() {
+            let io = |e: io::Error| format!("reading back {}: {e}", path.display());
+            w.flush().map_err(io)?;
+            let file = w.get_mut();
+            file.rewind().map_err(io)?;
+            let mut r = BufReader::new(&mut *file);
+            let mut record = [0u8; 64];
+            for _ in 0..self.in_file {
+                r.read_exact(&mut record).map_err(io)?;
+                let slot = record[..32].try_into().expect("32 bytes");
+                let value = record[32..].try_into().expect("32 bytes");
+                each(slot, value)?;
+                n += 1;
+            }
+        }
+        self.clear()?;
+        Ok(n)
+    }
+
+    /// Forgets what is held (a new account begins).
+    fn clear(&mut self) -> Result<(), String> {
+        self.memory.clear();
+        if let Some((w, _, path)) = self.file.as_mut() {
+            let io = |e: io::Error| format!("{}: {e}", path.display());
+            w.flush().map_err(io)?;
+            w.get_mut().rewind().map_err(io)?;
+            w.get_mut().set_len(0).map_err(io)?;
+        }
+        self.in_file = 0;
+        Ok(())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some((_, _, path)) = self.file.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_text(text: &str) -> Result<(Summary, Vec<String>), String> {
+        let mut seen = Vec::new();
+        let dir = std::env::temp_dir();
+        let summary = read(
+            Box::new(io::Cursor::new(text.as_bytes().to_vec())),
+            24_576,
+            &dir,
+            &mut |item| {
+                seen.push(match item {
+                    Item::Account {
+                        address,
+                        account,
+                        code,
+                    } => format!(
+                        "account {} nonce {} balance {} code {}",
+                        hex::encode(address),
+                        account.nonce,
+                        tables::quantity(&account.balance),
+                        code.map(hex::encode).unwrap_or_default()
+                    ),
+                    Item::Slot {
+                        address,
+                        slot,
+                        value,
+                    } => format!(
+                        "slot {} {} = {}",
+                        hex::encode(address),
+                        tables::quantity(&slot),
+                        tables::quantity(&value)
+                    ),
+                });
+                Ok(())
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        Ok((summary, seen))
+    }
+
+    const EOA: &str = r#"{"balance":"10","nonce":1,"root":"0x56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421","codeHash":"0xc5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470","address":"0x00000000000000000000000000000000000000aa","key":"0x1234"}"#;
+
+    fn contract() -> String {
+        // Storage before the address, values without leading zeros, no 0x: as geth prints.
+        let code = [0x60u8, 0x00, 0x60, 0x00, 0xf3];
+        format!(
+            r#"{{"balance":"0","nonce":1,"root":"{}","codeHash":"{}","code":"0x{}","storage":{{"0x0000000000000000000000000000000000000000000000000000000000000001":"2a","0000000000000000000000000000000000000000000000000000000000000002":"00"}},"address":"00000000000000000000000000000000000000bb"}}"#,
+            hex::encode([1u8; 32]),
+            hex::encode(keccak256(&code)),
+            hex::encode(code)
+        )
+    }
+
+    #[test]
+    fn a_header_accounts_and_storage_stream_in_order() {
+        let header = format!(r#"{{"root":"0x{}"}}"#, hex::encode([3u8; 32]));
+        let text = format!("{header}\n{EOA}\n\n{}\n", contract());
+        let (summary, seen) = read_text(&text).unwrap();
+        assert_eq!(summary.root, Some([3; 32]));
+        assert_eq!((summary.accounts, summary.slots), (2, 1));
+        assert_eq!(seen.len(), 3);
+        assert!(seen[0]
+            .starts_with("account 00000000000000000000000000000000000000aa nonce 1 balance 0xa"));
+        assert_eq!(
+            seen[2],
+            "slot 00000000000000000000000000000000000000bb 0x1 = 0x2a"
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_named_by_their_line() {
+        let cases = [
+            (format!("{EOA}\n{{\"balance\":"), "line 2:"),
+            (format!("{EOA}\nnot json"), "line 2:"),
+            (
+                format!("{EOA}\n{}", EOA.replace("\"10\"", "\"ten\"")),
+                "line 2: balance",
+            ),
+            (
+                format!(
+                    "{EOA}\n\n{}",
+                    EOA.replace(
+                        ",\"address\":\"0x00000000000000000000000000000000000000aa\"",
+                        ""
+                    )
+                ),
+                "line 3: the account has no \"address\"",
+            ),
+            (
+                format!("{EOA}\n{{\"root\":\"0x00\"}}"),
+                "line 2: a line with only \"root\"",
+            ),
+            (
+                EOA.replace("0xc5d2", "0xc5d3"),
+                "line 1: the account's codeHash",
+            ),
+            (
+                contract().replace("\"code\":\"0x", "\"code\":\"0x00"),
+                "line 1: codeHash is not keccak256",
+            ),
+            (
+                contract().replace("\"2a\"", "\"xyz\""),
+                "line 1: storage value",
+            ),
+            (EOA.replace("\"nonce\":1", "\"nonce\":-1"), "line 1:"),
+        ];
+        for (text, want) in cases {
+            let e = read_text(&text).unwrap_err();
+            assert!(e.starts_with(want), "{text}\n=> {e}\nwanted {want}");
+        }
+    }
+
+    #[test]
+    fn held_storage_spills_to_a_file_and_comes_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut held = Held::new(dir.path());
+        let n = SLOTS_IN_MEMORY + 3;
+        for i in 0..n {
+            let mut slot = [0u8; 32];
+            slot[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            held.push(slot, [1; 32]).unwrap();
+        }
+        let mut count = 0u64;
+        let mut last = 0u64;
+        held.drain(&mut |slot, _| {
+            last = u64::from_be_bytes(slot[..8].try_into().unwrap());
+            count += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((count, last), (n as u64, n as u64 - 1));
+        drop(held);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

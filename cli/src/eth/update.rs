@@ -1,0 +1,339 @@
+//! `pirq eth import --base DIR --update-out UDIR`: the block update of every table, from the
+//! new block's whole dump and the tables as served now.
+//!
+//! Three steps, memory bounded by the change rather than the state: (1) the dump is streamed
+//! and each of its records looked up in the base tables (read-only): found and equal, the
+//! record's slot is marked seen (one bit a slot); found and different, a change; not found, an
+//! insert. (2) Occupied slots never marked are the deletes. (3) Deletes, changes and inserts
+//! are applied to a private copy-on-write mapping of each table with the builder's placement,
+//! and the pages that differ become that table's update (`pirq kv update` does the same for
+//! change lines). Every table gets the same next epoch, an empty update where nothing changed,
+//! so the tables' epochs keep naming the same block (`docs/eth.md`).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use pirq_db::PirDb;
+use pirq_shared::kv::{page, KvParams, PlaceError, Table, Tag, ValueKind};
+
+use super::dump::{self, Item};
+use super::import::ImportArgs;
+use super::tables::{self, storage_key, Meta, ACCOUNT_LEN, META_KEY, STORAGE_KEY_LEN};
+
+/// Where a record sits in a base table, and its value: (page, slot, value).
+type Found<'a> = Option<(u64, usize, &'a [u8])>;
+
+/// One base table and what the new dump does to it.
+struct Base {
+    name: &'static str,
+    path: PathBuf,
+    db: PirDb,
+    params: KvParams,
+    /// One bit a slot: the record there is in the new dump.
+    seen: Vec<u64>,
+    changes: Vec<(Tag, Vec<u8>)>,
+    inserts: Vec<(Tag, Vec<u8>)>,
+    deletes: Vec<Tag>,
+}
+
+impl Base {
+    fn open(dir: &Path, name: &'static str) -> anyhow::Result<Base> {
+        let path = dir.join(format!("{name}.pirdb"));
+        let db = PirDb::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let Some(params) = db.kv().copied() else {
+            bail!(
+                "{} is not a kv table (made by pirq eth import?)",
+                path.display()
+            );
+        };
+        let slots = params.num_pages as usize * params.slots_per_page();
+        Ok(Base {
+            name,
+            path,
+            db,
+            params,
+            seen: vec![0; slots.div_ceil(64)],
+            changes: Vec::new(),
+            inserts: Vec::new(),
+            deletes: Vec::new(),
+        })
+    }
+
+    /// Where `tag` is in the base: (page, slot, value).
+    fn locate(&self, tag: &Tag) -> Result<Found<'_>, String> {
+        let ss = self.params.slot_size();
+        for &p in self.params.candidates(tag).iter() {
+            let area = self
+                .params
+                .slot_area(self.db.page(p).expect("a candidate page"));
+            if let Some(s) = page::find(area, ss, tag) {
+                let value = self
+                    .params
+                    .payload_value(page::value(area, ss, s))
+                    .map_err(|e| format!("{}: {e}", self.path.display()))?;
+                return Ok(Some((p, s, value)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn mark(&mut self, p: u64, s: usize) {
+        let bit = p as usize * self.params.slots_per_page() + s;
+        self.seen[bit / 64] |= 1 << (bit % 64);
+    }
+
+    fn is_seen(&self, p: u64, s: usize) -> bool {
+        let bit = p as usize * self.params.slots_per_page() + s;
+        self.seen[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// The new state has `key` = `value`: a change, an insert, or nothing.
+    fn want(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        let tag = self.params.tag(key);
+        match self.locate(&tag)? {
+            Some((p, s, old)) => {
+                let differs = old != value;
+                self.mark(p, s);
+                if differs {
+                    self.changes.push((tag, value.to_vec()));
+                }
+            }
+            None => self.inserts.push((tag, value.to_vec())),
+        }
+        Ok(())
+    }
+
+    /// Every occupied slot the dump did not mark is a delete.
+    fn find_deletes(&mut self) {
+        let ss = self.params.slot_size();
+        for p in 0..self.params.num_pages {
+            let area = self.params.slot_area(self.db.page(p).expect("a page"));
+            for s in 0..page::slots(area, ss) {
+                if !page::is_empty(area, ss, s) && !self.is_seen(p, s) {
+                    let tag: Tag = page::tag_at(area, ss, s).try_into().expect("16 bytes");
+                    self.deletes.push(tag);
+                }
+            }
+        }
+    }
+}
+
+pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
+    let base_dir = args.base.as_deref().expect("update mode");
+    let out = args
+        .update_out
+        .as_deref()
+        .expect("clap requires it with --base");
+    let mut bases = tables::ALL
+        .iter()
+        .map(|name| Base::open(base_dir, name))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check_shapes(&bases)?;
+    let epoch = bases[0].db.header().epoch;
+    if let Some(b) = bases.iter().find(|b| b.db.header().epoch != epoch) {
+        bail!(
+            "{} is at epoch {}, {} at epoch {epoch}: the tables of one state move together \
+             (apply every table's updates: pirq db apply)",
+            b.path.display(),
+            b.db.header().epoch,
+            bases[0].path.display()
+        );
+    }
+    let meta_tag = bases[0].params.tag(META_KEY);
+    let base_meta = match bases[0].locate(&meta_tag).map_err(anyhow::Error::msg)? {
+        Some((p, s, value)) => {
+            let meta = Meta::from_bytes(value).map_err(anyhow::Error::msg)?;
+            bases[0].mark(p, s);
+            meta
+        }
+        None => bail!(
+            "{} has no metadata record: it was not made by pirq eth import",
+            bases[0].path.display()
+        ),
+    };
+    let block = args.block.unwrap_or(base_meta.block + 1);
+    // Signing checked (and each table's manifest file read) before any work.
+    let nexts = bases
+        .iter()
+        .map(|b| {
+            let signing = crate::publisher::UpdateSigningArgs {
+                sign_key: args.sign_key.clone(),
+                manifests: args
+                    .manifests
+                    .as_ref()
+                    .map(|dir| dir.join(format!("{}.manifests.json", b.name))),
+            };
+            let update = out.join(format!("{}.update", b.name));
+            crate::publisher::next_update(
+                &b.db,
+                &b.path,
+                None,
+                &signing,
+                &[&b.path, &args.dump, &update],
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+
+    let progress = crate::output::Progress::stages(args.quiet);
+    progress.stage(
+        &format!(
+            "comparing {} with {}",
+            args.dump.display(),
+            base_dir.display()
+        ),
+        crate::output::file_len(&args.dump),
+        crate::output::BYTES,
+    );
+    let input = progress.wrap_read(crate::kv::records::open(&args.dump)?);
+    let [accounts, code, storage] = &mut bases[..] else {
+        unreachable!("three tables")
+    };
+    let mut new_codes: HashSet<Tag> = HashSet::new();
+    let summary = dump::read(
+        input,
+        code.params.value_size(),
+        out,
+        &mut |item| match item {
+            Item::Account {
+                address,
+                account,
+                code: bytes,
+            } => {
+                accounts.want(&address, &account.to_bytes())?;
+                if let Some(bytes) = bytes {
+                    let tag = code.params.tag(&account.code_hash);
+                    match code.locate(&tag)? {
+                        Some((p, s, _)) => code.mark(p, s),
+                        None if new_codes.insert(tag) => code.inserts.push((tag, bytes.to_vec())),
+                        None => {}
+                    }
+                }
+                Ok(())
+            }
+            Item::Slot {
+                address,
+                slot,
+                value,
+            } => storage.want(&storage_key(&address, &slot), &value),
+        },
+    )
+    .with_context(|| format!("reading {}", args.dump.display()))?;
+    let meta = Meta {
+        block,
+        state_root: summary.root.unwrap_or_default(),
+    };
+    if meta != base_meta {
+        accounts.changes.push((meta_tag, meta.to_bytes().to_vec()));
+    }
+
+    let mut written = Vec::new();
+    for (b, next) in bases.iter_mut().zip(nexts) {
+        progress.stage(
+            &format!("finding what {} lost", b.name),
+            None,
+            crate::output::BYTES,
+        );
+        b.find_deletes();
+        progress.stage(&format!("placing {}", b.name), None, "records");
+        let path = out.join(format!("{}.update", b.name));
+        let update = apply(b, next.signer.as_ref(), epoch + 1, args.seed.unwrap_or(0))?;
+        written.push(serde_json::json!({
+            "name": b.name,
+            "file": format!("{}.update", b.name),
+            "inserted": b.inserts.len(),
+            "changed": b.changes.len(),
+            "deleted": b.deletes.len(),
+            "pages": update.pages.len(),
+        }));
+        next.write(&update, &path)?;
+    }
+    progress.clear();
+    let report = serde_json::json!({
+        "block": block,
+        "base_block": base_meta.block,
+        "state_root": summary.root.map(|r| tables::data(&r)),
+        "epoch": epoch + 1,
+        "accounts": summary.accounts,
+        "storage_slots": summary.slots,
+        "tables": written,
+    });
+    super::import::write_report(&out.join("eth.json"), &report)?;
+    progress.finish(&format!(
+        "wrote {}: block {} -> {block} as epoch {} of every table ({})",
+        out.display(),
+        base_meta.block,
+        epoch + 1,
+        report["tables"]
+            .as_array()
+            .expect("tables")
+            .iter()
+            .map(|t| format!(
+                "{}: {} inserted, {} changed, {} deleted, {} pages",
+                t["name"].as_str().unwrap_or_default(),
+                t["inserted"],
+                t["changed"],
+                t["deleted"],
+                t["pages"]
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    Ok(())
+}
+
+/// The base tables are the three an import makes (kinds and sizes), so their records read the
+/// way this command writes them.
+fn check_shapes(bases: &[Base]) -> anyhow::Result<()> {
+    let want = [
+        (ValueKind::Fixed, Some(ACCOUNT_LEN), 0),
+        (ValueKind::Variable, None, tables::WORD),
+        (ValueKind::Fixed, Some(tables::WORD), STORAGE_KEY_LEN),
+    ];
+    for (b, (kind, value, key)) in bases.iter().zip(want) {
+        let l = &b.params.layout;
+        if l.kind != kind
+            || value.is_some_and(|v| v != l.value_size as usize)
+            || l.key_size as usize != key
+        {
+            bail!(
+                "{} is not the {} table of pirq eth import (its layout differs)",
+                b.path.display(),
+                b.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Applies `b`'s deletes, changes and inserts to a private copy of its pages; the pages that
+/// differ are the update of `epoch`.
+fn apply(
+    b: &Base,
+    signer: Option<&pirq_shared::signing::PageSigner>,
+    epoch: u64,
+    seed: u64,
+) -> anyhow::Result<pirq_shared::update::EpochUpdate> {
+    let mut pages = b.db.private_pages()?;
+    let mut table = Table::existing(b.params, pages.as_mut_slice(), seed, 0);
+    for tag in &b.deletes {
+        table.remove(tag);
+    }
+    for (tag, value) in b.changes.iter().chain(&b.inserts) {
+        match table.upsert(tag, value) {
+            Ok(_) => {}
+            Err(e @ PlaceError::Full { .. }) => bail!(
+                "the {} table is too full for this block ({e}): import the dump afresh \
+                 (pirq eth import --out), which sizes the tables with room to grow",
+                b.name
+            ),
+            Err(e) => bail!("the {} table: {e}", b.name),
+        }
+    }
+    let touched: Vec<u64> = table.touched().collect();
+    drop(table);
+    Ok(crate::kv::update::changed_pages(
+        &b.db, &pages, touched, signer, epoch,
+    ))
+}
