@@ -195,6 +195,48 @@ impl CpuScanner {
         Answers::new(ps, bytes)
     }
 
+    /// Accumulators for a segment scanned in pieces ([`CpuScanner::scan_piece_into`]): one set
+    /// per thread of the pool, each laid out as [`CpuScanner::scan_segment`] returns its sums,
+    /// kept across the pieces and folded once at the end ([`fold_accumulators`]), so that a
+    /// piece costs no more than its pages (no sums XORed together per piece).
+    fn piece_accumulators(&self, keys: usize) -> Vec<Vec<u8>> {
+        let len = keys * accumulator_stride(self.geometry.page_size);
+        (0..self.threads()).map(|_| vec![0u8; len]).collect()
+    }
+
+    /// XORs pages `piece` (relative to the range) into `accs` (one set per thread), the piece
+    /// split across the pool's threads in whole bitmap words.
+    fn scan_piece_into(
+        &self,
+        pages: &[u8],
+        bitmaps: &[&[u64]],
+        piece: Range<u64>,
+        accs: &mut [Vec<u8>],
+    ) {
+        let ps = self.geometry.page_size;
+        if let [acc] = accs {
+            scan_range(pages, ps, bitmaps, piece.start, piece.end, acc);
+            return;
+        }
+        let per_task = (piece.end - piece.start)
+            .div_ceil(accs.len() as u64)
+            .next_multiple_of(64);
+        self.pool.install(|| {
+            accs.par_iter_mut().enumerate().for_each(|(i, acc)| {
+                let start = (piece.start + i as u64 * per_task).min(piece.end);
+                let end = (start + per_task).min(piece.end);
+                if start < end {
+                    scan_range(pages, ps, bitmaps, start, end, acc);
+                }
+            })
+        });
+    }
+
+    /// Fewest pages in a piece of a rotation's segment: a bitmap word for each thread.
+    fn min_piece_pages(&self) -> u64 {
+        64 * self.threads() as u64
+    }
+
     /// XORs pages `segment` (relative to the range) into one accumulator per key, the pages
     /// split across the pool's threads: key `q`'s sum at `q * accumulator_stride(page_size)`.
     fn scan_segment(&self, pages: &[u8], bitmaps: &[&[u64]], segment: Range<u64>) -> Vec<u8> {
@@ -349,6 +391,15 @@ fn scan_range_portable(
 }
 
 #[inline(always)]
+/// The sums of a segment scanned in pieces: every thread's accumulators XORed into the first.
+fn fold_accumulators(mut accs: Vec<Vec<u8>>) -> Vec<u8> {
+    let mut sums = accs.swap_remove(0);
+    for acc in &accs {
+        xor(&mut sums, acc);
+    }
+    sums
+}
+
 fn xor(dst: &mut [u8], src: &[u8]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d ^= *s;

@@ -82,6 +82,17 @@ pub trait Rotation: Send {
     /// flight is dropped (the caller fails or retries them all).
     fn step(&mut self) -> Result<Step, ScanError>;
 
+    /// [`step`](Self::step), calling `pause_point` between pieces of the segment: a worker of
+    /// several tables offers its scanner to another table there (`worker/src/share.rs`), so a
+    /// quiet table waits for a piece of a busy table's segment, not for the whole of it (a
+    /// segment grows with the keys in flight). `pause_point` may block; the step goes on where it
+    /// was, under the same epoch state, so its answers are the same. A backend whose segment is
+    /// one piece of device work never calls it.
+    fn step_pausing(&mut self, pause_point: &mut dyn FnMut()) -> Result<Step, ScanError> {
+        let _ = pause_point;
+        self.step()
+    }
+
     /// Keys joined and not yet finished.
     fn in_flight(&self) -> usize;
 

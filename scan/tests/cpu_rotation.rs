@@ -155,3 +155,55 @@ fn bad_joins_are_refused() {
     assert_eq!(rotation.clear().len(), 1);
     assert_eq!(rotation.in_flight(), 0);
 }
+
+/// A segment scanned in pieces with a pause point between two (where a worker of several tables
+/// lets another table step) answers what a pass answers, while another rotation steps in the
+/// pauses: one thread (pieces of a bitmap word up) and two (pieces of a task each up).
+#[test]
+fn a_segment_paused_between_pieces_answers_what_a_pass_answers() {
+    for threads in [1, 2] {
+        let busy_file = TestDb::create(5000, 256, 6).unwrap();
+        let quiet_file = TestDb::create(200, 512, 7).unwrap();
+        let busy = Arc::new(CpuScanner::new(busy_file.db.clone(), threads).unwrap());
+        let quiet = Arc::new(CpuScanner::new(quiet_file.db.clone(), 1).unwrap());
+        let mut rng = StdRng::seed_from_u64(threads as u64);
+        let keys = |file: &TestDb, count: usize, rng: &mut StdRng| -> Vec<DpfKey> {
+            let (n, pages) = (file.db.header().domain_bits(), file.db.num_pages());
+            (0..count)
+                .map(|_| generate(n, rng.next_u64() % pages, rng).unwrap().0)
+                .collect()
+        };
+        let (busy_keys, quiet_keys) = (
+            keys(&busy_file, 9, &mut rng),
+            keys(&quiet_file, 3, &mut rng),
+        );
+        // One segment: the whole database in one step, in pieces.
+        let mut busy_rotation = CpuRotation::new(busy.clone(), 1);
+        let mut quiet_rotation = CpuRotation::new(quiet.clone(), 1);
+        busy_rotation.join(&busy_keys, 0).unwrap();
+        quiet_rotation.join(&quiet_keys, 0).unwrap();
+        let (mut pauses, mut quiet_done) = (0, Vec::new());
+        let step = busy_rotation
+            .step_pausing(&mut || {
+                pauses += 1;
+                if quiet_rotation.in_flight() > 0 {
+                    quiet_done.extend(quiet_rotation.step().unwrap().finished);
+                }
+            })
+            .unwrap();
+        assert!(
+            pauses >= 1,
+            "{threads} thread(s): the segment was one piece"
+        );
+        assert_eq!(step.finished.len(), 1);
+        let got = step.finished.into_iter().next().unwrap().answers.unwrap();
+        assert_eq!(got, busy.pass(&busy_keys).unwrap(), "{threads} thread(s)");
+        assert_eq!(
+            quiet_done.len(),
+            1,
+            "the quiet rotation stepped in the pauses"
+        );
+        let got = quiet_done.pop().unwrap().answers.unwrap();
+        assert_eq!(got, quiet.pass(&quiet_keys).unwrap());
+    }
+}

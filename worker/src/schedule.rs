@@ -39,6 +39,7 @@ use tokio::task::JoinSet;
 
 use crate::reclaim;
 use crate::serve::{self, Worker};
+use crate::share::Claim;
 
 /// Runs until `stop` turns true, then drains as the module documentation says.
 pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
@@ -319,9 +320,15 @@ fn rotate(
     let mut joining: Option<u64> = None;
     let mut admitting = true;
     let mut idle_since = Some(Instant::now());
+    // This table's place among those waiting for the scanner, kept from its last step while it
+    // has keys in flight (`crate::share`).
+    let mut claim: Option<Claim> = None;
+    let shared = worker.share.is_shared();
     loop {
         // Take jobs: wait for one only when nothing is in flight.
         if admitting && rotation.in_flight() == 0 && waiting.is_empty() && joining.is_none() {
+            // Nothing to step: no place is kept while this blocks.
+            drop(claim.take());
             match jobs.blocking_recv() {
                 Some(ready) => waiting.push_back(new_running(ready)),
                 None => admitting = false,
@@ -340,7 +347,10 @@ fn rotate(
         }
         // The scanner is the worker's, shared with its other tables (`crate::share`): this
         // round's joins and step run while this table holds it.
-        let _held = worker.share.take(worker.table_index);
+        let mut held = match claim.take() {
+            Some(claim) => claim.take(),
+            None => worker.share.take(worker.table_index),
+        };
         if !admitting {
             // Stopping: what has not joined at all is handed back; a job joined in part joins
             // whole.
@@ -426,8 +436,15 @@ fn rotate(
         if let Some(since) = idle_since.take() {
             metrics::histogram!(m::WORKER_SCANNER_IDLE).record(since.elapsed().as_secs_f64());
         }
-        // One segment for every key in flight.
-        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rotation.step()));
+        // One segment for every key in flight; with other tables, the scanner is offered to
+        // them between its pieces (`crate::share`).
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if shared {
+                rotation.step_pausing(&mut || held.pause_point())
+            } else {
+                rotation.step()
+            }
+        }));
         let step = match step {
             Ok(Ok(step)) => step,
             failed => {
@@ -485,6 +502,13 @@ fn rotate(
                 worker.queue.note_window(r.ready.received.elapsed());
                 outcomes.push(outcome(worker, r, page_size));
             }
+        }
+        // With keys in flight (or waiting to join) this table steps again at once: it keeps
+        // its place as it gives the scanner back (`crate::share`).
+        if rotation.in_flight() > 0 || joining.is_some() || !waiting.is_empty() {
+            claim = Some(held.keep_claim());
+        } else {
+            drop(held);
         }
         if !outcomes.is_empty() {
             let _ = events.send(Event::Outcomes(outcomes));

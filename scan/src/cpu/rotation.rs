@@ -10,7 +10,7 @@ use pirq_shared::bits::xor_into;
 use pirq_shared::dpf::DpfKey;
 use pirq_shared::metrics::{record_phase, Phase};
 
-use super::{accumulator_stride, CpuScanner};
+use super::{accumulator_stride, fold_accumulators, CpuScanner};
 use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
@@ -26,6 +26,21 @@ pub struct CpuRotation {
     cursor: usize,
     groups: Vec<Group>,
     clock: Clock,
+    /// Pages of the next piece of a segment ([`Rotation::step_pausing`]), from the last.
+    piece_pages: u64,
+}
+
+/// Wall time a piece of a segment should take: what a quiet table on the same worker waits at
+/// most for a busy one to pause (`worker/src/share.rs`), beside its own turn of about a
+/// millisecond; a pause point costs one uncontended lock.
+const PIECE: Duration = Duration::from_micros(250);
+
+/// The next piece's pages after one of `pages` took `took`: scaled towards [`PIECE`] (at most
+/// doubled at once, so one short piece does not make the next one long), whole bitmap words,
+/// at least `min_pages`.
+fn next_piece_pages(pages: u64, took: Duration, min_pages: u64) -> u64 {
+    let scale = (PIECE.as_secs_f64() / took.as_secs_f64().max(1e-9)).min(2.0);
+    (((pages as f64 * scale) as u64) / SEGMENT_ALIGN * SEGMENT_ALIGN).max(min_pages)
 }
 
 /// Keys joined together.
@@ -51,6 +66,7 @@ impl CpuRotation {
             cursor: 0,
             groups: Vec::new(),
             clock: Clock::default(),
+            piece_pages: 0,
         }
     }
 
@@ -106,6 +122,34 @@ impl Rotation for CpuRotation {
     }
 
     fn step(&mut self) -> Result<Step, ScanError> {
+        self.scan_step(None)
+    }
+
+    fn step_pausing(&mut self, pause_point: &mut dyn FnMut()) -> Result<Step, ScanError> {
+        self.scan_step(Some(pause_point))
+    }
+
+    fn in_flight(&self) -> usize {
+        self.groups.iter().map(|g| g.bitmaps.len()).sum()
+    }
+
+    fn capacity(&self) -> usize {
+        self.scanner.max_batch_keys
+    }
+
+    fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn clear(&mut self) -> Vec<Ticket> {
+        self.groups.drain(..).map(|g| g.ticket).collect()
+    }
+}
+
+impl CpuRotation {
+    /// One step: the next segment for every key in flight, in one piece, or with a pause point
+    /// in pieces of about [`PIECE`].
+    fn scan_step(&mut self, mut pause_point: Option<&mut dyn FnMut()>) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.geometry.page_size;
         let segment = self.segments[self.cursor].clone();
@@ -139,12 +183,39 @@ impl Rotation for CpuRotation {
             .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
             .collect();
         step.keys = bits.len();
-        let scan_started = Instant::now();
-        let acc = self
-            .scanner
-            .scan_segment(state.pages.as_slice(), &bits, segment.clone());
+        // The segment in pieces of about PIECE each (sized from the last piece's time), with a
+        // pause point between two: the sums are the same as of one scan.
+        let mut accs = self.scanner.piece_accumulators(bits.len());
+        let (min_pages, mut scanned) = (self.scanner.min_piece_pages(), Duration::ZERO);
+        let mut piece_pages = match pause_point {
+            Some(_) => self.piece_pages.max(min_pages),
+            None => segment.end - segment.start,
+        };
+        let mut at = segment.start;
+        while at < segment.end {
+            let end = (at + piece_pages).min(segment.end);
+            let started = Instant::now();
+            self.scanner
+                .scan_piece_into(state.pages.as_slice(), &bits, at..end, &mut accs);
+            let took = started.elapsed();
+            scanned += took;
+            // Only a whole piece says how long one takes (the segment's last may be short).
+            let whole = end - at == piece_pages;
+            at = end;
+            if let Some(pause_point) = pause_point.as_mut() {
+                if whole {
+                    piece_pages = next_piece_pages(piece_pages, took, min_pages);
+                }
+                self.piece_pages = piece_pages;
+                if at < segment.end {
+                    pause_point();
+                }
+            }
+        }
         let merge_started = Instant::now();
-        record_phase(Phase::Scan, merge_started - scan_started);
+        let acc = fold_accumulators(accs);
+        record_phase(Phase::Scan, scanned + merge_started.elapsed());
+        let merge_started = Instant::now();
         let mut sums = acc.chunks_exact(accumulator_stride(ps));
         let mut merged = Ok(());
         for g in &mut self.groups {
@@ -179,22 +250,6 @@ impl Rotation for CpuRotation {
             step.turn_keys = Some(self.clock.turn_ends());
         }
         Ok(step)
-    }
-
-    fn in_flight(&self) -> usize {
-        self.groups.iter().map(|g| g.bitmaps.len()).sum()
-    }
-
-    fn capacity(&self) -> usize {
-        self.scanner.max_batch_keys
-    }
-
-    fn segments(&self) -> usize {
-        self.segments.len()
-    }
-
-    fn clear(&mut self) -> Vec<Ticket> {
-        self.groups.drain(..).map(|g| g.ticket).collect()
     }
 }
 
