@@ -4,7 +4,8 @@
 // mode (one round trip by default, as the browser's own network log shows), absent keys,
 // the demo UI, errors with codes, a party that is down. A second pair serves a text table built
 // as users build one (no encoding flags): getValue with string keys read as text and text values
-// back (issue 37). PIRQ_SCREENSHOT=file.png saves the demo page after a key lookup.
+// back (issue 37), and the first pair serves it too as its table `text`, read with the `table`
+// option (issue 38). PIRQ_SCREENSHOT=file.png saves the demo page after a key lookup.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -44,7 +45,8 @@ before(async () => {
   db = readFileSync(file);
   const textFile = makeTextKvDb(tempDir(), TEXT_RECORDS, { maxValueSize: 40 });
   [parties, textParties] = await Promise.all([
-    startParties({ db: file, corsOrigins: [web.origin] }),
+    // The first pair serves the text table a second time, as its table `text` (issue 38).
+    startParties({ db: file, corsOrigins: [web.origin], tables: { text: textFile } }),
     startParties({ db: textFile, corsOrigins: [web.origin] }),
   ]);
   browser = await launchChromium();
@@ -167,6 +169,56 @@ test("the browser example (examples/browser.html) looks up a page and a key", as
   } finally {
     await example.close();
   }
+});
+
+test("the table option in the browser: a named table of the same parties, on its own routes", async () => {
+  const partyOrigins = [parties.a.url, parties.b.url];
+  const seen: string[] = [];
+  const onResponse = (response: Response) => {
+    const request = response.request();
+    const url = new URL(request.url());
+    if (partyOrigins.includes(url.origin) && request.method() !== "OPTIONS") seen.push(`${request.method()} ${url.pathname} → ${response.status()}`);
+  };
+  page.on("response", onResponse);
+  const got = await page.evaluate(async ({ a, b }) => {
+    const { connect } = (window as any).pirq;
+    const text = await connect(a, b, { table: "text" });
+    const byDefault = await connect(a, b);
+    let unknown = "";
+    try {
+      await connect(a, b, { table: "nothing" });
+    } catch (e) {
+      unknown = (e as { code: string }).code;
+    }
+    return {
+      text: [await text.getValue("zoë"), await text.getValue("alice@example.org"), await text.getValue("nobody")],
+      // The routes without a table name are still the table `default`, fixed-size values.
+      defaultValueSize: byDefault.info.kv.valueSize,
+      textKind: text.info.kv.keyEncoding,
+      unknown,
+    };
+  }, { a: parties.a.url, b: parties.b.url });
+  await waitUntil(() => seen.filter((s) => s.startsWith("POST /v1/tables/text/queries")).length >= 6);
+  page.off("response", onResponse);
+  assert.deepEqual(got, {
+    text: ["Zoë, Zürich — café ☕", "Alice, Lisbon", null],
+    defaultValueSize: VALUE_SIZE,
+    textKind: "utf8",
+    unknown: "unknown_table",
+  });
+  // Each party: the text table's info and its three lookups under /v1/tables/text/, and the
+  // default table's info under /v1 (the unknown table's requests aside: the first 404 may
+  // cancel the other party's).
+  const perParty = [
+    "GET /v1/tables/text/info → 200",
+    "POST /v1/tables/text/queries → 200",
+    "POST /v1/tables/text/queries → 200",
+    "POST /v1/tables/text/queries → 200",
+    "GET /v1/info → 200",
+  ];
+  const known = () => seen.filter((s) => !s.includes("/nothing/"));
+  await waitUntil(() => known().length >= 2 * perParty.length);
+  assert.deepEqual(known().sort(), [...perParty, ...perParty].sort());
 });
 
 test("getValue in the browser on a text table: string keys read as text, text values back, absent null", async () => {

@@ -94,6 +94,11 @@ export interface PartiesOptions {
   queryTokens?: { a: string[]; b: string[] };
   /** More flags for both gateways (e.g. `--manifests FILE`). */
   gatewayArgs?: string[];
+  /**
+   * Named tables both workers serve beside `db` (the table `default`): `--table NAME=FILE` each
+   * (issue 38). The parties are started once every one of them is listed by `GET /v1/tables`.
+   */
+  tables?: Record<string, string>;
 }
 
 /** `pirq db gen` (the Rust tool) into `dir`: a synthetic page database, signed with `signKey` (a secret key file) when given. */
@@ -227,13 +232,23 @@ async function startPartyOnce(dir: string, name: string, options: PartiesOptions
   const gateway = new Proc(`gateway-${name}`, join(dir, `gateway-${name}.log`), join(binDir, "pirq-gateway"), [
     "--redis", redisUrl, "--prefix", prefix, "--listen", `127.0.0.1:${gatewayPort}`, ...cors,
   ]);
+  const tables = Object.entries(options.tables ?? {}).flatMap(([table, file]) => ["--table", `${table}=${file}`]);
   const worker = new Proc(`worker-${name}`, join(dir, `worker-${name}.log`), join(binDir, "pirq-worker"), [
     "--redis", redisUrl, "--prefix", prefix, "--db", name === "b" && options.dbB ? options.dbB : options.db, "--backend", "cpu", "--threads", "1",
+    ...tables,
   ]);
   const url = `${options.tls ? "https" : "http"}://127.0.0.1:${gatewayPort}`;
   const ca = options.tls ? readFileSync(options.tls.caFile, "utf8") : undefined;
   try {
     await waitFor(`party ${name} ready`, [redis, gateway, worker], () => httpOk(`${url}/readyz`, ca));
+    const named = Object.keys(options.tables ?? {});
+    if (named.length > 0) {
+      // The party is ready with its default table; the named ones register beside it.
+      await waitFor(`party ${name}'s tables ${named.join(", ")}`, [redis, gateway, worker], async () => {
+        const listed = (await (await fetch(`${url}/v1/tables`)).json()) as { tables: { name: string }[] };
+        return named.every((t) => listed.tables.some((l) => l.name === t));
+      });
+    }
   } catch (e) {
     await Promise.all([gateway.stop(), worker.stop()]);
     await redis.stop();
@@ -265,12 +280,13 @@ export async function startParties(options: PartiesOptions): Promise<Parties> {
  * Appends epoch `epoch` (whole-page replacements) at a party through its admin route
  * (`POST /v1/admin/epochs`, docs/http-api.md), then waits until its workers serve it.
  */
-export async function pushEpoch(party: PartyProcs, token: string, epoch: number, pages: { index: number; page: Uint8Array }[]): Promise<void> {
+export async function pushEpoch(party: PartyProcs, token: string, epoch: number, pages: { index: number; page: Uint8Array }[], table?: string): Promise<void> {
   const body = JSON.stringify({ epoch, pages: pages.map((p) => ({ index: p.index, page: Buffer.from(p.page).toString("base64") })) });
-  const response = await fetch(`${party.url}/v1/admin/epochs`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body });
+  const [admin, api] = table === undefined ? ["/v1/admin", "/v1"] : [`/v1/admin/tables/${table}`, `/v1/tables/${table}`];
+  const response = await fetch(`${party.url}${admin}/epochs`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body });
   if (response.status !== 200) throw new Error(`epoch push to ${party.name}: HTTP ${response.status} ${await response.text()}`);
   await waitFor(`party ${party.name} at epoch ${epoch}`, [party.gateway, party.worker], async () => {
-    const info = (await (await fetch(`${party.url}/v1/info`)).json()) as { epoch: { newest: number }; digest?: string };
+    const info = (await (await fetch(`${party.url}${api}/info`)).json()) as { epoch: { newest: number }; digest?: string };
     return info.epoch.newest === epoch && info.digest !== undefined;
   });
 }
