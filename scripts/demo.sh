@@ -6,9 +6,10 @@
 #   pirq-worker), the client trusting the CA with --ca-cert (PIRQ_CA_CERT),
 #   fetches pages privately with `pirq query` (answers held by the parties with `Prefer: wait`, polling, bincode), checks every page
 #   against the database file with dd + cmp, looks a page up through the TypeScript client's
-#   demo page in headless Chromium, prints the latency, then builds a key-value database,
-#   serves it from a second pair of prefixes and looks keys up with `pirq get` (present,
-#   absent, and after an update by key), shows the database digest and the mistakes the client
+#   demo page in headless Chromium, prints the latency; the same parties serve a key-value
+#   database as a second table (`--table users=FILE` beside the page database, one worker each):
+#   keys looked up with `pirq get --table users` (present, absent, and after an update by key
+#   pushed to that table alone), shows the database digest and the mistakes the client
 #   refuses (the same party twice, plain HTTP to a remote party), serves the database as two
 #   page-range shards, and cleans up on exit.
 #
@@ -47,7 +48,7 @@ trap 'exit 130' INT TERM
 
 # A port is taken when something accepts a connection on it.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)) $((base + 21)) $((base + 22)) $((base + 31)) $((base + 32)); do
+for p in $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 20)) $((base + 31)) $((base + 32)); do
     if port_busy "$p"; then
         echo "port $p is in use; set PIRQ_DEMO_PORT_BASE to a free range" >&2
         exit 1
@@ -77,6 +78,16 @@ wait_for() { # what, command...
 echo "== database: $pages pages of $page_size B ($(((pages * page_size) >> 20)) MiB)"
 "$bin/pirq" db gen --pages "$pages" --page-size "$page_size" --seed 42 --out "$work/demo.pirdb" >/dev/null
 
+echo "== key-value database: 20000 records with text keys, cuckoo-placed in pages (docs/spec/kv.md)"
+# Records as users hold them: text keys, text values; the table records that, so lookups take
+# the key as text and print the value as text, with no encoding flags.
+awk 'BEGIN { for (i = 1; i <= 20000; i++) printf "{\"key\":\"user-%05d\",\"value\":\"profile of user %d\"}\n", i, i }' \
+    >"$work/kv-records.jsonl"
+head -n 2 "$work/kv-records.jsonl" | sed 's/^/   /'
+"$bin/pirq" kv build --records "$work/kv-records.jsonl" --max-value-size 64 --seed 3 \
+    --out "$work/kv.pirdb"
+"$bin/pirq" kv get --db "$work/kv.pirdb" --key user-00042 | sed 's/^/   offline check: user-00042 -> /'
+
 echo "== TLS: a throwaway CA and one certificate per party (each party its own key)"
 ops/compose/certs.sh "$work/tls" a b 2>/dev/null
 ca=$work/tls/ca.pem
@@ -88,7 +99,7 @@ admin_token=demo-admin-$RANDOM$RANDOM
 # The demo page of the TypeScript client is served here; the gateways allow it (CORS).
 web_origin=http://127.0.0.1:$((base + 20))
 # start_gateway NAME REDIS_PORT GATEWAY_PORT [FLAGS...]: a pirq-gateway for prefix demo-NAME on the
-# party's Redis, serving HTTPS with its party's certificate (a-kv: party a's) (log:
+# party's Redis, serving HTTPS with its party's certificate (a-sh: party a's) (log:
 # gateway-NAME.log).
 start_gateway() {
     local name=$1 rport=$2 gport=$3
@@ -100,7 +111,7 @@ start_gateway() {
     pids+=($!)
 }
 # start_worker NAME REDIS_PORT LOG DB [FLAGS...]: a pirq-worker for prefix demo-NAME serving DB
-# (log: LOG.log).
+# as its table default (log: LOG.log); FLAGS may add tables (--table NAME=FILE).
 start_worker() {
     local name=$1 rport=$2 log=$3 db=$4
     shift 4
@@ -116,11 +127,15 @@ start_party() { # name redis_port gateway_port
     pids+=($!)
     wait_for "redis-server $name" redis_up "$rport"
     start_gateway "$name" "$rport" "$gport" --cors-origin "$web_origin"
-    start_worker "$name" "$rport" "worker-$name" "$work/demo.pirdb"
+    # One worker, two tables: the page database (the table default) and the key-value one.
+    start_worker "$name" "$rport" "worker-$name" "$work/demo.pirdb" --table "users=$work/kv.pirdb"
     wait_for "party $name to be ready" http_ok "$gport" /readyz
-    echo "party $name: https://127.0.0.1:$gport (redis on $rport)"
+    wait_for "party $name's table users" lists_table "$gport" users
+    echo "party $name: https://127.0.0.1:$gport (redis on $rport; one worker, tables default and users)"
 }
-echo "== two parties"
+# Whether GET /v1/tables on port $1 lists the table $2.
+lists_table() { https_get "$1" /v1/tables | grep -q "\"name\":\"$2\""; }
+echo "== two parties, each serving two tables from one worker"
 start_party a $((base + 1)) $((base + 11))
 start_party b $((base + 2)) $((base + 12))
 a=https://127.0.0.1:$((base + 11))
@@ -186,51 +201,44 @@ for i in $changed; do
 done
 echo "   the replaced pages came back with their epoch-1 contents"
 
-echo "== key-value lookups: 20000 records with text keys, cuckoo-placed in pages (docs/spec/kv.md)"
-# Records as users hold them: text keys, text values; the table records that, so lookups take
-# the key as text and print the value as text, with no encoding flags.
-awk 'BEGIN { for (i = 1; i <= 20000; i++) printf "{\"key\":\"user-%05d\",\"value\":\"profile of user %d\"}\n", i, i }' \
-    >"$work/kv-records.jsonl"
-head -n 2 "$work/kv-records.jsonl" | sed 's/^/   /'
-"$bin/pirq" kv build --records "$work/kv-records.jsonl" --max-value-size 64 --seed 3 \
-    --out "$work/kv.pirdb"
-"$bin/pirq" kv get --db "$work/kv.pirdb" --key user-00042 | sed 's/^/   offline check: user-00042 -> /'
-start_kv_party() { # name redis_port gateway_port: a second prefix on the party's Redis
-    local name=$1 rport=$2 gport=$3
-    start_gateway "$name-kv" "$rport" "$gport" --cors-origin "$web_origin"
-    start_worker "$name-kv" "$rport" "worker-$name-kv" "$work/kv.pirdb"
-    wait_for "kv party $name to be ready" http_ok "$gport" /readyz
-    echo "kv party $name: https://127.0.0.1:$gport (prefix demo-$name-kv)"
+# The tables party $1 (a gateway port) lists, one line each: name, kind, pages, epochs.
+show_tables() {
+    https_get "$1" /v1/tables |
+        grep -o '"name":"[^"]*","kind":"[^"]*","num_pages":[0-9]*,"page_size":[0-9]*,"epoch":{"oldest":[0-9]*,"newest":[0-9]*}' |
+        sed 's/"name":"\([^"]*\)","kind":"\([^"]*\)","num_pages":\([0-9]*\),"page_size":\([0-9]*\),"epoch":{"oldest":\([0-9]*\),"newest":\([0-9]*\)}/   \1: \2, \3 pages of \4 B, epochs \5..\6/'
 }
-start_kv_party a $((base + 1)) $((base + 21))
-start_kv_party b $((base + 2)) $((base + 22))
-kva=https://127.0.0.1:$((base + 21))
-kvb=https://127.0.0.1:$((base + 22))
+echo "== party a's tables (GET /v1/tables): the page table at epoch 1, the key-value one at 0"
+show_tables $((base + 11))
+
+echo "== key-value lookups in the table users, from the same two parties"
 key=user-00042
 value="profile of user 42"
 missing=nobody
-echo "   pirq get --key $key --key $missing"
+echo "   pirq get --table users --key $key --key $missing"
 status=0
-got=$("$bin/pirq" get --party-a "$kva" --party-b "$kvb" --key "$key" --key "$missing") || status=$?
+got=$("$bin/pirq" get --party-a "$a" --party-b "$b" --table users --key "$key" --key "$missing") || status=$?
 echo "$got" | sed 's/^/   /'
 [ "$status" -eq 1 ] && [ "$got" = "$value"$'\n'"absent" ] ||
     { echo "pirq get: expected the record's value, then absent (exit 1); got exit $status" >&2; exit 1; }
 echo "   exit status 1 (a key was absent); the value is the record's"
-echo "== kv epoch 1: change that key's value by key, push, look it up again"
+echo "== kv epoch 1: change that key's value by key, push it to the table users alone, look it up again"
 new="moved to Lisbon"
 echo "{\"key\":\"$key\",\"value\":\"$new\"}" >"$work/kv-changes.jsonl"
 "$bin/pirq" kv update --db "$work/kv.pirdb" --changes "$work/kv-changes.jsonl" --epoch 1 \
     --out "$work/kv-epoch-1.bin"
-for party in "$kva" "$kvb"; do
-    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq" epoch push --party "$party" --from "$work/kv-epoch-1.bin"
+for party in "$a" "$b"; do
+    PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq" epoch push --party "$party" --table users --from "$work/kv-epoch-1.bin"
 done
-wait_for "kv party a at epoch 1" newest_is $((base + 21)) 1
-wait_for "kv party b at epoch 1" newest_is $((base + 22)) 1
-got=$("$bin/pirq" get --party-a "$kva" --party-b "$kvb" --key "$key")
+table_newest_is() { https_get "$1" /v1/tables/users/info | grep -q "\"newest\":$2[,}]"; }
+wait_for "party a's table users at epoch 1" table_newest_is $((base + 11)) 1
+wait_for "party b's table users at epoch 1" table_newest_is $((base + 12)) 1
+got=$("$bin/pirq" get --party-a "$a" --party-b "$b" --table users --key "$key")
 [ "$got" = "$new" ] || { echo "pirq get after the update: got $got, expected $new" >&2; exit 1; }
 echo "   $got (exit 0)"
-echo "== the TypeScript client's demo page on the kv parties: the changed key, then the missing one"
-node clients/ts/dist/demo/headless.js --a "$kva" --b "$kvb" --port $((base + 20)) \
+echo "   party a's tables now: users moved to epoch 1, default stayed where it was"
+show_tables $((base + 11))
+echo "== the TypeScript client's demo page on the table users: the changed key, then the missing one"
+node clients/ts/dist/demo/headless.js --a "$a" --b "$b" --table users --port $((base + 20)) \
     --key "$key" --expect "$(printf '%s' "$new" | od -An -tx1 | tr -d ' \n')" \
     --key "$missing" --expect absent "${trust[@]}"
 

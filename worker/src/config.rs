@@ -64,6 +64,14 @@ impl std::str::FromStr for TableArg {
     }
 }
 
+/// A `--table` value: a table, or none for an empty value (`PIRQ_TABLES=`).
+fn table_or_none(s: &str) -> Result<Option<TableArg>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some)
+}
+
 /// What one table is served from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TableSource {
@@ -103,9 +111,10 @@ pub struct Config {
     /// size); repeat it for several. Each table has its own job streams, epochs, digest and
     /// registration under the prefix, and the tables share this worker's scanner time equally
     /// while they have queries. `--table default=FILE` is `--db FILE`. Several at once in the
-    /// environment: `PIRQ_TABLES=a=a.pirdb,b=b.pirdb`.
-    #[arg(long = "table", env = "PIRQ_TABLES", value_delimiter = ',')]
-    pub tables: Vec<TableArg>,
+    /// environment: `PIRQ_TABLES=a=a.pirdb,b=b.pirdb`; an empty one is no table (how Compose
+    /// passes a list left empty).
+    #[arg(long = "table", env = "PIRQ_TABLES", value_delimiter = ',', value_parser = table_or_none)]
+    pub tables: Vec<Option<TableArg>>,
 
     /// Serve synthetic pages instead of a file, generated on the GPU (`--backend cuda`):
     /// `PAGES:PAGE_SIZE:SEED`, page `p` as `pirq_shared::synthetic` makes it under SEED, at
@@ -238,7 +247,7 @@ impl Config {
             .map(|d| (pirq_shared::layout::DEFAULT_TABLE.to_string(), d))
             .into_iter()
             .collect();
-        for t in &self.tables {
+        for t in self.tables.iter().flatten() {
             if tables.iter().any(|(name, _)| *name == t.name) {
                 return Err(if t.name == pirq_shared::layout::DEFAULT_TABLE {
                     "the table default is given twice (--db FILE is --table default=FILE)".into()
@@ -328,5 +337,8 @@ mod tests {
             );
         }
         assert!(Config::try_parse_from(["pirq-worker"]).is_err());
+        // An empty list (Compose's PIRQ_TABLES left empty) is no table, not a bad one.
+        let empty = Config::try_parse_from(["pirq-worker", "--db", "x", "--table", ""]).unwrap();
+        assert_eq!(empty.table_sources().unwrap().len(), 1);
     }
 }

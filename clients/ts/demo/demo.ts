@@ -20,6 +20,8 @@ const params = new URLSearchParams(location.search);
 partyA.value = params.get("a") ?? "";
 partyB.value = params.get("b") ?? "";
 publisherKey.value = params.get("key") ?? "";
+// `?table=NAME`: the parties' table to look up in (issue 38); absent, the table `default`.
+const table = params.get("table") ?? undefined;
 
 function status(text: string, kind: "ok" | "error" | "busy"): void {
   const el = $("status");
@@ -65,12 +67,12 @@ async function onConnect(): Promise<void> {
   status("connecting…", "busy");
   try {
     const key = publisherKey.value.trim();
-    client = await pirqClient.connect(partyA.value.trim(), partyB.value.trim(), key ? { publisherKey: key } : {});
+    client = await pirqClient.connect(partyA.value.trim(), partyB.value.trim(), { ...(key ? { publisherKey: key } : {}), ...(table ? { table } : {}) });
     const i = client.info;
     const values = !i.kv ? "" : i.kv.valueKind === "set" ? "a set (keys only)" : i.kv.valueKind === "variable" ? `values of up to ${i.kv.valueSize} B` : `${i.kv.valueSize}-byte values`;
     const kv = i.kv ? `, key-value: ${i.kv.choices} choices, ${values}, ${i.kv.slotsPerPage} slots per page` : ", page database";
     const signed = !i.signing ? ", unsigned" : client.verifying ? `, signed: every page verified (${client.verifierBackend})` : ", signed: NOT verified (no publisher key given)";
-    $("info").textContent = `${i.numPages} pages of ${i.pageSize} B (domain ${i.domainBits} bits), epochs ${i.epoch.oldest}..${i.epoch.newest}${kv}${signed}`;
+    $("info").textContent = `${table ? `table ${table}: ` : ""}${i.numPages} pages of ${i.pageSize} B (domain ${i.domainBits} bits), epochs ${i.epoch.oldest}..${i.epoch.newest}${kv}${signed}`;
     getPageButton.disabled = false;
     getKeyButton.disabled = !i.kv;
     status("connected", "ok");

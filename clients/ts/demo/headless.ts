@@ -3,8 +3,9 @@
 // prints what the page shows, and checks the page against the database file (--db) and each
 // key's value against --expect (hex, or "absent"; one per --key, in order).
 //
-//   node dist/demo/headless.js --a URL --b URL --port P [--index I --db FILE]
+//   node dist/demo/headless.js --a URL --b URL --port P [--table NAME] [--index I --db FILE]
 //        [--key TEXT|0xHEX --expect HEX|absent]... [--screenshot PNG] [--trust-cert PEM]...
+// --table: the parties' table the page looks up in (its `?table=`; default: the table `default`).
 // The gateways must allow the origin http://127.0.0.1:P (--cors-origin). Parties over https
 // with certificates of a private CA: --trust-cert names the PEM files (the party certificates,
 // the CA's) whose keys this Chromium accepts (test/browser.ts, spkiList).
@@ -17,6 +18,7 @@ const { values: args } = parseArgs({
     a: { type: "string" },
     b: { type: "string" },
     port: { type: "string", default: "0" },
+    table: { type: "string" },
     index: { type: "string" },
     key: { type: "string", multiple: true, default: [] },
     expect: { type: "string", multiple: true, default: [] },
@@ -32,7 +34,8 @@ const browser = await launchChromium({ trustCerts: args["trust-cert"] });
 let failed = false;
 try {
   const page = await browser.context.newPage();
-  await page.goto(`${web.origin}/?a=${encodeURIComponent(args.a)}&b=${encodeURIComponent(args.b)}`);
+  const table = args.table ? `&table=${encodeURIComponent(args.table)}` : "";
+  await page.goto(`${web.origin}/?a=${encodeURIComponent(args.a)}&b=${encodeURIComponent(args.b)}${table}`);
   const settled = () => page.waitForFunction(() => !["busy", undefined].includes(document.getElementById("status")?.dataset.state));
   await settled();
   const show = async (what: string) => {
