@@ -34,6 +34,9 @@ use super::tables::{
 /// each: 64 MiB).
 pub const SLOTS_IN_MEMORY: usize = 1 << 20;
 
+/// Longest line parsed from memory; a longer one is parsed as a stream.
+const LINE_IN_MEMORY: usize = 16 << 20;
+
 /// One thing a dump says, handed to the reader's sink in order: an account, then its storage.
 pub enum Item<'a> {
     Account {
@@ -69,6 +72,17 @@ pub fn read(
     spill_dir: &Path,
     sink: &mut dyn FnMut(Item) -> Result<(), String>,
 ) -> anyhow::Result<Summary> {
+    read_capped(input, max_code_size, spill_dir, sink, LINE_IN_MEMORY)
+}
+
+/// [`read`], lines longer than `cap` bytes parsed as streams.
+fn read_capped(
+    input: Box<dyn BufRead + Send>,
+    max_code_size: usize,
+    spill_dir: &Path,
+    sink: &mut dyn FnMut(Item) -> Result<(), String>,
+    cap: usize,
+) -> anyhow::Result<Summary> {
     let mut reader = Lines {
         inner: input,
         newlines: 0,
@@ -80,13 +94,25 @@ pub fn read(
         summary: Summary::default(),
         first: true,
     };
+    let mut line = Vec::new();
     loop {
         if !reader.skip_whitespace()? {
             break;
         }
         let start_line = reader.newlines + 1;
-        let mut de = serde_json::Deserializer::from_reader(&mut reader);
-        let result = LineSeed { ctx: &mut ctx }.deserialize(&mut de);
+        // A line as a whole (fast: parsed from memory), unless it is longer than LINE_IN_MEMORY
+        // (a contract with millions of slots): then what was read and the rest of the line are
+        // parsed as a stream.
+        let result = if reader.read_line_capped(&mut line, cap)? {
+            let mut de = serde_json::Deserializer::from_slice(&line);
+            LineSeed { ctx: &mut ctx }
+                .deserialize(&mut de)
+                .and_then(|()| de.end())
+        } else {
+            let head = io::Cursor::new(std::mem::take(&mut line));
+            let mut de = serde_json::Deserializer::from_reader(head.chain(&mut reader));
+            LineSeed { ctx: &mut ctx }.deserialize(&mut de)
+        };
         if let Err(e) = result {
             return Err(line_error(&e, start_line));
         }
@@ -134,6 +160,35 @@ impl Lines {
             self.inner.consume(ws);
             if more {
                 return Ok(true);
+            }
+        }
+    }
+}
+
+impl Lines {
+    /// Reads the rest of the line (without its newline) into `line`, replacing what was there:
+    /// true when it ended (newline or end of input) within `cap` bytes, false when `cap` bytes
+    /// were read and the line goes on.
+    fn read_line_capped(&mut self, line: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        line.clear();
+        loop {
+            let buf = self.inner.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(true);
+            }
+            let room = cap - line.len();
+            let window = &buf[..buf.len().min(room)];
+            if let Some(end) = window.iter().position(|&b| b == b'\n') {
+                line.extend_from_slice(&window[..end]);
+                self.inner.consume(end + 1);
+                self.newlines += 1;
+                return Ok(true);
+            }
+            let n = window.len();
+            line.extend_from_slice(window);
+            self.inner.consume(n);
+            if line.len() >= cap {
+                return Ok(false);
             }
         }
     }
@@ -462,9 +517,13 @@ mod tests {
     use super::*;
 
     fn read_text(text: &str) -> Result<(Summary, Vec<String>), String> {
+        read_text_capped(text, LINE_IN_MEMORY)
+    }
+
+    fn read_text_capped(text: &str, cap: usize) -> Result<(Summary, Vec<String>), String> {
         let mut seen = Vec::new();
         let dir = std::env::temp_dir();
-        let summary = read(
+        let summary = read_capped(
             Box::new(io::Cursor::new(text.as_bytes().to_vec())),
             24_576,
             &dir,
@@ -494,6 +553,7 @@ mod tests {
                 });
                 Ok(())
             },
+            cap,
         )
         .map_err(|e| e.to_string())?;
         Ok((summary, seen))
@@ -526,6 +586,21 @@ mod tests {
             seen[2],
             "slot 00000000000000000000000000000000000000bb 0x1 = 0x2a"
         );
+    }
+
+    #[test]
+    fn lines_longer_than_the_cap_are_parsed_as_streams_alike() {
+        let header = format!(r#"{{"root":"0x{}"}}"#, hex::encode([3u8; 32]));
+        let text = format!("{header}\n{EOA}\n{}\n{EOA}", contract());
+        let text = text.replacen(EOA, &EOA.replace("aa\"", "ab\""), 1);
+        let whole = read_text(&text).unwrap();
+        let streamed = read_text_capped(&text, 40).unwrap();
+        assert_eq!(whole.1, streamed.1);
+        assert_eq!(whole.0.lines, streamed.0.lines);
+        let bad = format!("{EOA}\n{}", EOA.replace("\"10\"", "\"ten\""));
+        assert!(read_text_capped(&bad, 40)
+            .unwrap_err()
+            .starts_with("line 2: balance"));
     }
 
     #[test]

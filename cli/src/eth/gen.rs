@@ -103,12 +103,16 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
     let added = args.changed / 10 * blocks;
     let total = args.accounts + added;
     let progress = crate::output::Progress::new(Some(total), "accounts", args.quiet);
-    writeln!(
-        w,
+    let header = format!(
         "{{\"root\":\"{}\"}}",
         tables::data(&draw(args.seed, args.changed, &blocks.to_le_bytes()))
-    )?;
-    let io = |e: std::io::Error| anyhow::anyhow!("writing {}: {e}", args.out.display());
+    );
+    // The io::Error stays in the chain: a reader that stops early (a closed pipe) ends the
+    // command quietly, as for every other command.
+    let io = |e: std::io::Error| {
+        anyhow::Error::from(e).context(format!("writing {}", args.out.display()))
+    };
+    writeln!(w, "{header}").map_err(io)?;
     for i in 0..total {
         // The last block (of 1..=blocks) that changed account i, 0 for none.
         let version = match step {
