@@ -12,6 +12,7 @@ pub mod guard;
 pub mod health;
 pub mod metrics_export;
 pub mod reclaim;
+pub mod rotation_book;
 pub mod schedule;
 pub mod serve;
 pub mod share;

@@ -11,7 +11,8 @@
 //!    waiting jobs at the next segment boundary while they fit, steps the rotation, and sends
 //!    the outcome of every job whose turn ended to the writer. While keys are in flight it never
 //!    waits for jobs; with none it sleeps until one comes. A job with more keys than the rotation
-//!    holds joins in parts.
+//!    holds joins in parts. Which keys join when, and when a job is whole, is the synchronous
+//!    [`Book`]'s (unit-tested there); this loop only moves keys and answers.
 //! 4. **Write** ([`write`]): in the order the rotation sent them, marks the jobs that joined as
 //!    running (a whole party's; so "running" lands before "done") and writes outcomes
 //!    ([`serve::write_outcomes`]), taking everything queued in one round trip.
@@ -20,7 +21,7 @@
 //! (a job joined in part is joined whole) and their outcomes are written; what was read but not
 //! joined is handed back to the group by the caller.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +39,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::reclaim;
+use crate::rotation_book::{Book, JobId, Next};
 use crate::serve::{self, Worker};
-use crate::share::Claim;
+use crate::share::{Claim, Held};
 
 /// Runs until `stop` turns true, then drains as the module documentation says.
 pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
@@ -283,20 +285,112 @@ fn check(worker: &Worker, d: Delivery) -> Result<Ready, Box<Outcome>> {
     }
 }
 
-/// A job in the rotation: joined in one part, or in several when it has more keys than the
-/// rotation holds.
+/// A job in the rotation: its keys, and what its parts brought back so far. Which keys join
+/// when, and when the job is whole, is its [`Book`]'s.
 struct Running {
     ready: Ready,
-    /// Keys joined so far.
-    joined: usize,
-    /// Parts joined and not finished.
-    parts: usize,
     /// Each finished part's answers, by its first key: the scanner's buffers, passed on to the
     /// write as they are (never joined here: the Redis command is their one copy).
     pages: BTreeMap<usize, Bytes>,
+    /// How long the job was held before each part in flight joined, by the part's first key
+    /// (the segment wait counts from the worker's read, not from the join).
+    held: HashMap<usize, Duration>,
     error: Option<ErrorBody>,
     /// Longest turn of its parts (for the claim-idle time).
     turn: Duration,
+}
+
+impl Running {
+    fn new(ready: Ready) -> Running {
+        Running {
+            ready,
+            pages: BTreeMap::new(),
+            held: HashMap::new(),
+            error: None,
+            turn: Duration::ZERO,
+        }
+    }
+}
+
+/// The jobs of one rotation: the [`Book`] that says which keys join and when a job is whole,
+/// and each job's keys and answers.
+struct Jobs {
+    book: Book<Ticket>,
+    running: HashMap<JobId, Running>,
+}
+
+impl Jobs {
+    fn add(&mut self, ready: Ready) {
+        let id = self.book.add(ready.keys.len());
+        self.running.insert(id, Running::new(ready));
+    }
+
+    /// Joins at this segment boundary what fits, in arrival order (the rest of a job joined in
+    /// part first). The ids of the jobs that started (to announce running), and the jobs that
+    /// failed to join with nothing in flight: done.
+    fn join(&mut self, rotation: &mut dyn Rotation) -> (Vec<RequestId>, Vec<Running>) {
+        let capacity = rotation.capacity().max(1);
+        let mut started = Vec::new();
+        let mut done = Vec::new();
+        loop {
+            let failed = match self.book.next(|keys| rotation.fits(keys)) {
+                Next::Idle | Next::Wait => break,
+                // Not even an empty rotation takes it.
+                Next::TooLarge(part) => (
+                    part.job,
+                    scan_error(&ScanError::BatchTooLarge {
+                        got: part.len,
+                        max: capacity,
+                    }),
+                ),
+                Next::Join(part) => {
+                    let r = self.running.get_mut(&part.job).expect("a job of the book");
+                    let keys = &r.ready.keys[part.first..part.first + part.len];
+                    match guarded(|| rotation.join(keys, r.ready.epoch)) {
+                        Ok(ticket) => {
+                            if part.first == 0 && r.ready.mark_running {
+                                started.push(r.ready.request_id);
+                            }
+                            r.held.insert(part.first, r.ready.received.elapsed());
+                            self.book.joined(part, ticket);
+                            continue;
+                        }
+                        Err(e) => (part.job, scan_error(&e)),
+                    }
+                }
+            };
+            let (job, error) = failed;
+            self.running.get_mut(&job).expect("a job of the book").error = Some(error);
+            if let Some(d) = self.book.failed(job) {
+                done.extend(self.running.remove(&d.job));
+            }
+        }
+        (started, done)
+    }
+
+    /// A part's turn ended: its answers (or error) go to its job; the job when it is whole.
+    fn finish(&mut self, f: Finished) -> Option<Running> {
+        let (part, done) = self.book.finished(&f.ticket, f.answers.is_err())?;
+        let r = self.running.get_mut(&part.job)?;
+        let held = r.held.remove(&part.first).unwrap_or_default();
+        r.turn = r.turn.max(f.turn);
+        match f.answers {
+            Ok(answers) => {
+                metrics::histogram!(m::WORKER_SEGMENT_WAIT).record((held + f.waited).as_secs_f64());
+                r.pages.insert(part.first, answers.into_shared());
+            }
+            Err(e) => r.error = Some(scan_error(&e)),
+        }
+        self.running.remove(&done?.job)
+    }
+
+    /// Stopping: the jobs not joined at all are dropped (the caller hands them back); a job
+    /// joined in part joins whole.
+    fn stop(&mut self) {
+        for id in self.book.stop() {
+            self.running.remove(&id);
+        }
+    }
 }
 
 /// Step 3, on a blocking thread: joins, steps and reports until the admission is gone and the
@@ -304,20 +398,16 @@ struct Running {
 fn rotate(
     worker: &Worker,
     mut rotation: Box<dyn Rotation>,
-    mut jobs: mpsc::Receiver<Ready>,
+    mut incoming: mpsc::Receiver<Ready>,
     events: mpsc::UnboundedSender<Event>,
     stop: watch::Receiver<bool>,
 ) {
     let page_size = worker.scanner.geometry().page_size;
     let capacity = rotation.capacity().max(1);
-    let mut waiting: VecDeque<Running> = VecDeque::new();
-    let mut running: HashMap<u64, Running> = HashMap::new();
-    // Each part in flight: its job, its first key, and how long the job was held before the
-    // part joined (the segment wait counts from the worker's read, not from the join).
-    let mut parts: HashMap<Ticket, (u64, usize, Duration)> = HashMap::new();
-    let mut next_job = 0u64;
-    // The job whose keys join in parts, while some have not joined yet.
-    let mut joining: Option<u64> = None;
+    let mut jobs = Jobs {
+        book: Book::new(capacity),
+        running: HashMap::new(),
+    };
     let mut admitting = true;
     let mut idle_since = Some(Instant::now());
     // This table's place among those waiting for the scanner, kept from its last step while it
@@ -325,19 +415,19 @@ fn rotate(
     let mut claim: Option<Claim> = None;
     let shared = worker.share.is_shared();
     loop {
-        // Take jobs: wait for one only when nothing is in flight.
-        if admitting && rotation.in_flight() == 0 && waiting.is_empty() && joining.is_none() {
+        // Take jobs: wait for one only when nothing is in flight or waiting.
+        if admitting && jobs.book.is_empty() {
             // Nothing to step: no place is kept while this blocks.
             drop(claim.take());
-            match jobs.blocking_recv() {
-                Some(ready) => waiting.push_back(new_running(ready)),
+            match incoming.blocking_recv() {
+                Some(ready) => jobs.add(ready),
                 None => admitting = false,
             }
         }
         // Read more only while fewer than a rotation's worth of keys wait: what is read is held.
-        while admitting && waiting.iter().map(|r| r.ready.keys.len()).sum::<usize>() < capacity {
-            match jobs.try_recv() {
-                Ok(ready) => waiting.push_back(new_running(ready)),
+        while admitting && jobs.book.waiting_keys() < capacity {
+            match incoming.try_recv() {
+                Ok(ready) => jobs.add(ready),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => admitting = false,
             }
@@ -352,82 +442,21 @@ fn rotate(
             None => worker.share.take(worker.table_index),
         };
         if !admitting {
-            // Stopping: what has not joined at all is handed back; a job joined in part joins
-            // whole.
-            waiting.clear();
-            if let Some(id) = joining.filter(|id| running[id].joined == 0) {
-                running.remove(&id);
-                joining = None;
-            }
+            jobs.stop();
         }
-        // Join at this boundary what fits, in arrival order: first the rest of a job joined in
-        // part, then the jobs waiting.
-        let mut joined_ids = Vec::new();
-        let mut outcomes = Vec::new();
-        loop {
-            let id = match joining {
-                Some(id) => id,
-                None => {
-                    let Some(r) = waiting.pop_front() else { break };
-                    running.insert(next_job, r);
-                    joining = Some(next_job);
-                    next_job += 1;
-                    next_job - 1
-                }
-            };
-            let r = running.get_mut(&id).expect("the joining job is running");
-            let part = (r.ready.keys.len() - r.joined).min(capacity);
-            if !rotation.fits(part) {
-                if rotation.in_flight() > 0 {
-                    break; // room comes as keys leave
-                }
-                // Not even an empty rotation takes it.
-                r.error = Some(scan_error(&ScanError::BatchTooLarge {
-                    got: part,
-                    max: capacity,
-                }));
-            } else {
-                let keys = &r.ready.keys[r.joined..r.joined + part];
-                let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    rotation.join(keys, r.ready.epoch)
-                }));
-                match joined {
-                    Ok(Ok(ticket)) => {
-                        if r.joined == 0 && r.ready.mark_running {
-                            joined_ids.push(r.ready.request_id);
-                        }
-                        parts.insert(ticket, (id, r.joined, r.ready.received.elapsed()));
-                        r.parts += 1;
-                        r.joined += part;
-                    }
-                    Ok(Err(e)) => r.error = Some(scan_error(&e)),
-                    Err(_) => {
-                        r.error = Some(scan_error(&ScanError::Device(
-                            "the scanner panicked".into(),
-                        )))
-                    }
-                }
-            }
-            if r.error.is_some() {
-                // The rest of a failed job does not join; it ends once its parts in flight do.
-                r.joined = r.ready.keys.len();
-            }
-            if r.joined == r.ready.keys.len() {
-                joining = None;
-                if r.parts == 0 {
-                    let r = running.remove(&id).expect("the job just joined");
-                    outcomes.push(outcome(worker, r, page_size));
-                }
-            }
-        }
-        if !joined_ids.is_empty() {
-            let _ = events.send(Event::Running(joined_ids));
+        let (started, failed) = jobs.join(rotation.as_mut());
+        let mut outcomes: Vec<Outcome> = failed
+            .into_iter()
+            .map(|r| outcome(worker, r, page_size))
+            .collect();
+        if !started.is_empty() {
+            let _ = events.send(Event::Running(started));
         }
         if rotation.in_flight() == 0 {
             if !outcomes.is_empty() {
                 let _ = events.send(Event::Outcomes(outcomes));
             }
-            if !admitting && waiting.is_empty() && joining.is_none() {
+            if !admitting && jobs.book.is_empty() {
                 return;
             }
             idle_since.get_or_insert_with(Instant::now);
@@ -436,76 +465,17 @@ fn rotate(
         if let Some(since) = idle_since.take() {
             metrics::histogram!(m::WORKER_SCANNER_IDLE).record(since.elapsed().as_secs_f64());
         }
-        // One segment for every key in flight; with other tables, the scanner is offered to
-        // them between its pieces (`crate::share`).
-        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if shared {
-                rotation.step_pausing(&mut || held.pause_point())
-            } else {
-                rotation.step()
-            }
-        }));
-        let step = match step {
-            Ok(Ok(step)) => step,
-            failed => {
-                // Every key in flight fails; the delivery limit hands their jobs back for
-                // another try (or dead-letters them on their last delivery).
-                let reason = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "the scanner panicked".to_string(),
-                };
-                tracing::error!(error = %reason, "a rotation step failed; failing its keys in flight");
-                let finished = rotation
-                    .clear()
-                    .into_iter()
-                    .map(|ticket| Finished {
-                        ticket,
-                        answers: Err(ScanError::Device(reason.clone())),
-                        waited: Duration::ZERO,
-                        turn: Duration::ZERO,
-                    })
-                    .collect();
-                Step {
-                    finished,
-                    ..Step::default()
-                }
-            }
-        };
+        let step = step(rotation.as_mut(), shared.then_some(&mut held));
         record_step(&step);
         for f in step.finished {
-            let Some((job, first, held)) = parts.remove(&f.ticket) else {
-                continue;
-            };
-            if f.answers.is_ok() {
-                metrics::histogram!(m::WORKER_SEGMENT_WAIT).record((held + f.waited).as_secs_f64());
-            }
-            let Some(r) = running.get_mut(&job) else {
-                continue;
-            };
-            r.parts -= 1;
-            r.turn = r.turn.max(f.turn);
-            match f.answers {
-                Ok(answers) => {
-                    r.pages.insert(first, answers.into_shared());
-                }
-                Err(e) => {
-                    // The rest of the job does not join.
-                    r.error = Some(scan_error(&e));
-                    r.joined = r.ready.keys.len();
-                    if joining == Some(job) {
-                        joining = None;
-                    }
-                }
-            }
-            if r.parts == 0 && r.joined == r.ready.keys.len() && joining != Some(job) {
-                let r = running.remove(&job).expect("the job just found");
+            if let Some(r) = jobs.finish(f) {
                 worker.queue.note_window(r.ready.received.elapsed());
                 outcomes.push(outcome(worker, r, page_size));
             }
         }
         // With keys in flight (or waiting to join) this table steps again at once: it keeps
         // its place as it gives the scanner back (`crate::share`).
-        if rotation.in_flight() > 0 || joining.is_some() || !waiting.is_empty() {
+        if !jobs.book.is_empty() {
             claim = Some(held.keep_claim());
         } else {
             drop(held);
@@ -516,15 +486,41 @@ fn rotate(
     }
 }
 
-/// A job read from the admission, before it joins.
-fn new_running(ready: Ready) -> Running {
-    Running {
-        ready,
-        joined: 0,
-        parts: 0,
-        pages: BTreeMap::new(),
-        error: None,
-        turn: Duration::ZERO,
+/// Runs a join, its panic as a scanner error (a panicking backend fails the job at hand, not
+/// the worker).
+fn guarded<T>(call: impl FnOnce() -> Result<T, ScanError>) -> Result<T, ScanError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+        .unwrap_or_else(|_| Err(ScanError::Device("the scanner panicked".into())))
+}
+
+/// One segment for every key in flight; with other tables (`held`), the scanner is offered to
+/// them between its pieces (`crate::share`). A failed step fails every key in flight; the
+/// delivery limit hands their jobs back for another try (or dead-letters them on their last
+/// delivery).
+fn step(rotation: &mut dyn Rotation, held: Option<&mut Held>) -> Step {
+    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match held {
+        Some(held) => rotation.step_pausing(&mut || held.pause_point()),
+        None => rotation.step(),
+    }));
+    let reason = match stepped {
+        Ok(Ok(step)) => return step,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "the scanner panicked".to_string(),
+    };
+    tracing::error!(error = %reason, "a rotation step failed; failing its keys in flight");
+    let finished = rotation
+        .clear()
+        .into_iter()
+        .map(|ticket| Finished {
+            ticket,
+            answers: Err(ScanError::Device(reason.clone())),
+            waited: Duration::ZERO,
+            turn: Duration::ZERO,
+        })
+        .collect();
+    Step {
+        finished,
+        ..Step::default()
     }
 }
 
