@@ -189,6 +189,14 @@ fn held_keep_ms(reply: &Reply, now_ms: u64, full_ms: u64) -> u64 {
     }
 }
 
+/// The Idempotency-Key of a held request (`Reply::held_keep_ms` set: its gateway holds the
+/// request and hands the answer over from the event), whose record an unsharded worker shortens
+/// with the answer's ([`Reply::held_keep_ms`] documents the promise to the gateway).
+fn held_idempotency(reply: &Reply) -> Option<&str> {
+    reply.held_keep_ms?;
+    reply.idempotency_key.as_deref()
+}
+
 /// Seconds a sharded query's combine state lives at most (as long as a `queued` record does by
 /// default, `--pending-ttl`): every shard's partial must be in by then.
 const SHARD_STATE_TTL: u64 = 3600;
@@ -882,12 +890,23 @@ impl Consumer {
                             digest: *digest,
                         };
                         let record = Written::done(&done, idem);
+                        let keep = self.keep_ms(reply);
                         pipe.cmd("SET")
                             .arg(keys.query(request_id.as_str()))
                             .arg(&record)
                             .arg("PX")
-                            .arg(self.keep_ms(reply))
+                            .arg(keep)
                             .ignore();
+                        if let Some(key) = held_idempotency(reply) {
+                            // A held query's Idempotency-Key record is kept as briefly as its
+                            // record, here in the block's pipeline, instead of by the gateway
+                            // after the hand-over (a round trip and a task a query).
+                            pipe.cmd("PEXPIRE")
+                                .arg(keys.idempotency(key))
+                                .arg(keep)
+                                .arg("LT")
+                                .ignore();
+                        }
                         frames.push(*request_id, record);
                         acked.push(&entry_id.id);
                     } else {

@@ -390,7 +390,10 @@ pub struct Reply {
     /// than its own bound, `HELD_KEEP`). The gateway gives its read-result retention here
     /// (gateway/src/retention.rs): these records are only a net for a missed completion event,
     /// and at full speed a fixed few seconds of them filled a small Redis, so they are kept
-    /// within the same byte budget as read results. `None`: the worker's bound.
+    /// within the same byte budget as read results. `None`: the worker's bound. An unsharded
+    /// worker that writes a held request's `done` record shortens its Idempotency-Key record
+    /// to the same time (`PEXPIRE … LT` in the same pipeline), so the gateway that hands the
+    /// answer over has nothing left to shorten.
     pub held_keep_ms: Option<u64>,
     /// The request's `Idempotency-Key`, carried into the final record so that whichever
     /// gateway hands the answer over can shorten the key's record with it.

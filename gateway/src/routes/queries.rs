@@ -86,6 +86,9 @@ pub async fn submit(
             wait,
             slot,
             sub: st.events.subscribe(&id),
+            // An unsharded worker shortens the Idempotency-Key record of a held query with
+            // its answer (`Reply::held_keep_ms`); a sharded party's combine script does not.
+            worker_shortens_idempotency: db.shards <= 1,
         })
     });
     let job = Job {
@@ -252,6 +255,7 @@ struct Held {
     wait: Duration,
     slot: Slot,
     sub: Subscription,
+    worker_shortens_idempotency: bool,
 }
 
 /// Holds a just-queued query's answer until it is final or `wait` has passed: one round trip
@@ -266,7 +270,12 @@ async fn answer_inline(
     held: Held,
     format: Format,
 ) -> Option<Response> {
-    let Held { wait, slot, sub } = held;
+    let Held {
+        wait,
+        slot,
+        sub,
+        worker_shortens_idempotency,
+    } = held;
     let queued = QueryRecord {
         result: QueryResult::pending(id.as_str(), QueryStatus::Queued),
         scan_us: None,
@@ -274,9 +283,11 @@ async fn answer_inline(
         idempotency_key: idempotency_key.map(str::to_owned),
     };
     // No read at first: a held query has no record until its answer.
-    let waited = wait_final_from(st, id, wait, sub, Some(queued), true)
+    let mut waited = wait_final_from(st, id, wait, sub, Some(queued), true)
         .await
         .ok()?;
+    waited.idempotency_shortened =
+        worker_shortens_idempotency && waited.record.result.status == QueryStatus::Done;
     drop(slot);
     if !waited.record.result.status.is_final() {
         return None;
@@ -520,6 +531,7 @@ pub async fn status(
         Waited {
             record: Arc::new(record),
             held: false,
+            idempotency_shortened: false,
         }
     } else {
         let _waiter = st.waiters.enter()?;
@@ -550,11 +562,18 @@ pub async fn status(
 /// party's read rate, and it and its idempotency record are kept only as long as
 /// [`crate::retention`] says from now on (in the background: the answer does not wait for it; a
 /// failure only means they live their full TTLs). A held query's record (`held`) was written
-/// short-lived by its worker: only its idempotency record, if any, is shortened.
-fn fetched(st: &AppState, id: &RequestId, record: &QueryRecord, held: bool) {
+/// short-lived by its worker: only its idempotency record, if any, is shortened, unless the
+/// worker did that too (`idempotency_shortened`).
+fn fetched(
+    st: &AppState,
+    id: &RequestId,
+    record: &QueryRecord,
+    held: bool,
+    idempotency_shortened: bool,
+) {
     st.retention.handed_over(page_bytes(record));
     let idem = record.idempotency_key.clone();
-    if held && idem.is_none() {
+    if held && (idem.is_none() || idempotency_shortened) {
         return;
     }
     let store = st.store.clone();
@@ -589,13 +608,17 @@ struct Waited {
     record: Arc<QueryRecord>,
     /// The query's request was held by this gateway (no `queued` record was written).
     held: bool,
+    /// Its worker shortened the query's Idempotency-Key record with the answer (a held query
+    /// answered by an unsharded worker): nothing is left for [`fetched`] to shorten.
+    idempotency_shortened: bool,
 }
 
 impl Waited {
     /// The record is being answered: a final one is [`fetched`].
     fn hand_over(&self, st: &AppState, id: &RequestId) {
         if self.record.result.status.is_final() {
-            fetched(st, id, &self.record, self.held);
+            let shortened = self.held && self.idempotency_shortened;
+            fetched(st, id, &self.record, self.held, shortened);
         }
     }
 }
@@ -634,7 +657,11 @@ async fn wait_final_from(
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
-            return Ok(Waited { record: q, held });
+            return Ok(Waited {
+                record: q,
+                held,
+                idempotency_shortened: false,
+            });
         }
         let wake = tokio::select! {
             r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),
@@ -695,7 +722,7 @@ async fn follow(
                 .await
                 .is_ok()
             {
-                fetched(&st, &id, &current, false);
+                fetched(&st, &id, &current, false, false);
             }
             return;
         }

@@ -191,6 +191,52 @@ async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_on
     assert!(left > 7, "a pending record was shortened to {left} s");
 }
 
+/// A held query's Idempotency-Key record is shortened by its worker with the answer (issue 35:
+/// one `PEXPIRE` in the worker's pipeline instead of the gateway's round trip after the
+/// hand-over): its TTL falls from `--idempotency-ttl` to at most the fetched-result TTL, and a
+/// retry with the same key is still answered with the same id meanwhile.
+#[tokio::test]
+async fn a_held_querys_idempotency_record_is_shortened_with_its_answer() {
+    let cluster = cluster_with_gateway_args(&["--fetched-result-ttl", "7"]).await;
+    let http = reqwest::Client::new();
+    let (k0, _) = generate(DOMAIN_BITS, 42, &mut rand::rng()).unwrap();
+    let body = QueryRequest {
+        keys: vec![k0.to_bytes()],
+        epoch: None,
+    }
+    .to_json();
+    let key = format!("{:032x}", rand::random::<u128>());
+    let send = || {
+        http.post(format!("{}/v1/queries", cluster.a.url))
+            .header("content-type", "application/json")
+            .header("prefer", "wait=10")
+            .header("idempotency-key", &key)
+            .body(body.clone())
+            .send()
+    };
+    let first = send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    let first: QueryResult = serde_json::from_slice(&first.bytes().await.unwrap()).unwrap();
+    assert_eq!(first.status, QueryStatus::Done);
+    let mut conn = cluster.a.redis().await.unwrap();
+    let left: i64 = redis::cmd("TTL")
+        .arg(cluster.a.layout().idempotency(&key))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (0..=7).contains(&left),
+        "the answered query's idempotency record has TTL {left} s (--idempotency-ttl is 600)"
+    );
+    let again = send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 200);
+    let again: QueryResult = serde_json::from_slice(&again.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        again.id, first.id,
+        "a retry within the TTL is the same query"
+    );
+}
+
 #[tokio::test]
 async fn a_gateway_on_one_runtime_thread_answers_many_clients_at_once() {
     let cluster = cluster_with_gateway_args(&["--runtime-threads", "1"]).await;
