@@ -2,7 +2,7 @@
 # The soak (issue 25): two parties under steady load for MINUTES, with the faults a deployment
 # lives through, every answer verified against the database at the epoch it answers.
 #
-#   ops/soak.sh [MINUTES]            # default 30; the test suite runs 2 (scripts/test.sh)
+#   ops/soak.sh [MINUTES]            # default 30; the test suite runs 1 (scripts/test.sh)
 #   PIRQ_SOAK_RECORD=docs/bench/soak.md ops/soak.sh 30    # and write the report there
 #
 # What runs (real processes, loopback only): per party a redis-server (AOF, appendfsync always),
@@ -11,8 +11,9 @@
 # PIRQ_SOAK_CLIENTS (4) concurrent loops of 2-page queries to both parties and pushes an epoch
 # (4 pages replaced with random bytes) every PIRQ_SOAK_EPOCH_EVERY seconds (5). Meanwhile:
 #
-#   - every PIRQ_SOAK_KILL_EVERY seconds (180; 40 in a run under 5 minutes), one worker, in
-#     turn, is killed with SIGKILL and started again 2 s later under the same consumer name;
+#   - every PIRQ_SOAK_KILL_EVERY seconds (180; 40 in a run under 5 minutes, 15 under 2), one
+#     worker, in turn, is killed with SIGKILL and started again 2 s later under the same consumer
+#     name (none in the last 20 s);
 #   - at a third of the run, party A's redis-server is killed with SIGKILL and started again on
 #     its AOF 2 s later;
 #   - every 30 s the resident memory of every gateway, worker and redis-server is sampled.
@@ -20,7 +21,7 @@
 # Passes when nothing is wrong, nothing accepted is lost, queries were answered every minute,
 # and no process's log has a line at ERROR (WARN lines are expected around the faults and are
 # counted in the report). The report (JSON, CSV and the markdown of PIRQ_SOAK_RECORD) stays in the
-# work directory printed at the start.
+# work directory printed at the start. PIRQ_BIN_DIR: run the binaries there instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -31,6 +32,8 @@ EPOCH_EVERY=${PIRQ_SOAK_EPOCH_EVERY:-5}
 SECONDS_TOTAL=$(python3 -c "print(int(float('$MINUTES') * 60))")
 if [ -n "${PIRQ_SOAK_KILL_EVERY:-}" ]; then
     KILL_EVERY=$PIRQ_SOAK_KILL_EVERY
+elif [ "$SECONDS_TOTAL" -lt 120 ]; then
+    KILL_EVERY=15
 elif [ "$SECONDS_TOTAL" -lt 300 ]; then
     KILL_EVERY=40
 else
@@ -43,13 +46,20 @@ COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (+ uncomm
 log() { echo "soak: $*" >&2; }
 
 command -v redis-server >/dev/null || scripts/install-deps.sh
-cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli -p pirq-e2e \
-    --bin pirq-gateway --bin pirq-worker --bin pirq --bin e2e-soak
+# The binaries: $PIRQ_BIN_DIR's when set (scripts/test.sh passes the suite's one release build),
+# else built here.
+if [ -n "${PIRQ_BIN_DIR:-}" ]; then
+    BUILT=$PIRQ_BIN_DIR
+else
+    cargo build --release --locked --quiet -p pirq-gateway -p pirq-worker -p pirq-cli -p pirq-e2e \
+        --bin pirq-gateway --bin pirq-worker --bin pirq --bin e2e-soak
+    BUILT=$ROOT/target/release
+fi
 W=$(mktemp -d /tmp/pirq-soak.XXXXXX)
 # A copy of the binaries: a build during the run must not change what a restarted worker runs.
 BIN=$W/bin
 mkdir -p "$BIN"
-cp "$ROOT"/target/release/{pirq-gateway,pirq-worker,pirq,e2e-soak} "$BIN/"
+cp "$BUILT"/{pirq-gateway,pirq-worker,pirq,e2e-soak} "$BIN/"
 log "work directory $W; $MINUTES min, worker kill every $KILL_EVERY s, redis restart at $REDIS_AT s"
 "$BIN/pirq" db gen --pages "$PAGES" --page-size 1024 --seed 3 --out "$W/db.pirdb" >/dev/null
 

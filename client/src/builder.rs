@@ -261,11 +261,15 @@ impl ClientBuilder {
     }
 }
 
-/// The HTTP client of a [`Client`] built without one (and of the CLI's `epoch push`): no
-/// redirects (a party may not send the client to another host, nor from https to http), the
+/// The HTTP client of a [`Client`] built without one (and of the CLI's `epoch push`): HTTP/1.1,
+/// no redirects (a party may not send the client to another host, nor from https to http), the
 /// peer certificate kept for the same-identity check, the system's and `roots` as trust
 /// anchors, connections opened within 10 s; no proxy from the environment, and `proxy` (when
 /// given) for `https://` parties only ([`ClientBuilder::proxy`]).
+///
+/// HTTP/1.1 said outright: the client's reqwest is built without HTTP/2, but a build that also
+/// holds a crate asking for it (the workspace's test build: the e2e suite's own HTTP/2 client,
+/// whose binaries the suite runs) would otherwise offer `h2` by ALPN and speak it to a party.
 pub fn http_client(
     roots: Vec<reqwest::Certificate>,
     proxy: Option<&str>,
@@ -273,6 +277,7 @@ pub fn http_client(
     let mut builder = reqwest::Client::builder()
         // reqwest reads HTTP_PROXY/HTTPS_PROXY/ALL_PROXY by default: never for party traffic.
         .no_proxy()
+        .http1_only()
         .connect_timeout(CONNECT_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .tls_info(true)
