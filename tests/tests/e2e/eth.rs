@@ -495,3 +495,98 @@ async fn serve_answers_json_rpc_errors_and_forwards_only_other_methods() {
     ]);
     assert!(ran.stderr.contains("--upstream"), "{}", ran.stderr);
 }
+
+/// What one party's gateway has counted: query POSTs per eth table, and DPF keys accepted.
+async fn shape(party: &Party) -> ([f64; 3], f64) {
+    let text = pirq_e2e::metrics::scrape(&party.http, &party.url).await;
+    let posts = ["accounts", "code", "storage"].map(|t| {
+        text.lines()
+            .filter(|l| l.starts_with("pirq_gateway_http_requests_total{"))
+            .filter(|l| l.contains("method=\"POST\"") && l.contains(&format!("table=\"{t}\"")))
+            .filter(|l| l.contains("/queries\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    });
+    let keys =
+        pirq_e2e::metrics::value(&text, "pirq_gateway_keys_accepted_total").unwrap_or_default();
+    (posts, keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_costs_each_party_the_same_keys_whatever_the_method_and_the_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = import(dir.path(), "state", &dump("0x"), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let default = TestDb::create(16, 256, 2).unwrap();
+    let (a, b) = parties(&dir.path().join("state"), &default).await;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let listen = format!("127.0.0.1:{port}");
+    let cmd = pirq_command(&[
+        "eth",
+        "serve",
+        "--party-a",
+        &a.url,
+        "--party-b",
+        &b.url,
+        "--listen",
+        &listen,
+    ]);
+    let mut serve = Proc::spawn("eth-serve", cmd, dir.path().join("serve.log")).unwrap();
+    let call = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+    };
+    let (rich, contract) = (format!("0x{RICH}"), format!("0x{CONTRACT}"));
+    let nobody = format!("0x{}", "77".repeat(20));
+    let reads = [
+        call("eth_getBalance", json!([rich, "latest"])),
+        call("eth_getBalance", json!([nobody, "latest"])),
+        call("eth_getTransactionCount", json!([rich, "latest"])),
+        call("eth_getCode", json!([contract, "latest"])),
+        call("eth_getCode", json!([rich, "latest"])),
+        call("eth_getCode", json!([nobody, "latest"])),
+        call("eth_getStorageAt", json!([contract, "0x1", "latest"])),
+        call("eth_getStorageAt", json!([contract, "0x5", "latest"])),
+        call("eth_getStorageAt", json!([nobody, "0x1", "latest"])),
+        call("eth_blockNumber", json!([])),
+    ];
+    // The first read also reads each table's /v1/info; the ones after it cost queries only.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answered = reqwest::Client::new()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(reads[0].clone())
+            .send()
+            .await;
+        if let Ok(r) = answered {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        assert!(
+            serve.is_running() && Instant::now() < deadline,
+            "{}",
+            serve.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for read in &reads {
+        let before = [shape(&a).await, shape(&b).await];
+        let (status, r) = post(&url, read.clone()).await;
+        assert!(status == 200 && r["result"].is_string(), "{read}: {r}");
+        let after = [shape(&a).await, shape(&b).await];
+        for (party, (x, y)) in before.iter().zip(&after).enumerate() {
+            let posts: Vec<f64> = (0..3).map(|t| y.0[t] - x.0[t]).collect();
+            // One query a table; 2 + 2 keys for accounts (the address, the metadata record),
+            // 2 for storage (d = 2), 3 for code (d = 3).
+            assert_eq!(posts, [1.0, 1.0, 1.0], "party {party}, {read}");
+            assert_eq!(y.1 - x.1, 9.0, "party {party}, {read}");
+        }
+    }
+    serve.terminate(Duration::from_secs(3));
+}
