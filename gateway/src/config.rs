@@ -76,6 +76,14 @@ pub struct Config {
     #[arg(long, env = "PIRQ_MANIFESTS")]
     pub manifests: Option<PathBuf>,
 
+    /// A named table's manifest file, `NAME=FILE` (repeatable; several at once in the
+    /// environment: `PIRQ_TABLE_MANIFESTS=a=a.json,b=b.json`), served at
+    /// `GET /v1/tables/NAME/manifests` as `--manifests` is for the table `default`: each signed
+    /// table has its own publisher manifests (issue 38). A table without one answers 404
+    /// `no_manifests`.
+    #[arg(long = "table-manifests", env = "PIRQ_TABLE_MANIFESTS", value_delimiter = ',', value_parser = table_file)]
+    pub table_manifests: Vec<(String, PathBuf)>,
+
     /// Queries a second each token may submit, in bursts of up to twice that; past it 429
     /// `rate_limited` with `Retry-After`. Needs `--query-tokens`.
     #[arg(long, env = "PIRQ_TOKEN_RATE", requires = "query_tokens")]
@@ -300,7 +308,39 @@ impl Config {
         crate::retention::budget(self.fetched_result_bytes, self.max_redis_memory)
     }
 
+    /// The manifest file of table `table` (`--manifests` for `default`, else its
+    /// `--table-manifests`), if the party serves one.
+    pub fn manifests_of(&self, table: &str) -> Option<&std::path::Path> {
+        if table == pirq_shared::layout::DEFAULT_TABLE {
+            return self.manifests.as_deref();
+        }
+        self.table_manifests
+            .iter()
+            .find(|(name, _)| name == table)
+            .map(|(_, file)| file.as_path())
+    }
+
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms.max(1))
     }
+
+    /// Whether admission is bounded (`--max-backlog`, `--max-backlog-secs`,
+    /// `--max-redis-memory`): then each table's drain rate and Redis's memory are sampled.
+    pub fn bounds_admission(&self) -> bool {
+        self.max_backlog > 0 || self.max_backlog_secs > 0 || self.max_redis_memory > 0
+    }
+}
+
+/// A `--table-manifests` value: `NAME=FILE`, NAME a table name.
+fn table_file(s: &str) -> Result<(String, PathBuf), String> {
+    let Some((name, file)) = s.split_once('=') else {
+        return Err(format!(
+            "{s:?} is not NAME=FILE (for example profiles=profiles-manifests.json)"
+        ));
+    };
+    pirq_shared::layout::check_table_name(name).map_err(|e| e.to_string())?;
+    if file.is_empty() {
+        return Err(format!("{s:?}: the table {name} names no file"));
+    }
+    Ok((name.to_string(), PathBuf::from(file)))
 }

@@ -3,29 +3,62 @@
 //! Workers know only their own windows; the backlog, the pending entries, the age of the oldest
 //! job and the number of live workers are facts about the party's Redis. Every gateway samples
 //! them on its own connection (several gateways report the same values: the dashboard takes
-//! `max`). Sampling costs five cheap commands every [`SAMPLE_EVERY`], independent of traffic
-//! ([`pirq_queue::sampler::queue`]).
+//! `max`). Sampling costs five cheap commands a table every [`SAMPLE_EVERY`], independent of
+//! traffic ([`pirq_queue::sampler::queue`]). Every gauge has the label `table` (issue 38): the
+//! table `default`, and each named table of `{P}:tables`, read again at every sample so a
+//! table registered later is sampled too.
 
 use std::time::Duration;
 
 use pirq_queue::sampler::{self, QueueSample};
 use pirq_queue::RedisTarget;
-use pirq_shared::layout::Layout;
+use pirq_shared::layout::{Layout, DEFAULT_TABLE};
 use pirq_shared::metrics as m;
 
 /// How often the gauges are refreshed; Prometheus scrapes every 5 s in `ops/prometheus`.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 
-/// Sets the catalog's queue gauges to this reading.
-pub fn publish(sample: &QueueSample) {
-    metrics::gauge!(m::QUEUE_DEPTH).set(sample.depth as f64);
-    metrics::gauge!(m::QUEUE_PENDING).set(sample.pending as f64);
-    metrics::gauge!(m::QUEUE_OLDEST_JOB_AGE).set(sample.oldest_age.as_secs_f64());
-    metrics::gauge!(m::QUEUE_LIVE_WORKERS).set(sample.live_workers as f64);
+/// Sets the catalog's queue gauges of table `table` to this reading.
+pub fn publish(table: &str, sample: &QueueSample) {
+    let t = table.to_string();
+    metrics::gauge!(m::QUEUE_DEPTH, "table" => t.clone()).set(sample.depth as f64);
+    metrics::gauge!(m::QUEUE_PENDING, "table" => t.clone()).set(sample.pending as f64);
+    metrics::gauge!(m::QUEUE_OLDEST_JOB_AGE, "table" => t.clone())
+        .set(sample.oldest_age.as_secs_f64());
+    metrics::gauge!(m::QUEUE_LIVE_WORKERS, "table" => t.clone()).set(sample.live_workers as f64);
     for g in &sample.groups {
-        metrics::gauge!(m::QUEUE_GROUP_PENDING, "group" => g.name.clone()).set(g.pending as f64);
-        metrics::gauge!(m::QUEUE_GROUP_LAG, "group" => g.name.clone()).set(g.lag as f64);
+        let group = g.name.clone();
+        metrics::gauge!(m::QUEUE_GROUP_PENDING, "group" => group.clone(), "table" => t.clone())
+            .set(g.pending as f64);
+        metrics::gauge!(m::QUEUE_GROUP_LAG, "group" => group, "table" => t.clone())
+            .set(g.lag as f64);
     }
+}
+
+/// One sample of every table's queue: `default`'s and each named table's (their layouts from
+/// the party's), published as they come.
+async fn sample_all(
+    conn: &pirq_queue::Connection,
+    layout: &Layout,
+) -> Result<(), pirq_queue::QueueError> {
+    sample_one(conn, layout, DEFAULT_TABLE).await?;
+    for name in sampler::table_names(conn, layout).await? {
+        // A name in {P}:tables is a table name (the workers check it before they add it).
+        if let Ok(table) = layout.table(&name) {
+            sample_one(conn, &table, &name).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn sample_one(
+    conn: &pirq_queue::Connection,
+    layout: &Layout,
+    table: &str,
+) -> Result<(), pirq_queue::QueueError> {
+    let sample = sampler::queue(conn, layout).await?;
+    publish(table, &sample);
+    Ok(())
 }
 
 /// Consecutive failed samples before a warning.
@@ -54,11 +87,8 @@ pub fn spawn(
         let mut failures = 0u32;
         loop {
             tick.tick().await;
-            match sampler::queue(&conn, &layout).await {
-                Ok(s) => {
-                    publish(&s);
-                    failures = 0;
-                }
+            match sample_all(&conn, &layout).await {
+                Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
                     if failures == WARN_AFTER_FAILURES {

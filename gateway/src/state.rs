@@ -77,7 +77,7 @@ impl AppState {
         let drain = Drain::default();
         metrics::gauge!(pirq_shared::metrics::GATEWAY_REDIS_MEMORY_CAP)
             .set(config.max_redis_memory as f64);
-        if config.max_backlog > 0 || config.max_backlog_secs > 0 || config.max_redis_memory > 0 {
+        if config.bounds_admission() {
             drain.spawn(&target, layout, config.redis_timeout());
         }
         let waiters = Waiters::new(crate::caps::waiters(

@@ -1,8 +1,9 @@
 //! The party's tables as a gateway learns them (issue 38): the table `default` is the state the
 //! gateway starts with; a named table is learnt from the workers' registration (`{P}:tables`,
 //! `docs/redis.md`, "Tables") the first time a request names it, and kept: its producer (the
-//! gateway's connection, the table's keys), its registration cache, and a status-channel
-//! listener feeding the gateway's one set of waiters.
+//! gateway's connection, the table's keys), its registration cache, a status-channel listener
+//! feeding the gateway's one set of waiters, and its own drain sampler (with a backlog or memory
+//! bound: a table's backlog is bounded by its own drain rate, not `default`'s).
 //!
 //! A request for a table the party does not list is 404 `unknown_table`, decided by one `SMEMBERS`
 //! (a name that is not a table name at all costs no Redis command); a known table costs no Redis
@@ -16,6 +17,7 @@ use pirq_queue::RedisTarget;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::layout::{check_table_name, DEFAULT_TABLE};
 
+use crate::backpressure::Drain;
 use crate::dbinfo::DbCache;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -67,11 +69,16 @@ impl AppState {
         let table = known.entry(name.to_string()).or_insert_with(|| {
             let store = self.store.for_table(layout.clone());
             self.events
-                .listen_to_table(self.tables.target.clone(), layout);
+                .listen_to_table(self.tables.target.clone(), layout.clone());
+            let drain = Drain::default();
+            if self.config.bounds_admission() {
+                drain.spawn(&self.tables.target, layout, self.config.redis_timeout());
+            }
             tracing::info!(table = name, "serving a table of the party");
             AppState {
                 db: Arc::new(DbCache::new(store.clone(), Duration::from_secs(1))),
                 store,
+                drain,
                 table: Arc::from(name),
                 ..self.clone()
             }

@@ -36,6 +36,17 @@ pub struct GroupSample {
     pub lag: u64,
 }
 
+/// The party's named tables (`{P}:tables`, issue 38), sorted: beside the table `default`, the
+/// tables whose queues a gateway samples.
+pub async fn table_names(conn: &Connection, layout: &Layout) -> Result<Vec<String>, QueueError> {
+    let mut names: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(layout.tables())
+        .query_async(&mut conn.conn.clone())
+        .await?;
+    names.sort();
+    Ok(names)
+}
+
 /// Reads the queue once, every partition: depths, pending counts and groups add up, the oldest
 /// age is the oldest of any partition. Missing keys (no job yet, no consumer group yet) read as
 /// zero.

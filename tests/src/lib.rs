@@ -391,25 +391,11 @@ impl Party {
     /// that exits instead of registering is an error that carries its log.
     pub async fn start_worker_on(&mut self, db: &Path, extra: &[&str]) -> anyhow::Result<()> {
         let n = self.workers.len();
-        let mut cmd = Command::new(bin_dir().join("pirq-worker"));
-        cmd.args([
-            "--redis",
-            &self.redis.url(),
-            "--prefix",
-            &self.prefix,
-            "--backend",
-            "cpu",
-        ])
-        .arg("--db")
-        .arg(db)
-        .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
-        .args(["--partitions", &self.options.partitions().to_string()])
-        .args(self.redis.client_args())
-        .args(&self.options.worker_args)
-        .args(extra)
-        // One scan thread unless the test says otherwise: two parties share this machine.
-        .env("PIRQ_THREADS", "1")
-        .env("RUST_LOG", "info");
+        let mut cmd = self.worker_command(n);
+        cmd.arg("--db")
+            .arg(db)
+            .args(&self.options.worker_args)
+            .args(extra);
         let proc = Proc::spawn(
             "pirq-worker",
             cmd,
@@ -432,6 +418,72 @@ impl Party {
                 .filter(|r| *r)
                 .count() as u64;
             if self.live_workers().await.unwrap_or(0) >= want {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The command of the party's `n`-th worker, before its tables: its Redis, prefix, CPU
+    /// backend, a fast heartbeat, one scan thread.
+    fn worker_command(&self, n: usize) -> Command {
+        let mut cmd = Command::new(bin_dir().join("pirq-worker"));
+        cmd.args([
+            "--redis",
+            &self.redis.url(),
+            "--prefix",
+            &self.prefix,
+            "--backend",
+            "cpu",
+        ])
+        .args(["--heartbeat-ms", "200", "--consumer", &format!("w{n}")])
+        .args(["--partitions", &self.options.partitions().to_string()])
+        .args(self.redis.client_args())
+        // One scan thread unless the test says otherwise: two parties share this machine.
+        .env("PIRQ_THREADS", "1")
+        .env("RUST_LOG", "info");
+        cmd
+    }
+
+    /// A worker serving the named tables `tables` alone (`--table NAME=FILE` each, no `--db`:
+    /// issue 38), started once every one of them counts it among its live workers (`GET
+    /// /v1/tables`). The party's `worker_args` are not given to it.
+    pub async fn start_table_worker(&mut self, tables: &[(&str, &Path)]) -> anyhow::Result<()> {
+        let n = self.workers.len();
+        let mut cmd = self.worker_command(n);
+        for (name, file) in tables {
+            cmd.arg("--table").arg(format!("{name}={}", file.display()));
+        }
+        let proc = Proc::spawn(
+            "pirq-worker",
+            cmd,
+            self.dir.path().join(format!("worker-{n}.log")),
+        )?;
+        self.workers.push(proc);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if !self.workers.last_mut().unwrap().is_running() || Instant::now() > deadline {
+                bail!(
+                    "pirq-worker did not register its tables:\n{}",
+                    self.workers.last().unwrap().log_text()
+                );
+            }
+            let listed: serde_json::Value = match self
+                .http
+                .get(format!("{}/v1/tables", self.url))
+                .send()
+                .await
+            {
+                Ok(r) => r.json().await.unwrap_or_default(),
+                Err(_) => serde_json::Value::Null,
+            };
+            let served = |name: &str| {
+                listed["tables"].as_array().is_some_and(|ts| {
+                    ts.iter()
+                        .any(|t| t["name"] == name && t["workers"].as_u64() >= Some(1))
+                })
+            };
+            if tables.iter().all(|(name, _)| served(name)) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -1,5 +1,6 @@
 //! `GET /v1/manifests`: the publisher's signed epoch manifests (`docs/spec/signed.md` §4.2),
-//! the file of `--manifests` as it is when the request comes.
+//! the file of `--manifests` as it is when the request comes; `GET /v1/tables/NAME/manifests`:
+//! the table's, its file of `--table-manifests NAME=FILE`.
 //!
 //! The file is read at every request (a client reads it about once per epoch), so an operator
 //! installs a new one by renaming it over the old. The gateway checks its shape, not its
@@ -25,11 +26,18 @@ use crate::state::AppState;
 pub const MAX_MANIFESTS_BYTES: u64 = 32 << 20;
 
 pub async fn manifests(State(st): State<AppState>) -> Result<Response, ApiError> {
-    let Some(path) = st.config.manifests.clone() else {
-        return Err(ApiError::new(
-            ErrorCode::NoManifests,
-            "this party serves no publisher manifests (its gateway runs without --manifests)",
-        ));
+    let Some(path) = st.config.manifests_of(&st.table).map(Path::to_path_buf) else {
+        let message = if &*st.table == pirq_shared::layout::DEFAULT_TABLE {
+            "this party serves no publisher manifests (its gateway runs without --manifests)"
+                .to_string()
+        } else {
+            format!(
+                "this party serves no publisher manifests for the table {} (its gateway runs \
+                 without --table-manifests {0}=FILE)",
+                st.table
+            )
+        };
+        return Err(ApiError::new(ErrorCode::NoManifests, message));
     };
     let bytes = tokio::task::spawn_blocking(move || read(&path))
         .await

@@ -598,3 +598,112 @@ async fn a_key_value_table_beside_a_page_table() {
     assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["errors"], serde_json::json!({}), "{report}");
 }
+
+/// What still looked at the table `default` alone (issue 38): `/readyz` is about every table the
+/// party serves (a party of named tables only is ready; a table whose workers are gone makes it
+/// not ready, naming the table), the queue gauges have a series per table, and a named table
+/// serves its own manifest file (`--table-manifests`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_queue_gauges_and_manifests_are_per_table() {
+    let tables = Tables::create();
+    let manifests = tables.small.dir().join("small-manifests.json");
+    std::fs::write(&manifests, b"[]").unwrap();
+    let options = PartyOptions {
+        no_worker: true,
+        gateway_args: strings(&[
+            "--table-manifests",
+            &format!("small={}", manifests.display()),
+        ]),
+        ..PartyOptions::default()
+    };
+    let mut party = Party::start(&tables.default.path, "tables-ready", options)
+        .await
+        .unwrap();
+    let (status, body) = party.readyz().await;
+    assert_eq!(status, 503, "no table served yet: {body}");
+    assert_eq!(body["error"]["code"], "no_database", "{body}");
+
+    // A worker of the named table `small` alone: no table `default` at all, and ready.
+    party
+        .start_table_worker(&[("small", &tables.small.path)])
+        .await
+        .unwrap();
+    let (status, body) = ready_within(&party, Duration::from_secs(30)).await;
+    assert_eq!(status, 200, "a party of one named table is ready: {body}");
+
+    // The table default joins (a second worker, `--table default=FILE` being `--db FILE`);
+    // then the named table's worker dies: the party is not ready, and says which table.
+    party
+        .start_table_worker(&[("default", &tables.default.path)])
+        .await
+        .unwrap();
+    assert_eq!(ready_within(&party, Duration::from_secs(30)).await.0, 200);
+
+    // Each table's queue gauges, the table as a label.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = pirq_e2e::metrics::scrape(&party.http, &party.url).await;
+        let live = |table: &str| {
+            pirq_e2e::metrics::value(
+                &text,
+                &format!("pirq_queue_live_workers{{table=\"{table}\"}}"),
+            )
+        };
+        if live("default") == Some(1.0) && live("small") == Some(1.0) {
+            assert_eq!(
+                pirq_e2e::metrics::value(&text, "pirq_queue_depth_jobs{table=\"small\"}"),
+                Some(0.0),
+                "no depth gauge of the table small:\n{text}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no live-worker gauge of 1 for both tables:\n{}",
+            text.lines()
+                .filter(|l| l.starts_with("pirq_queue"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The named table's manifests are its own file; the table default has none here.
+    let get = |path: &str| party.http.get(format!("{}{path}", party.url)).send();
+    let r = get("/v1/tables/small/manifests").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"[]");
+    let r = get("/v1/manifests").await.unwrap();
+    assert_eq!(r.status(), 404);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "no_manifests", "{body}");
+
+    party.workers[0].kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (status, body) = party.readyz().await;
+        if status == 503 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still ready with the table small's worker gone"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(body["error"]["code"], "no_workers", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("table small: "), "{message}");
+}
+
+/// `GET /readyz` until it is 200 or `within` has passed: the last status and body.
+async fn ready_within(party: &Party, within: Duration) -> (u16, serde_json::Value) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (status, body) = party.readyz().await;
+        if status == 200 || Instant::now() > deadline {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
