@@ -145,29 +145,189 @@ pub fn split(pages: u64, segments: usize, align: u64) -> Vec<Range<u64>> {
         .collect()
 }
 
-/// Bookkeeping both backends share: tickets, and the times behind [`Finished::waited`],
-/// [`Finished::turn`] and [`Step::turn_keys`].
+/// The groups in flight and where the turn is: the bookkeeping both backends share (tickets,
+/// segments left, the segment the next step scans, and the times behind [`Finished::waited`],
+/// [`Finished::turn`] and [`Step::turn_keys`]). `G` is a backend's own part of a group (the CPU's
+/// bitmaps and answers, the CUDA backend's key columns).
+#[derive(Debug)]
+pub struct Groups<G> {
+    list: Vec<Group<G>>,
+    segments: usize,
+    cursor: usize,
+    clock: Clock,
+}
+
+/// Keys joined together (one [`Rotation::join`]).
+#[derive(Debug)]
+pub struct Group<G> {
+    pub ticket: Ticket,
+    pub epoch: u64,
+    pub keys: usize,
+    /// Segments still to scan; 0 = done.
+    left: usize,
+    times: GroupTimes,
+    /// The backend's own part.
+    pub own: G,
+}
+
+impl<G> Group<G> {
+    /// Whether the step about to run is this group's last.
+    pub fn in_last_segment(&self) -> bool {
+        self.left == 1
+    }
+
+    /// The group leaves at `now`, with its answers or why it has none.
+    pub fn finish(&self, answers: Result<Answers, ScanError>, now: Instant) -> Finished {
+        let (waited, turn) = Clock::finish(&self.times, now);
+        Finished {
+            ticket: self.ticket,
+            answers,
+            waited,
+            turn,
+        }
+    }
+}
+
+impl<G> std::ops::Index<usize> for Groups<G> {
+    type Output = Group<G>;
+    fn index(&self, i: usize) -> &Group<G> {
+        &self.list[i]
+    }
+}
+
+impl<G> Groups<G> {
+    /// No group in flight, a turn of `segments` segments.
+    pub fn new(segments: usize) -> Groups<G> {
+        Groups {
+            list: Vec::new(),
+            segments: segments.max(1),
+            cursor: 0,
+            clock: Clock::default(),
+        }
+    }
+
+    /// The segment the next step scans.
+    pub fn segment(&self) -> usize {
+        self.cursor
+    }
+
+    /// A group of `keys` keys at `epoch`, joined at `joined`: its ticket.
+    pub fn join(&mut self, epoch: u64, keys: usize, own: G, joined: Instant) -> Ticket {
+        let ticket = self.clock.ticket();
+        self.list.push(Group {
+            ticket,
+            epoch,
+            keys,
+            left: self.segments,
+            times: GroupTimes {
+                joined,
+                first_segment: None,
+            },
+            own,
+        });
+        ticket
+    }
+
+    /// A step begins: at the first segment of a turn, the keys of groups already started count
+    /// for it.
+    pub fn begin_turn(&mut self) {
+        if self.cursor == 0 {
+            let started = self
+                .list
+                .iter()
+                .filter(|g| g.times.first_segment.is_some())
+                .map(|g| g.keys)
+                .sum();
+            self.clock.turn_begins(started);
+        }
+    }
+
+    /// The step scans from `now`, under the epoch state `resolve` reads: a group whose epoch it
+    /// refuses leaves (returned, with the error, for the backend to release and finish); the
+    /// others are scanned, a group scanned for the first time starting its turn.
+    pub fn start_step(
+        &mut self,
+        now: Instant,
+        mut resolve: impl FnMut(u64) -> Result<(), ScanError>,
+    ) -> Vec<(Group<G>, ScanError)> {
+        let mut left_window = Vec::new();
+        let mut i = 0;
+        while i < self.list.len() {
+            if let Err(e) = resolve(self.list[i].epoch) {
+                left_window.push((self.list.swap_remove(i), e));
+                continue;
+            }
+            let g = &mut self.list[i];
+            self.clock.start(&mut g.times, now, g.keys);
+            i += 1;
+        }
+        left_window
+    }
+
+    /// The step's segment is scanned: every group is a segment further, the next step scans the
+    /// next segment. The groups whose turn ended (in their order), and the keys of the turn when
+    /// this segment closed one.
+    pub fn end_step(&mut self) -> (Vec<Group<G>>, Option<usize>) {
+        for g in &mut self.list {
+            g.left -= 1;
+        }
+        let (done, going): (Vec<Group<G>>, Vec<Group<G>>) =
+            self.list.drain(..).partition(|g| g.left == 0);
+        self.list = going;
+        self.cursor = (self.cursor + 1) % self.segments;
+        let turn_keys = (self.cursor == 0).then(|| self.clock.turn_ends());
+        (done, turn_keys)
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Group<G>> {
+        self.list.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Group<G>> {
+        self.list.iter_mut()
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Keys in flight.
+    pub fn keys(&self) -> usize {
+        self.list.iter().map(|g| g.keys).sum()
+    }
+
+    /// Drops every group (a failed step, a shutdown): their tickets.
+    pub fn clear(&mut self) -> Vec<Ticket> {
+        self.list.drain(..).map(|g| g.ticket).collect()
+    }
+}
+
+/// Tickets and the turn's key count.
 #[derive(Debug, Default)]
-pub struct Clock {
+struct Clock {
     next_ticket: u64,
     keys_this_turn: usize,
 }
 
 /// A group's times: joined, and (once scanned) the start of its first segment.
 #[derive(Clone, Copy, Debug)]
-pub struct GroupTimes {
-    pub joined: Instant,
-    pub first_segment: Option<Instant>,
+struct GroupTimes {
+    joined: Instant,
+    first_segment: Option<Instant>,
 }
 
 impl Clock {
-    pub fn ticket(&mut self) -> Ticket {
+    fn ticket(&mut self) -> Ticket {
         self.next_ticket += 1;
         Ticket(self.next_ticket)
     }
 
     /// A step starts at `now`: a group scanned for the first time starts its turn.
-    pub fn start(&mut self, times: &mut GroupTimes, now: Instant, keys: usize) {
+    fn start(&mut self, times: &mut GroupTimes, now: Instant, keys: usize) {
         if times.first_segment.is_none() {
             times.first_segment = Some(now);
             self.keys_this_turn += keys;
@@ -175,17 +335,17 @@ impl Clock {
     }
 
     /// The keys of groups already in flight when a turn begins count for that turn too.
-    pub fn turn_begins(&mut self, in_flight: usize) {
+    fn turn_begins(&mut self, in_flight: usize) {
         self.keys_this_turn = in_flight;
     }
 
     /// The turn ended: the keys it scanned.
-    pub fn turn_ends(&mut self) -> usize {
+    fn turn_ends(&mut self) -> usize {
         std::mem::take(&mut self.keys_this_turn)
     }
 
     /// (waited, turn) of a group that finishes now.
-    pub fn finish(times: &GroupTimes, now: Instant) -> (Duration, Duration) {
+    fn finish(times: &GroupTimes, now: Instant) -> (Duration, Duration) {
         let first = times.first_segment.unwrap_or(now);
         (first - times.joined, now - first)
     }
@@ -221,5 +381,107 @@ mod tests {
         assert_eq!(segments_for(Duration::from_millis(1), 1000), MIN_SEGMENTS);
         assert_eq!(segments_for(Duration::from_millis(24), 1000), 16);
         assert_eq!(segments_for(Duration::from_secs(1), 10), 10);
+    }
+
+    /// Steps `groups` once with every epoch in the window: the tickets that finished, and the
+    /// turn's keys when the step closed a turn.
+    fn step(groups: &mut Groups<()>) -> (Vec<Ticket>, Option<usize>) {
+        groups.begin_turn();
+        let left = groups.start_step(Instant::now(), |_| Ok(()));
+        assert!(left.is_empty());
+        let (done, turn_keys) = groups.end_step();
+        (done.iter().map(|g| g.ticket).collect(), turn_keys)
+    }
+
+    #[test]
+    fn a_group_leaves_after_one_turn_whatever_segment_it_joins_at() {
+        let mut groups = Groups::new(4);
+        for wait in 0..4 {
+            for _ in 0..wait {
+                step(&mut groups);
+            }
+            let ticket = groups.join(0, 1, (), Instant::now());
+            for _ in 0..3 {
+                assert!(step(&mut groups).0.is_empty());
+            }
+            assert!(groups[0].in_last_segment());
+            assert_eq!(step(&mut groups).0, vec![ticket]);
+            assert!(groups.is_empty());
+        }
+    }
+
+    #[test]
+    fn tickets_are_distinct_and_groups_keep_their_order() {
+        let mut groups = Groups::new(2);
+        let a = groups.join(0, 2, (), Instant::now());
+        let b = groups.join(0, 3, (), Instant::now());
+        assert_ne!(a, b);
+        assert_eq!(groups.keys(), 5);
+        step(&mut groups);
+        assert_eq!(step(&mut groups).0, vec![a, b]);
+        assert_eq!(groups.keys(), 0);
+    }
+
+    #[test]
+    fn a_turn_counts_every_key_scanned_in_it() {
+        let mut groups = Groups::new(2);
+        groups.join(0, 3, (), Instant::now());
+        assert_eq!(step(&mut groups).1, None);
+        // Joins in the turn's second segment: scanned in this turn too.
+        groups.join(0, 2, (), Instant::now());
+        assert_eq!(step(&mut groups).1, Some(5));
+        // The group of 2 is still in flight when the next turn begins: it counts there too.
+        assert_eq!(step(&mut groups), (vec![Ticket(2)], None));
+        assert_eq!(step(&mut groups), (vec![], Some(2)));
+    }
+
+    #[test]
+    fn a_group_whose_epoch_left_the_window_leaves_at_the_next_step() {
+        let mut groups = Groups::new(3);
+        let kept = groups.join(1, 1, (), Instant::now());
+        let gone = groups.join(2, 1, (), Instant::now());
+        groups.begin_turn();
+        let left = groups.start_step(Instant::now(), |epoch| {
+            if epoch == 2 {
+                Err(ScanError::Device("outside the window".into()))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].0.ticket, gone);
+        let finished = left[0]
+            .0
+            .finish(Err(ScanError::Unsupported("x")), Instant::now());
+        assert_eq!(finished.ticket, gone);
+        assert!(finished.answers.is_err());
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].ticket, kept);
+    }
+
+    #[test]
+    fn a_finished_group_waited_from_its_join_to_its_first_segment() {
+        let mut groups = Groups::new(1);
+        let joined = Instant::now();
+        groups.join(0, 1, (), joined);
+        let first = joined + Duration::from_millis(5);
+        groups.begin_turn();
+        assert!(groups.start_step(first, |_| Ok(())).is_empty());
+        let (done, _) = groups.end_step();
+        let end = first + Duration::from_millis(7);
+        let f = done[0].finish(Err(ScanError::Unsupported("x")), end);
+        assert_eq!(f.waited, Duration::from_millis(5));
+        assert_eq!(f.turn, Duration::from_millis(7));
+    }
+
+    #[test]
+    fn clear_drops_every_group_and_names_it() {
+        let mut groups = Groups::new(3);
+        let a = groups.join(0, 1, (), Instant::now());
+        let b = groups.join(0, 4, (), Instant::now());
+        step(&mut groups);
+        assert_eq!(groups.clear(), vec![a, b]);
+        assert!(groups.is_empty());
+        assert_eq!(groups.keys(), 0);
     }
 }

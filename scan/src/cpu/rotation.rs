@@ -11,7 +11,7 @@ use pirq_shared::dpf::DpfKey;
 use pirq_shared::metrics::{record_phase, Phase};
 
 use super::{accumulator_stride, fold_accumulators, CpuScanner};
-use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
+use crate::rotation::{self, Groups, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
 /// Pages per unit of a CPU segment: one word of the key bitmaps.
@@ -22,10 +22,7 @@ pub struct CpuRotation {
     scanner: Arc<CpuScanner>,
     /// The turn's segments, relative to the scanner's first page.
     segments: Vec<Range<u64>>,
-    /// The segment the next step scans.
-    cursor: usize,
-    groups: Vec<Group>,
-    clock: Clock,
+    groups: Groups<Keys>,
     /// Pages of the next piece of a segment ([`Rotation::step_pausing`]), from the last.
     piece_pages: u64,
 }
@@ -43,29 +40,24 @@ fn next_piece_pages(pages: u64, took: Duration, min_pages: u64) -> u64 {
     (((pages as f64 * scale) as u64) / SEGMENT_ALIGN * SEGMENT_ALIGN).max(min_pages)
 }
 
-/// Keys joined together.
-struct Group {
-    ticket: Ticket,
-    epoch: u64,
+/// The CPU's part of a group ([`rotation::Group`]).
+#[derive(Debug)]
+struct Keys {
     /// Each key's selection bits over the scanner's range.
     bitmaps: Vec<Vec<u64>>,
     /// The keys' answers so far, back to back.
     acc: Vec<u8>,
-    /// Segments still to scan; 0 = done.
-    left: usize,
-    times: GroupTimes,
 }
 
 impl CpuRotation {
     /// A rotation of `segments` segments (fewer if the range has fewer 64-page units).
     pub fn new(scanner: Arc<CpuScanner>, segments: usize) -> CpuRotation {
         let pages = scanner.range.end - scanner.range.start;
+        let segments = rotation::split(pages, segments, SEGMENT_ALIGN);
         CpuRotation {
-            segments: rotation::split(pages, segments, SEGMENT_ALIGN),
+            groups: Groups::new(segments.len()),
+            segments,
             scanner,
-            cursor: 0,
-            groups: Vec::new(),
-            clock: Clock::default(),
             piece_pages: 0,
         }
     }
@@ -106,19 +98,10 @@ impl Rotation for CpuRotation {
         let joined = Instant::now();
         let bitmaps = self.scanner.expand(keys);
         record_phase(Phase::Expand, joined.elapsed());
-        let ticket = self.clock.ticket();
-        self.groups.push(Group {
-            ticket,
-            epoch,
-            bitmaps,
-            acc: vec![0u8; keys.len() * self.scanner.geometry.page_size],
-            left: self.segments.len(),
-            times: GroupTimes {
-                joined,
-                first_segment: None,
-            },
-        });
-        Ok(ticket)
+        let acc = vec![0u8; keys.len() * self.scanner.geometry.page_size];
+        Ok(self
+            .groups
+            .join(epoch, keys.len(), Keys { bitmaps, acc }, joined))
     }
 
     fn step(&mut self) -> Result<Step, ScanError> {
@@ -130,7 +113,7 @@ impl Rotation for CpuRotation {
     }
 
     fn in_flight(&self) -> usize {
-        self.groups.iter().map(|g| g.bitmaps.len()).sum()
+        self.groups.keys()
     }
 
     fn capacity(&self) -> usize {
@@ -142,7 +125,7 @@ impl Rotation for CpuRotation {
     }
 
     fn clear(&mut self) -> Vec<Ticket> {
-        self.groups.drain(..).map(|g| g.ticket).collect()
+        self.groups.clear()
     }
 }
 
@@ -152,35 +135,25 @@ impl CpuRotation {
     fn scan_step(&mut self, mut pause_point: Option<&mut dyn FnMut()>) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.geometry.page_size;
-        let segment = self.segments[self.cursor].clone();
-        if self.cursor == 0 {
-            let started: usize = self
-                .groups
-                .iter()
-                .filter(|g| g.times.first_segment.is_some())
-                .map(|g| g.bitmaps.len())
-                .sum();
-            self.clock.turn_begins(started);
-        }
+        let segment = self.segments[self.groups.segment()].clone();
+        self.groups.begin_turn();
         let mut step = Step::default();
         // The base and the window stay as they are for the whole step (an update waits), so
         // the segment's merge uses the very base its scan read.
         let state = self.scanner.state.read().unwrap_or_else(|e| e.into_inner());
-        let mut i = 0;
-        while i < self.groups.len() {
-            if let Err(e) = state.window.resolve(Some(self.groups[i].epoch)) {
-                let g = self.groups.swap_remove(i);
-                step.finished.push(finish(g, Err(e.into()), now));
-                continue;
-            }
-            let g = &mut self.groups[i];
-            self.clock.start(&mut g.times, now, g.bitmaps.len());
-            i += 1;
-        }
+        let left_window = self.groups.start_step(now, |epoch| {
+            state
+                .window
+                .resolve(Some(epoch))
+                .map(drop)
+                .map_err(Into::into)
+        });
+        step.finished
+            .extend(left_window.into_iter().map(|(g, e)| g.finish(Err(e), now)));
         let bits: Vec<&[u64]> = self
             .groups
             .iter()
-            .flat_map(|g| g.bitmaps.iter().map(Vec::as_slice))
+            .flat_map(|g| g.own.bitmaps.iter().map(Vec::as_slice))
             .collect();
         step.keys = bits.len();
         // The segment in pieces of about PIECE each (sized from the last piece's time), with a
@@ -218,18 +191,19 @@ impl CpuRotation {
         let merge_started = Instant::now();
         let mut sums = acc.chunks_exact(accumulator_stride(ps));
         let mut merged = Ok(());
-        for g in &mut self.groups {
-            for (q, answer) in g.acc.chunks_exact_mut(ps).enumerate() {
+        for g in self.groups.iter_mut() {
+            let epoch = g.epoch;
+            let Keys { bitmaps, acc } = &mut g.own;
+            for (q, answer) in acc.chunks_exact_mut(ps).enumerate() {
                 let sum = sums.next().expect("one accumulator per key");
                 xor_into(answer, &sum[..ps]);
                 // Cannot fail: every group's epoch was resolved under this same lock above.
                 merged = merged.and_then(|()| {
                     state
                         .window
-                        .merge_pages(&g.bitmaps[q], g.epoch, segment.clone(), answer)
+                        .merge_pages(&bitmaps[q], epoch, segment.clone(), answer)
                 });
             }
-            g.left -= 1;
         }
         drop(state);
         record_phase(Phase::Merge, merge_started.elapsed());
@@ -238,27 +212,12 @@ impl CpuRotation {
             return Err(e.into());
         }
         let end = Instant::now();
-        let (done, going): (Vec<Group>, Vec<Group>) =
-            self.groups.drain(..).partition(|g| g.left == 0);
-        self.groups = going;
+        let (done, turn_keys) = self.groups.end_step();
         step.finished.extend(done.into_iter().map(|mut g| {
-            let answers = Answers::new(ps, std::mem::take(&mut g.acc));
-            finish(g, Ok(answers), end)
+            let answers = Answers::new(ps, std::mem::take(&mut g.own.acc));
+            g.finish(Ok(answers), end)
         }));
-        self.cursor = (self.cursor + 1) % self.segments.len();
-        if self.cursor == 0 {
-            step.turn_keys = Some(self.clock.turn_ends());
-        }
+        step.turn_keys = turn_keys;
         Ok(step)
-    }
-}
-
-fn finish(g: Group, answers: Result<Answers, ScanError>, now: Instant) -> Finished {
-    let (waited, turn) = Clock::finish(&g.times, now);
-    Finished {
-        ticket: g.ticket,
-        answers,
-        waited,
-        turn,
     }
 }

@@ -59,7 +59,7 @@ use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
 use super::workspace::Workspace;
 use super::CudaScanner;
 use crate::answer_pool::{BlockPool, Landing, Place, PoolStats};
-use crate::rotation::{self, Clock, Finished, GroupTimes, Rotation, Step, Ticket};
+use crate::rotation::{self, Groups, Rotation, Step, Ticket};
 use crate::{check_keys, Answers, ScanError, Scanner};
 
 /// Keys per column group: the expansion writes 16-key n-tile pairs whole.
@@ -86,15 +86,13 @@ pub struct CudaRotation {
     layout: SelLayout,
     /// The turn's segments, in 256-page blocks of this GPU's range.
     segments: Vec<Range<u64>>,
-    cursor: usize,
     /// The group holding each key column.
     columns: Vec<Option<Ticket>>,
-    groups: Vec<Group>,
+    groups: Groups<Cols>,
     /// Key columns joined since the last step: packed on the host, not yet on the device.
     joined: Vec<Range<usize>>,
     /// Device time of the last step: how long the next one is expected to take.
     last_step: Duration,
-    clock: Clock,
     /// Pinned blocks the finished answers are copied into and lent out from.
     answer_pool: BlockPool<PinnedBlock>,
     /// The step's finished answers on their way to the host: held from their copies' launch
@@ -109,15 +107,14 @@ struct Landed {
     landing: Landing<PinnedBlock>,
 }
 
-struct Group {
-    ticket: Ticket,
-    epoch: u64,
+/// The CUDA backend's part of a group ([`rotation::Group`]): where its keys' columns start.
+#[derive(Debug)]
+struct Cols {
     /// First key column.
     first: usize,
-    keys: usize,
-    left: usize,
-    times: GroupTimes,
 }
+
+type Group = rotation::Group<Cols>;
 
 impl CudaRotation {
     /// A rotation of `segments` segments (fewer when the range has fewer 256-page blocks).
@@ -135,17 +132,16 @@ impl CudaRotation {
             scanner.config.max_batch_keys,
             scanner.db.shape().page_size,
         );
+        let segments = rotation::split(blocks, segments, 1);
         CudaRotation {
-            segments: rotation::split(blocks, segments, 1),
+            groups: Groups::new(segments.len()),
+            segments,
             ws: Some(ws),
             layout,
             scanner,
-            cursor: 0,
             columns,
-            groups: Vec::new(),
             joined: Vec::new(),
             last_step: Duration::ZERO,
-            clock: Clock::default(),
             answer_pool,
             landing: None,
         }
@@ -215,7 +211,7 @@ impl CudaRotation {
     fn columns_in_use(&self) -> usize {
         self.groups
             .iter()
-            .map(|g| g.first + g.keys)
+            .map(|g| g.own.first + g.keys)
             .max()
             .unwrap_or(0)
     }
@@ -233,7 +229,7 @@ impl CudaRotation {
     }
 
     fn release(&mut self, g: &Group) {
-        for c in &mut self.columns[g.first..g.first + g.keys] {
+        for c in &mut self.columns[g.own.first..g.own.first + g.keys] {
             *c = None;
         }
     }
@@ -266,7 +262,7 @@ impl CudaRotation {
         let expanded: Vec<Range<usize>> = if relayout {
             self.groups
                 .iter()
-                .map(|g| g.first..g.first + g.keys)
+                .map(|g| g.own.first..g.own.first + g.keys)
                 .collect()
         } else {
             joined.clone()
@@ -330,10 +326,10 @@ impl CudaRotation {
         let (stride, layout, plan) = (self.stride(), self.layout, self.plan(hi));
         let padded = plan.padded_keys(hi).min(stride * GROUP_KEYS);
         let mut limits = vec![0u32; hi];
-        for g in &self.groups {
+        for g in self.groups.iter() {
             // Resolved under this same lock by the caller.
             let limit = st.limit(g.epoch).unwrap_or(0);
-            limits[g.first..g.first + g.keys].fill(limit);
+            limits[g.own.first..g.own.first + g.keys].fill(limit);
         }
         let scanner = &self.scanner;
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
@@ -350,9 +346,9 @@ impl CudaRotation {
         // The finished groups in column order, so that adjacent groups landing back to back
         // are copied at once.
         let mut finished: Vec<&Group> = done.iter().map(|&i| &self.groups[i]).collect();
-        finished.sort_by_key(|g| g.first);
+        finished.sort_by_key(|g| g.own.first);
         let lens: Vec<usize> = finished.iter().map(|g| g.keys * ps).collect();
-        let starts: Vec<usize> = finished.iter().map(|g| g.first * ps).collect();
+        let starts: Vec<usize> = finished.iter().map(|g| g.own.first * ps).collect();
         let landed = self.landing.insert(Landed {
             tickets: finished.iter().map(|g| g.ticket).collect(),
             landing: self.answer_pool.land(&lens),
@@ -440,38 +436,19 @@ impl Rotation for CudaRotation {
         };
         let joined = Instant::now();
         self.pack_at(keys, first)?;
-        let ticket = self.clock.ticket();
+        let ticket = self.groups.join(epoch, keys.len(), Cols { first }, joined);
         for c in &mut self.columns[first..first + keys.len()] {
             *c = Some(ticket);
         }
         self.joined.push(first..first + keys.len());
-        self.groups.push(Group {
-            ticket,
-            epoch,
-            first,
-            keys: keys.len(),
-            left: self.segments.len(),
-            times: GroupTimes {
-                joined,
-                first_segment: None,
-            },
-        });
         Ok(ticket)
     }
 
     fn step(&mut self) -> Result<Step, ScanError> {
         let now = Instant::now();
         let ps = self.scanner.db.shape().page_size;
-        let segment = self.segments[self.cursor].clone();
-        if self.cursor == 0 {
-            let started = self
-                .groups
-                .iter()
-                .filter(|g| g.times.first_segment.is_some())
-                .map(|g| g.keys)
-                .sum();
-            self.clock.turn_begins(started);
-        }
+        let segment = self.segments[self.groups.segment()].clone();
+        self.groups.begin_turn();
         let mut step = Step::default();
         let layout = self.layout_for(self.columns_in_use());
         let relayout = layout != self.layout;
@@ -487,21 +464,16 @@ impl Rotation for CudaRotation {
         let scanner = self.scanner.clone();
         // Held until the segment's device work is done: an update's fold waits for it.
         let st = scanner.epochs.read().unwrap_or_else(|e| e.into_inner());
-        let mut i = 0;
-        while i < self.groups.len() {
-            if let Err(e) = st.resolve(self.groups[i].epoch) {
-                let g = self.groups.swap_remove(i);
-                self.release(&g);
-                step.finished.push(finish(&g, Err(e.into()), now));
-                continue;
-            }
-            let g = &mut self.groups[i];
-            self.clock.start(&mut g.times, now, g.keys);
-            i += 1;
+        let left_window = self
+            .groups
+            .start_step(now, |epoch| st.resolve(epoch).map(drop).map_err(Into::into));
+        for (g, e) in left_window {
+            self.release(&g);
+            step.finished.push(g.finish(Err(e), now));
         }
-        step.keys = self.groups.iter().map(|g| g.keys).sum();
+        step.keys = self.groups.keys();
         let done: Vec<usize> = (0..self.groups.len())
-            .filter(|&i| self.groups[i].left == 1)
+            .filter(|&i| self.groups[i].in_last_segment())
             .collect();
         let launched = self.launch_step(&st, segment, &done);
         let synced = self.wait_for_step(now);
@@ -519,9 +491,6 @@ impl Rotation for CudaRotation {
         if step.keys > 0 {
             self.record_device_phases(step.keys)?;
         }
-        for g in &mut self.groups {
-            g.left -= 1;
-        }
         let mut lent: HashMap<Ticket, Bytes> = HashMap::new();
         if let Some(Landed { tickets, landing }) = self.landing.take() {
             for (ticket, share) in tickets.into_iter().zip(landing.into_shares()) {
@@ -531,7 +500,7 @@ impl Rotation for CudaRotation {
         let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
         let (mut lent_pages, mut copied_pages) = (0, 0);
         let mut finished = Vec::new();
-        for g in self.groups.iter().filter(|g| g.left == 0) {
+        for g in self.groups.iter().filter(|g| g.in_last_segment()) {
             let answers = match lent.remove(&g.ticket) {
                 // As the device wrote them, in a block lent until the worker drops them.
                 Some(bytes) => {
@@ -541,30 +510,26 @@ impl Rotation for CudaRotation {
                 // Not in the pool: out of the workspace's buffer, which the next step reuses.
                 None => {
                     copied_pages += g.keys;
-                    Answers::new(ps, host[g.first * ps..(g.first + g.keys) * ps].to_vec())
+                    let first = g.own.first;
+                    Answers::new(ps, host[first * ps..(first + g.keys) * ps].to_vec())
                 }
             };
-            finished.push(finish(g, Ok(answers), end));
+            finished.push(g.finish(Ok(answers), end));
         }
         if !finished.is_empty() {
             record_answer_pages(lent_pages as u64, copied_pages as u64);
         }
-        let (done, going): (Vec<Group>, Vec<Group>) =
-            self.groups.drain(..).partition(|g| g.left == 0);
-        self.groups = going;
+        let (done, turn_keys) = self.groups.end_step();
         for g in &done {
             self.release(g);
         }
         step.finished.extend(finished);
-        self.cursor = (self.cursor + 1) % self.segments.len();
-        if self.cursor == 0 {
-            step.turn_keys = Some(self.clock.turn_ends());
-        }
+        step.turn_keys = turn_keys;
         Ok(step)
     }
 
     fn in_flight(&self) -> usize {
-        self.groups.iter().map(|g| g.keys).sum()
+        self.groups.keys()
     }
 
     fn capacity(&self) -> usize {
@@ -585,17 +550,7 @@ impl Rotation for CudaRotation {
         self.landing = None;
         self.columns.fill(None);
         self.joined.clear();
-        self.groups.drain(..).map(|g| g.ticket).collect()
-    }
-}
-
-fn finish(g: &Group, answers: Result<Answers, ScanError>, now: Instant) -> Finished {
-    let (waited, turn) = Clock::finish(&g.times, now);
-    Finished {
-        ticket: g.ticket,
-        answers,
-        waited,
-        turn,
+        self.groups.clear()
     }
 }
 
