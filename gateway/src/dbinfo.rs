@@ -12,15 +12,15 @@ use pirq_queue::producer::Producer;
 use pirq_queue::{QueueError, RegisteredDb};
 
 pub struct DbCache {
-    store: Producer,
+    producer: Producer,
     max_age: Duration,
     cached: Mutex<Option<(RegisteredDb, Instant)>>,
 }
 
 impl DbCache {
-    pub fn new(store: Producer, max_age: Duration) -> DbCache {
+    pub fn new(producer: Producer, max_age: Duration) -> DbCache {
         DbCache {
-            store,
+            producer,
             max_age,
             cached: Mutex::new(None),
         }
@@ -39,7 +39,7 @@ impl DbCache {
                 return Ok(Some(info));
             }
         }
-        let fresh = self.store.database().await?;
+        let fresh = self.producer.database().await?;
         *self.cached.lock().unwrap() = fresh.map(|info| (info, Instant::now()));
         Ok(fresh)
     }

@@ -92,7 +92,7 @@ impl Retention {
     }
 
     /// Starts the sampler for the life of the process. A failed sample keeps the time as it was.
-    pub fn spawn(&self, store: Producer) {
+    pub fn spawn(&self, producer: Producer) {
         let inner = self.inner.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SAMPLE_EVERY);
@@ -102,7 +102,7 @@ impl Retention {
             loop {
                 tick.tick().await;
                 let bytes = inner.handed.swap(0, Ordering::Relaxed);
-                let total = match store.count_fetched(bytes).await {
+                let total = match producer.count_fetched(bytes).await {
                     Ok(total) => total,
                     Err(e) => {
                         inner.handed.fetch_add(bytes, Ordering::Relaxed);

@@ -21,7 +21,7 @@ use pirq_queue::QueueError;
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,
-    pub store: Producer,
+    pub producer: Producer,
     pub db: Arc<DbCache>,
     pub events: Events,
     /// `None` when the process has no Prometheus recorder (then `/metrics` is empty).
@@ -38,7 +38,7 @@ pub struct AppState {
     pub retention: Retention,
     /// `--query-tokens`, `--token-rate`, `--ip-rate`.
     pub access: Access,
-    /// The table `store` and `db` are of (`default` unless made by [`AppState::for_table`]).
+    /// The table `producer` and `db` are of (`default` unless made by [`AppState::for_table`]).
     pub table: Arc<str>,
     /// The party's named tables, learnt from the workers' registration ([`crate::tables`]).
     pub tables: Arc<crate::tables::Tables>,
@@ -70,10 +70,10 @@ impl AppState {
         let layout = config.layout()?;
         let access = Access::of(&config).map_err(StateError::Access)?;
         let target = config.redis.target().map_err(StateError::Target)?;
-        let store = Producer::new(&target, layout.clone(), config.redis_timeout())?;
+        let producer = Producer::new(&target, layout.clone(), config.redis_timeout())?;
         let events = Events::start(target.clone(), layout.clone());
         let tables = Arc::new(crate::tables::Tables::new(target.clone()));
-        let db = Arc::new(DbCache::new(store.clone(), Duration::from_secs(1)));
+        let db = Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1)));
         let drain = Drain::default();
         metrics::gauge!(pirq_shared::metrics::GATEWAY_REDIS_MEMORY_CAP)
             .set(config.max_redis_memory as f64);
@@ -88,10 +88,10 @@ impl AppState {
             config.fetched_result_budget()?,
             Duration::from_secs(config.fetched_result_ttl),
         );
-        retention.spawn(store.clone());
+        retention.spawn(producer.clone());
         Ok(AppState {
             config: Arc::new(config),
-            store,
+            producer,
             db,
             events,
             metrics,

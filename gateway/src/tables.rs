@@ -56,18 +56,18 @@ impl AppState {
         if let Some(table) = self.tables.known.lock().unwrap().get(name) {
             return Ok(table.clone());
         }
-        if !self.store.table_names().await?.iter().any(|t| t == name) {
+        if !self.producer.table_names().await?.iter().any(|t| t == name) {
             return Err(unknown_table(name));
         }
         let layout = self
-            .store
+            .producer
             .layout()
             .table(name)
             .map_err(|_| unknown_table(name))?;
         let mut known = self.tables.known.lock().unwrap();
         // Two first requests at once: the first one in makes the table's state.
         let table = known.entry(name.to_string()).or_insert_with(|| {
-            let store = self.store.for_table(layout.clone());
+            let producer = self.producer.for_table(layout.clone());
             self.events
                 .listen_to_table(self.tables.target.clone(), layout.clone());
             let drain = Drain::default();
@@ -76,8 +76,8 @@ impl AppState {
             }
             tracing::info!(table = name, "serving a table of the party");
             AppState {
-                db: Arc::new(DbCache::new(store.clone(), Duration::from_secs(1))),
-                store,
+                db: Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1))),
+                producer,
                 drain,
                 table: Arc::from(name),
                 ..self.clone()

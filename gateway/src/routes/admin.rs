@@ -43,7 +43,7 @@ pub async fn push_epoch(
     .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
     // Redis trouble is a 503 with `Retry-After`, as on every route.
     let db = state
-        .store
+        .producer
         .database()
         .await?
         .ok_or_else(super::queries_no_database)?;
@@ -52,7 +52,7 @@ pub async fn push_epoch(
         .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;
     // The workers' records carry the served file's signing block (as /v1/info says it).
     let signing = state
-        .store
+        .producer
         .worker_records()
         .await?
         .into_iter()
@@ -61,7 +61,7 @@ pub async fn push_epoch(
         check_signed(&signing, &update)?;
     }
 
-    let appended = state.store.append_epoch(&update).await?;
+    let appended = state.producer.append_epoch(&update).await?;
     if let Appended::NotNext { newest } = appended {
         return Err(ApiError::new(
             ErrorCode::EpochNotNext,

@@ -25,13 +25,13 @@ pub async fn healthz() -> impl IntoResponse {
 /// (issue 38): a party of named tables only is ready without `default`, and a table whose
 /// workers are gone makes the party not ready, naming it.
 pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    st.store.ping().await?;
+    st.producer.ping().await?;
     let mut served = 0;
     let mut names = vec![DEFAULT_TABLE.to_string()];
-    names.extend(st.store.table_names().await?);
+    names.extend(st.producer.table_names().await?);
     for name in names {
         let table = st.for_table(&name).await?;
-        let Some(db) = table.store.database().await? else {
+        let Some(db) = table.producer.database().await? else {
             continue;
         };
         served += 1;
@@ -55,7 +55,7 @@ pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, Api
 /// One table's readiness: one shard layout among its live workers, and a live worker (every
 /// shard's, for a sharded table) at its newest epoch.
 async fn table_ready(table: &AppState, db: &RegisteredDb) -> Result<(), ApiError> {
-    let records = table.store.worker_records().await?;
+    let records = table.producer.worker_records().await?;
     if let Some(why) = crate::shards::layout_conflict(&records) {
         return Err(ApiError::new(ErrorCode::ShardUnavailable, why).retry_after(1));
     }
@@ -66,7 +66,7 @@ async fn table_ready(table: &AppState, db: &RegisteredDb) -> Result<(), ApiError
         }
         return Ok(());
     }
-    let workers = table.store.live_workers().await?;
+    let workers = table.producer.live_workers().await?;
     if workers.newest.is_none_or(|n| n < db.epoch) {
         let message = match workers.newest {
             None => "no live worker: queries would wait until one starts".to_string(),

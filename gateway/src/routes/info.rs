@@ -10,13 +10,13 @@ use crate::state::AppState;
 pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
     // Read fresh rather than through the cache: clients compare parties' epochs with this.
     let db = st
-        .store
+        .producer
         .database()
         .await?
         .ok_or_else(super::queries_no_database)?;
-    let workers = st.store.live_workers().await?;
-    let kv = st.store.kv_layout().await?;
-    let records = st.store.worker_records().await?;
+    let workers = st.producer.live_workers().await?;
+    let kv = st.producer.kv_layout().await?;
+    let records = st.producer.worker_records().await?;
     let shards = if db.shards > 1 {
         crate::shards::view(&db, &records)
     } else {
@@ -35,7 +35,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         kv,
         signing,
         shards,
-        digest: st.store.digest_at(db.epoch).await?,
-        party: Some(st.store.party_id().await?),
+        digest: st.producer.digest_at(db.epoch).await?,
+        party: Some(st.producer.party_id().await?),
     }))
 }

@@ -62,8 +62,8 @@ pub async fn submit(
         .as_ref()
         .map(|_| idempotency::fingerprint(&request));
     // In the partition the request is to live in (the key's, with an Idempotency-Key).
-    let id = st.store.mint_id(idem_key.as_deref());
-    let partition = st.store.layout().partition_of_id(id.as_str());
+    let id = st.producer.mint_id(idem_key.as_deref());
+    let partition = st.producer.layout().partition_of_id(id.as_str());
     if !st.durable.holds(partition) {
         return Err(not_durable(
             st.durable.mode,
@@ -132,7 +132,7 @@ pub async fn submit(
             .map(|(k, fp)| (k, fp, st.config.idempotency_ttl)),
     };
     let submitted = st
-        .store
+        .producer
         .submit(&id, &job, &checks)
         .instrument(tracing::debug_span!("submit", %id))
         .await?;
@@ -212,7 +212,7 @@ async fn record_pending(st: &AppState, id: &RequestId, queued: &[u8]) -> Result<
         pirq_party::Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
     loop {
         match st
-            .store
+            .producer
             .keep_pending(id, queued, st.config.pending_ttl)
             .await
         {
@@ -339,7 +339,7 @@ async fn replay(
     format: Format,
 ) -> Result<Response, ApiError> {
     metrics::counter!(pirq_shared::metrics::GATEWAY_IDEMPOTENT_REPLAYS).increment(1);
-    if let Some(stored) = st.store.load(id).await? {
+    if let Some(stored) = st.producer.load(id).await? {
         return Ok(accepted(st, id, format, &stored.result));
     }
     let job = Job {
@@ -356,7 +356,7 @@ async fn replay(
         max_backlog: 0,
         idempotency: None,
     };
-    st.store.submit(id, &job, &checks).await?;
+    st.producer.submit(id, &job, &checks).await?;
     Ok(accepted(
         st,
         id,
@@ -378,7 +378,7 @@ async fn confirm(
     use pirq_queue::replication::ReplicaAck;
     match st.durable.mode {
         durability::Mode::WaitAof => {
-            if !st.store.wait_aof(st.config.fsync_timeout()).await? {
+            if !st.producer.wait_aof(st.config.fsync_timeout()).await? {
                 return Err(not_durable(
                     st.durable.mode,
                     "WAITAOF: the job is not on disk yet",
@@ -387,7 +387,7 @@ async fn confirm(
         }
         durability::Mode::Replica => {
             let timeout = st.config.replica_timeout();
-            match st.store.wait_replica(id, replayed, timeout).await? {
+            match st.producer.wait_replica(id, replayed, timeout).await? {
                 ReplicaAck::Confirmed => {}
                 ReplicaAck::Unconfirmed => {
                     return Err(not_durable(
@@ -524,7 +524,7 @@ pub async fn status(
     let wait = parse_wait(query.as_deref())?;
     let waited = if wait.is_zero() {
         let record = st
-            .store
+            .producer
             .load(&id)
             .await?
             .ok_or_else(|| ApiError::not_found(id.as_str()))?;
@@ -576,11 +576,11 @@ fn fetched(
     if held && (idem.is_none() || idempotency_shortened) {
         return;
     }
-    let store = st.store.clone();
+    let producer = st.producer.clone();
     let id = *id;
     let ttl = st.retention.ttl();
     tokio::spawn(async move {
-        if let Err(e) = store.release(&id, !held, idem.as_deref(), ttl).await {
+        if let Err(e) = producer.release(&id, !held, idem.as_deref(), ttl).await {
             tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
         }
     });
@@ -647,7 +647,7 @@ async fn wait_final_from(
     let mut q = match known {
         Some(q) => Arc::new(q),
         None => Arc::new(
-            st.store
+            st.producer
                 .load(id)
                 .await?
                 .ok_or_else(|| ApiError::not_found(id.as_str()))?,
@@ -670,7 +670,7 @@ async fn wait_final_from(
         match wake {
             Wake::Progress(status) => Arc::make_mut(&mut q).result.status = status,
             Wake::Final(record) => q = record,
-            Wake::Read => match st.store.load(id).await? {
+            Wake::Read => match st.producer.load(id).await? {
                 Some(record) => q = Arc::new(record),
                 None if held => {}
                 None => return Err(ApiError::not_found(id.as_str())),
@@ -689,7 +689,7 @@ pub async fn events(
     let waiter = st.waiters.enter()?;
     let sub = st.events.subscribe(&id);
     let first = st
-        .store
+        .producer
         .load(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(id.as_str()))?;
@@ -754,7 +754,7 @@ async fn follow(
             }
             Wake::Read => {}
         }
-        current = match st.store.load(&id).await {
+        current = match st.producer.load(&id).await {
             Ok(Some(q)) => q,
             Ok(None) => {
                 let _ = tx

@@ -19,23 +19,23 @@ use crate::state::AppState;
 /// is left out.
 pub async fn list(State(st): State<AppState>) -> Result<Json<Tables>, ApiError> {
     let mut names = vec![DEFAULT_TABLE.to_string()];
-    names.extend(st.store.table_names().await?);
+    names.extend(st.producer.table_names().await?);
     let mut tables = Vec::new();
     for name in names {
         let table = match st.for_table(&name).await {
             Ok(table) => table,
             Err(_) => continue,
         };
-        let Some(db) = table.store.database().await? else {
+        let Some(db) = table.producer.database().await? else {
             continue;
         };
-        let kind = if table.store.kv_layout().await?.is_some() {
+        let kind = if table.producer.kv_layout().await?.is_some() {
             "kv"
         } else {
             "pages"
         };
         let signing = table
-            .store
+            .producer
             .worker_records()
             .await?
             .into_iter()
@@ -46,9 +46,9 @@ pub async fn list(State(st): State<AppState>) -> Result<Json<Tables>, ApiError> 
             num_pages: db.num_pages,
             page_size: db.page_size,
             epoch: db.window(),
-            digest: table.store.digest_at(db.epoch).await?,
+            digest: table.producer.digest_at(db.epoch).await?,
             signing,
-            workers: table.store.live_workers().await?.live,
+            workers: table.producer.live_workers().await?.live,
         });
     }
     Ok(Json(Tables { tables }))
