@@ -3,8 +3,9 @@
 //!
 //! The state of one block is three key-value tables (`docs/spec/kv.md`), served by each party
 //! with `pirq-worker --table NAME=DIR/NAME.pirdb`:
-//! - `accounts`: address (20 bytes) → [`Account`] (balance, nonce, code hash, storage root;
-//!   104 bytes, fixed), plus one metadata record under [`META_KEY`] ([`Meta`]: the block);
+//! - `accounts`: address (20 bytes) → [`Account`](tables::Account) (balance, nonce, code hash,
+//!   storage root; 104 bytes, fixed), plus one metadata record under
+//!   [`META_KEY`](tables::META_KEY) ([`Meta`](tables::Meta): the block);
 //! - `code`: code hash (32 bytes) → code (variable, up to 24,576 bytes, EIP-170);
 //! - `storage`: address ‖ slot (52 bytes) → value (32 bytes, fixed); zero values are absent.
 //!
