@@ -18,6 +18,7 @@ use crate::sse;
 use crate::stats::Counters;
 use crate::text::{is_request_id, sanitize, sanitize_bytes, sanitize_error};
 use crate::{ClientError, DEFAULT_TIMEOUT};
+use pirq_shared::RequestId;
 
 /// Tries of one submit whose connection failed (a gateway restarting: 0.1 to 1.6 s between,
 /// about 3 s in all). Refusals with `Retry-After` (429, 503) are retried for as long as the
@@ -550,15 +551,13 @@ impl Party {
     }
 
     /// Refuses an id a caller passed that is not a request id, before it becomes a URL.
-    fn check_id(&self, id: &str) -> Result<(), ClientError> {
-        if is_request_id(id) {
-            Ok(())
-        } else {
-            Err(self.protocol(format!(
+    fn check_id(&self, id: &str) -> Result<RequestId, ClientError> {
+        RequestId::parse(id).map_err(|_| {
+            self.protocol(format!(
                 "request id {:?} is not 32 lowercase hex digits",
                 sanitize(id)
-            )))
-        }
+            ))
+        })
     }
 
     /// `GET /v1/queries/{id}` once, optionally long-polling `wait_secs`; bounded by
@@ -591,7 +590,7 @@ impl Party {
         keys: usize,
         d: &Deadline,
     ) -> Result<QueryResult, ClientError> {
-        self.check_id(id)?;
+        let id = self.check_id(id)?;
         let mut url = format!("{}/queries/{id}", self.api);
         if let Some(w) = wait_secs {
             url.push_str(&format!("?wait={w}"));

@@ -1,15 +1,17 @@
 //! What a client takes from a party's text before using or showing it (SPEC §4.1): request ids
 //! are checked before they become part of a URL, and error text is made safe for a terminal.
 
+use pirq_shared::RequestId;
+
 /// The most characters of a party's text a client shows (SPEC §4.1): enough for any real
 /// error message, too few to flood a terminal or a log.
 pub const MAX_PARTY_TEXT_CHARS: usize = 300;
 
 /// Whether `id` is a request id as the spec defines it: 32 lowercase hex digits (128 random
-/// bits). Anything else is refused before it is put into a URL: a party returning
-/// `../../v1/info?x=` must not steer the client's next request.
+/// bits; [`RequestId`], the gateways' own type). Anything else is refused before it is put into
+/// a URL: a party returning `../../v1/info?x=` must not steer the client's next request.
 pub fn is_request_id(id: &str) -> bool {
-    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    RequestId::parse(id).is_ok()
 }
 
 /// Whether `id` is a party id as gateways give it in `/v1/info` (`party`): 32 lowercase hex

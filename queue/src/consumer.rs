@@ -785,7 +785,9 @@ impl Consumer {
                 .arg(SHARD_STATE_TTL.max(self.result_ttl));
             for (i, id) in group {
                 let (_, epoch, follows) = jobs[*i];
-                inv.arg(*id).arg(epoch).arg(if follows { "1" } else { "0" });
+                inv.arg(id.as_str())
+                    .arg(epoch)
+                    .arg(if follows { "1" } else { "0" });
             }
             let mut conn = self.writer.clone();
             async move { inv.invoke_async::<Vec<i64>>(&mut conn).await }
@@ -931,7 +933,7 @@ impl Consumer {
                             .arg(&entry_id.id)
                             .arg(&self.group)
                             .arg(&events)
-                            .arg(request_id)
+                            .arg(request_id.as_str())
                             .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
                             .arg(idem.unwrap_or("-"))
                             .ignore();
@@ -1022,7 +1024,7 @@ impl Consumer {
             ))
             .arg(self.keep_ms(reply))
             .arg(keys.events())
-            .arg(request_id)
+            .arg(request_id.as_str())
             .ignore();
     }
 }

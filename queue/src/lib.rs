@@ -6,7 +6,6 @@
 //!
 //! | module | what it owns |
 //! | --- | --- |
-//! | [`request_id`] | [`RequestId`]: mint, parse, display |
 //! | [`record`] | the query record `{P}:q:<id>` ([`QueryRecord`]) and the frames of the status events ([`record::Frames`], [`record::Notice`]) |
 //! | [`registration`] | the database registration `{P}:db` (one database per prefix, its id and digests) and worker heartbeats ([`Registration`]) |
 //! | [`digests`] | the digest chain (SPEC §2.1) of the epochs a worker answers |
@@ -52,7 +51,6 @@ pub mod record;
 pub mod registration;
 pub mod replication;
 pub(crate) mod reply;
-pub mod request_id;
 pub mod requirements;
 pub mod sampler;
 pub(crate) mod scripts;
@@ -63,9 +61,11 @@ use std::time::Duration;
 use pirq_shared::error::ErrorCode;
 
 pub use connect::{Connection, RedisTarget};
+/// The request id is the spec crate's (a client checks it too); re-exported where the queue's
+/// callers have always found it.
+pub use pirq_shared::request_id::{self, RequestId};
 pub use record::{Notice, QueryRecord};
 pub use registration::{RegisteredDb, Registration, WorkerRecord};
-pub use request_id::RequestId;
 
 /// A Redis failure: unreachable, timed out, refused, or an answer of the wrong shape.
 ///

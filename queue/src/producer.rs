@@ -531,7 +531,7 @@ async fn submit_batches(
                 .key(jobs.replace(":jobs", &format!(":q:{}", p.id)))
                 .key(idem_key);
             script
-                .arg(p.id)
+                .arg(p.id.as_str())
                 .arg(&p.job)
                 .arg(p.record.as_deref().unwrap_or_default())
                 .arg(p.idempotency.as_ref().map_or("", |(_, fp)| fp.as_str()));

@@ -9,6 +9,8 @@
 //! - [`error`]: error codes shared by gateway and worker.
 //! - [`shard`]: page-range shards (`--shard I/S`) and their boundaries.
 //! - [`clock`]: Unix time as records carry it; [`backoff`]: the one retry back-off.
+//! - [`request_id`]: [`RequestId`], the 128-bit random id of a query (SPEC §4.1): minted by the
+//!   gateways, checked by the clients before it becomes part of a URL.
 //! - [`kv`]: key-value lookups over the pages by cuckoo hashing (`docs/spec/kv.md`).
 //!
 //! The `.pirdb` file itself (SPEC §2: header, reader, writers) is the `pirq-db` crate's, built on
@@ -27,8 +29,11 @@ pub mod error;
 pub mod kv;
 pub mod layout;
 pub mod metrics;
+pub mod request_id;
 pub mod shard;
 pub mod signing;
 pub mod synthetic;
 pub mod update;
 pub mod wire;
+
+pub use request_id::RequestId;

@@ -93,12 +93,6 @@ impl AsRef<str> for RequestId {
     }
 }
 
-impl redis::ToRedisArgs for RequestId {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        out.write_arg(&self.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,7 +108,7 @@ mod tests {
 
     #[test]
     fn ids_minted_in_a_partition_live_in_it() {
-        let layout = pirq_shared::layout::Layout::new("p")
+        let layout = crate::layout::Layout::new("p")
             .unwrap()
             .with_partitions(5)
             .unwrap();
