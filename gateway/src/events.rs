@@ -49,8 +49,15 @@ impl Hub {
         }
         for (id, frame) in record::frames(payload) {
             if let Some(tx) = waiters.get(&id) {
-                if let Some(notice) = Notice::decode(&id, frame) {
-                    tx.send_replace(Some(notice));
+                match Notice::decode(&id, frame) {
+                    // Final, its record too long for the event: the waiter reads it.
+                    Some(Notice::Read) => {
+                        tx.send_replace(None);
+                    }
+                    Some(notice) => {
+                        tx.send_replace(Some(notice));
+                    }
+                    None => {}
                 }
             }
         }
@@ -94,7 +101,7 @@ impl Subscription {
         match &*self.rx.borrow_and_update() {
             Some(Notice::Final(record)) => Wake::Final(record.clone()),
             Some(Notice::Progress(status)) => Wake::Progress(*status),
-            None => Wake::Read,
+            Some(Notice::Read) | None => Wake::Read,
         }
     }
 }

@@ -242,15 +242,27 @@ impl ToRedisArgs for Written {
 }
 
 /// The frames of one status event message, as one `SPUBLISH` argument:
-/// `<id> <length>\n<record>` for each query, back to back.
+/// `<id> <length>\n<record>` for each query, back to back. A final record longer than
+/// [`EVENT_RECORD_MAX`] goes as an empty frame (`<id> 0\n`): "final, read the record".
 #[derive(Clone, Debug, Default)]
 pub struct Frames {
-    frames: Vec<(RequestId, Written)>,
+    frames: Vec<(RequestId, Option<Written>)>,
 }
 
+/// The longest record a status event carries. Every gateway of the party hears every message
+/// of a partition, and Redis drops a subscriber whose unread messages pass its pub/sub output
+/// buffer limit (32 MiB by default): a table of 32 KiB pages answered three keys a query at
+/// thousands of queries a second did that on an H200 (2026-11-28, `pirq eth`), and every
+/// drop made every waiter read again. A longer record is announced with an empty frame and
+/// read by the one gateway that waits for it (`GET`), at the pace it reads.
+pub const EVENT_RECORD_MAX: usize = 16 * 1024;
+
 impl Frames {
+    /// `record` in the message, or an empty frame (read the record) when it is longer than
+    /// [`EVENT_RECORD_MAX`].
     pub fn push(&mut self, id: RequestId, record: Written) {
-        self.frames.push((id, record));
+        let carried = (record.len() <= EVENT_RECORD_MAX).then_some(record);
+        self.frames.push((id, carried));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -269,8 +281,11 @@ impl ToRedisArgs for Frames {
     {
         let mut arg = out.writer_for_next_arg();
         for (id, record) in &self.frames {
-            writeln!(arg, "{id} {}", record.len()).expect("writing into memory cannot fail");
-            record.write_to(&mut arg);
+            let len = record.as_ref().map_or(0, Written::len);
+            writeln!(arg, "{id} {len}").expect("writing into memory cannot fail");
+            if let Some(record) = record {
+                record.write_to(&mut arg);
+            }
         }
     }
 }
@@ -298,11 +313,16 @@ pub enum Notice {
     Progress(QueryStatus),
     /// The query is final: its record, answers included.
     Final(Arc<QueryRecord>),
+    /// The query is final, its record too long for the event ([`EVENT_RECORD_MAX`]): read it.
+    Read,
 }
 
 impl Notice {
     /// A frame's record read as a notice; `None` for one that is not a record.
     pub fn decode(id: &RequestId, record: &[u8]) -> Option<Notice> {
+        if record.is_empty() {
+            return Some(Notice::Read);
+        }
         let record = QueryRecord::decode(id, record).ok()?;
         Some(if record.result.status.is_final() {
             Notice::Final(Arc::new(record))
@@ -495,6 +515,19 @@ mod tests {
         ] {
             assert_eq!(super::frames(junk).count(), 0);
         }
+        // A record over the bound goes as an empty frame: read it.
+        let big = Pages::from(vec![7u8; EVENT_RECORD_MAX + 1]);
+        let mut frames = Frames::default();
+        frames.push(a, Written::done(&done(&big), None));
+        frames.push(b, Written::progress(QueryStatus::Running));
+        let payload = frames.to_redis_args().remove(0);
+        let read: Vec<_> = super::frames(&payload).collect();
+        assert_eq!((read.len(), read[0].1.len()), (2, 0));
+        assert!(matches!(Notice::decode(&a, read[0].1), Some(Notice::Read)));
+        assert!(matches!(
+            Notice::decode(&b, read[1].1),
+            Some(Notice::Progress(QueryStatus::Running))
+        ));
         // A frame longer than the message is not read.
         let cut = format!("{a} 100\nrunning");
         assert_eq!(super::frames(cut.as_bytes()).count(), 0);
