@@ -881,62 +881,20 @@ impl Consumer {
                     reply,
                     ..
                 } => {
-                    let idem = reply.idempotency_key.as_deref();
+                    let done = DoneFields {
+                        epoch: *epoch,
+                        page_size: *page_size,
+                        pages,
+                        scan: *scan,
+                        worker: *worker,
+                        digest: *digest,
+                    };
                     if self.shard.is_whole() {
-                        let done = DoneFields {
-                            epoch: *epoch,
-                            page_size: *page_size,
-                            pages,
-                            scan: *scan,
-                            worker: *worker,
-                            digest: *digest,
-                        };
-                        let record = Written::done(&done, idem);
-                        let keep = self.keep_ms(reply);
-                        pipe.cmd("SET")
-                            .arg(keys.query(request_id.as_str()))
-                            .arg(&record)
-                            .arg("PX")
-                            .arg(keep)
-                            .ignore();
-                        if let Some(key) = held_idempotency(reply) {
-                            // A held query's Idempotency-Key record is kept as briefly as its
-                            // record, here in the block's pipeline, instead of by the gateway
-                            // after the hand-over (a round trip and a task a query).
-                            pipe.cmd("PEXPIRE")
-                                .arg(keys.idempotency(key))
-                                .arg(keep)
-                                .arg("LT")
-                                .ignore();
-                        }
+                        let record = self.done_cmds(pipe, keys, request_id, &done, reply);
                         frames.push(*request_id, record);
                         acked.push(&entry_id.id);
                     } else {
-                        // A shard's partial: the script XORs it in and acknowledges the entry.
-                        // Every shard stamps the digest of the database it answered from (the
-                        // whole database's); the script fails the query if two shards differ.
-                        scripts::SHARD_COMBINE
-                            .eval(pipe, 5)
-                            .arg(keys.query(request_id.as_str()))
-                            .arg(keys.partial_sum(request_id.as_str()))
-                            .arg(keys.partial_in(request_id.as_str(), self.shard.index))
-                            .arg(keys.jobs())
-                            .arg(keys.shard_state(request_id.as_str()))
-                            .arg(self.shard.index)
-                            .arg(self.shard.count)
-                            .arg(pages)
-                            .arg(*epoch)
-                            .arg(*page_size)
-                            .arg(scan.as_micros() as u64)
-                            .arg(worker.as_micros() as u64)
-                            .arg(self.keep_ms(reply))
-                            .arg(&entry_id.id)
-                            .arg(&self.group)
-                            .arg(&events)
-                            .arg(request_id.as_str())
-                            .arg(digest.map(|d| d.to_hex()).unwrap_or_default())
-                            .arg(idem.unwrap_or("-"))
-                            .ignore();
+                        self.partial_cmds(pipe, keys, &entry_id.id, request_id, &done, reply);
                     }
                 }
                 Outcome::Failed {
@@ -1002,6 +960,73 @@ impl Consumer {
                 pipe.cmd("XDEL").arg(keys.jobs()).arg(&acked).ignore();
             }
         }
+    }
+
+    /// An answer's record, `SET` with its keep time (and a held query's Idempotency-Key record
+    /// shortened to the same); returns the record for the block's event.
+    fn done_cmds(
+        &self,
+        pipe: &mut redis::Pipeline,
+        keys: &PartitionKeys,
+        request_id: &RequestId,
+        done: &DoneFields,
+        reply: &Reply,
+    ) -> Written {
+        let record = Written::done(done, reply.idempotency_key.as_deref());
+        let keep = self.keep_ms(reply);
+        pipe.cmd("SET")
+            .arg(keys.query(request_id.as_str()))
+            .arg(&record)
+            .arg("PX")
+            .arg(keep)
+            .ignore();
+        if let Some(key) = held_idempotency(reply) {
+            // A held query's Idempotency-Key record is kept as briefly as its record, here in
+            // the block's pipeline, instead of by the gateway after the hand-over (a round trip
+            // and a task a query).
+            pipe.cmd("PEXPIRE")
+                .arg(keys.idempotency(key))
+                .arg(keep)
+                .arg("LT")
+                .ignore();
+        }
+        record
+    }
+
+    /// A shard's partial answer: the combine script XORs it in and acknowledges the entry.
+    /// Every shard stamps the digest of the database it answered from (the whole database's);
+    /// the script fails the query if two shards differ.
+    fn partial_cmds(
+        &self,
+        pipe: &mut redis::Pipeline,
+        keys: &PartitionKeys,
+        entry_id: &str,
+        request_id: &RequestId,
+        done: &DoneFields,
+        reply: &Reply,
+    ) {
+        scripts::SHARD_COMBINE
+            .eval(pipe, 5)
+            .arg(keys.query(request_id.as_str()))
+            .arg(keys.partial_sum(request_id.as_str()))
+            .arg(keys.partial_in(request_id.as_str(), self.shard.index))
+            .arg(keys.jobs())
+            .arg(keys.shard_state(request_id.as_str()))
+            .arg(self.shard.index)
+            .arg(self.shard.count)
+            .arg(done.pages)
+            .arg(done.epoch)
+            .arg(done.page_size)
+            .arg(done.scan.as_micros() as u64)
+            .arg(done.worker.as_micros() as u64)
+            .arg(self.keep_ms(reply))
+            .arg(entry_id)
+            .arg(&self.group)
+            .arg(keys.events())
+            .arg(request_id.as_str())
+            .arg(done.digest.map(|d| d.to_hex()).unwrap_or_default())
+            .arg(reply.idempotency_key.as_deref().unwrap_or("-"))
+            .ignore();
     }
 
     /// A failure: written and announced by `fail.lua` unless the query is done already.
