@@ -283,21 +283,20 @@ async fn answer_inline(
         idempotency_key: idempotency_key.map(str::to_owned),
     };
     // No read at first: a held query has no record until its answer.
-    let mut waited = wait_final_from(st, id, wait, sub, Some(queued), true)
+    let q = wait_final_from(st, id, wait, sub, Some(queued), true)
         .await
         .ok()?;
-    waited.idempotency_shortened =
-        worker_shortens_idempotency && waited.record.result.status == QueryStatus::Done;
     drop(slot);
-    if !waited.record.result.status.is_final() {
+    if !q.result.status.is_final() {
         return None;
     }
-    waited.hand_over(st, id);
-    let q = &waited.record;
+    // An unsharded worker shortened a done query's Idempotency-Key record with its answer.
+    let shortened = worker_shortens_idempotency && q.result.status == QueryStatus::Done;
+    fetched(st, id, &q, true, shortened);
     let mut resp = accepted(st, id, format, &q.result);
     let h = resp.headers_mut();
     h.insert("preference-applied", HeaderValue::from_static("wait"));
-    if let Some(timing) = server_timing(q) {
+    if let Some(timing) = server_timing(&q) {
         h.insert("server-timing", timing);
     }
     Some(resp)
@@ -522,24 +521,21 @@ pub async fn status(
 ) -> Result<Response, ApiError> {
     let id = check_id(path)?;
     let wait = parse_wait(query.as_deref())?;
-    let waited = if wait.is_zero() {
+    let stored = if wait.is_zero() {
         let record = st
             .producer
             .load(&id)
             .await?
             .ok_or_else(|| ApiError::not_found(id.as_str()))?;
-        Waited {
-            record: Arc::new(record),
-            held: false,
-            idempotency_shortened: false,
-        }
+        Arc::new(record)
     } else {
         let _waiter = st.waiters.enter()?;
         wait_final(&st, &id, wait).await?
     };
-    waited.hand_over(&st, &id);
-    let stored = waited.record;
     let final_ = stored.result.status.is_final();
+    if final_ {
+        fetched(&st, &id, &stored, false, false);
+    }
     let code = if final_ {
         StatusCode::OK
     } else {
@@ -603,28 +599,13 @@ fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
     .ok()
 }
 
-/// A query's record as a wait left it (shared with the event that brought it, when one did).
-struct Waited {
-    record: Arc<QueryRecord>,
-    /// The query's request was held by this gateway (no `queued` record was written).
-    held: bool,
-    /// Its worker shortened the query's Idempotency-Key record with the answer (a held query
-    /// answered by an unsharded worker): nothing is left for [`fetched`] to shorten.
-    idempotency_shortened: bool,
-}
-
-impl Waited {
-    /// The record is being answered: a final one is [`fetched`].
-    fn hand_over(&self, st: &AppState, id: &RequestId) {
-        if self.record.result.status.is_final() {
-            let shortened = self.held && self.idempotency_shortened;
-            fetched(st, id, &self.record, self.held, shortened);
-        }
-    }
-}
-
-/// Reads the query until it is final or `wait` has passed.
-async fn wait_final(st: &AppState, id: &RequestId, wait: Duration) -> Result<Waited, ApiError> {
+/// Reads the query until it is final or `wait` has passed: its record as the wait left it
+/// (shared with the event that brought it, when one did).
+async fn wait_final(
+    st: &AppState,
+    id: &RequestId,
+    wait: Duration,
+) -> Result<Arc<QueryRecord>, ApiError> {
     // Subscribe before the first read: a change between the read and the wait still wakes us.
     let sub = st.events.subscribe(id);
     wait_final_from(st, id, wait, sub, None, false).await
@@ -641,7 +622,7 @@ async fn wait_final_from(
     mut sub: Subscription,
     known: Option<QueryRecord>,
     held: bool,
-) -> Result<Waited, ApiError> {
+) -> Result<Arc<QueryRecord>, ApiError> {
     let deadline = Instant::now() + wait;
     let mut shutdown = st.shutdown.clone();
     let mut q = match known {
@@ -657,11 +638,7 @@ async fn wait_final_from(
         let now = Instant::now();
         // Shutting down: answer with what is known now, the client asks again elsewhere.
         if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
-            return Ok(Waited {
-                record: q,
-                held,
-                idempotency_shortened: false,
-            });
+            return Ok(q);
         }
         let wake = tokio::select! {
             r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),

@@ -259,6 +259,26 @@ fn fake_upstream() -> (String, Arc<Mutex<Vec<String>>>) {
 
 /// Two parties serving the tables of `state` (beside a default table, which the harness waits
 /// for), each named table with a live worker.
+/// `pirq eth serve` in front of `parties` on a free loopback port, with `extra` flags, its log
+/// in `dir`: the process and the endpoint's URL.
+fn serve(dir: &Path, parties: (&Party, &Party), extra: &[&str]) -> (Proc, String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "eth",
+        "serve",
+        "--party-a",
+        &parties.0.url,
+        "--party-b",
+        &parties.1.url,
+        "--listen",
+        &listen,
+    ];
+    args.extend_from_slice(extra);
+    let proc = Proc::spawn("eth-serve", pirq_command(&args), dir.join("serve.log")).unwrap();
+    (proc, format!("http://127.0.0.1:{port}/"))
+}
+
 async fn parties(state: &Path, default: &TestDb) -> (Party, Party) {
     let table = |t: &str| format!("{t}={}", state.join(format!("{t}.pirdb")).display());
     let options = PartyOptions {
@@ -326,26 +346,18 @@ async fn serve_answers_json_rpc_errors_and_forwards_only_other_methods() {
     let default = TestDb::create(16, 256, 1).unwrap();
     let (a, b) = parties(&dir.path().join("state"), &default).await;
     let (upstream, seen) = fake_upstream();
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/");
-    let listen = format!("127.0.0.1:{port}");
-    let cmd = pirq_command(&[
-        "eth",
-        "serve",
-        "--party-a",
-        &a.url,
-        "--party-b",
-        &b.url,
-        "--listen",
-        &listen,
-        "--upstream",
-        &upstream,
-        "--max-batch",
-        "4",
-        "--max-body-bytes",
-        "4096",
-    ]);
-    let mut serve = Proc::spawn("eth-serve", cmd, dir.path().join("serve.log")).unwrap();
+    let (mut serve, url) = serve(
+        dir.path(),
+        (&a, &b),
+        &[
+            "--upstream",
+            &upstream,
+            "--max-batch",
+            "4",
+            "--max-body-bytes",
+            "4096",
+        ],
+    );
     let call = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -523,20 +535,7 @@ async fn every_read_costs_each_party_the_same_keys_whatever_the_method_and_the_a
     );
     let default = TestDb::create(16, 256, 2).unwrap();
     let (a, b) = parties(&dir.path().join("state"), &default).await;
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}/");
-    let listen = format!("127.0.0.1:{port}");
-    let cmd = pirq_command(&[
-        "eth",
-        "serve",
-        "--party-a",
-        &a.url,
-        "--party-b",
-        &b.url,
-        "--listen",
-        &listen,
-    ]);
-    let mut serve = Proc::spawn("eth-serve", cmd, dir.path().join("serve.log")).unwrap();
+    let (mut serve, url) = serve(dir.path(), (&a, &b), &[]);
     let call = |method: &str, params: Value| {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
     };
