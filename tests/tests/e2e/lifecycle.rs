@@ -219,7 +219,12 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         let (id, _) = fault::submit_until_accepted(&http, &url, &for_page(13, i), within).await;
         ids.push(id);
     }
-    party.start_worker().await.unwrap(); // w0 again: the consumer name is by position
+    // w0 again (the consumer name is by position), with its metrics page to watch.
+    let w0_metrics = format!("127.0.0.1:{}", pirq_e2e::free_port());
+    party
+        .start_worker_with(&["--metrics-listen", &w0_metrics])
+        .await
+        .unwrap();
 
     // The backlog is answered.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -239,41 +244,22 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         let (id, _) = fault::submit_until_accepted(&http, &url, &for_page(13, i), within).await;
         ids.push(id);
     }
-    // Signal once all are delivered to w0 and the big job has joined the rotation (it is
-    // announced running as it joins, which its event stream passes on; a record stores no
-    // `running`): HELD + 1 jobs left while it scans, HELD once it is answered.
-    let big_started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    tokio::spawn({
-        let (http, url, flag, big_id) = (
-            http.clone(),
-            url.clone(),
-            big_started.clone(),
-            big_id.clone(),
-        );
-        async move {
-            let Ok(mut events) = http
-                .get(format!("{url}/v1/queries/{big_id}/events"))
-                .send()
-                .await
-            else {
-                return;
-            };
-            let mut seen = String::new();
-            while let Ok(Some(chunk)) = events.chunk().await {
-                seen.push_str(&String::from_utf8_lossy(&chunk));
-                if seen.contains("\"running\"") || seen.contains("event: result") {
-                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                    return;
-                }
-            }
-        }
-    });
+    // Signal once all are delivered to w0 and the big job has joined the rotation: the first
+    // of its BIG / KEYS parts has finished a turn (w0's segment-wait histogram counts one
+    // observation per finished part, BACKLOG for the backlog's one-key jobs). HELD + 1 jobs are
+    // left while it scans, HELD once it is answered. (Its `running` event is no signal: it is
+    // published once, as it joins, and a stream opened after that never sees it.)
+    let worker_metrics = format!("http://{w0_metrics}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let held = loop {
         let (held, left) = held_and_left(&mut conn, &layout, "w0").await;
-        let started = big_started.load(std::sync::atomic::Ordering::SeqCst);
-        if held == left && (held == HELD || held == HELD + 1) && started {
-            break held;
+        if held == left && (held == HELD || held == HELD + 1) {
+            let text = metrics::scrape(&http, &worker_metrics).await;
+            let parts_done =
+                metrics::value(&text, "pirq_worker_segment_wait_seconds_count").unwrap_or(0.0);
+            if parts_done > BACKLOG as f64 {
+                break held;
+            }
         }
         assert!(Instant::now() < deadline, "w0 never took the last jobs");
         tokio::time::sleep(Duration::from_millis(1)).await;
