@@ -240,6 +240,17 @@ pub struct Config {
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]
     pub redis_timeout_ms: u64,
 
+    /// The shortest time between two submit batches of one queue partition, in microseconds
+    /// (0, the default: a batch leaves as soon as the previous one is answered). Submits that
+    /// arrive within it of the previous batch wait and go together, as one submit script run
+    /// in Redis, whose fixed cost a lone run pays whole; a lone query waits for nothing. It
+    /// trades latency under load for Redis CPU: for a party whose Redis core is what binds
+    /// (`docs/bench/host-path.md`). Tokio's timer counts whole milliseconds, so a wait lasts
+    /// up to a millisecond more.
+    #[arg(long, env = "PIRQ_SUBMIT_TICK_US",
+          default_value_t = pirq_queue::producer::DEFAULT_SUBMIT_TICK.as_micros() as u64)]
+    pub submit_tick_us: u64,
+
     /// Web origins whose pages may query this party from a browser (CORS), e.g.
     /// `https://wallet.example`; repeat the flag or separate origins with commas; `*` allows
     /// every origin. None (the default): no CORS headers, and browsers refuse cross-origin calls.
@@ -322,6 +333,10 @@ impl Config {
 
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms.max(1))
+    }
+
+    pub fn submit_tick(&self) -> Duration {
+        Duration::from_micros(self.submit_tick_us)
     }
 
     /// Whether admission is bounded (`--max-backlog`, `--max-backlog-secs`,

@@ -70,7 +70,8 @@ impl AppState {
         let layout = config.layout()?;
         let access = Access::of(&config).map_err(StateError::Access)?;
         let target = config.redis.target().map_err(StateError::Target)?;
-        let producer = Producer::new(&target, layout.clone(), config.redis_timeout())?;
+        let producer = Producer::new(&target, layout.clone(), config.redis_timeout())?
+            .with_submit_tick(config.submit_tick());
         let events = Events::start(target.clone(), layout.clone());
         let tables = Arc::new(crate::tables::Tables::new(target.clone()));
         let db = Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1)));

@@ -31,6 +31,9 @@
 # other cores split in half); on fewer than 4 cores everything shares every core. The gateway
 # runs its default thread count.
 #
+# A set's directory may hold GATEWAY_ARGS: flags its gateway gets (one line), to compare one
+# binary set at two settings (the set's COMMIT file names the setting then).
+#
 # `run` writes OUT/results.txt (a line a run), OUT/summary.md (the median per set and path,
 # rewritten after each run) and each run's logs and load report under OUT/runs/; it stops every
 # process it started on exit, and exits non-zero when a process died or an answer was wrong.
@@ -179,8 +182,14 @@ databases() {
     "$s/pirq" db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$W/$(basename "$s").db.pirdb" >/dev/null 2>&1
     "$s/pirq" kv gen --records 2000 --key-size 20 --value-size 32 --seed 5 \
         --out "$W/$(basename "$s").kv.jsonl" >/dev/null 2>&1
+    # `kv gen` writes hex; builds since the text default (540057d) must be told so.
+    local encodings=()
+    ! "$s/pirq" kv build --help | grep -q -- --key-encoding ||
+        encodings=(--key-encoding hex --value-encoding hex)
     "$s/pirq" kv build --records "$W/$(basename "$s").kv.jsonl" --key-size 20 --value-size 32 \
-        --page-size 512 --load 0.9 --seed 7 --out "$W/$(basename "$s").kv.pirdb" >/dev/null 2>&1
+        "${encodings[@]}" --page-size 512 --load 0.9 --seed 7 \
+        --out "$W/$(basename "$s").kv.pirdb" >"$W/kv-build.log" 2>&1 ||
+        { cat "$W/kv-build.log" >&2; exit 1; }
 }
 
 # one_run SET PATH NAME: one measured run; a line to results.txt
@@ -204,8 +213,10 @@ one_run() {
     local redis=${PIDS[-1]}
     for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
     local url=redis://127.0.0.1:$REDIS_PORT
+    local gw_args=()
+    [ ! -f "$s/GATEWAY_ARGS" ] || read -ra gw_args <"$s/GATEWAY_ARGS"
     start "$GATEWAY_CPUS" "$L/gateway.log" "$s/pirq-gateway" --redis "$url" --prefix hp \
-        --partitions "$parts" --listen "127.0.0.1:$GW_PORT"
+        --partitions "$parts" --listen "127.0.0.1:$GW_PORT" "${gw_args[@]}"
     local gw=${PIDS[-1]} workers=$WORKERS i shard=()
     [ "$path" != shards ] || workers=2
     for ((i = 0; i < workers; i++)); do
