@@ -143,14 +143,17 @@ wait_ready() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 HZ=$(getconf CLK_TCK)
 
-# rotation FILE: the worker's rotation metrics in a scrape, as JSON fields
+# rotation FILE: the worker's rotation metrics in a scrape, as JSON fields, each summed over its
+# lines (one a table: `name{table="default"} 12`)
 rotation() {
     awk '
-        /^pirq_worker_turn_duration_seconds_(sum|count)/ { f["turn_seconds_" substr($1, length("pirq_worker_turn_duration_seconds_") + 1)] = $2 }
-        /^pirq_worker_turn_keys_(sum|count)/ { f["turn_keys_" substr($1, length("pirq_worker_turn_keys_") + 1)] = $2 }
-        /^pirq_worker_segment_wait_seconds_(sum|count)/ { f["segment_wait_seconds_" substr($1, length("pirq_worker_segment_wait_seconds_") + 1)] = $2 }
-        /^pirq_worker_keys_answered_total/ { f["keys_answered"] = $2 }
-        END { sep = ""; printf "{"; for (k in f) { printf "%s\"%s\": %s", sep, k, f[k]; sep = ", " } printf "}" }
+        /^#/ { next }
+        { name = $1; sub(/\{.*/, "", name) }
+        name ~ /^pirq_worker_turn_duration_seconds_(sum|count)$/ { f["turn_seconds_" substr(name, length("pirq_worker_turn_duration_seconds_") + 1)] += $NF }
+        name ~ /^pirq_worker_turn_keys_(sum|count)$/ { f["turn_keys_" substr(name, length("pirq_worker_turn_keys_") + 1)] += $NF }
+        name ~ /^pirq_worker_segment_wait_seconds_(sum|count)$/ { f["segment_wait_seconds_" substr(name, length("pirq_worker_segment_wait_seconds_") + 1)] += $NF }
+        name == "pirq_worker_keys_answered_total" { f["keys_answered"] += $NF }
+        END { sep = ""; printf "{"; for (k in f) { printf "%s\"%s\": %.12g", sep, k, f[k]; sep = ", " } printf "}" }
     ' "$1" 2>/dev/null || echo "{}"
 }
 

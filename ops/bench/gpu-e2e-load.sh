@@ -170,7 +170,7 @@ for variant in $VARIANTS; do
                 "$LOGS/$name.commandstats" | cut -d, -f1-3 | tr '\n' ' ' || true
             echo
             get http://127.0.0.1:9101/metrics "$LOGS/$name.metrics" || true
-            grep -E '^pirq_worker_(pass_duration_seconds|batch_size_keys)_(sum|count)' \
+            grep -E '^pirq_worker_(turn_duration_seconds|turn_keys)_(sum|count)' \
                 "$LOGS/$name.metrics" || true
             get http://127.0.0.1:8101/metrics "$LOGS/$name.gateway-metrics" || true
         done

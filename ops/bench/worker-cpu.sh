@@ -65,9 +65,9 @@ get() {
     exec 3>&-
 }
 
-answered() { # the worker's answered-keys counter
+answered() { # the worker's answered-keys counter, summed over its lines (one a table)
     get "$METRICS_PORT" /metrics "$W/metrics" &&
-        awk '/^pirq_worker_keys_answered_total/ {print $2}' "$W/metrics"
+        awk '/^pirq_worker_keys_answered_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics"
 }
 
 # cpu_ticks PID: "user system" CPU of a process so far, in clock ticks

@@ -483,7 +483,7 @@ impl Consumer {
                 .await?;
         }
         for job in deliveries.iter().filter_map(|d| d.job.as_ref().ok()) {
-            metrics::histogram!(m::WORKER_QUEUE_WAIT)
+            metrics::histogram!(m::WORKER_QUEUE_WAIT, m::TABLE => self.layout().table_name().to_string())
                 .record(m::seconds_since_unix_ms(job.accepted_ms));
         }
         Ok(deliveries)
@@ -534,7 +534,8 @@ impl Consumer {
         self.fill_delivery_counts(partition, &mut deliveries)
             .await?;
         if !deliveries.is_empty() {
-            metrics::counter!(m::WORKER_JOBS_RECLAIMED).increment(deliveries.len() as u64);
+            metrics::counter!(m::WORKER_JOBS_RECLAIMED, m::TABLE => self.layout().table_name().to_string())
+                .increment(deliveries.len() as u64);
         }
         Ok(deliveries)
     }

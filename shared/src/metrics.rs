@@ -270,38 +270,38 @@ pub const CATALOG: &[Metric] = &[
       "Redis used_memory (INFO memory), sampled every second by the gateway's admission sampler; compare with pirq_gateway_redis_memory_cap_bytes."),
     m(GATEWAY_REDIS_MEMORY_CAP, Gauge, Unit::Bytes, &[], Gateway, Always,
       "The gateway's --max-redis-memory: while Redis holds more, new queries get 429 storage_full (0: no cap)."),
-    m(WORKER_JOBS_COMPLETED, Counter, Unit::Count, &[], Worker, Always,
-      "Jobs answered: result written, completion published, stream entry acknowledged."),
-    m(WORKER_JOBS_FAILED, Counter, Unit::Count, &[], Worker, Always,
+    m(WORKER_JOBS_COMPLETED, Counter, Unit::Count, &["table"], Worker, Always,
+      "Jobs answered: result written, completion published, stream entry acknowledged; `table`: the job's table (`default` or a named table the worker serves), as on every per-table worker metric."),
+    m(WORKER_JOBS_FAILED, Counter, Unit::Count, &["table"], Worker, Always,
       "Jobs answered with status failed (invalid job, epoch out of window, scanner error)."),
-    m(WORKER_JOBS_DEAD_LETTERED, Counter, Unit::Count, &[], Worker, Always,
-      "Jobs moved to the dead-letter stream ({P}:dead): failed on their last allowed delivery, or delivered more than --max-deliveries times."),
-    m(WORKER_JOBS_RECLAIMED, Counter, Unit::Count, &[], Worker, Always,
+    m(WORKER_JOBS_DEAD_LETTERED, Counter, Unit::Count, &["table"], Worker, Always,
+      "Jobs moved to the table's dead-letter stream ({P}:dead for `default`): failed on their last allowed delivery, or delivered more than --max-deliveries times."),
+    m(WORKER_JOBS_RECLAIMED, Counter, Unit::Count, &["table"], Worker, Always,
       "Jobs this worker claimed (XAUTOCLAIM) after they sat unacknowledged past the claim-idle time: a dead worker's, or handed back."),
-    m(WORKER_JOBS_RELEASED, Counter, Unit::Count, &[], Worker, Always,
+    m(WORKER_JOBS_RELEASED, Counter, Unit::Count, &["table"], Worker, Always,
       "Jobs this worker handed back to the group unanswered: failed with deliveries left (retry elsewhere), or held but not started at shutdown."),
-    m(WORKER_KEYS_ANSWERED, Counter, Unit::Count, &[], Worker, Always,
-      "DPF keys answered; its rate is the party's keys/s."),
-    m(WORKER_JOB_LATENCY, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+    m(WORKER_KEYS_ANSWERED, Counter, Unit::Count, &["table"], Worker, Always,
+      "DPF keys answered; its rate summed over workers and tables is the party's keys/s."),
+    m(WORKER_JOB_LATENCY, Histogram, Unit::Seconds, &["table"], Worker, AfterTraffic,
       "End to end inside the party: gateway acceptance to result written (clocks of gateway and worker hosts)."),
-    m(WORKER_QUEUE_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
+    m(WORKER_QUEUE_WAIT, Histogram, Unit::Seconds, &["table"], Worker, AfterTraffic,
       "Gateway acceptance to the worker reading the job from the stream."),
-    m(WORKER_SEGMENT_WAIT, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "Rotating scan: a job read by the worker to the start of its keys' first segment: the wait for the next segment boundary (and for room, at capacity)."),
-    m(WORKER_TURN_DURATION, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "Rotating scan: one full turn over the worker's pages for a job's keys, first segment to last, every page XORed once."),
-    m(WORKER_TURN_KEYS, Histogram, Unit::Count, &[], Worker, AfterTraffic,
-      "Rotating scan: keys in flight during one turn (every key scanned in one of its segments): the batch size that matters for throughput."),
-    m(WORKER_SCANNER_IDLE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "Rotating scan: how long the scanner stood idle, no key in flight, before keys came. Under load it never idles; at low load this is the time between queries."),
-    m(WORKER_RESULTS_WRITE, Histogram, Unit::Seconds, &[], Worker, AfterTraffic,
-      "Writing one window's results to Redis (records, completion events, acknowledgements), from its pass' end."),
+    m(WORKER_SEGMENT_WAIT, Histogram, Unit::Seconds, &["table"], Worker, AfterTraffic,
+      "Rotating scan: a job read by the worker to the start of its keys' first segment: the wait for the next segment boundary (and for room, at capacity; and, on a worker of several tables, for the scanner its tables share)."),
+    m(WORKER_TURN_DURATION, Histogram, Unit::Seconds, &["table"], Worker, AfterTraffic,
+      "Rotating scan: one full turn over the table's pages (the worker's share of them) for a job's keys, first segment to last, every page XORed once."),
+    m(WORKER_TURN_KEYS, Histogram, Unit::Count, &["table"], Worker, AfterTraffic,
+      "Rotating scan: keys of the table in flight during one turn (every key scanned in one of its segments): the batch size that matters for throughput."),
+    m(WORKER_SCANNER_IDLE, Histogram, Unit::Seconds, &["table"], Worker, AfterTraffic,
+      "Rotating scan: how long the table's rotation stood idle, none of its keys in flight, before keys came (on a worker of one table, the scanner's idle time). Under load it never idles; at low load this is the time between queries."),
+    m(WORKER_RESULTS_WRITE, Histogram, Unit::Seconds, &["table"], Worker, AfterTraffic,
+      "Writing one window's results of the table to Redis (records, completion events, acknowledgements), from its pass' end."),
     m(WORKER_PHASE_DURATION, Histogram, Unit::Seconds, &["phase"], Worker, AfterTraffic,
-      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan, d2h and merge. In the worker's rotating scan: expand at each join, scan and merge per segment (CPU); per segment, the GPU's own time (CUDA events) of the joins' expansion (their records' upload included), the segment's scan, the merge and the finished answers' copies (CUDA): their sum against `pirq_worker_turn_duration_seconds` shows the host's share."),
+      "One phase of a pass: h2d (keys to GPU), expand (DPF to selection bits), scan, d2h (answers back), merge (epoch deltas). The CPU backend reports expand, scan and merge; the CUDA backend h2d, expand, scan, d2h and merge. In the worker's rotating scan: expand at each join, scan and merge per segment (CPU); per segment, the GPU's own time (CUDA events) of the joins' expansion (their records' upload included), the segment's scan, the merge and the finished answers' copies (CUDA): their sum against `pirq_worker_turn_duration_seconds` shows the host's share. The scanner's, over every table the worker serves (no `table` label)."),
     m(WORKER_HEARTBEAT_TIMESTAMP, Gauge, Unit::Seconds, &[], Worker, Always,
-      "Unix time of the worker's last heartbeat written to Redis; time() minus it is the staleness."),
-    m(WORKER_EPOCH, Gauge, Unit::Count, &[], Worker, Always,
-      "Newest database epoch the worker serves."),
+      "Unix time of the worker's last heartbeat written to Redis (of any of its tables: one process, one runtime); time() minus it is the staleness."),
+    m(WORKER_EPOCH, Gauge, Unit::Count, &["table"], Worker, Always,
+      "Newest epoch of the table the worker serves (each table has its own epochs)."),
     m(WORKER_READY, Gauge, Unit::Count, &[], Worker, Always,
       "1 while the worker's /readyz answers 200 (database loaded, updates applied, registered, job-stream reads succeeding, Redis answering), else 0; evaluated at each scrape."),
     m(WORKER_VRAM_USED, Gauge, Unit::Bytes, &[], Worker, Cuda,
@@ -363,6 +363,21 @@ pub fn set_vram(used_bytes: u64, total_bytes: u64) {
     metrics::gauge!(WORKER_VRAM_TOTAL).set(total_bytes as f64);
 }
 
+/// The label naming the table a per-table metric is about: `default` (the party's table of
+/// `--db`) or a named table (`--table NAME=FILE`); the gateway's `pirq_queue_*` gauges and the
+/// worker's job, key and rotation metrics carry it.
+pub const TABLE: &str = "table";
+
+/// Registers at zero, for `table`, every counter of `emitter` labelled by [`TABLE`] alone, so a
+/// table's counters appear (and `rate()` works) from the first scrape, as [`describe`] does for
+/// the unlabelled ones (it cannot for these: it does not know the tables). A worker calls it for
+/// each table it serves. Never lowers a counter: registering one already counting adds 0.
+pub fn zero_table_counters(emitter: Emitter, table: &str) {
+    for m in of(emitter).filter(|m| m.kind == Kind::Counter && m.labels == [TABLE]) {
+        metrics::counter!(m.name, TABLE => table.to_string()).increment(0);
+    }
+}
+
 /// Looks a metric up by name.
 pub fn get(name: &str) -> Option<&'static Metric> {
     CATALOG.iter().find(|m| m.name == name)
@@ -375,7 +390,8 @@ pub fn of(emitter: Emitter) -> impl Iterator<Item = &'static Metric> {
 
 /// Registers help text and unit of every metric `emitter` exports with the installed recorder,
 /// and registers its unlabeled counters at zero so they appear (and `rate()` works) before the
-/// first event. Call once after installing the recorder.
+/// first event (per-table counters: [`zero_table_counters`]). Call once after installing the
+/// recorder.
 pub fn describe(emitter: Emitter) {
     for m in of(emitter) {
         match m.kind {
@@ -611,7 +627,10 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe_all();
-            metrics::histogram!(WORKER_TURN_DURATION).record(0.02);
+            metrics::counter!(WORKER_JOBS_COMPLETED, TABLE => "users").increment(3);
+            zero_table_counters(Emitter::Worker, "default");
+            zero_table_counters(Emitter::Worker, "users");
+            metrics::histogram!(WORKER_TURN_DURATION, TABLE => "default").record(0.02);
         });
         let text = handle.render();
         for m in CATALOG
@@ -629,7 +648,34 @@ mod tests {
                 m.name
             );
         }
+        // Per-table counters: at zero for each table registered, and a count already made is
+        // kept (registering adds nothing).
+        let per_table: Vec<_> = of(Emitter::Worker)
+            .filter(|m| m.kind == Kind::Counter && m.labels == [TABLE])
+            .collect();
+        assert!(per_table.len() >= 6, "{per_table:?}");
+        for m in per_table {
+            assert!(
+                text.contains(&format!("# HELP {} {}", m.name, m.help)),
+                "{}",
+                m.name
+            );
+            let users = if m.name == WORKER_JOBS_COMPLETED {
+                3
+            } else {
+                0
+            };
+            for (table, want) in [("default", 0), ("users", users)] {
+                assert!(
+                    text.contains(&format!("{}{{table=\"{table}\"}} {want}\n", m.name)),
+                    "{} of {table} not at {want}:\n{text}",
+                    m.name
+                );
+            }
+        }
         assert!(text.contains(&format!("# TYPE {WORKER_TURN_DURATION} histogram")));
-        assert!(text.contains(&format!("{WORKER_TURN_DURATION}_bucket{{le=\"0.025\"}} 1")));
+        assert!(text.contains(&format!(
+            "{WORKER_TURN_DURATION}_bucket{{table=\"default\",le=\"0.025\"}} 1"
+        )));
     }
 }

@@ -23,9 +23,28 @@ pub fn value(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The sum of every series of the metric `name` in an exposition text, whatever their labels
+/// (`name 3`, or `name{table="a"} 1` and `name{table="b"} 2`): a per-table metric read as the
+/// process's total, as a scraper that adds up over labels reads it. `None` where the page has no
+/// line of it.
+pub fn sum(text: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.trim().parse().ok()
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::value;
+    use super::{sum, value};
 
     #[test]
     fn a_series_is_found_by_its_whole_name_and_labels() {
@@ -36,5 +55,15 @@ mod tests {
         assert_eq!(value(text, "y_total{reason=\"ab\"}"), Some(2.0));
         assert_eq!(value(text, "y_total"), None);
         assert_eq!(value(text, "z_total"), None);
+    }
+
+    #[test]
+    fn a_sum_adds_a_metric_up_over_its_labels_and_only_that_metric() {
+        let text = "# HELP k_total keys\nk_total{table=\"default\"} 12\n\
+                    k_total{table=\"users\",shard=\"0/2\"} 30\nk_total_bytes 9\nk_totals 5\n";
+        assert_eq!(sum(text, "k_total"), Some(42.0));
+        assert_eq!(sum("x_total 3\n", "x_total"), Some(3.0));
+        assert_eq!(sum(text, "k_total_bytes"), Some(9.0));
+        assert_eq!(sum(text, "z_total"), None);
     }
 }

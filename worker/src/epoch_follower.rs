@@ -135,10 +135,17 @@ impl Follower {
                 .map_err(|source| UpdatesError::Apply { epoch, source })?;
             let window = self.scanner.epoch_window();
             self.epochs.send_replace(window);
-            metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
+            set_epoch_gauge(&self.layout, window);
             tracing::info!(epoch, pages, oldest = window.oldest, "applied epoch");
             applied += 1;
         }
         Ok(applied)
     }
+}
+
+/// [`pirq_shared::metrics::WORKER_EPOCH`] of `layout`'s table: the newest epoch it serves.
+pub fn set_epoch_gauge(layout: &Layout, window: EpochRange) {
+    let table = layout.table_name().to_string();
+    metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH, pirq_shared::metrics::TABLE => table)
+        .set(window.newest as f64);
 }

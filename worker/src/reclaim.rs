@@ -160,7 +160,9 @@ pub async fn release_held(queue: &Consumer) -> Result<usize, pirq_queue::QueueEr
             .map(|(id, count)| (id, count.saturating_sub(1)))
             .collect();
         queue.release(&back).await?;
-        metrics::counter!(pirq_shared::metrics::WORKER_JOBS_RELEASED).increment(n as u64);
+        let table = queue.layout().table_name().to_string();
+        metrics::counter!(pirq_shared::metrics::WORKER_JOBS_RELEASED, pirq_shared::metrics::TABLE => table)
+            .increment(n as u64);
         total += n;
         // Released entries stay listed under this consumer (with a huge idle time, and left
         // out of `own_pending`): the next round reads the next page of any partition that had

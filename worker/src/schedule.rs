@@ -317,6 +317,8 @@ impl Running {
 struct Jobs {
     book: Book<Ticket>,
     running: HashMap<JobId, Running>,
+    /// The table these jobs are of: the `table` label of their metrics.
+    table: Arc<str>,
 }
 
 impl Jobs {
@@ -376,7 +378,8 @@ impl Jobs {
         r.turn = r.turn.max(f.turn);
         match f.answers {
             Ok(answers) => {
-                metrics::histogram!(m::WORKER_SEGMENT_WAIT).record((held + f.waited).as_secs_f64());
+                metrics::histogram!(m::WORKER_SEGMENT_WAIT, m::TABLE => self.table.clone())
+                    .record((held + f.waited).as_secs_f64());
                 r.pages.insert(part.first, answers.into_shared());
             }
             Err(e) => r.error = Some(scan_error(&e)),
@@ -407,6 +410,7 @@ fn rotate(
     let mut jobs = Jobs {
         book: Book::new(capacity),
         running: HashMap::new(),
+        table: Arc::from(worker.queue.layout().table_name()),
     };
     let mut admitting = true;
     let mut idle_since = Some(Instant::now());
@@ -463,10 +467,11 @@ fn rotate(
             continue;
         }
         if let Some(since) = idle_since.take() {
-            metrics::histogram!(m::WORKER_SCANNER_IDLE).record(since.elapsed().as_secs_f64());
+            metrics::histogram!(m::WORKER_SCANNER_IDLE, m::TABLE => jobs.table.clone())
+                .record(since.elapsed().as_secs_f64());
         }
         let step = step(rotation.as_mut(), shared.then_some(&mut held));
-        record_step(&step);
+        record_step(&step, &jobs.table);
         for f in step.finished {
             if let Some(r) = jobs.finish(f) {
                 worker.queue.note_window(r.ready.received.elapsed());
@@ -590,15 +595,16 @@ fn settle(worker: &Worker, outcome: Outcome, deliveries: u64) -> Outcome {
 }
 
 /// The rotation's metrics: each finished group's turn and the keys of each turn (the wait for
-/// the first segment is recorded where the job's read time is known).
-fn record_step(step: &Step) {
+/// the first segment is recorded where the job's read time is known), labelled by `table`.
+fn record_step(step: &Step, table: &Arc<str>) {
     for f in &step.finished {
         if f.answers.is_ok() {
-            metrics::histogram!(m::WORKER_TURN_DURATION).record(f.turn.as_secs_f64());
+            metrics::histogram!(m::WORKER_TURN_DURATION, m::TABLE => table.clone())
+                .record(f.turn.as_secs_f64());
         }
     }
     if let Some(keys) = step.turn_keys {
-        metrics::histogram!(m::WORKER_TURN_KEYS).record(keys as f64);
+        metrics::histogram!(m::WORKER_TURN_KEYS, m::TABLE => table.clone()).record(keys as f64);
     }
 }
 

@@ -210,9 +210,10 @@ pub async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
     for attempt in 1..=10 {
         match queue.finish(&outcomes).await {
             Ok(()) => {
-                metrics::histogram!(m::WORKER_RESULTS_WRITE)
+                let table: Arc<str> = Arc::from(queue.layout().table_name());
+                metrics::histogram!(m::WORKER_RESULTS_WRITE, m::TABLE => table.clone())
                     .record(started.elapsed().as_secs_f64());
-                record_outcomes(&outcomes);
+                record_outcomes(&outcomes, &table);
                 return;
             }
             Err(e) => {
@@ -229,7 +230,9 @@ pub async fn write_outcomes(queue: &Consumer, outcomes: Vec<Outcome>) {
     queue.forget(outcomes.iter().map(Outcome::entry_id));
 }
 
-fn record_outcomes(outcomes: &[Outcome]) {
+/// Counts written outcomes in the metrics of their `table`.
+fn record_outcomes(outcomes: &[Outcome], table: &Arc<str>) {
+    let counter = |name: &'static str| metrics::counter!(name, m::TABLE => table.clone());
     for o in outcomes {
         match o {
             Outcome::Done {
@@ -238,21 +241,20 @@ fn record_outcomes(outcomes: &[Outcome]) {
                 accepted_ms,
                 ..
             } => {
-                metrics::counter!(m::WORKER_JOBS_COMPLETED).increment(1);
-                metrics::counter!(m::WORKER_KEYS_ANSWERED)
-                    .increment((pages.len() / page_size) as u64);
+                counter(m::WORKER_JOBS_COMPLETED).increment(1);
+                counter(m::WORKER_KEYS_ANSWERED).increment((pages.len() / page_size) as u64);
                 // Written just now: acceptance at the gateway to result in Redis.
-                metrics::histogram!(m::WORKER_JOB_LATENCY)
+                metrics::histogram!(m::WORKER_JOB_LATENCY, m::TABLE => table.clone())
                     .record(m::seconds_since_unix_ms(*accepted_ms));
             }
-            Outcome::Failed { .. } => metrics::counter!(m::WORKER_JOBS_FAILED).increment(1),
+            Outcome::Failed { .. } => counter(m::WORKER_JOBS_FAILED).increment(1),
             Outcome::DeadLetter { request_id, .. } => {
-                metrics::counter!(m::WORKER_JOBS_DEAD_LETTERED).increment(1);
+                counter(m::WORKER_JOBS_DEAD_LETTERED).increment(1);
                 if request_id.is_some() {
-                    metrics::counter!(m::WORKER_JOBS_FAILED).increment(1);
+                    counter(m::WORKER_JOBS_FAILED).increment(1);
                 }
             }
-            Outcome::Retry { .. } => metrics::counter!(m::WORKER_JOBS_RELEASED).increment(1),
+            Outcome::Retry { .. } => counter(m::WORKER_JOBS_RELEASED).increment(1),
             Outcome::Discard { .. } | Outcome::Settled { .. } => {}
         }
     }

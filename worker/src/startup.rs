@@ -479,7 +479,7 @@ fn mark_stopping(health: &Arc<Health>, mut stop: watch::Receiver<bool>) {
 }
 
 /// The start-up's last line, `pirq-worker serving`, with what operators check first (and the
-/// epoch gauge).
+/// table's epoch gauge, and its counters registered at zero).
 fn announce(
     source: &Source,
     queue: &Consumer,
@@ -490,9 +490,11 @@ fn announce(
 ) {
     let geometry = source.scanner.geometry();
     let pages = source.scanner.page_range();
-    if layout.is_default_table() {
-        metrics::gauge!(pirq_shared::metrics::WORKER_EPOCH).set(window.newest as f64);
-    }
+    crate::epoch_follower::set_epoch_gauge(layout, window);
+    pirq_shared::metrics::zero_table_counters(
+        pirq_shared::metrics::Emitter::Worker,
+        layout.table_name(),
+    );
     tracing::info!(
         worker = %consumer, prefix = %layout.prefix(), table = layout.table_name(),
         backend = source.scanner.name(),

@@ -193,8 +193,15 @@ async fn every_catalog_metric_is_exported_after_traffic() {
                 "no {p} phase in {phase:?}"
             );
         }
+        // Per table (the party serves `default` only): one line, every key.
         let answered = worker.series(m::WORKER_KEYS_ANSWERED);
-        assert_eq!(answered, [format!("{} 12", m::WORKER_KEYS_ANSWERED)]);
+        assert_eq!(
+            answered,
+            [format!(
+                "{}{{table=\"default\"}} 12",
+                m::WORKER_KEYS_ANSWERED
+            )]
+        );
         let accepted = gateway.series(m::GATEWAY_KEYS_ACCEPTED);
         assert_eq!(accepted, [format!("{} 12", m::GATEWAY_KEYS_ACCEPTED)]);
     }

@@ -5,10 +5,11 @@
 use std::time::{Duration, Instant};
 
 use pirq_e2e::cli::pirq_ok;
-use pirq_e2e::{strings, Party, PartyOptions, TestDb};
+use pirq_e2e::{free_port, metrics, strings, Party, PartyOptions, TestDb};
 use pirq_queue::{QueryRecord, RequestId};
 use pirq_shared::dpf::generate;
 use pirq_shared::layout::Layout;
+use pirq_shared::metrics as m;
 use pirq_shared::update::{EpochUpdate, PageWrite};
 use pirq_shared::wire::{Job, QueryResult};
 use pirq_testkit::jobs;
@@ -102,11 +103,19 @@ async fn fetch_through_queue(
         .collect()
 }
 
+/// Also the worker's own metrics per table: each table's jobs, keys, turns and epoch in series
+/// labelled with its name, counted apart (the tables get different numbers of lookups).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_worker_serves_three_tables_each_under_its_own_keys() {
     let tables = Tables::create();
+    let metrics_port = free_port();
+    let mut worker_args = tables.worker_args();
+    worker_args.extend(strings(&[
+        "--metrics-listen",
+        &format!("127.0.0.1:{metrics_port}"),
+    ]));
     let options = PartyOptions {
-        worker_args: tables.worker_args(),
+        worker_args,
         ..PartyOptions::default()
     };
     let party = Party::start(&tables.default.path, "tables-a", options)
@@ -131,6 +140,7 @@ async fn one_worker_serves_three_tables_each_under_its_own_keys() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(listed, ["small", "wide"]);
+    let mut lookups = Vec::new();
     for (name, db) in tables.each() {
         let table = layout.table(name).unwrap();
         let page_size: u32 = redis::cmd("HGET")
@@ -141,11 +151,66 @@ async fn one_worker_serves_three_tables_each_under_its_own_keys() {
             .unwrap();
         assert_eq!(page_size as usize, db.db.page_size(), "{name}");
         let pages = db.db.num_pages();
-        for index in [0, pages / 2, pages - 1] {
+        // 3, 4 and 5 lookups: each table's counts below are its own.
+        let indices: Vec<u64> = match name {
+            "default" => vec![0, pages / 2, pages - 1],
+            "small" => vec![0, 1, pages / 2, pages - 1],
+            _ => vec![0, 1, 2, pages / 2, pages - 1],
+        };
+        for &index in &indices {
             let page = fetch_through_queue(&mut conn, &table, pages, index).await;
             assert_eq!(page, db.page(index), "{name} page {index}");
         }
+        lookups.push((name, indices.len() as f64));
     }
+
+    // Two jobs of one key a lookup (one a share), counted under the table's name. A counter is
+    // counted once the result is written, so the last ones are waited for (within a bound).
+    let base = format!("http://127.0.0.1:{metrics_port}");
+    let series = |name: &str, table: &str| format!("{name}{{table=\"{table}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = metrics::scrape(&party.http, &base).await;
+        let counted = lookups.iter().all(|(table, n)| {
+            metrics::value(&text, &series(m::WORKER_JOBS_COMPLETED, table)) == Some(2.0 * n)
+        });
+        if counted || Instant::now() >= deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for (table, n) in &lookups {
+        for (metric, want) in [
+            (m::WORKER_JOBS_COMPLETED, 2.0 * n),
+            (m::WORKER_KEYS_ANSWERED, 2.0 * n),
+            (m::WORKER_JOBS_FAILED, 0.0),
+            (m::WORKER_JOBS_DEAD_LETTERED, 0.0),
+            (m::WORKER_EPOCH, 0.0),
+        ] {
+            let got = metrics::value(&text, &series(metric, table));
+            assert_eq!(got, Some(want), "{metric} of {table}:\n{text}");
+        }
+        for histogram in [m::WORKER_JOB_LATENCY, m::WORKER_QUEUE_WAIT] {
+            let count = format!("{histogram}_count");
+            let got = metrics::value(&text, &series(&count, table));
+            assert_eq!(got, Some(2.0 * n), "{count} of {table}");
+        }
+        let turns = metrics::value(
+            &text,
+            &series(&format!("{}_count", m::WORKER_TURN_DURATION), table),
+        );
+        assert!(
+            turns.is_some_and(|t| t >= 1.0),
+            "no turn of {table}: {turns:?}"
+        );
+    }
+    // Summed over its labels, a counter is the worker's total: what a scraper of the
+    // unlabelled line read before tables.
+    let total: f64 = lookups.iter().map(|(_, n)| 2.0 * n).sum();
+    assert_eq!(metrics::sum(&text, m::WORKER_KEYS_ANSWERED), Some(total));
+    // The scanner's own series are the worker's, not a table's.
+    let phases = format!("{}_count{{phase=\"scan\"}}", m::WORKER_PHASE_DURATION);
+    assert!(metrics::value(&text, &phases).is_some(), "no {phases}");
 }
 
 const ADMIN_TOKEN: &str = "tables-admin-token";
