@@ -17,6 +17,7 @@ use super::tree_depth;
 /// Levels expanded inside one cache-resident subtree (2^10 nodes × 16 B = 16 KiB per level).
 const SUBTREE_LEVELS: u32 = 10;
 /// Subtrees per rayon task: enough work to amortize scheduling.
+#[cfg(feature = "parallel")]
 const SUBTREES_PER_TASK: usize = 4;
 
 /// An index at or past `2^n`.
