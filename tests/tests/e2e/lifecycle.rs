@@ -255,8 +255,9 @@ async fn sigterm_worker_finishes_its_window_and_hands_back_what_it_held() {
         let (held, left) = held_and_left(&mut conn, &layout, "w0").await;
         if held == left && (held == HELD || held == HELD + 1) {
             let text = metrics::scrape(&http, &worker_metrics).await;
+            // Summed over its `table` label (one line: w0 serves `default` alone).
             let parts_done =
-                metrics::value(&text, "pirq_worker_segment_wait_seconds_count").unwrap_or(0.0);
+                metrics::sum(&text, "pirq_worker_segment_wait_seconds_count").unwrap_or(0.0);
             if parts_done > BACKLOG as f64 {
                 break held;
             }
