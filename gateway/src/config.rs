@@ -235,6 +235,15 @@ pub struct Config {
     #[arg(long, env = "PIRQ_RUNTIME_THREADS", default_value_t = 0)]
     pub runtime_threads: usize,
 
+    /// Connection lanes: threads that each serve their connections from start to end on a
+    /// runtime of their own, with a Redis connection of their own (0, the default: the
+    /// connections are served by the `--runtime-threads` runtime). A query then stays on one
+    /// thread instead of crossing between them at each step; the accepts, the completion events
+    /// and the samplers stay on the runtime threads. `docs/bench/host-path.md` measures it.
+    #[arg(long, env = "PIRQ_CONNECTION_THREADS", default_value_t = 0,
+          value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub connection_threads: u16,
+
     /// Timeout of one Redis command and of one connection attempt, in milliseconds. A Redis that
     /// does not answer within it turns into 503 `redis_unavailable`.
     #[arg(long, env = "PIRQ_REDIS_TIMEOUT_MS", default_value_t = 2000)]

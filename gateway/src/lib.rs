@@ -34,6 +34,7 @@ pub mod durability;
 pub mod error;
 pub mod events;
 pub mod idempotency;
+pub mod lanes;
 pub mod metrics;
 pub mod queue_metrics;
 pub mod reload;

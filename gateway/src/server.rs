@@ -86,12 +86,20 @@ const MAX_H2_STREAMS: u32 = 100;
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddr(pub std::net::SocketAddr);
 
+/// What serves a listener's connections.
+pub enum Served {
+    /// This router, on the runtime that accepts.
+    Here(Router),
+    /// The connection lanes in turn (`--connection-threads`), each with its router.
+    Lanes(Arc<crate::lanes::Lanes>),
+}
+
 /// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown` resolves; then
 /// stops accepting, lets every connection finish the request it is in, and returns once all are
 /// closed.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: Served,
     limits: ServerLimits,
     tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
@@ -138,14 +146,20 @@ pub async fn serve(
             continue;
         };
         let conn = open.add();
-        let app = app.clone();
         let open = open.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        let connection = move |app| async move {
             serve_connection(tcp, peer, app, limits, tls, &conn).await;
             open.remove(conn.id);
             drop(slot);
-        });
+        };
+        match &app {
+            Served::Here(app) => tokio::spawn(connection(app.clone())),
+            Served::Lanes(lanes) => {
+                let (lane, app) = lanes.next();
+                lane.spawn(connection(app.clone()))
+            }
+        };
     }
     drop(listener);
     open.close_all();

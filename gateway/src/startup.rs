@@ -4,6 +4,7 @@
 //! through its own `shutdown` future.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,8 +13,9 @@ use tokio::sync::watch;
 
 use crate::config::Durability;
 use crate::durability::Durable;
+use crate::lanes::Lanes;
 use crate::reload::Reloadable;
-use crate::server::ServerLimits;
+use crate::server::{Served, ServerLimits};
 use crate::tls::Tls;
 use crate::{router_for, AppState, Config, Routes};
 
@@ -44,18 +46,18 @@ pub async fn serve(
     } else {
         Routes::All
     };
-    let public = crate::server::serve(
-        public,
-        router_for(state.clone(), public_routes),
-        limits,
-        tls,
-        stopped(stop_rx.clone()),
-    );
+    let public_app = match config.connection_threads {
+        0 => Served::Here(router_for(state.clone(), public_routes)),
+        n => Served::Lanes(Arc::new(Lanes::start(n.into(), &state, |lane| {
+            router_for(lane, public_routes)
+        })?)),
+    };
+    let public = crate::server::serve(public, public_app, limits, tls, stopped(stop_rx.clone()));
     let admin_stop = stopped(stop_rx.clone());
     let admin = async move {
         if let Some((listener, tls)) = admin {
             let app = router_for(state, Routes::Admin);
-            crate::server::serve(listener, app, limits, tls, admin_stop).await;
+            crate::server::serve(listener, Served::Here(app), limits, tls, admin_stop).await;
         }
     };
     stop_on(shutdown, stop_tx);

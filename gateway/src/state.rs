@@ -107,6 +107,25 @@ impl AppState {
         })
     }
 
+    /// The state a connection lane serves from ([`crate::lanes`]): a Redis connection of its
+    /// own (the producer, the database-info cache and the named tables' producers over it), so
+    /// that a lane's queries never wait on another thread's connection; everything else shared.
+    pub fn for_lane(&self) -> Result<AppState, StateError> {
+        let target = self.config.redis.target().map_err(StateError::Target)?;
+        let producer = Producer::new(
+            &target,
+            self.producer.layout().clone(),
+            self.config.redis_timeout(),
+        )?
+        .with_submit_tick(self.config.submit_tick());
+        Ok(AppState {
+            db: Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1))),
+            producer,
+            tables: Arc::new(crate::tables::Tables::new(target)),
+            ..self.clone()
+        })
+    }
+
     /// With the durability mode probed at start (`--durability fsync`).
     pub fn with_durability(mut self, durable: Durable) -> AppState {
         self.durable = durable;

@@ -34,9 +34,30 @@ fn options(encoding: Encoding, wait: Wait) -> Options {
 
 #[tokio::test]
 async fn random_pages_match_the_database_through_every_encoding_and_wait() {
-    let mut cluster = Cluster::start(PAGES, PAGE_SIZE, PartyOptions::default())
-        .await
-        .unwrap();
+    pages_match_through_every_encoding_and_wait(PartyOptions::default()).await;
+}
+
+/// The same on gateways whose connections are served by connection lanes (a runtime and a
+/// Redis connection each, `--connection-threads`) and whose submits wait for a tick: answers,
+/// waits and idempotent retries do not depend on which thread serves a connection.
+#[tokio::test]
+async fn random_pages_match_the_database_on_connection_lanes_with_a_submit_tick() {
+    let options = PartyOptions {
+        gateway_args: pirq_e2e::strings(&[
+            "--runtime-threads",
+            "1",
+            "--connection-threads",
+            "3",
+            "--submit-tick-us",
+            "2000",
+        ]),
+        ..Default::default()
+    };
+    pages_match_through_every_encoding_and_wait(options).await;
+}
+
+async fn pages_match_through_every_encoding_and_wait(party: PartyOptions) {
+    let mut cluster = Cluster::start(PAGES, PAGE_SIZE, party).await.unwrap();
     let mut rng = rand::rng();
     let waits = [
         Wait::Inline,
