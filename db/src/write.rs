@@ -325,6 +325,42 @@ impl MappedWriter {
         let interrupted = crate::tempfiles::register(&tmp);
         // From here on a failure drops `Removal`, which removes the file.
         let removal = Removal(&tmp);
+        if let Some(free) = tmpfs_free(&file) {
+            // In memory (tmpfs): posix_fallocate zeroes every page on one core (minutes for
+            // the tens of gigabytes of `pirq eth gen --tables` at Ethereum's size), so the
+            // pages are taken by all cores touching them instead, once the file system was
+            // seen to have room for them (a store into a page it has no room for would kill
+            // the process with SIGBUS).
+            let len = header.file_len();
+            if free < len {
+                return Err(DbError::Io {
+                    path: tmp.clone(),
+                    error: io::Error::new(
+                        io::ErrorKind::StorageFull,
+                        format!(
+                            "the new database needs {len} bytes; its file system (tmpfs) has \
+                             {free} free"
+                        ),
+                    ),
+                });
+            }
+            file.set_len(len).map_err(io)?;
+            // SAFETY: as below; the file system had room for every page just now.
+            let mut map = unsafe { MmapOptions::new().map_mut(&file) }.map_err(io)?;
+            touch_pages(&mut map);
+            map[..HEADER_LEN].copy_from_slice(&header_bytes);
+            std::mem::forget(removal);
+            return Ok(MappedWriter {
+                header: *header,
+                map,
+                file,
+                tmp,
+                path,
+                mode,
+                committed: false,
+                _interrupted: interrupted,
+            });
+        }
         allocate(&file, header.file_len()).map_err(|source| DbError::Io {
             path: tmp.clone(),
             error: io::Error::new(
@@ -415,6 +451,30 @@ impl Drop for Removal<'_> {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.0);
     }
+}
+
+/// The free bytes of `file`'s file system when it is a tmpfs (memory), else `None`.
+// The casts: `statfs`'s field types differ between C libraries and architectures.
+#[allow(clippy::unnecessary_cast)]
+fn tmpfs_free(file: &File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call filling a struct this function owns.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } != 0 {
+        return None;
+    }
+    (fs.f_type as i64 == libc::TMPFS_MAGIC as i64).then(|| fs.f_bavail as u64 * fs.f_bsize as u64)
+}
+
+/// Writes one byte of every 4 KiB of `map`, on all cores, so every page is taken now.
+fn touch_pages(map: &mut [u8]) {
+    use rayon::prelude::*;
+    map.par_chunks_mut(1 << 21).for_each(|chunk| {
+        for i in (0..chunk.len()).step_by(4096) {
+            // SAFETY: `i` is inside `chunk`; volatile so the store of a zero is kept.
+            unsafe { std::ptr::write_volatile(chunk.as_mut_ptr().add(i), 0) };
+        }
+    });
 }
 
 /// Gives `file` `len` bytes with every block allocated (`posix_fallocate`, which the C library

@@ -1,14 +1,17 @@
 // ethers v6 (a wallet library nobody here wrote) reading Ethereum state through `pirq eth serve`
 // in front of two real pirq parties on loopback: each its own redis-server, pirq-gateway and
 // pirq-worker serving the tables accounts, code and storage that `pirq eth import` made from a
-// synthetic geth dump (`pirq eth gen`). Every value read is compared with the dump itself, before
-// and after a block update pushed with `pirq epoch push --table NAME`.
+// synthetic geth dump (`pirq eth gen`), signed by a publisher whose key the endpoint verifies every
+// page against (`--publisher-key`; each party serves each table's manifests with
+// `--table-manifests`). Every value read is compared with the dump itself, before and after a
+// block update made from the block's changes (`eth import --changes`) and pushed with
+// `pirq epoch push --table NAME`.
 //
 // Binaries: $PIRQ_BIN_DIR, else <repo>/target/release (scripts/test.sh builds them first).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -82,7 +85,7 @@ function readDump(path) {
   return accounts;
 }
 
-async function startParty(name, tables) {
+async function startParty(name, tables, manifests) {
   const redisPort = await freePort();
   const gatewayPort = await freePort();
   start(`redis-${name}`, "redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--dbfilename", `${name}.rdb`]);
@@ -91,7 +94,8 @@ async function startParty(name, tables) {
     return true;
   });
   const redis = `redis://127.0.0.1:${redisPort}`;
-  const gateway = start(`gateway-${name}`, bin("pirq-gateway"), ["--redis", redis, "--prefix", `eth-${name}`, "--listen", `127.0.0.1:${gatewayPort}`, "--admin-token", TOKEN]);
+  const gateway = start(`gateway-${name}`, bin("pirq-gateway"), ["--redis", redis, "--prefix", `eth-${name}`, "--listen", `127.0.0.1:${gatewayPort}`, "--admin-token", TOKEN,
+    "--table-manifests", ["accounts", "code", "storage"].map((t) => `${t}=${join(manifests, `${t}.manifests.json`)}`).join(",")]);
   const worker = start(`worker-${name}`, bin("pirq-worker"), [
     "--redis", redis, "--prefix", `eth-${name}`, "--backend", "cpu", "--threads", "1",
     ...["accounts", "code", "storage"].flatMap((t) => ["--table", `${t}=${join(tables, `${t}.pirdb`)}`]),
@@ -108,20 +112,30 @@ async function startParty(name, tables) {
 const rpc = async (url, body) => (await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json();
 
 let before0, after1, a, b, serveUrl, serveLog, provider;
+const manifests = join(dir, "manifests");
+const staged = join(dir, "staged-manifests");
 
 before(async () => {
   const d0 = join(dir, "block0.jsonl");
   const d1 = join(dir, "block1.jsonl");
   pirq("eth", "gen", "--accounts", "300", "--slots", "5", "--codes", "6", "--seed", "11", "--out", d0, "--quiet");
   pirq("eth", "gen", "--accounts", "300", "--slots", "5", "--codes", "6", "--seed", "11", "--changed", "40", "--out", d1, "--quiet");
-  pirq("eth", "import", "--dump", d0, "--out", join(dir, "s0"), "--block", String(BLOCK), "--seed", "3", "--quiet");
-  pirq("eth", "import", "--dump", d1, "--base", join(dir, "s0"), "--update-out", join(dir, "u1"), "--quiet");
+  // Block 1 as its changes only: what the update is made from.
+  const c1 = join(dir, "changes1.jsonl");
+  pirq("eth", "gen", "--accounts", "300", "--slots", "5", "--codes", "6", "--seed", "11", "--changed", "40", "--changes-only", "--out", c1, "--quiet");
+  const [secret, pub] = [join(dir, "publisher.key"), join(dir, "publisher.pub")];
+  pirq("publisher", "keygen", "--secret", secret, "--public", pub);
+  pirq("eth", "import", "--dump", d0, "--out", join(dir, "s0"), "--block", String(BLOCK), "--seed", "3", "--sign-key", secret, "--quiet");
+  // The publisher stages block 1's manifests; the parties serve them once they serve block 1.
+  mkdirSync(manifests);
+  mkdirSync(staged);
+  pirq("eth", "import", "--changes", c1, "--base", join(dir, "s0"), "--update-out", join(dir, "u1"), "--sign-key", secret, "--manifests", staged, "--quiet");
   before0 = readDump(d0);
   after1 = readDump(d1);
-  [a, b] = await Promise.all([startParty("a", join(dir, "s0")), startParty("b", join(dir, "s0"))]);
+  [a, b] = await Promise.all([startParty("a", join(dir, "s0"), manifests), startParty("b", join(dir, "s0"), manifests)]);
   const port = await freePort();
   serveUrl = `http://127.0.0.1:${port}/`;
-  const serve = start("serve", bin("pirq"), ["eth", "serve", "--party-a", a.url, "--party-b", b.url, "--listen", `127.0.0.1:${port}`, "--chain-id", String(CHAIN_ID)]);
+  const serve = start("serve", bin("pirq"), ["eth", "serve", "--party-a", a.url, "--party-b", b.url, "--listen", `127.0.0.1:${port}`, "--chain-id", String(CHAIN_ID), "--publisher-key", pub]);
   serveLog = serve.log;
   await waitFor("pirq eth serve", async () => (await rpc(serveUrl, { jsonrpc: "2.0", id: 1, method: "eth_chainId" })).result === "0x539");
   provider = new JsonRpcProvider(serveUrl);
@@ -207,6 +221,11 @@ test("after a block update is pushed to every table, ethers reads the new block'
     for (const t of ["accounts", "code", "storage"]) {
       pirq("epoch", "push", "--party", party.url, "--table", t, "--from", join(dir, "u1", `${t}.update`));
     }
+  }
+  // Served only now: a manifest of an epoch the parties do not serve yet reads as a stale party.
+  for (const t of ["accounts", "code", "storage"]) {
+    copyFileSync(join(staged, `${t}.manifests.json`), join(manifests, `.${t}`));
+    renameSync(join(manifests, `.${t}`), join(manifests, `${t}.manifests.json`));
   }
   // The next read after the push answers from the new epoch (the client notices it moved on).
   await waitFor("block 1001", async () => (await provider.getBlockNumber()) === BLOCK + 1, 15_000);

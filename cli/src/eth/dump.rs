@@ -72,7 +72,20 @@ pub fn read(
     spill_dir: &Path,
     sink: &mut dyn FnMut(Item) -> Result<(), String>,
 ) -> anyhow::Result<Summary> {
-    read_capped(input, max_code_size, spill_dir, sink, LINE_IN_MEMORY)
+    read_capped(input, max_code_size, spill_dir, sink, LINE_IN_MEMORY, false)
+}
+
+/// [`read`] of a block's changes (`eth import --changes`): lines of the dump's form, each an
+/// account as it is after the block, its `storage` holding only the slots the block changed,
+/// a zero value for a slot it cleared (handed on as a zero [`Item::Slot`]), and no `storage`
+/// when it changed none.
+pub fn read_changes(
+    input: Box<dyn BufRead + Send>,
+    max_code_size: usize,
+    spill_dir: &Path,
+    sink: &mut dyn FnMut(Item) -> Result<(), String>,
+) -> anyhow::Result<Summary> {
+    read_capped(input, max_code_size, spill_dir, sink, LINE_IN_MEMORY, true)
 }
 
 /// [`read`], lines longer than `cap` bytes parsed as streams.
@@ -82,6 +95,7 @@ fn read_capped(
     spill_dir: &Path,
     sink: &mut dyn FnMut(Item) -> Result<(), String>,
     cap: usize,
+    changes: bool,
 ) -> anyhow::Result<Summary> {
     let mut reader = Lines {
         inner: input,
@@ -93,6 +107,7 @@ fn read_capped(
         held: Held::new(spill_dir),
         summary: Summary::default(),
         first: true,
+        changes,
     };
     let mut line = Vec::new();
     loop {
@@ -120,6 +135,199 @@ fn read_capped(
     }
     ctx.summary.lines = reader.newlines;
     Ok(ctx.summary)
+}
+
+/// An [`Item`] that owns its code, for the threads of [`read_parallel`].
+pub enum Owned {
+    Account {
+        address: [u8; 20],
+        account: Account,
+        code: Option<Vec<u8>>,
+    },
+    Slot {
+        address: [u8; 20],
+        slot: [u8; 32],
+        value: [u8; 32],
+    },
+}
+
+impl Owned {
+    fn of(item: Item) -> Owned {
+        match item {
+            Item::Account {
+                address,
+                account,
+                code,
+            } => Owned::Account {
+                address,
+                account,
+                code: code.map(<[u8]>::to_vec),
+            },
+            Item::Slot {
+                address,
+                slot,
+                value,
+            } => Owned::Slot {
+                address,
+                slot,
+                value,
+            },
+        }
+    }
+}
+
+/// Bytes of whole lines read before a batch is parsed.
+const BATCH_BYTES: usize = 32 << 20;
+/// Lines one task of a batch parses.
+const TASK_LINES: usize = 1024;
+/// Items of a line too long for memory handed on at a time.
+const STREAMED_ITEMS: usize = 1 << 16;
+
+/// [`read`] on all cores: lines are read in batches, each batch's lines parsed by rayon's
+/// threads in runs of [`TASK_LINES`], each run's items (in order) turned into a `T` by `map` on
+/// the same thread; `each` gets every batch's `T`s in input order. A line too long to hold
+/// (over 16 MiB: a contract with hundreds of thousands of slots) is parsed alone as a stream,
+/// its items handed on in runs of [`STREAMED_ITEMS`]. A bad line stops the read with the first
+/// bad line of its batch named.
+pub fn read_parallel<T: Send>(
+    input: Box<dyn BufRead + Send>,
+    max_code_size: usize,
+    spill_dir: &Path,
+    map: &(dyn Fn(Vec<Owned>) -> T + Sync),
+    each: &mut dyn FnMut(Vec<T>) -> anyhow::Result<()>,
+) -> anyhow::Result<Summary> {
+    use rayon::prelude::*;
+    let mut reader = Lines {
+        inner: input,
+        newlines: 0,
+    };
+    let mut summary = Summary::default();
+    let mut first = true;
+    let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES + (1 << 20));
+    let mut lines: Vec<(usize, usize, u64)> = Vec::new();
+    loop {
+        buf.clear();
+        lines.clear();
+        let mut long_line = None;
+        let mut ended = false;
+        while buf.len() < BATCH_BYTES {
+            if !reader.skip_whitespace()? {
+                ended = true;
+                break;
+            }
+            let line_no = reader.newlines + 1;
+            let start = buf.len();
+            if reader.append_line_capped(&mut buf, start + LINE_IN_MEMORY)? {
+                lines.push((start, buf.len(), line_no));
+            } else {
+                long_line = Some((buf.split_off(start), line_no));
+                break;
+            }
+        }
+        if !lines.is_empty() {
+            let buf = &buf;
+            let results: Vec<Result<(T, Summary), (u64, anyhow::Error)>> = lines
+                .par_chunks(TASK_LINES)
+                .enumerate()
+                .map(|(c, run)| {
+                    let mut items = Vec::with_capacity(run.len() * 2);
+                    let mut sink = |item: Item| {
+                        items.push(Owned::of(item));
+                        Ok(())
+                    };
+                    let mut ctx = Ctx {
+                        sink: &mut sink,
+                        max_code_size,
+                        held: Held::new(spill_dir),
+                        summary: Summary::default(),
+                        first: first && c == 0,
+                        changes: false,
+                    };
+                    for &(start, end, line_no) in run {
+                        let mut de = serde_json::Deserializer::from_slice(&buf[start..end]);
+                        LineSeed { ctx: &mut ctx }
+                            .deserialize(&mut de)
+                            .and_then(|()| de.end())
+                            .map_err(|e| (line_no, line_error(&e, line_no)))?;
+                        ctx.first = false;
+                    }
+                    let run_summary = ctx.summary;
+                    drop(ctx);
+                    Ok((map(items), run_summary))
+                })
+                .collect();
+            let mut outs = Vec::with_capacity(results.len());
+            let mut failed: Option<(u64, anyhow::Error)> = None;
+            for r in results {
+                match r {
+                    Ok((t, s)) => {
+                        if s.root.is_some() {
+                            summary.root = s.root;
+                        }
+                        summary.accounts += s.accounts;
+                        summary.slots += s.slots;
+                        outs.push(t);
+                    }
+                    Err((line, e)) => {
+                        if failed.as_ref().is_none_or(|(l, _)| line < *l) {
+                            failed = Some((line, e));
+                        }
+                    }
+                }
+            }
+            if let Some((_, e)) = failed {
+                return Err(e);
+            }
+            first = false;
+            each(outs)?;
+        }
+        if let Some((head, line_no)) = long_line {
+            let mut items = Vec::new();
+            let mut failed_each = None;
+            let mut sink = |item: Item| {
+                items.push(Owned::of(item));
+                if items.len() >= STREAMED_ITEMS {
+                    if let Err(e) = each(vec![map(std::mem::take(&mut items))]) {
+                        let text = format!("{e:#}");
+                        failed_each = Some(e);
+                        return Err(text);
+                    }
+                }
+                Ok(())
+            };
+            let mut ctx = Ctx {
+                sink: &mut sink,
+                max_code_size,
+                held: Held::new(spill_dir),
+                summary: Summary::default(),
+                first,
+                changes: false,
+            };
+            let mut de =
+                serde_json::Deserializer::from_reader(io::Cursor::new(head).chain(&mut reader));
+            let result = LineSeed { ctx: &mut ctx }.deserialize(&mut de);
+            let line_summary = ctx.summary;
+            drop(ctx);
+            if let Some(e) = failed_each {
+                return Err(e);
+            }
+            result.map_err(|e| line_error(&e, line_no))?;
+            if line_summary.root.is_some() {
+                summary.root = line_summary.root;
+            }
+            summary.accounts += line_summary.accounts;
+            summary.slots += line_summary.slots;
+            if !items.is_empty() {
+                each(vec![map(items)])?;
+            }
+            first = false;
+        }
+        if ended {
+            break;
+        }
+    }
+    summary.lines = reader.newlines;
+    Ok(summary)
 }
 
 /// `line N: why`, from a serde_json error in the object that starts on `start_line`. The line
@@ -166,11 +374,10 @@ impl Lines {
 }
 
 impl Lines {
-    /// Reads the rest of the line (without its newline) into `line`, replacing what was there:
-    /// true when it ended (newline or end of input) within `cap` bytes, false when `cap` bytes
-    /// were read and the line goes on.
-    fn read_line_capped(&mut self, line: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
-        line.clear();
+    /// Appends the rest of the line (without its newline) to `line`: true when it ended
+    /// (newline or end of input) before `line` reached `cap` bytes, false when it reached
+    /// `cap` and the line goes on.
+    fn append_line_capped(&mut self, line: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
         loop {
             let buf = self.inner.fill_buf()?;
             if buf.is_empty() {
@@ -192,6 +399,14 @@ impl Lines {
             }
         }
     }
+
+    /// Reads the rest of the line (without its newline) into `line`, replacing what was there:
+    /// true when it ended (newline or end of input) within `cap` bytes, false when `cap` bytes
+    /// were read and the line goes on.
+    fn read_line_capped(&mut self, line: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+        line.clear();
+        self.append_line_capped(line, cap)
+    }
 }
 
 impl Read for Lines {
@@ -208,6 +423,8 @@ struct Ctx<'s> {
     held: Held,
     summary: Summary,
     first: bool,
+    /// Reading a block's changes ([`read_changes`]), not a whole state.
+    changes: bool,
 }
 
 /// One line's object.
@@ -337,7 +554,7 @@ fn account(ctx: &mut Ctx, f: Fields) -> Result<(), String> {
     if !code.is_empty() && keccak256(&code) != code_hash {
         return Err("codeHash is not keccak256 of the code".into());
     }
-    if !f.storage && storage_root != EMPTY_ROOT {
+    if !f.storage && storage_root != EMPTY_ROOT && !ctx.changes {
         return Err(
             "the account has storage (its root is not the empty trie's) but the line has no \
              \"storage\" (dump with storage: geth dump without --nostorage)"
@@ -396,7 +613,7 @@ impl<'de> Visitor<'de> for StorageSeed<'_, '_> {
                 parse_word(&slot).map_err(|e| de::Error::custom(format!("storage slot: {e}")))?;
             let value =
                 parse_word(&value).map_err(|e| de::Error::custom(format!("storage value: {e}")))?;
-            if value == [0; 32] {
+            if value == [0; 32] && !self.ctx.changes {
                 continue;
             }
             match self.address {
@@ -415,6 +632,9 @@ impl<'de> Visitor<'de> for StorageSeed<'_, '_> {
         Ok(())
     }
 }
+
+/// Numbers the spill files of one process (threads may each have one).
+static SPILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Slots waiting for their account's address: in memory, then in a temporary file.
 struct Held {
@@ -440,9 +660,11 @@ impl Held {
             return Ok(());
         }
         if self.file.is_none() {
-            let path = self
-                .dir
-                .join(format!(".pirq-eth-storage-{}.tmp", std::process::id()));
+            let path = self.dir.join(format!(
+                ".pirq-eth-storage-{}-{}.tmp",
+                std::process::id(),
+                SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
             let file = File::options()
                 .read(true)
                 .write(true)
@@ -554,6 +776,7 @@ mod tests {
                 Ok(())
             },
             cap,
+            false,
         )
         .map_err(|e| e.to_string())?;
         Ok((summary, seen))

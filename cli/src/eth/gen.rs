@@ -11,15 +11,28 @@
 //! `--changed M` prints the same state one block later: about M accounts (drawn) changed
 //! (balance, nonce), contracts among them with slot 1 changed, slot 2 cleared and a slot added,
 //! and M/10 new accounts at the end; `--blocks K` with it, K blocks later (each block its own
-//! draw), so `--blocks 1..5` are five successive blocks.
+//! draw), so `--blocks 1..5` are five successive blocks; `--changes-only` prints block K's
+//! changes alone (the accounts it changed or added, only their changed slots, "0" for a cleared
+//! one: `eth import --changes`).
+//!
+//! `--tables DIR` writes, instead of the dump, the tables `eth import` makes of it: each
+//! account's records computed on all cores and placed in the dump's order by the import's own
+//! placement ([`super::import::write_tables`]), so the files are the same bytes, without the
+//! text (Ethereum's size in about a minute on a GPU host, docs/bench/eth.md).
 
+use std::collections::HashSet;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::Args;
+use pirq_shared::kv::KvParams;
+use rayon::prelude::*;
 
-use super::tables::{self, keccak256, EMPTY_CODE_HASH, EMPTY_ROOT, MAX_CODE_SIZE};
+use super::import::{Counts, Part, Settings};
+use super::tables::{
+    self, keccak256, storage_key, Account, EMPTY_CODE_HASH, EMPTY_ROOT, MAX_CODE_SIZE,
+};
 
 #[derive(Args)]
 pub struct GenArgs {
@@ -43,12 +56,31 @@ pub struct GenArgs {
     /// successive blocks of like size.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     blocks: u64,
+    /// With --changed: print only the last block's changes (`eth import --changes` form: the
+    /// accounts it changed or added, each with only the slots it changed, "0" for a cleared
+    /// one), what `eth import --base` of the block before needs.
+    #[arg(long, requires = "changed")]
+    changes_only: bool,
     /// Seed of everything (the same seed and counts give the same dump).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Output file (`-`: standard output).
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required_unless_present = "tables")]
+    out: Option<PathBuf>,
+    /// Instead of the dump, the tables `eth import --dump DUMP --out DIR` writes of it
+    /// (DIR/NAME.pirdb and DIR/eth.json, the same bytes with the same --block and
+    /// --layout-seed), made on all cores straight from the accounts.
+    #[arg(long, conflicts_with = "out")]
+    tables: Option<PathBuf>,
+    /// With --tables: eth import's --block.
+    #[arg(long, default_value_t = 0, requires = "tables")]
+    block: u64,
+    /// With --tables: eth import's --seed (the tables' hashes; random when absent).
+    #[arg(long, requires = "tables")]
+    layout_seed: Option<u64>,
+    /// With --tables: eth import's --sign-key.
+    #[arg(long, requires = "tables")]
+    sign_key: Option<PathBuf>,
     /// No progress bar, even on a terminal.
     #[arg(long)]
     quiet: bool,
@@ -56,11 +88,20 @@ pub struct GenArgs {
 
 /// keccak256(seed ‖ i ‖ what): every number of account `i`, reproducibly.
 fn draw(seed: u64, i: u64, what: &[u8]) -> [u8; 32] {
-    let mut input = Vec::with_capacity(16 + what.len());
-    input.extend_from_slice(&seed.to_le_bytes());
-    input.extend_from_slice(&i.to_le_bytes());
-    input.extend_from_slice(what);
-    keccak256(&input)
+    draw2(seed, i, what, &[])
+}
+
+/// [`draw`] of `what ‖ more`, without joining them first (hundreds of millions of draws make a
+/// state of Ethereum's size).
+fn draw2(seed: u64, i: u64, what: &[u8], more: &[u8]) -> [u8; 32] {
+    use sha3::Digest;
+    sha3::Keccak256::new()
+        .chain_update(seed.to_le_bytes())
+        .chain_update(i.to_le_bytes())
+        .chain_update(what)
+        .chain_update(more)
+        .finalize()
+        .into()
 }
 
 /// Code `j` of the state: code 0 the largest a contract may have, the others 1..=4096 bytes.
@@ -81,70 +122,228 @@ fn code(seed: u64, j: u64) -> Vec<u8> {
     out
 }
 
-pub fn run(args: GenArgs) -> anyhow::Result<()> {
-    let file: Box<dyn Write> = if args.out == std::path::Path::new("-") {
-        Box::new(std::io::stdout().lock())
-    } else {
-        Box::new(
-            std::fs::File::create(&args.out)
-                .with_context(|| format!("creating {}", args.out.display()))?,
-        )
-    };
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let codes: Vec<(Vec<u8>, [u8; 32])> = (0..args.codes)
-        .map(|j| {
-            let c = code(args.seed, j);
-            let h = keccak256(&c);
-            (c, h)
+/// The synthetic state: every account's numbers from its index, the same for the dump printer
+/// and the table writer.
+struct Synth {
+    seed: u64,
+    accounts: u64,
+    contract_every: u64,
+    slots: u64,
+    codes: Vec<(Vec<u8>, [u8; 32])>,
+    changed: u64,
+    /// Blocks after the base (0 without --changed).
+    blocks: u64,
+    /// One account changed in this many, each block (with --changed).
+    step: Option<u64>,
+}
+
+/// Account `i` of the state.
+struct SynthAccount {
+    address: [u8; 20],
+    /// Wei, below 2^80.
+    balance: u128,
+    nonce: u64,
+    /// (code index, storage root) of a contract.
+    contract: Option<(usize, [u8; 32])>,
+    /// The last block (of 1..=blocks) that changed the account, 0 for none.
+    version: u64,
+}
+
+impl Synth {
+    fn new(args: &GenArgs) -> anyhow::Result<Synth> {
+        if args.changed > 0 && args.slots > 1000 {
+            bail!("--changed adds slot 1000 to changed contracts: give --slots 1000 or fewer");
+        }
+        let codes = (0..args.codes)
+            .map(|j| {
+                let c = code(args.seed, j);
+                let h = keccak256(&c);
+                (c, h)
+            })
+            .collect();
+        Ok(Synth {
+            seed: args.seed,
+            accounts: args.accounts,
+            contract_every: args.contract_every,
+            slots: args.slots,
+            codes,
+            changed: args.changed,
+            blocks: if args.changed > 0 { args.blocks } else { 0 },
+            step: (args.changed > 0).then(|| (args.accounts / args.changed).max(1)),
         })
-        .collect();
-    let step = (args.changed > 0).then(|| (args.accounts / args.changed).max(1));
-    let blocks = if args.changed > 0 { args.blocks } else { 0 };
-    let added = args.changed / 10 * blocks;
-    let total = args.accounts + added;
-    let progress = crate::output::Progress::new(Some(total), "accounts", args.quiet);
-    let header = format!(
-        "{{\"root\":\"{}\"}}",
-        tables::data(&draw(args.seed, args.changed, &blocks.to_le_bytes()))
-    );
-    // The io::Error stays in the chain: a reader that stops early (a closed pipe) ends the
-    // command quietly, as for every other command.
-    let io = |e: std::io::Error| {
-        anyhow::Error::from(e).context(format!("writing {}", args.out.display()))
-    };
-    writeln!(w, "{header}").map_err(io)?;
-    for i in 0..total {
-        // The last block (of 1..=blocks) that changed account i, 0 for none.
-        let version = match step {
-            _ if i >= args.accounts => 1 + (i - args.accounts) / (args.changed / 10).max(1),
-            Some(s) => (1..=blocks)
-                .rev()
-                .find(|k| {
-                    let d = draw(
-                        args.seed,
-                        i,
-                        &[b"changed" as &[u8], &k.to_le_bytes()].concat(),
-                    );
-                    u64::from_le_bytes(d[..8].try_into().expect("8")) % s == 0
-                })
-                .unwrap_or(0),
-            None => 0,
-        };
+    }
+
+    /// Accounts added per block.
+    fn added_per_block(&self) -> u64 {
+        self.changed / 10
+    }
+
+    /// Accounts in the state `blocks` blocks after the base.
+    fn total(&self) -> u64 {
+        self.accounts + self.added_per_block() * self.blocks
+    }
+
+    fn root(&self) -> [u8; 32] {
+        draw(self.seed, self.changed, &self.blocks.to_le_bytes())
+    }
+
+    fn is_contract(&self, i: u64) -> bool {
+        i.is_multiple_of(self.contract_every) && i < self.accounts
+    }
+
+    /// The code index of contract `i`.
+    fn code_of(&self, i: u64) -> usize {
+        (i / self.contract_every % self.codes.len() as u64) as usize
+    }
+
+    /// Whether block `k` changed account `i` (of the base's accounts).
+    fn changed_in(&self, i: u64, k: u64) -> bool {
+        let Some(s) = self.step else { return false };
+        let d = draw2(self.seed, i, b"changed", &k.to_le_bytes());
+        u64::from_le_bytes(d[..8].try_into().expect("8")) % s == 0
+    }
+
+    /// The last block up to `upto` that changed account `i` (or added it), 0 for none.
+    fn version(&self, i: u64, upto: u64) -> u64 {
+        if i >= self.accounts {
+            return 1 + (i - self.accounts) / self.added_per_block().max(1);
+        }
+        (1..=upto)
+            .rev()
+            .find(|&k| self.changed_in(i, k))
+            .unwrap_or(0)
+    }
+
+    fn account(&self, i: u64) -> SynthAccount {
+        self.account_at(i, self.version(i, self.blocks))
+    }
+
+    fn account_at(&self, i: u64, version: u64) -> SynthAccount {
         let state = version.to_le_bytes();
         let state: &[u8] = &state;
-        let address: [u8; 20] = draw(args.seed, i, b"address")[12..]
+        let address: [u8; 20] = draw(self.seed, i, b"address")[12..]
             .try_into()
             .expect("20 bytes");
-        let money = draw(args.seed, i, &[b"balance" as &[u8], state].concat());
+        let money = draw2(self.seed, i, b"balance", state);
         // Up to 2^80 wei (~1.2 M ether): a decimal of up to 25 digits.
         let balance = u128::from_be_bytes(money[..16].try_into().expect("16")) >> 48;
         let nonce = u64::from_le_bytes(money[16..24].try_into().expect("8")) % 1000
-            + if i < args.accounts { version } else { 0 };
-        let contract = i % args.contract_every == 0 && i < args.accounts;
-        write!(w, "{{\"balance\":\"{balance}\",\"nonce\":{nonce},").map_err(io)?;
-        if contract {
-            let (code, hash) = &codes[(i / args.contract_every % args.codes) as usize];
-            let root = draw(args.seed, i, &[b"root" as &[u8], state].concat());
+            + if i < self.accounts { version } else { 0 };
+        let contract = self
+            .is_contract(i)
+            .then(|| (self.code_of(i), draw2(self.seed, i, b"root", state)));
+        SynthAccount {
+            address,
+            balance,
+            nonce,
+            contract,
+            version,
+        }
+    }
+
+    /// The account record `eth import` makes of the account's line.
+    fn record(&self, a: &SynthAccount) -> Account {
+        let mut balance = [0u8; 32];
+        balance[16..].copy_from_slice(&a.balance.to_be_bytes());
+        let (code_hash, storage_root) = match a.contract {
+            Some((j, root)) => (self.codes[j].1, root),
+            None => (EMPTY_CODE_HASH, EMPTY_ROOT),
+        };
+        Account {
+            balance,
+            nonce: a.nonce,
+            code_hash,
+            storage_root,
+        }
+    }
+
+    /// Contract `i`'s storage at `version`.
+    fn storage(&self, i: u64, version: u64) -> Vec<([u8; 32], [u8; 32])> {
+        contract_storage(self.seed, i, self.slots, version)
+    }
+
+    /// Slots of a contract at `version` (non-zero values, as the import counts them).
+    fn storage_len(&self, version: u64) -> u64 {
+        if version == 0 {
+            self.slots
+        } else {
+            self.slots - u64::from(self.slots > 2) + 1
+        }
+    }
+
+    /// What `eth import` of the dump counts: accounts, slots, distinct codes.
+    fn counts(&self) -> Counts {
+        let contracts = self.accounts.div_ceil(self.contract_every);
+        let slots: u64 = (0..contracts)
+            .into_par_iter()
+            .map(|c| {
+                let i = c * self.contract_every;
+                self.storage_len(self.version(i, self.blocks))
+            })
+            .sum();
+        let codes: HashSet<u64> = self
+            .codes
+            .iter()
+            .take(contracts.min(self.codes.len() as u64) as usize)
+            .map(|(_, h)| super::import::code_key(h))
+            .collect();
+        Counts {
+            accounts: self.total(),
+            slots,
+            codes: codes.len() as u64,
+        }
+    }
+}
+
+pub fn run(args: GenArgs) -> anyhow::Result<()> {
+    let synth = Synth::new(&args)?;
+    match (&args.out, &args.tables) {
+        (Some(out), None) => print_dump(&args, &synth, out),
+        (None, Some(dir)) => write_tables(&args, &synth, dir),
+        _ => bail!("give --out (a dump) or --tables (the tables eth import would write of it)"),
+    }
+}
+
+fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
+    let file: Box<dyn Write> = if out == Path::new("-") {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?)
+    };
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let total = synth.total();
+    // Each line: the account and the version its storage is compared with (--changes-only).
+    let lines: Box<dyn Iterator<Item = (u64, Option<u64>)>> = if args.changes_only {
+        let k = synth.blocks;
+        let mut changed: Vec<u64> = (0..synth.accounts)
+            .into_par_iter()
+            .filter(|&i| synth.changed_in(i, k))
+            .collect();
+        changed.sort_unstable();
+        let added = synth.accounts + synth.added_per_block() * (k - 1)..total;
+        Box::new(
+            changed
+                .into_iter()
+                .map(move |i| (i, Some(synth.version(i, k - 1))))
+                .chain(added.map(|i| (i, Some(0)))),
+        )
+    } else {
+        Box::new((0..total).map(|i| (i, None)))
+    };
+    let progress = crate::output::Progress::new(Some(total), "accounts", args.quiet);
+    let header = format!("{{\"root\":\"{}\"}}", tables::data(&synth.root()));
+    // The io::Error stays in the chain: a reader that stops early (a closed pipe) ends the
+    // command quietly, as for every other command.
+    let io =
+        |e: std::io::Error| anyhow::Error::from(e).context(format!("writing {}", out.display()));
+    writeln!(w, "{header}").map_err(io)?;
+    let mut printed = 0u64;
+    for (i, before) in lines {
+        printed += 1;
+        let a = synth.account(i);
+        write!(w, "{{\"balance\":\"{}\",\"nonce\":{},", a.balance, a.nonce).map_err(io)?;
+        if let Some((j, root)) = a.contract {
+            let (code, hash) = &synth.codes[j];
             write!(
                 w,
                 "\"root\":\"{}\",\"codeHash\":\"{}\",\"code\":\"{}\",\"storage\":{{",
@@ -154,12 +353,23 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
             )
             .map_err(io)?;
             let mut first = true;
-            for (slot, value) in contract_storage(args.seed, i, args.slots, version) {
+            let now = synth.storage(i, a.version);
+            let old = before.map(|v| synth.storage(i, v)).unwrap_or_default();
+            let cleared = old.iter().filter(|(s, _)| now.iter().all(|(n, _)| n != s));
+            let cleared = cleared.map(|&(s, _)| (s, [0u8; 32]));
+            for (slot, value) in now
+                .iter()
+                .filter(|&slot| before.is_none() || !old.contains(slot))
+                .copied()
+                .chain(cleared)
+            {
                 let sep = if first { "" } else { "," };
                 first = false;
-                // Values without their leading zero bytes and without 0x, as geth prints them.
+                // Values without their leading zero bytes and without 0x, as geth prints them
+                // ("0" for a cleared slot of --changes-only).
                 let v = hex::encode(value);
                 let v = v.trim_start_matches("00");
+                let v = if v.is_empty() { "0" } else { v };
                 write!(w, "{sep}\"{}\":\"{v}\"", tables::data(&slot)).map_err(io)?;
             }
             write!(w, "}},").map_err(io)?;
@@ -175,8 +385,8 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
         writeln!(
             w,
             "\"address\":\"{}\",\"key\":\"{}\"}}",
-            tables::data(&address),
-            tables::data(&keccak256(&address))
+            tables::data(&a.address),
+            tables::data(&keccak256(&a.address))
         )
         .map_err(io)?;
         if i % 4096 == 0 {
@@ -184,21 +394,112 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
         }
     }
     w.flush().map_err(io)?;
+    if args.changes_only {
+        progress.finish(&format!(
+            "wrote {}: the changes of block {} ({printed} accounts changed or added)",
+            out.display(),
+            synth.blocks
+        ));
+        return Ok(());
+    }
     progress.finish(&format!(
         "wrote {}: {total} accounts ({} contracts of {} distinct codes, {} slots each){}",
-        args.out.display(),
+        out.display(),
         args.accounts.div_ceil(args.contract_every),
         args.codes,
         args.slots,
-        match step {
+        match synth.step {
             Some(s) => format!(
-                ", {blocks} block(s) later: each block changed one account in {s} and added {}",
-                args.changed / 10
+                ", {} block(s) later: each block changed one account in {s} and added {}",
+                synth.blocks,
+                synth.added_per_block()
             ),
             None => String::new(),
         }
     ));
     Ok(())
+}
+
+/// Accounts one task makes.
+const TASK_ACCOUNTS: u64 = 1 << 14;
+
+/// The tables `eth import --dump D --out DIR --block N --seed S` writes of the dump D that
+/// --out would print, made straight from the accounts on all cores (no text in between): the
+/// records in the dump's order through the same placement ([`super::build`]), so the same
+/// bytes.
+fn write_tables(args: &GenArgs, synth: &Synth, dir: &Path) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let progress = crate::output::Progress::stages(args.quiet);
+    progress.stage("counting", None, "records");
+    let counts = synth.counts();
+    let settings = Settings {
+        out: dir,
+        block: args.block,
+        seed: args.layout_seed,
+        sign_key: args.sign_key.as_deref(),
+        max_code_size: MAX_CODE_SIZE,
+    };
+    let total = synth.total();
+    let written = super::import::write_tables(&settings, &counts, &progress, |fill| {
+        progress.stage("placing the accounts", Some(total), "accounts");
+        let params = fill.params();
+        let batch = TASK_ACCOUNTS * rayon::current_num_threads() as u64 * 4;
+        let mut start = 0;
+        while start < total {
+            let end = (start + batch).min(total);
+            let parts: Vec<Part> = (start..end)
+                .step_by(TASK_ACCOUNTS as usize)
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(|from| {
+                    let mut part = Part::default();
+                    for i in from..(from + TASK_ACCOUNTS).min(end) {
+                        synth.add_records(i, &params, &mut part);
+                    }
+                    part
+                })
+                .collect();
+            fill.add(&parts);
+            progress.set_position(end);
+            start = end;
+        }
+        Ok(Some(synth.root()))
+    })?;
+    progress.clear();
+    progress.finish(&format!(
+        "wrote {}: block {}, {total} accounts, {} storage slots, {} distinct codes (the tables \
+         of the dump --out would print), {:.1} s",
+        dir.display(),
+        args.block,
+        counts.slots,
+        written.codes,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+impl Synth {
+    /// Account `i`'s records, as the import makes them of its line: the account, its code at
+    /// its first contract (the import places a code once), its non-zero slots in order.
+    fn add_records(&self, i: u64, params: &[KvParams; 3], part: &mut Part) {
+        let a = self.account(i);
+        let record = self.record(&a);
+        part.accounts
+            .push(&params[0], &a.address, &record.to_bytes());
+        if let Some((j, _)) = a.contract {
+            if i / self.contract_every < self.codes.len() as u64 {
+                let (code, hash) = &self.codes[j];
+                part.codes.push((*hash, code.clone()));
+            }
+            for (slot, value) in self.storage(i, a.version) {
+                if value != [0; 32] {
+                    part.storage
+                        .push(&params[2], &storage_key(&a.address, &slot), &value);
+                }
+            }
+        }
+    }
 }
 
 /// Contract `i`'s storage: slot k (k < `slots`) = a value drawn for it, slot 0 a small one.
@@ -216,12 +517,12 @@ fn contract_storage(seed: u64, i: u64, slots: u64, version: u64) -> Vec<([u8; 32
         if changed && k == 2 {
             continue;
         }
-        let what: Vec<u8> = if changed && k == 1 {
-            [b"slot-next" as &[u8], &version.to_le_bytes()].concat()
+        let next = version.to_le_bytes();
+        let mut value = if changed && k == 1 {
+            draw2(seed, i << 16 | k, b"slot-next", &next)
         } else {
-            b"slot".to_vec()
+            draw(seed, i << 16 | k, b"slot")
         };
-        let mut value = draw(seed, i << 16 | k, &what);
         if k == 0 {
             value = word(value[31] as u64 + 1);
         }

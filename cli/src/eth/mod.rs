@@ -14,6 +14,7 @@
 //! the same block, the one the `accounts` table's metadata record names at epoch `e`.
 
 mod bench;
+mod build;
 mod dump;
 mod gen;
 mod import;
@@ -27,14 +28,17 @@ use clap::Subcommand;
 #[derive(Subcommand)]
 pub enum EthCommand {
     /// Turn a `geth dump --iterative` JSON-lines dump into the tables accounts, code and storage
-    /// (DIR/NAME.pirdb, for `pirq-worker --table NAME=FILE`); with --base, the block update of
-    /// every table instead (UDIR/NAME.update, for `pirq epoch push --table NAME`).
+    /// (DIR/NAME.pirdb, for `pirq-worker --table NAME=FILE`), on all cores; with --base, the
+    /// block update of every table instead (UDIR/NAME.update, for `pirq epoch push --table
+    /// NAME`), from the block's whole dump or its changes (--changes).
     Import(import::ImportArgs),
     /// Answer a wallet's JSON-RPC (eth_getBalance, eth_getTransactionCount, eth_getCode,
     /// eth_getStorageAt, eth_blockNumber, eth_chainId) by private reads from two parties.
     Serve(serve::ServeArgs),
     /// Write a synthetic dump (geth's `dump --iterative` lines) of N accounts with code and
-    /// storage, deterministic in --seed; --changed M writes the same state one block later.
+    /// storage, deterministic in --seed; --changed M writes the same state one block later
+    /// (--changes-only: that block's changes alone); --tables DIR writes instead the tables
+    /// `eth import` makes of the dump, the same bytes, on all cores.
     Gen(gen::GenArgs),
     /// Open wallets against `pirq eth serve` (batches of 14 reads checked against the dump),
     /// optionally pushing block updates meanwhile: opens/s, latency, freshness (one JSON line).

@@ -10,7 +10,7 @@
 //! change lines). Every table gets the same next epoch, an empty update where nothing changed,
 //! so the tables' epochs keep naming the same block (`docs/eth.md`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -34,11 +34,16 @@ struct Base {
     seen: Vec<u64>,
     changes: Vec<(Tag, Vec<u8>)>,
     inserts: Vec<(Tag, Vec<u8>)>,
-    deletes: Vec<Tag>,
+    /// (page, slot, tag), applied in page order.
+    deletes: Vec<(u64, usize, Tag)>,
+    /// Pages of the updates applied on top of the file (`--after`), the last write winning.
+    overlay: HashMap<u64, Vec<u8>>,
+    /// The epoch the base is at: the file's, plus one an update applied on top.
+    epoch: u64,
 }
 
 impl Base {
-    fn open(dir: &Path, name: &'static str) -> anyhow::Result<Base> {
+    fn open(dir: &Path, name: &'static str, after: &[PathBuf]) -> anyhow::Result<Base> {
         let path = dir.join(format!("{name}.pirdb"));
         let db = PirDb::open(&path).with_context(|| format!("opening {}", path.display()))?;
         let Some(params) = db.kv().copied() else {
@@ -48,6 +53,27 @@ impl Base {
             );
         };
         let slots = params.num_pages as usize * params.slots_per_page();
+        let mut epoch = db.header().epoch;
+        let mut overlay = HashMap::new();
+        for udir in after {
+            let file = udir.join(format!("{name}.update"));
+            let update = crate::epoch::read_update(&file)?;
+            if update.epoch != epoch + 1 {
+                bail!(
+                    "{} is epoch {}, but the base is at epoch {epoch} there: give --after the \
+                     updates made since the base, in order",
+                    file.display(),
+                    update.epoch
+                );
+            }
+            update
+                .validate(params.num_pages, params.page_size as usize)
+                .with_context(|| format!("{}", file.display()))?;
+            for w in update.pages {
+                overlay.insert(w.index, w.page);
+            }
+            epoch += 1;
+        }
         Ok(Base {
             name,
             path,
@@ -57,16 +83,24 @@ impl Base {
             changes: Vec::new(),
             inserts: Vec::new(),
             deletes: Vec::new(),
+            overlay,
+            epoch,
         })
+    }
+
+    /// Page `p` of the base: the file's, or the last update's on top.
+    fn page(&self, p: u64) -> &[u8] {
+        match self.overlay.get(&p) {
+            Some(page) => page,
+            None => self.db.page(p).expect("a page of the table"),
+        }
     }
 
     /// Where `tag` is in the base: (page, slot, value).
     fn locate(&self, tag: &Tag) -> Result<Found<'_>, String> {
         let ss = self.params.slot_size();
         for &p in self.params.candidates(tag).iter() {
-            let area = self
-                .params
-                .slot_area(self.db.page(p).expect("a candidate page"));
+            let area = self.params.slot_area(self.page(p));
             if let Some(s) = page::find(area, ss, tag) {
                 let value = self
                     .params
@@ -104,18 +138,29 @@ impl Base {
         Ok(())
     }
 
+    /// A block's changes clear `key` (a delete when the base has it).
+    fn clear(&mut self, key: &[u8]) -> Result<(), String> {
+        let tag = self.params.tag(key);
+        if let Some((p, s, _)) = self.locate(&tag)? {
+            self.deletes.push((p, s, tag));
+        }
+        Ok(())
+    }
+
     /// Every occupied slot the dump did not mark is a delete.
     fn find_deletes(&mut self) {
         let ss = self.params.slot_size();
+        let mut deletes = Vec::new();
         for p in 0..self.params.num_pages {
-            let area = self.params.slot_area(self.db.page(p).expect("a page"));
+            let area = self.params.slot_area(self.page(p));
             for s in 0..page::slots(area, ss) {
                 if !page::is_empty(area, ss, s) && !self.is_seen(p, s) {
                     let tag: Tag = page::tag_at(area, ss, s).try_into().expect("16 bytes");
-                    self.deletes.push(tag);
+                    deletes.push((p, s, tag));
                 }
             }
         }
+        self.deletes = deletes;
     }
 }
 
@@ -127,19 +172,24 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         .expect("clap requires it with --base");
     let mut bases = tables::ALL
         .iter()
-        .map(|name| Base::open(base_dir, name))
+        .map(|name| Base::open(base_dir, name, &args.after))
         .collect::<anyhow::Result<Vec<_>>>()?;
     check_shapes(&bases)?;
-    let epoch = bases[0].db.header().epoch;
-    if let Some(b) = bases.iter().find(|b| b.db.header().epoch != epoch) {
+    let epoch = bases[0].epoch;
+    if let Some(b) = bases.iter().find(|b| b.epoch != epoch) {
         bail!(
             "{} is at epoch {}, {} at epoch {epoch}: the tables of one state move together \
              (apply every table's updates: pirq db apply)",
             b.path.display(),
-            b.db.header().epoch,
+            b.epoch,
             bases[0].path.display()
         );
     }
+    let (input_path, changes) = match (&args.dump, &args.changes) {
+        (Some(dump), None) => (dump.as_path(), false),
+        (None, Some(changes)) => (changes.as_path(), true),
+        _ => bail!("give --dump (the new block's whole state) or --changes (its changes)"),
+    };
     let meta_tag = bases[0].params.tag(META_KEY);
     let base_meta = match bases[0].locate(&meta_tag).map_err(anyhow::Error::msg)? {
         Some((p, s, value)) => {
@@ -165,13 +215,26 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
                     .map(|dir| dir.join(format!("{}.manifests.json", b.name))),
             };
             let update = out.join(format!("{}.update", b.name));
-            crate::publisher::next_update(
-                &b.db,
-                &b.path,
-                None,
-                &signing,
-                &[&b.path, &args.dump, &update],
-            )
+            if args.after.is_empty() {
+                return crate::publisher::next_update(
+                    &b.db,
+                    &b.path,
+                    None,
+                    &signing,
+                    &[&b.path, input_path, &update],
+                );
+            }
+            if args.sign_key.is_some() || b.db.signing().is_some() {
+                bail!(
+                    "--after is for unsigned tables: a signed table's updates chain its \
+                     manifests from the file's epoch (apply the updates first: pirq db apply)"
+                );
+            }
+            Ok(crate::publisher::NextUpdate {
+                epoch: epoch + 1,
+                signer: None,
+                manifests: None,
+            })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -180,18 +243,23 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
     progress.stage(
         &format!(
             "comparing {} with {}",
-            args.dump.display(),
+            input_path.display(),
             base_dir.display()
         ),
-        crate::output::file_len(&args.dump),
+        crate::output::file_len(input_path),
         crate::output::BYTES,
     );
-    let input = progress.wrap_read(crate::kv::records::open(&args.dump)?);
+    let input = progress.wrap_read(crate::kv::records::open(input_path)?);
     let [accounts, code, storage] = &mut bases[..] else {
         unreachable!("three tables")
     };
     let mut new_codes: HashSet<Tag> = HashSet::new();
-    let summary = dump::read(
+    let read = if changes {
+        dump::read_changes
+    } else {
+        dump::read
+    };
+    let summary = read(
         input,
         code.params.value_size(),
         out,
@@ -216,10 +284,15 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
                 address,
                 slot,
                 value,
+            } if changes && value == [0; 32] => storage.clear(&storage_key(&address, &slot)),
+            Item::Slot {
+                address,
+                slot,
+                value,
             } => storage.want(&storage_key(&address, &slot), &value),
         },
     )
-    .with_context(|| format!("reading {}", args.dump.display()))?;
+    .with_context(|| format!("reading {}", input_path.display()))?;
     let meta = Meta {
         block,
         state_root: summary.root.unwrap_or_default(),
@@ -230,12 +303,18 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
 
     let mut written = Vec::new();
     for (b, next) in bases.iter_mut().zip(nexts) {
-        progress.stage(
-            &format!("finding what {} lost", b.name),
-            None,
-            crate::output::BYTES,
-        );
-        b.find_deletes();
+        if changes {
+            // In the order a whole dump's comparison finds them: the base's page order.
+            b.deletes.sort_unstable();
+            b.deletes.dedup();
+        } else {
+            progress.stage(
+                &format!("finding what {} lost", b.name),
+                None,
+                crate::output::BYTES,
+            );
+            b.find_deletes();
+        }
         progress.stage(&format!("placing {}", b.name), None, "records");
         let path = out.join(format!("{}.update", b.name));
         let update = apply(b, next.signer.as_ref(), epoch + 1, args.seed.unwrap_or(0))?;
@@ -316,8 +395,11 @@ fn apply(
     seed: u64,
 ) -> anyhow::Result<pirq_shared::update::EpochUpdate> {
     let mut pages = b.db.private_pages()?;
+    for (&p, page) in &b.overlay {
+        pages.page_mut(p).copy_from_slice(page);
+    }
     let mut table = Table::existing(b.params, pages.as_mut_slice(), seed, 0);
-    for tag in &b.deletes {
+    for (_, _, tag) in &b.deletes {
         table.remove(tag);
     }
     for (tag, value) in b.changes.iter().chain(&b.inserts) {
@@ -333,7 +415,20 @@ fn apply(
     }
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
-    Ok(crate::kv::update::changed_pages(
-        &b.db, &pages, touched, signer, epoch,
-    ))
+    // The pages that differ from the base's (with its --after updates on top).
+    let writes = touched
+        .into_iter()
+        .filter(|&p| pages.page(p) != b.page(p))
+        .map(|p| {
+            let mut page = pages.page(p).to_vec();
+            if let Some(signer) = signer {
+                signer.sign(p, epoch, &mut page);
+            }
+            pirq_shared::update::PageWrite { index: p, page }
+        })
+        .collect();
+    Ok(pirq_shared::update::EpochUpdate {
+        epoch,
+        pages: writes,
+    })
 }

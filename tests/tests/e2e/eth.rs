@@ -261,7 +261,7 @@ fn fake_upstream() -> (String, Arc<Mutex<Vec<String>>>) {
 /// for), each named table with a live worker.
 /// `pirq eth serve` in front of `parties` on a free loopback port, with `extra` flags, its log
 /// in `dir`: the process and the endpoint's URL.
-fn serve(dir: &Path, parties: (&Party, &Party), extra: &[&str]) -> (Proc, String) {
+pub(crate) fn serve(dir: &Path, parties: (&Party, &Party), extra: &[&str]) -> (Proc, String) {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut args = vec![
@@ -280,8 +280,19 @@ fn serve(dir: &Path, parties: (&Party, &Party), extra: &[&str]) -> (Proc, String
 }
 
 async fn parties(state: &Path, default: &TestDb) -> (Party, Party) {
+    parties_with(state, default, &[]).await
+}
+
+/// Two parties serving the three tables of `state` (and `default`), their gateways started
+/// with `gateway_args` too.
+pub(crate) async fn parties_with(
+    state: &Path,
+    default: &TestDb,
+    gateway_args: &[&str],
+) -> (Party, Party) {
     let table = |t: &str| format!("{t}={}", state.join(format!("{t}.pirdb")).display());
     let options = PartyOptions {
+        gateway_args: strings(gateway_args),
         worker_args: strings(&[
             "--table",
             &table("accounts"),
@@ -321,7 +332,7 @@ async fn parties(state: &Path, default: &TestDb) -> (Party, Party) {
     (a, b)
 }
 
-async fn post(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+pub(crate) async fn post(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
     let r = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")

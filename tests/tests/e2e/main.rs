@@ -19,6 +19,8 @@ mod cors;
 mod epochs;
 mod errors;
 mod eth;
+mod eth_gen;
+mod eth_signed;
 mod faults;
 mod flood;
 mod fuzz_http;
