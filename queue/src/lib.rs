@@ -7,11 +7,11 @@
 //! | module | what it owns |
 //! | --- | --- |
 //! | [`record`] | the query record `{P}:q:<id>` ([`QueryRecord`]) and the frames of the status events ([`record::Frames`], [`record::Notice`]) |
-//! | [`registration`] | the database registration `{P}:db` (one database per prefix, its id and digests) and worker heartbeats ([`Registration`]) |
+//! | [`registration`] | the database registration `{P}:db` (one database per prefix, its id and digests) and worker heartbeats ([`Registration`], written through a worker's [`Registry`]) |
 //! | [`digests`] | the digest chain (SPEC §2.1) of the epochs a worker answers |
 //! | [`producer`] | submit (batched per partition, with backlog bound and idempotency), load, the epoch append |
-//! | [`consumer`] | windows through the consumer group, running/done/failed, ack, reclaim, release |
-//! | [`scripts`] | the Lua scripts (`queue/lua/*.lua`), loaded once |
+//! | [`consumer`] | the delivery lifecycle, one module a job: read, reclaim and hand back, the retry/dead-letter policy, a window's start and finish |
+//! | [`scripts`] | the Lua scripts (`queue/lua/*.lua`), loaded once; `script_fields` (a test) holds every name they spell to `pirq_shared::layout` |
 //! | [`probe`] | what this Redis offers (`XACKDEL`, `WAITAOF`, version) |
 //! | [`reply`] | raw reply parsing (stream entries, pending lists; RESP2 and RESP3) |
 //! | [`connect`] | [`RedisTarget`] (what `--redis` names: URL, TLS files) and [`Connection`], the only handles on Redis outside this crate |
@@ -53,6 +53,8 @@ pub mod replication;
 pub(crate) mod reply;
 pub mod requirements;
 pub mod sampler;
+#[cfg(test)]
+mod script_fields;
 pub(crate) mod scripts;
 pub mod updates;
 
@@ -65,7 +67,7 @@ pub use connect::{Connection, RedisTarget};
 /// callers have always found it.
 pub use pirq_shared::request_id::{self, RequestId};
 pub use record::{Notice, QueryRecord};
-pub use registration::{RegisteredDb, Registration, WorkerRecord};
+pub use registration::{RegisteredDb, Registration, Registry, WorkerRecord};
 
 /// A Redis failure: unreachable, timed out, refused, or an answer of the wrong shape.
 ///

@@ -1,6 +1,6 @@
 //! Registration: the database a party's workers serve (`{P}:db`, written by workers, read by
 //! gateways as [`RegisteredDb`]) and each worker's heartbeat (`{P}:worker:<id>` with a TTL,
-//! listed in `{P}:workers`).
+//! listed in `{P}:workers`), both written through a worker's [`Registry`].
 //!
 //! The database registration outlives the worker: a gateway keeps accepting queries for the
 //! party's database while no worker is up, and they are answered when one starts. Liveness is
@@ -8,8 +8,8 @@
 //!
 //! One prefix serves one database. The registration carries the database's id
 //! ([`db_field::DB_ID`]) and the digest of every recent epoch (`{P}:digests`, SPEC §2.1): a
-//! worker whose file has another shape or digest refuses to start ([`check_prefix`],
-//! [`register`]) unless it was told `--replace-db`; then it claims the prefix with a new id, and
+//! worker whose file has another shape or digest refuses to start ([`Registry::check_prefix`],
+//! [`Registry::register`]) unless it was told `--replace-db`; then it claims the prefix with a new id, and
 //! the workers of the old database see the new id at their next heartbeat and stop.
 
 use std::collections::HashMap;
@@ -95,7 +95,7 @@ pub struct Registration {
     pub shard: Option<ShardSpec>,
     /// The pages served, `[first, end)`: all of them, or the shard's range.
     pub pages: [u64; 2],
-    /// The registered database this worker serves ([`db_field::DB_ID`]); set by [`register`].
+    /// The registered database this worker serves ([`db_field::DB_ID`]); set by [`Registry::register`].
     pub db_id: String,
     /// The digest of every epoch this worker answers, published with the window.
     #[serde(skip)]
@@ -220,50 +220,6 @@ pub fn other_layouts(records: &[WorkerRecord], count: u32, me: &str) -> Vec<(Str
         .collect()
 }
 
-/// The live workers' heartbeat records under the prefix.
-pub async fn live_records(
-    conn: &Connection,
-    layout: &Layout,
-) -> Result<Vec<WorkerRecord>, QueueError> {
-    let conn = &mut conn.conn.clone();
-    Ok(Heartbeats::read(conn, layout).await?.records)
-}
-
-/// Refuses a worker whose shard `ours` belongs to another layout than the live workers' (a
-/// different shard count; unsharded is one shard): shards of two layouts overlap, so their
-/// partial answers could never combine into one answer. Replicas of a shard and the other
-/// shards of the same layout are welcome. Checked before the worker joins any consumer group,
-/// and again once its own heartbeat is written (two workers starting at once see each other).
-pub async fn check_shard_layout(
-    conn: &Connection,
-    layout: &Layout,
-    ours: ShardSpec,
-    me: &str,
-) -> Result<(), RegistryError> {
-    let records = live_records(conn, layout).await?;
-    let others = other_layouts(&records, ours.count, me);
-    let Some((_, first)) = others.first() else {
-        return Ok(());
-    };
-    let theirs = first.count;
-    let workers = others
-        .iter()
-        .map(|(id, spec)| format!("{id}: {spec}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let fits = if theirs == 1 {
-        "no --shard".to_string()
-    } else {
-        format!("--shard I/{theirs}")
-    };
-    Err(RegistryError::ShardLayout {
-        ours,
-        theirs: layout_name(theirs),
-        workers,
-        fits,
-    })
-}
-
 /// The shape and digest of a database at one epoch, as messages name it.
 fn describe(pages: &str, page_size: &str, epoch: &str, digest: Option<&str>) -> String {
     let digest = match digest {
@@ -291,76 +247,6 @@ impl Registered {
     }
 }
 
-/// Before the worker applies the party's updates to its file: refuses a file whose shape or
-/// digest differs from the database registered under the prefix (the updates stream belongs to
-/// that database). With `replace`, drops the registration, its digests and its updates stream
-/// instead, so this file becomes the party's database.
-pub async fn check_prefix(
-    conn: &Connection,
-    layout: &Layout,
-    reg: &Registration,
-    file_epoch: u64,
-    file_digest: Digest,
-    replace: bool,
-) -> Result<(), RegistryError> {
-    let conn = &mut conn.conn.clone();
-    let registered = Registered::read(conn, layout).await?;
-    if !registered.fields.contains_key(db_field::NUM_PAGES) {
-        return Ok(());
-    }
-    let at_file_epoch: Option<String> = conn.hget(layout.digests(), file_epoch).await?;
-    let shape_differs = registered.field(db_field::NUM_PAGES) != reg.num_pages.to_string()
-        || registered.field(db_field::PAGE_SIZE) != reg.page_size.to_string();
-    let digest_differs = at_file_epoch
-        .as_deref()
-        .is_some_and(|d| d != file_digest.to_hex());
-    if !(shape_differs || digest_differs) {
-        return Ok(());
-    }
-    let newest = registered.field(db_field::EPOCH).to_string();
-    let registered_digest: Option<String> = match &at_file_epoch {
-        Some(d) if !shape_differs => Some(d.clone()),
-        _ => conn.hget(layout.digests(), &newest).await?,
-    };
-    let registered_epoch = if shape_differs {
-        newest
-    } else {
-        file_epoch.to_string()
-    };
-    let registered_text = describe(
-        registered.field(db_field::NUM_PAGES),
-        registered.field(db_field::PAGE_SIZE),
-        &registered_epoch,
-        registered_digest.as_deref(),
-    );
-    if replace {
-        tracing::info!(
-            prefix = %layout, registered = %registered_text,
-            "--replace-db: this worker's database replaces the registered one; its updates stream is dropped"
-        );
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .del(layout.db())
-            .ignore()
-            .del(layout.digests())
-            .ignore()
-            .del(layout.updates())
-            .ignore();
-        crate::one_slot::send::<()>(&pipe, conn).await?;
-        return Ok(());
-    }
-    Err(RegistryError::Conflict {
-        prefix: layout.to_string(),
-        registered: registered_text,
-        ours: describe(
-            &reg.num_pages.to_string(),
-            &reg.page_size.to_string(),
-            &file_epoch.to_string(),
-            Some(&file_digest.to_hex()),
-        ),
-    })
-}
-
 /// Heartbeat intervals a worker's heartbeat key outlives the beat that wrote it: a beat or two
 /// late (a slow Redis, a busy host) does not make a live worker look gone, and a dead one is
 /// gone within three intervals (what `--heartbeat-ms` promises).
@@ -369,82 +255,6 @@ pub const HEARTBEAT_TTL_INTERVALS: u32 = 3;
 /// The TTL of a heartbeat written every `interval`.
 pub fn heartbeat_ttl(interval: Duration) -> Duration {
     interval * HEARTBEAT_TTL_INTERVALS
-}
-
-/// After catching up with the updates stream: joins the database registered under the prefix
-/// (same shape, same digest at this worker's newest epoch; `reg.db_id` becomes its id) or, when
-/// none is, registers this one; then writes the first heartbeat. A different database is
-/// refused with [`RegistryError::Conflict`] (the check and the claim are one script, so two
-/// workers starting at once on different files cannot both win).
-pub async fn register(
-    conn: &Connection,
-    layout: &Layout,
-    reg: &mut Registration,
-    heartbeat_interval: Duration,
-) -> Result<(), RegistryError> {
-    let mgr = &mut conn.conn.clone();
-    let (newest, digest) = reg.digests.newest();
-    let candidate = format!("{:032x}", rand::random::<u128>());
-    let reply: Vec<String> = scripts::REGISTER
-        .script()
-        .key(layout.db())
-        .key(layout.digests())
-        .arg(reg.num_pages)
-        .arg(reg.page_size)
-        .arg(newest)
-        .arg(digest.to_hex())
-        .arg(&candidate)
-        .arg(reg.domain_bits)
-        .arg(reg.window.oldest)
-        .arg(
-            reg.kv
-                .as_ref()
-                .map(|info| serde_json::to_string(info).expect("kv info serializes"))
-                .unwrap_or_default(),
-        )
-        .invoke_async(mgr)
-        .await?;
-    match reply.as_slice() {
-        [ok, id] if ok == "ok" => reg.db_id = id.clone(),
-        [_, pages, size, epoch, registered] => {
-            return Err(RegistryError::Conflict {
-                prefix: layout.to_string(),
-                registered: describe(pages, size, epoch, Some(registered)),
-                ours: describe(
-                    &reg.num_pages.to_string(),
-                    &reg.page_size.to_string(),
-                    &newest.to_string(),
-                    Some(&digest.to_hex()),
-                ),
-            })
-        }
-        other => {
-            return Err(RegistryError::Redis(QueueError::Malformed {
-                what: "reply of the register script",
-                detail: format!("{other:?}"),
-            }))
-        }
-    }
-    match beat(conn, layout, reg, heartbeat_ttl(heartbeat_interval)).await? {
-        Published::Current(id) => {
-            reg.db_id = id;
-            if !layout.is_default_table() {
-                // The party's list of tables, which gateways read to learn them (issue 38).
-                let _: () = mgr.sadd(layout.tables(), layout.table_name()).await?;
-            }
-            Ok(())
-        }
-        Published::Replaced => Err(RegistryError::Conflict {
-            prefix: layout.to_string(),
-            registered: "a database registered by a --replace-db worker a moment ago".into(),
-            ours: describe(
-                &reg.num_pages.to_string(),
-                &reg.page_size.to_string(),
-                &newest.to_string(),
-                Some(&digest.to_hex()),
-            ),
-        }),
-    }
 }
 
 /// Whether this worker's database is still the registered one.
@@ -456,142 +266,332 @@ pub enum Published {
     Replaced,
 }
 
-/// Publishes the database, this worker's epoch window and its digests
-/// (`queue/lua/publish_window.lua`: the registered epochs only ever go up while the geometry
-/// stays the same; answers whether this worker's database is still the registered one). The kv
-/// layout is written first (`kv_write.lua`, unless another database replaced this one), so a
-/// gateway that sees this geometry sees its layout too.
-pub async fn publish_window(
-    conn: &Connection,
-    layout: &Layout,
-    reg: &Registration,
-) -> Result<Published, QueueError> {
-    let conn = &mut conn.conn.clone();
-    let kv = reg
-        .kv
-        .as_ref()
-        .map(|info| serde_json::to_string(info).expect("kv info serializes"))
-        .unwrap_or_default();
-    redis::cmd("EVAL")
-        .arg(scripts::KV_WRITE.source)
-        .arg(1)
-        .arg(layout.db())
-        .arg(&reg.db_id)
-        .arg(db_field::KV)
-        .arg(kv)
-        .query_async::<()>(conn)
-        .await?;
-    let mut script = scripts::PUBLISH_WINDOW.script().prepare_invoke();
-    script
-        .key(layout.db())
-        .key(layout.digests())
-        .arg(db_field::NUM_PAGES)
-        .arg(reg.num_pages)
-        .arg(db_field::PAGE_SIZE)
-        .arg(reg.page_size)
-        .arg(db_field::DOMAIN_BITS)
-        .arg(reg.domain_bits)
-        .arg(db_field::EPOCH)
-        .arg(reg.window.newest)
-        .arg(db_field::MIN_EPOCH)
-        .arg(reg.window.oldest)
-        .arg(db_field::SHARDS)
-        .arg(reg.shard.map_or(1, |s| s.count))
-        .arg(&reg.db_id);
-    for (epoch, digest) in reg.digests.in_window(reg.window) {
-        script.arg(epoch).arg(digest.to_hex());
-    }
-    let id: String = script.invoke_async(conn).await?;
-    Ok(if id.is_empty() {
-        Published::Replaced
-    } else {
-        Published::Current(id)
-    })
-}
-
-/// One heartbeat. It rewrites the database registration too, so a Redis that lost its data
-/// (restart without persistence) learns it again within one interval.
-pub async fn beat(
-    conn: &Connection,
-    layout: &Layout,
-    reg: &Registration,
-    ttl: Duration,
-) -> Result<Published, QueueError> {
-    let published = publish_window(conn, layout, reg).await?;
-    if published == Published::Replaced {
-        return Ok(published);
-    }
-    let conn = &mut conn.conn.clone();
-    let json = serde_json::to_string(reg).expect("registration serializes");
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .cmd("SET")
-        .arg(layout.worker(&reg.worker_id))
-        .arg(json)
-        .arg("PX")
-        .arg(ttl.as_millis() as u64)
-        .ignore()
-        .cmd("SADD")
-        .arg(layout.workers())
-        .arg(&reg.worker_id)
-        .ignore();
-    crate::one_slot::send::<()>(&pipe, conn).await?;
-    Ok(published)
-}
-
-/// Heartbeats every `interval` until the task is aborted; failures are logged and retried.
-/// Each beat carries the window from `epochs` as it is then. When another database replaced
-/// this worker's under the prefix, says so and sets `stop` (the worker stops taking jobs).
-pub fn spawn_heartbeat(
+/// A worker's handle on the registration under one prefix (table): the connection and the
+/// layout, held once like [`crate::producer::Producer`]'s and [`crate::consumer::Consumer`]'s,
+/// so that no call passes them again and the registration protocol has one owner.
+#[derive(Clone)]
+pub struct Registry {
     conn: Connection,
     layout: Layout,
-    mut reg: Registration,
-    epochs: tokio::sync::watch::Receiver<EpochRange>,
-    interval: Duration,
-    stop: tokio::sync::watch::Sender<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            reg.window = *epochs.borrow();
-            match beat(&conn, &layout, &reg, heartbeat_ttl(interval)).await {
-                Ok(Published::Replaced) => {
-                    tracing::error!(
-                        prefix = %layout,
-                        "stopping: another worker (--replace-db) registered a different database \
-                         under this prefix; this worker's answers would come from the old one"
-                    );
-                    let _ = stop.send(true);
-                    return;
-                }
-                Ok(Published::Current(id)) => {
-                    reg.db_id = id;
-                    metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
-                        .set(pirq_shared::clock::unix_seconds())
-                }
-                Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
-            }
-        }
-    })
 }
 
-/// Removes this worker's heartbeat (the database registration stays).
-pub async fn deregister(
-    conn: &Connection,
-    layout: &Layout,
-    worker_id: &str,
-) -> Result<(), QueueError> {
-    let conn = &mut conn.conn.clone();
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .del(layout.worker(worker_id))
-        .ignore()
-        .srem(layout.workers(), worker_id)
-        .ignore();
-    crate::one_slot::send::<()>(&pipe, conn).await?;
-    Ok(())
+impl Registry {
+    pub fn new(conn: Connection, layout: Layout) -> Registry {
+        Registry { conn, layout }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The live workers' heartbeat records under the prefix.
+    pub async fn live_records(&self) -> Result<Vec<WorkerRecord>, QueueError> {
+        let conn = &mut self.conn.conn.clone();
+        Ok(Heartbeats::read(conn, &self.layout).await?.records)
+    }
+
+    /// Refuses a worker whose shard `ours` belongs to another layout than the live workers' (a
+    /// different shard count; unsharded is one shard): shards of two layouts overlap, so their
+    /// partial answers could never combine into one answer. Replicas of a shard and the other
+    /// shards of the same layout are welcome. Checked before the worker joins any consumer group,
+    /// and again once its own heartbeat is written (two workers starting at once see each other).
+    pub async fn check_shard_layout(&self, ours: ShardSpec, me: &str) -> Result<(), RegistryError> {
+        let records = self.live_records().await?;
+        let others = other_layouts(&records, ours.count, me);
+        let Some((_, first)) = others.first() else {
+            return Ok(());
+        };
+        let theirs = first.count;
+        let workers = others
+            .iter()
+            .map(|(id, spec)| format!("{id}: {spec}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let fits = if theirs == 1 {
+            "no --shard".to_string()
+        } else {
+            format!("--shard I/{theirs}")
+        };
+        Err(RegistryError::ShardLayout {
+            ours,
+            theirs: layout_name(theirs),
+            workers,
+            fits,
+        })
+    }
+
+    /// Before the worker applies the party's updates to its file: refuses a file whose shape or
+    /// digest differs from the database registered under the prefix (the updates stream belongs to
+    /// that database). With `replace`, drops the registration, its digests and its updates stream
+    /// instead, so this file becomes the party's database.
+    pub async fn check_prefix(
+        &self,
+        reg: &Registration,
+        file_epoch: u64,
+        file_digest: Digest,
+        replace: bool,
+    ) -> Result<(), RegistryError> {
+        let layout = &self.layout;
+        let conn = &mut self.conn.conn.clone();
+        let registered = Registered::read(conn, layout).await?;
+        if !registered.fields.contains_key(db_field::NUM_PAGES) {
+            return Ok(());
+        }
+        let at_file_epoch: Option<String> = conn.hget(layout.digests(), file_epoch).await?;
+        let shape_differs = registered.field(db_field::NUM_PAGES) != reg.num_pages.to_string()
+            || registered.field(db_field::PAGE_SIZE) != reg.page_size.to_string();
+        let digest_differs = at_file_epoch
+            .as_deref()
+            .is_some_and(|d| d != file_digest.to_hex());
+        if !(shape_differs || digest_differs) {
+            return Ok(());
+        }
+        let newest = registered.field(db_field::EPOCH).to_string();
+        let registered_digest: Option<String> = match &at_file_epoch {
+            Some(d) if !shape_differs => Some(d.clone()),
+            _ => conn.hget(layout.digests(), &newest).await?,
+        };
+        let registered_epoch = if shape_differs {
+            newest
+        } else {
+            file_epoch.to_string()
+        };
+        let registered_text = describe(
+            registered.field(db_field::NUM_PAGES),
+            registered.field(db_field::PAGE_SIZE),
+            &registered_epoch,
+            registered_digest.as_deref(),
+        );
+        if replace {
+            tracing::info!(
+                prefix = %layout, registered = %registered_text,
+                "--replace-db: this worker's database replaces the registered one; its updates stream is dropped"
+            );
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .del(layout.db())
+                .ignore()
+                .del(layout.digests())
+                .ignore()
+                .del(layout.updates())
+                .ignore();
+            crate::one_slot::send::<()>(&pipe, conn).await?;
+            return Ok(());
+        }
+        Err(RegistryError::Conflict {
+            prefix: layout.to_string(),
+            registered: registered_text,
+            ours: describe(
+                &reg.num_pages.to_string(),
+                &reg.page_size.to_string(),
+                &file_epoch.to_string(),
+                Some(&file_digest.to_hex()),
+            ),
+        })
+    }
+
+    /// After catching up with the updates stream: joins the database registered under the prefix
+    /// (same shape, same digest at this worker's newest epoch; `reg.db_id` becomes its id) or, when
+    /// none is, registers this one; then writes the first heartbeat. A different database is
+    /// refused with [`RegistryError::Conflict`] (the check and the claim are one script, so two
+    /// workers starting at once on different files cannot both win).
+    pub async fn register(
+        &self,
+        reg: &mut Registration,
+        heartbeat_interval: Duration,
+    ) -> Result<(), RegistryError> {
+        let layout = &self.layout;
+        let mgr = &mut self.conn.conn.clone();
+        let (newest, digest) = reg.digests.newest();
+        let candidate = format!("{:032x}", rand::random::<u128>());
+        let reply: Vec<String> = scripts::REGISTER
+            .script()
+            .key(layout.db())
+            .key(layout.digests())
+            .arg(reg.num_pages)
+            .arg(reg.page_size)
+            .arg(newest)
+            .arg(digest.to_hex())
+            .arg(&candidate)
+            .arg(reg.domain_bits)
+            .arg(reg.window.oldest)
+            .arg(
+                reg.kv
+                    .as_ref()
+                    .map(|info| serde_json::to_string(info).expect("kv info serializes"))
+                    .unwrap_or_default(),
+            )
+            .invoke_async(mgr)
+            .await?;
+        match reply.as_slice() {
+            [ok, id] if ok == "ok" => reg.db_id = id.clone(),
+            [_, pages, size, epoch, registered] => {
+                return Err(RegistryError::Conflict {
+                    prefix: layout.to_string(),
+                    registered: describe(pages, size, epoch, Some(registered)),
+                    ours: describe(
+                        &reg.num_pages.to_string(),
+                        &reg.page_size.to_string(),
+                        &newest.to_string(),
+                        Some(&digest.to_hex()),
+                    ),
+                })
+            }
+            other => {
+                return Err(RegistryError::Redis(QueueError::Malformed {
+                    what: "reply of the register script",
+                    detail: format!("{other:?}"),
+                }))
+            }
+        }
+        match self.beat(reg, heartbeat_ttl(heartbeat_interval)).await? {
+            Published::Current(id) => {
+                reg.db_id = id;
+                if !layout.is_default_table() {
+                    // The party's list of tables, which gateways read to learn them (issue 38).
+                    let _: () = mgr.sadd(layout.tables(), layout.table_name()).await?;
+                }
+                Ok(())
+            }
+            Published::Replaced => Err(RegistryError::Conflict {
+                prefix: layout.to_string(),
+                registered: "a database registered by a --replace-db worker a moment ago".into(),
+                ours: describe(
+                    &reg.num_pages.to_string(),
+                    &reg.page_size.to_string(),
+                    &newest.to_string(),
+                    Some(&digest.to_hex()),
+                ),
+            }),
+        }
+    }
+
+    /// Publishes the database, this worker's epoch window and its digests
+    /// (`queue/lua/publish_window.lua`: the registered epochs only ever go up while the geometry
+    /// stays the same; answers whether this worker's database is still the registered one). The kv
+    /// layout is written first (`kv_write.lua`, unless another database replaced this one), so a
+    /// gateway that sees this geometry sees its layout too.
+    pub async fn publish_window(&self, reg: &Registration) -> Result<Published, QueueError> {
+        let layout = &self.layout;
+        let conn = &mut self.conn.conn.clone();
+        let kv = reg
+            .kv
+            .as_ref()
+            .map(|info| serde_json::to_string(info).expect("kv info serializes"))
+            .unwrap_or_default();
+        redis::cmd("EVAL")
+            .arg(scripts::KV_WRITE.source)
+            .arg(1)
+            .arg(layout.db())
+            .arg(&reg.db_id)
+            .arg(db_field::KV)
+            .arg(kv)
+            .query_async::<()>(conn)
+            .await?;
+        let mut script = scripts::PUBLISH_WINDOW.script().prepare_invoke();
+        script
+            .key(layout.db())
+            .key(layout.digests())
+            .arg(db_field::NUM_PAGES)
+            .arg(reg.num_pages)
+            .arg(db_field::PAGE_SIZE)
+            .arg(reg.page_size)
+            .arg(db_field::DOMAIN_BITS)
+            .arg(reg.domain_bits)
+            .arg(db_field::EPOCH)
+            .arg(reg.window.newest)
+            .arg(db_field::MIN_EPOCH)
+            .arg(reg.window.oldest)
+            .arg(db_field::SHARDS)
+            .arg(reg.shard.map_or(1, |s| s.count))
+            .arg(&reg.db_id);
+        for (epoch, digest) in reg.digests.in_window(reg.window) {
+            script.arg(epoch).arg(digest.to_hex());
+        }
+        let id: String = script.invoke_async(conn).await?;
+        Ok(if id.is_empty() {
+            Published::Replaced
+        } else {
+            Published::Current(id)
+        })
+    }
+
+    /// One heartbeat. It rewrites the database registration too, so a Redis that lost its data
+    /// (restart without persistence) learns it again within one interval.
+    pub async fn beat(&self, reg: &Registration, ttl: Duration) -> Result<Published, QueueError> {
+        let layout = &self.layout;
+        let published = self.publish_window(reg).await?;
+        if published == Published::Replaced {
+            return Ok(published);
+        }
+        let conn = &mut self.conn.conn.clone();
+        let json = serde_json::to_string(reg).expect("registration serializes");
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(layout.worker(&reg.worker_id))
+            .arg(json)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .ignore()
+            .cmd("SADD")
+            .arg(layout.workers())
+            .arg(&reg.worker_id)
+            .ignore();
+        crate::one_slot::send::<()>(&pipe, conn).await?;
+        Ok(published)
+    }
+
+    /// Heartbeats every `interval` until the task is aborted; failures are logged and retried.
+    /// Each beat carries the window from `epochs` as it is then. When another database replaced
+    /// this worker's under the prefix, says so and sets `stop` (the worker stops taking jobs).
+    pub fn spawn_heartbeat(
+        self,
+        mut reg: Registration,
+        epochs: tokio::sync::watch::Receiver<EpochRange>,
+        interval: Duration,
+        stop: tokio::sync::watch::Sender<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                reg.window = *epochs.borrow();
+                match self.beat(&reg, heartbeat_ttl(interval)).await {
+                    Ok(Published::Replaced) => {
+                        tracing::error!(
+                            prefix = %self.layout,
+                            "stopping: another worker (--replace-db) registered a different database \
+                             under this prefix; this worker's answers would come from the old one"
+                        );
+                        let _ = stop.send(true);
+                        return;
+                    }
+                    Ok(Published::Current(id)) => {
+                        reg.db_id = id;
+                        metrics::gauge!(pirq_shared::metrics::WORKER_HEARTBEAT_TIMESTAMP)
+                            .set(pirq_shared::clock::unix_seconds())
+                    }
+                    Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                }
+            }
+        })
+    }
+
+    /// Removes this worker's heartbeat (the database registration stays).
+    pub async fn deregister(&self, worker_id: &str) -> Result<(), QueueError> {
+        let layout = &self.layout;
+        let conn = &mut self.conn.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(layout.worker(worker_id))
+            .ignore()
+            .srem(layout.workers(), worker_id)
+            .ignore();
+        crate::one_slot::send::<()>(&pipe, conn).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -76,11 +76,28 @@ pub mod query_field {
     /// Sharded parties: prefix of the per-shard field `part:<I>`, set once shard `I`'s partial
     /// is in (a replica retrying after a reclaim must not XOR it twice).
     pub const PART_PREFIX: &str = "part:";
+    /// Sharded parties: set by the first shard that starts the job (the `running` event is
+    /// announced once, and the combine state's expiry set then).
+    pub const STARTED: &str = "started";
     /// Database digest (SPEC §2.1) at `epoch`, 64 hex digits (done only).
     pub const DIGEST: &str = "digest";
     /// The query's `Idempotency-Key`, when it came with one: the gateway that hands the final
     /// result over shortens that key's record together with the query's.
     pub const IDEMPOTENCY_KEY: &str = "idem";
+}
+
+/// Fields a dead letter adds to the job entry's own (`id`, `job`) in `{P}:dead`
+/// (`queue/lua/dead_letter.lua`): what operators read when they inspect a poison job.
+pub mod dead_letter_field {
+    /// The job stream entry's id.
+    pub const ENTRY: &str = "entry";
+    /// Why it was given up: a pirq error code.
+    pub const CODE: &str = "code";
+    pub const MESSAGE: &str = "message";
+    /// How many times the group delivered it.
+    pub const DELIVERIES: &str = "deliveries";
+    /// The worker that gave up on it.
+    pub const CONSUMER: &str = "consumer";
 }
 
 /// Field of an updates stream entry holding the bincode update.

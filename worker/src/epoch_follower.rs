@@ -78,7 +78,8 @@ impl Follower {
                     self.digests.forget_before(reg.window);
                     // A replaced worker is stopped by its heartbeat, which sees the same answer.
                     if let Err(e) =
-                        registry::publish_window(&self.updates.connection(), &self.layout, &reg)
+                        registry::Registry::new(self.updates.connection(), self.layout.clone())
+                            .publish_window(&reg)
                             .await
                     {
                         tracing::warn!(error = %e, "publishing the epoch window failed");

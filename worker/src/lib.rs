@@ -11,7 +11,6 @@ pub mod epoch_follower;
 pub mod guard;
 pub mod health;
 pub mod metrics_export;
-pub mod reclaim;
 pub mod rotation_book;
 pub mod schedule;
 pub mod serve;

@@ -38,7 +38,6 @@ use pirq_shared::wire::{ErrorBody, Reply};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::reclaim;
 use crate::rotation_book::{Book, JobId, Next};
 use crate::serve::{self, Worker};
 use crate::share::{Claim, Held};
@@ -46,7 +45,7 @@ use crate::share::{Claim, Held};
 /// Runs until `stop` turns true, then drains as the module documentation says.
 pub async fn run(worker: Worker, stop: watch::Receiver<bool>) {
     let worker = Arc::new(worker);
-    let keeper = reclaim::spawn_keeper(worker.queue.clone(), stop.clone());
+    let keeper = pirq_queue::consumer::spawn_keeper(worker.queue.clone(), stop.clone());
     let rotation = match worker.scanner.clone().rotation() {
         Ok(r) => r,
         Err(e) => {
@@ -585,13 +584,11 @@ fn outcome(worker: &Worker, r: Running, page_size: usize) -> Outcome {
     settle(worker, o, ready.deliveries)
 }
 
-/// The delivery limit applied to one job's outcome ([`reclaim::apply_policy`]): a failure with
-/// deliveries left is handed back for another try.
+/// The delivery limit applied to one job's outcome, as queue's rule decides it
+/// ([`pirq_queue::consumer::Policy::settle`]): a failure with deliveries left is handed back
+/// for another try.
 fn settle(worker: &Worker, outcome: Outcome, deliveries: u64) -> Outcome {
-    let counts = HashMap::from([(outcome.entry_id().clone(), deliveries)]);
-    reclaim::apply_policy(vec![outcome], &counts, worker.queue.policy().max_deliveries)
-        .pop()
-        .expect("one outcome in, one out")
+    worker.queue.policy().settle(outcome, deliveries)
 }
 
 /// The rotation's metrics: each finished group's turn and the keys of each turn (the wait for

@@ -13,7 +13,6 @@ use pirq_shared::wire::{EpochRange, ErrorBody, Job, WireError};
 use tokio::sync::{mpsc, watch};
 
 use crate::health::Health;
-use crate::reclaim;
 use pirq_queue::consumer::{Consumer, Delivery, Outcome};
 use pirq_scan::{Geometry, Scanner};
 
@@ -41,7 +40,7 @@ pub struct Worker {
 pub async fn hand_back_held(queue: &Consumer) {
     let mut backoff = pirq_party::Backoff::default();
     for attempt in 1..=5 {
-        match reclaim::release_held(queue).await {
+        match queue.release_held().await {
             Ok(n) => {
                 tracing::info!(jobs = n, "handed back the jobs held but not started");
                 return;
@@ -105,7 +104,6 @@ async fn read_partition(
     // Reclaim: entries idle past the claim-idle time with any consumer (dead ones, handed back).
     let mut cursor = "0-0".to_string();
     let mut next_claim = tokio::time::Instant::now();
-    let max_deliveries = queue.policy().max_deliveries;
     loop {
         if *stop.borrow() {
             return;
@@ -156,13 +154,8 @@ async fn read_partition(
                         tracing::info!(jobs = n, "resuming jobs this consumer held before");
                     }
                 }
-                let (dead, deliveries): (Vec<Delivery>, Vec<Delivery>) = deliveries
-                    .into_iter()
-                    .partition(|d| d.deliveries > max_deliveries);
-                let dead: Vec<Outcome> = dead
-                    .iter()
-                    .filter_map(|d| reclaim::over_limit(d, max_deliveries))
-                    .collect();
+                // The delivery limit: queue's rule decides which are given up before they run.
+                let (deliveries, dead) = queue.policy().screen(deliveries);
                 if !dead.is_empty() {
                     write_outcomes(&queue, dead).await;
                 }

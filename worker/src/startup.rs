@@ -168,22 +168,22 @@ async fn join_table(
     let (epochs_tx, epochs) = watch::channel(source.scanner.epoch_window());
     let mut reg = registration(config, &source, consumer, &digests);
     // The updates stream belongs to the registered database: check before applying it.
-    registry::check_prefix(
-        &queue.connection(),
-        &layout,
-        &reg,
-        source.file_epoch,
-        source.file_digest,
-        config.replace_db,
-    )
-    .await?;
+    queue
+        .registry()
+        .check_prefix(
+            &reg,
+            source.file_epoch,
+            source.file_digest,
+            config.replace_db,
+        )
+        .await?;
     let mut follower = follower(config, target, &layout, &source, epochs_tx, &digests)?;
     let window = follower
         .catch_up()
         .await
         .context("catching up with the updates stream")?;
     reg.window = window;
-    join(config, &queue, &layout, &mut reg, source.shard).await?;
+    join(config, &queue, &mut reg, source.shard).await?;
     Ok(Joined {
         layout,
         source,
@@ -215,12 +215,9 @@ async fn serve_table(
         epochs,
         window,
     } = table;
-    let conn = queue.connection();
     // Finishes only when another database replaced this one under the table's keys (it then
     // sets `stop_tx`).
-    let heartbeat = registry::spawn_heartbeat(
-        conn,
-        layout.clone(),
+    let heartbeat = queue.registry().spawn_heartbeat(
         reg.clone(),
         epochs.clone(),
         served.config.heartbeat(),
@@ -385,7 +382,7 @@ async fn check_party(
     )
     .await?;
     pirq_queue::requirements::check(&queue.connection()).await?;
-    wait_for_layout(queue, layout, shard, consumer).await?;
+    wait_for_layout(queue, shard, consumer).await?;
     wait_for_redis(queue).await;
     match queue.probe().await {
         Ok(version) => tracing::info!(
@@ -455,15 +452,14 @@ fn follower(
 async fn join(
     config: &Config,
     queue: &Consumer,
-    layout: &Layout,
     reg: &mut Registration,
     shard: ShardSpec,
 ) -> anyhow::Result<()> {
-    let conn = queue.connection();
-    registry::register(&conn, layout, reg, config.heartbeat()).await?;
+    let registry = queue.registry();
+    registry.register(reg, config.heartbeat()).await?;
     let consumer = &reg.worker_id;
-    if let Err(e) = registry::check_shard_layout(&conn, layout, shard, consumer).await {
-        let _ = registry::deregister(&conn, layout, consumer).await;
+    if let Err(e) = registry.check_shard_layout(shard, consumer).await {
+        let _ = registry.deregister(consumer).await;
         return Err(e.into());
     }
     Ok(())
@@ -549,7 +545,7 @@ async fn leave(
         following.abort();
         None
     };
-    if let Err(e) = registry::deregister(&queue.connection(), layout, consumer).await {
+    if let Err(e) = queue.registry().deregister(consumer).await {
         tracing::warn!(error = %e, "deregistering failed; the heartbeat will expire");
     }
     match follow_error {
@@ -561,18 +557,17 @@ async fn leave(
     }
 }
 
-/// Waits until Redis answers the shard layout check ([`registry::check_shard_layout`]),
+/// Waits until Redis answers the shard layout check ([`registry::Registry::check_shard_layout`]),
 /// retrying with backoff; a worker of another layout than the live workers' is an error.
 async fn wait_for_layout(
     queue: &Consumer,
-    layout: &Layout,
     shard: ShardSpec,
     consumer: &str,
 ) -> Result<(), registry::RegistryError> {
     let mut backoff = pirq_party::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    let conn = queue.connection();
+    let registry = queue.registry();
     loop {
-        match registry::check_shard_layout(&conn, layout, shard, consumer).await {
+        match registry.check_shard_layout(shard, consumer).await {
             Err(registry::RegistryError::Redis(e)) => {
                 tracing::warn!(error = %e, "redis not ready; retrying");
                 backoff.wait().await;
