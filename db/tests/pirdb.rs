@@ -406,3 +406,31 @@ fn epochs_stay_below_two_to_the_fifty_three() {
     std::fs::write(&path, &bytes).unwrap();
     assert!(matches!(PirDb::open(&path), Err(DbError::Epoch(_))));
 }
+
+/// On a tmpfs (memory) the writer takes the file's pages by touching them on all cores instead
+/// of `posix_fallocate` on one, and refuses a file larger than the file system's free bytes
+/// before taking any. /dev/shm is a tmpfs on Linux; the test needs it.
+#[test]
+fn mapped_writer_on_a_tmpfs_checks_room_and_writes_alike() {
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "/dev/shm (a tmpfs) is missing");
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let small = header(4096, 300, 0);
+    let path = dir.path().join("m.pirdb");
+    let mut w = db::MappedWriter::create(&path, &small, Some(&kv_layout(3))).unwrap();
+    assert!(w.pages_mut().iter().all(|&b| b == 0));
+    w.pages_mut()[4096 * 299 + 7] = 5;
+    w.commit().unwrap();
+    let opened = PirDb::open(&path).unwrap();
+    assert_eq!(opened.page(299).unwrap()[7], 5);
+    assert_eq!(opened.recorded_digest(), Some(opened.content_digest()));
+    // Far more than any machine's memory: refused, naming the room, and nothing left behind.
+    let huge = header(65536, 1 << 26, 0);
+    let big = dir.path().join("big.pirdb");
+    let err = match db::MappedWriter::create(&big, &huge, None) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a 4 TiB database was taken on a tmpfs"),
+    };
+    assert!(err.contains("(tmpfs) has"), "{err}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
