@@ -2,8 +2,10 @@
 //! gateway starts with; a named table is learnt from the workers' registration (`{P}:tables`,
 //! `docs/redis.md`, "Tables") the first time a request names it, and kept: its producer (the
 //! gateway's connection, the table's keys), its registration cache, a status-channel listener
-//! feeding the gateway's one set of waiters, and its own drain sampler (with a backlog or memory
-//! bound: a table's backlog is bounded by its own drain rate, not `default`'s).
+//! feeding the gateway's one set of waiters, its own drain sampler (with a backlog or memory
+//! bound: a table's backlog is bounded by its own drain rate, not `default`'s), and under
+//! `--durability replica` its own check of its partitions' primaries (on a Redis Cluster they
+//! need not be `default`'s: [`crate::durability`]).
 //!
 //! A request for a table the party does not list is 404 `unknown_table`, decided by one `SMEMBERS`
 //! (a name that is not a table name at all costs no Redis command); a known table costs no Redis
@@ -64,6 +66,8 @@ impl AppState {
             .layout()
             .table(name)
             .map_err(|_| unknown_table(name))?;
+        // On a Redis Cluster the table's keys may sit on other primaries than `default`'s.
+        let durable = self.durable.for_table(&self.tables.target, &layout).await;
         let mut known = self.tables.known.lock().unwrap();
         // Two first requests at once: the first one in makes the table's state.
         let table = known.entry(name.to_string()).or_insert_with(|| {
@@ -79,6 +83,7 @@ impl AppState {
                 db: Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1))),
                 producer,
                 drain,
+                durable,
                 table: Arc::from(name),
                 ..self.clone()
             }

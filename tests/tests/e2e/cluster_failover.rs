@@ -22,6 +22,9 @@
 //!   primaries: each accept's `WAIT` goes to its own partition's primary, and the partitions
 //!   on the primaries that did not fail go on accepting.
 //!
+//! Beside them, two refusals of a primary left without its replica: the one of the request's
+//! slot, and (issue 38) a named table's own, whose keys sit on another primary than `default`'s.
+//!
 //! Slow (seven or nine redis-servers, a failover, hundreds of queries): runs with
 //! `PIRQ_CLUSTER_TESTS=1` only (`scripts/test.sh` says so when it skips it):
 //! `PIRQ_CLUSTER_TESTS=1 cargo test --release -p pirq-e2e --test cluster_failover -- --nocapture`.
@@ -135,6 +138,143 @@ async fn with_replica_durability_a_primary_without_its_replica_refuses() {
         messages.len(),
         started.elapsed(),
         messages[0]
+    );
+}
+
+/// Issue 38: a named table's keys have hash tags of their own (`{P:t:NAME}`), here on another
+/// primary than the table `default`'s. With that primary's only replica killed, the table's
+/// submits are refused 503 `not_durable` by the table's own re-check ("has no replica online":
+/// a check of `default`'s primaries alone would let them through to a `WAIT` that times out)
+/// while `default`'s are accepted; and a gateway started then refuses to start, naming the
+/// table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replica_durability_each_table_is_checked_on_its_own_primaries() {
+    if !cluster_tests_enabled("with_replica_durability_each_table_is_checked_on_its_own_primaries")
+    {
+        return;
+    }
+    let db = TestDb::create(1 << 10, 256, rand::random()).unwrap();
+    let table_db = TestDb::create(64, 256, rand::random()).unwrap();
+    let on_cluster = PartyOptions {
+        redis_cluster: Some(ClusterShape {
+            primaries: 3,
+            replicas: 1,
+        }),
+        gateway_args: vec!["--durability".into(), "replica".into()],
+        ..PartyOptions::default()
+    };
+    let mut a = Party::start(&db.path, "party-a", on_cluster).await.unwrap();
+    let layout = a.layout();
+    let home = a.redis.primary_for(&layout.db()).await.unwrap();
+    // The first table name whose queue sits on another primary than `default`'s.
+    let mut other = None;
+    for i in 0..64 {
+        let name = format!("t{i}");
+        let jobs = layout.table(&name).unwrap().partition(0).jobs();
+        let primary = a.redis.primary_for(&jobs).await.unwrap();
+        if primary != home {
+            other = Some((name, primary));
+            break;
+        }
+    }
+    let (name, primary) = other.expect("a table name on another primary of three");
+    a.start_table_worker(&[(&name, &table_db.path)])
+        .await
+        .unwrap();
+
+    let http = reqwest::Client::new();
+    let table_url = format!("{}/v1/tables/{name}/queries", a.url);
+    let (k, _) = generate(6, 5, &mut rand::rng()).unwrap();
+    let table_query = one_key(k.to_bytes());
+    let submit_table = || async {
+        let resp = http
+            .post(&table_url)
+            .header("content-type", "application/json")
+            .body(table_query.to_json())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (
+            status,
+            resp.json::<serde_json::Value>().await.unwrap_or_default(),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = submit_table().await;
+        if status == 202 {
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            Instant::now() < deadline,
+            "table {name} never accepted: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The replica of the table's primary, from its own INFO replication.
+    let client = redis::Client::open(format!("redis://127.0.0.1:{primary}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let replica: u16 = info
+        .lines()
+        .find(|l| l.starts_with("slave0:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no replica in {info}"));
+    a.redis.kill_node(replica);
+
+    // Within the 5 s re-check (and a WAIT timeout or two), the table's own check refuses.
+    let started = Instant::now();
+    let mut messages = Vec::new();
+    loop {
+        let (status, body) = submit_table().await;
+        assert_eq!(
+            status, 503,
+            "table {name} accepted without a replica: {body}"
+        );
+        assert_eq!(body["error"]["code"], "not_durable", "{body}");
+        let message = body["error"]["message"].as_str().unwrap().to_string();
+        let rechecked = message.contains("has no replica online");
+        messages.push(message);
+        if rechecked {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "table {name}'s primary was never re-checked: {messages:?}"
+        );
+    }
+    // `default`'s primary keeps its replica: its submits go on.
+    let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
+    let (_, refused) = fault::submit_until_accepted(
+        &http,
+        &a.url,
+        &one_key(k0.to_bytes()),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(refused, 0, "default refused, its primary has its replica");
+
+    // A gateway starting now checks the tables the party lists too.
+    let refusal = a.restart_gateway(&[]).await.unwrap_err().to_string();
+    assert!(
+        refusal.contains(&format!("partition 0 of table {name}"))
+            && refusal.contains("no replica online"),
+        "{refusal}"
+    );
+    println!(
+        "table {name} on primary {primary} (default on {home}), its replica killed: {} submits \
+         refused, the table's re-check after {:.1?}; a new gateway refused: {}",
+        messages.len(),
+        started.elapsed(),
+        refusal.lines().find(|l| l.contains("table")).unwrap_or("")
     );
 }
 
