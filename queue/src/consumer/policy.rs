@@ -18,7 +18,7 @@ use crate::RequestId;
 /// takes it, how often it may be delivered, and the dead-letter stream's cap.
 #[derive(Clone, Debug)]
 pub struct Policy {
-    /// `None`: derived from the longest window seen ([`Consumer::claim_idle`]).
+    /// `None`: derived from the longest window seen ([`super::Consumer::claim_idle`]).
     pub claim_idle: Option<Duration>,
     pub max_deliveries: u64,
     pub dead_letter_max: u64,
