@@ -1,10 +1,13 @@
 //! `pirq eth import --base DIR --update-out UDIR`: the block update of every table, from the
 //! new block's whole dump and the tables as served now.
 //!
-//! Three steps, memory bounded by the change rather than the state: (1) the dump is streamed
-//! and each of its records looked up in the base tables (read-only): found and equal, the
-//! record's slot is marked seen (one bit a slot); found and different, a change; not found, an
-//! insert. (2) Occupied slots never marked are the deletes. (3) Deletes, changes and inserts
+//! Three steps, memory bounded by the change rather than the state: (1) the dump is read and
+//! each of its records looked up in the base tables (read-only), on all cores, the results
+//! taken in input order: found and equal, the record's slot is marked seen (one bit a slot);
+//! found and different, a change; not found, an insert. (2) Occupied slots never marked are
+//! the deletes (found on all cores, in page order). With `--changes` instead, the lines are
+//! the block's changed records alone and a zero slot value a delete; with `--after`, earlier
+//! updates' pages are read on top of the base files. (3) Deletes, changes and inserts
 //! are applied to a private copy-on-write mapping of each table with the builder's placement,
 //! and the pages that differ become that table's update (`pirq kv update` does the same for
 //! change lines). Every table gets the same next epoch, an empty update where nothing changed,
@@ -149,17 +152,23 @@ impl Base {
 
     /// Every occupied slot the dump did not mark is a delete.
     fn find_deletes(&mut self) {
+        use rayon::prelude::*;
         let ss = self.params.slot_size();
-        let mut deletes = Vec::new();
-        for p in 0..self.params.num_pages {
-            let area = self.params.slot_area(self.page(p));
-            for s in 0..page::slots(area, ss) {
-                if !page::is_empty(area, ss, s) && !self.is_seen(p, s) {
-                    let tag: Tag = page::tag_at(area, ss, s).try_into().expect("16 bytes");
-                    deletes.push((p, s, tag));
-                }
-            }
-        }
+        let base = &*self;
+        // On all cores, in page order (the order they are applied in).
+        let deletes = (0..base.params.num_pages)
+            .into_par_iter()
+            .flat_map_iter(|p| {
+                let area = base.params.slot_area(base.page(p));
+                (0..page::slots(area, ss))
+                    .filter(|&s| !page::is_empty(area, ss, s) && !base.is_seen(p, s))
+                    .map(|s| {
+                        let tag: Tag = page::tag_at(area, ss, s).try_into().expect("16 bytes");
+                        (p, s, tag)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         self.deletes = deletes;
     }
 }
@@ -254,45 +263,47 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         unreachable!("three tables")
     };
     let mut new_codes: HashSet<Tag> = HashSet::new();
-    let read = if changes {
-        dump::read_changes
+    let summary = if !changes {
+        compare_parallel(input, out, [&mut *accounts, &mut *code, &mut *storage])
+            .with_context(|| format!("reading {}", input_path.display()))?
     } else {
-        dump::read
-    };
-    let summary = read(
-        input,
-        code.params.value_size(),
-        out,
-        &mut |item| match item {
-            Item::Account {
-                address,
-                account,
-                code: bytes,
-            } => {
-                accounts.want(&address, &account.to_bytes())?;
-                if let Some(bytes) = bytes {
-                    let tag = code.params.tag(&account.code_hash);
-                    match code.locate(&tag)? {
-                        Some((p, s, _)) => code.mark(p, s),
-                        None if new_codes.insert(tag) => code.inserts.push((tag, bytes.to_vec())),
-                        None => {}
+        dump::read_changes(
+            input,
+            code.params.value_size(),
+            out,
+            &mut |item| match item {
+                Item::Account {
+                    address,
+                    account,
+                    code: bytes,
+                } => {
+                    accounts.want(&address, &account.to_bytes())?;
+                    if let Some(bytes) = bytes {
+                        let tag = code.params.tag(&account.code_hash);
+                        match code.locate(&tag)? {
+                            Some((p, s, _)) => code.mark(p, s),
+                            None if new_codes.insert(tag) => {
+                                code.inserts.push((tag, bytes.to_vec()))
+                            }
+                            None => {}
+                        }
                     }
+                    Ok(())
                 }
-                Ok(())
-            }
-            Item::Slot {
-                address,
-                slot,
-                value,
-            } if changes && value == [0; 32] => storage.clear(&storage_key(&address, &slot)),
-            Item::Slot {
-                address,
-                slot,
-                value,
-            } => storage.want(&storage_key(&address, &slot), &value),
-        },
-    )
-    .with_context(|| format!("reading {}", input_path.display()))?;
+                Item::Slot {
+                    address,
+                    slot,
+                    value,
+                } if changes && value == [0; 32] => storage.clear(&storage_key(&address, &slot)),
+                Item::Slot {
+                    address,
+                    slot,
+                    value,
+                } => storage.want(&storage_key(&address, &slot), &value),
+            },
+        )
+        .with_context(|| format!("reading {}", input_path.display()))?
+    };
     let meta = Meta {
         block,
         state_root: summary.root.unwrap_or_default(),
@@ -360,6 +371,101 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
             .join("; ")
     ));
     Ok(())
+}
+
+/// What one record of a whole dump is to the base, found on rayon's threads (the base is only
+/// read while the dump is compared): applied in input order by [`compare_parallel`].
+enum Step {
+    /// The record is in table `t` at (page, slot); its new value when it differs.
+    Found(usize, u64, usize, Option<(Tag, Vec<u8>)>),
+    /// Not in table `t`: an insert (of a code: the first time its hash comes).
+    Missing(usize, Tag, Vec<u8>),
+}
+
+/// [`run`]'s comparison of a whole dump with the base, on all cores: the dump is parsed and
+/// each record looked up in parallel ([`dump::read_parallel`]), then the marks, changes and
+/// inserts are taken in input order, so the update is the one a sequential comparison makes.
+fn compare_parallel(
+    input: Box<dyn std::io::BufRead + Send>,
+    out: &Path,
+    bases: [&mut Base; 3],
+) -> anyhow::Result<dump::Summary> {
+    let [accounts, code, storage] = bases;
+    let (a, c, s) = (&*accounts, &*code, &*storage);
+    let max_code = c.params.value_size();
+    let look = |t: usize, base: &Base, key: &[u8], value: &[u8]| -> Result<Step, String> {
+        let tag = base.params.tag(key);
+        Ok(match base.locate(&tag)? {
+            Some((p, s, old)) => {
+                Step::Found(t, p, s, (old != value).then(|| (tag, value.to_vec())))
+            }
+            None => Step::Missing(t, tag, value.to_vec()),
+        })
+    };
+    let map = |items: Vec<dump::Owned>| -> Result<Vec<Step>, String> {
+        let mut steps = Vec::with_capacity(items.len() + items.len() / 8);
+        for item in items {
+            match item {
+                dump::Owned::Account {
+                    address,
+                    account,
+                    code: bytes,
+                } => {
+                    steps.push(look(0, a, &address, &account.to_bytes())?);
+                    if let Some(bytes) = bytes {
+                        let tag = c.params.tag(&account.code_hash);
+                        steps.push(match c.locate(&tag)? {
+                            Some((p, s, _)) => Step::Found(1, p, s, None),
+                            None => Step::Missing(1, tag, bytes),
+                        });
+                    }
+                }
+                dump::Owned::Slot {
+                    address,
+                    slot,
+                    value,
+                } => steps.push(look(2, s, &storage_key(&address, &slot), &value)?),
+            }
+        }
+        Ok(steps)
+    };
+    // Marks and lists kept apart while the threads read the bases, added to them after.
+    let mut new_codes: HashSet<Tag> = HashSet::new();
+    let spp = [a, c, s].map(|b| b.params.slots_per_page());
+    let mut seen = [a, c, s].map(|b| vec![0u64; b.seen.len()]);
+    let mut changes = [a, c, s].map(|_| Vec::new());
+    let mut inserts = [a, c, s].map(|_| Vec::new());
+    let summary = {
+        dump::read_parallel(input, max_code, out, &map, &mut |runs| {
+            for run in runs {
+                for step in run.map_err(anyhow::Error::msg)? {
+                    match step {
+                        Step::Found(t, p, s, change) => {
+                            let bit = p as usize * spp[t] + s;
+                            seen[t][bit / 64] |= 1 << (bit % 64);
+                            changes[t].extend(change);
+                        }
+                        Step::Missing(1, tag, bytes) => {
+                            if new_codes.insert(tag) {
+                                inserts[1].push((tag, bytes));
+                            }
+                        }
+                        Step::Missing(t, tag, value) => inserts[t].push((tag, value)),
+                    }
+                }
+            }
+            Ok(())
+        })?
+    };
+    let lists = seen.into_iter().zip(changes).zip(inserts);
+    for (base, ((seen, changes), inserts)) in [accounts, code, storage].into_iter().zip(lists) {
+        for (word, more) in base.seen.iter_mut().zip(seen) {
+            *word |= more;
+        }
+        base.changes.extend(changes);
+        base.inserts.extend(inserts);
+    }
+    Ok(summary)
 }
 
 /// The base tables are the three an import makes (kinds and sizes), so their records read the
