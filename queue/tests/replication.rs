@@ -10,17 +10,8 @@ use pirq_queue::producer::{Producer, SubmitChecks, Submitted};
 use pirq_queue::replication::{replicas, ReplicaAck};
 use pirq_queue::{RedisTarget, RequestId};
 use pirq_shared::layout::Layout;
-use pirq_shared::wire::Job;
+use pirq_testkit::jobs::one_key_job;
 use pirq_testkit::Redis;
-
-fn job() -> Job {
-    Job {
-        keys: vec![vec![0u8; 40]],
-        epoch: None,
-        accepted_ms: 1,
-        reply: Default::default(),
-    }
-}
 
 const WAIT: Duration = Duration::from_millis(500);
 
@@ -71,7 +62,7 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     for _ in 0..4 {
         let id = producer.mint_id(None);
         assert_eq!(
-            producer.submit(&id, &job(), &checks).await.unwrap(),
+            producer.submit(&id, &one_key_job(), &checks).await.unwrap(),
             Submitted::Queued
         );
         assert_eq!(
@@ -81,7 +72,7 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     }
     // The replica has what was confirmed.
     let id = producer.mint_id(None);
-    producer.submit(&id, &job(), &checks).await.unwrap();
+    producer.submit(&id, &one_key_job(), &checks).await.unwrap();
     assert_eq!(
         producer.wait_replica(&id, None, WAIT).await.unwrap(),
         ReplicaAck::Confirmed
@@ -108,14 +99,20 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     };
     let first = producer.mint_id(Some(key));
     assert_eq!(
-        producer.submit(&first, &job(), &with_key).await.unwrap(),
+        producer
+            .submit(&first, &one_key_job(), &with_key)
+            .await
+            .unwrap(),
         Submitted::Queued
     );
     let again = producer.mint_id(Some(key));
     let Submitted::Known {
         same_request: true,
         id: Some(known),
-    } = producer.submit(&again, &job(), &with_key).await.unwrap()
+    } = producer
+        .submit(&again, &one_key_job(), &with_key)
+        .await
+        .unwrap()
     else {
         panic!("the key was not known");
     };
@@ -141,7 +138,7 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     // The replica killed: the WAIT times out unconfirmed, and the primary says it has none.
     replica.proc.kill();
     let id = producer.mint_id(None);
-    producer.submit(&id, &job(), &checks).await.unwrap();
+    producer.submit(&id, &one_key_job(), &checks).await.unwrap();
     let started = Instant::now();
     assert_eq!(
         producer.wait_replica(&id, None, WAIT).await.unwrap(),

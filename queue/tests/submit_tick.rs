@@ -8,17 +8,8 @@ use std::time::Duration;
 use pirq_queue::producer::{Producer, SubmitChecks, Submitted};
 use pirq_queue::RedisTarget;
 use pirq_shared::layout::Layout;
-use pirq_shared::wire::Job;
+use pirq_testkit::jobs::one_key_job;
 use pirq_testkit::Redis;
-
-fn job() -> Job {
-    Job {
-        keys: vec![vec![0u8; 40]],
-        epoch: None,
-        accepted_ms: 1,
-        reply: Default::default(),
-    }
-}
 
 const CHECKS: SubmitChecks<'static> = SubmitChecks {
     pending_ttl: 60,
@@ -52,7 +43,10 @@ async fn runs_for_spaced_submits(tick: Duration, n: usize, apart: Duration) -> u
         .with_submit_tick(tick);
     let first = producer.mint_id(None);
     assert_eq!(
-        producer.submit(&first, &job(), &CHECKS).await.unwrap(),
+        producer
+            .submit(&first, &one_key_job(), &CHECKS)
+            .await
+            .unwrap(),
         Submitted::Queued
     );
     let before = script_runs(&redis).await;
@@ -61,7 +55,7 @@ async fn runs_for_spaced_submits(tick: Duration, n: usize, apart: Duration) -> u
         let producer = producer.clone();
         submits.push(tokio::spawn(async move {
             let id = producer.mint_id(None);
-            producer.submit(&id, &job(), &CHECKS).await
+            producer.submit(&id, &one_key_job(), &CHECKS).await
         }));
         tokio::time::sleep(apart).await;
     }

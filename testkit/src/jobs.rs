@@ -2,7 +2,19 @@
 //! test needs before any gateway runs, or that no gateway would accept (poison).
 
 use pirq_shared::layout::{job_field, Layout};
+use pirq_shared::wire::Job;
 use redis::aio::ConnectionLike;
+
+/// A job of one 40-byte key, accepted at 1, with the default reply settings: for tests of the
+/// queue's submit, which carries the job without reading its keys.
+pub fn one_key_job() -> Job {
+    Job {
+        keys: vec![vec![0u8; 40]],
+        epoch: None,
+        accepted_ms: 1,
+        reply: Default::default(),
+    }
+}
 
 /// Seconds the `queued` record written by [`enqueue`] lives.
 pub const QUEUED_TTL_S: u64 = 600;
