@@ -37,7 +37,6 @@ use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::server::PeerAddr;
-use crate::state::AppState;
 
 /// A token's SHA-256: what is kept and compared, never the token.
 type TokenDigest = [u8; 32];
@@ -264,8 +263,8 @@ impl IntoResponse for Denied {
 }
 
 /// The middleware on the query routes (submit and result reads), before any body is read.
-pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match state.access.check(&req) {
+pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Response {
+    match access.check(&req) {
         Ok(()) => next.run(req).await,
         Err(denied) => denied.into_response(),
     }

@@ -318,7 +318,7 @@ impl Config {
     }
 
     /// The party's key names: `--prefix` split into `--partitions`.
-    pub fn layout(&self) -> Result<Layout, crate::state::StateError> {
+    pub fn layout(&self) -> Result<Layout, crate::error::StateError> {
         Ok(self.partitions.apply(self.redis.layout()?)?)
     }
 

@@ -1,8 +1,12 @@
 //! Errors as HTTP answers: a status, `{"error": {"code", "message", ...}}`, and `Retry-After`
-//! where waiting helps.
+//! where waiting helps. Every conversion of another error into an answer is here, beside the
+//! one error type (axum's error-handling example): a Redis failure ([`QueueError`]), a wire
+//! error, a check's refusal ([`ErrorBody`]), and the answers several routes give alike; and
+//! [`StateError`], why the gateway's state could not be built.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use pirq_queue::QueueError;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::{ErrorBody, ErrorEnvelope, WireError, JSON};
 
@@ -54,6 +58,36 @@ impl ApiError {
         }
     }
 
+    /// 503 `no_database`: no worker has registered the party's database (or the table's) yet.
+    pub fn no_database() -> ApiError {
+        ApiError::new(
+            ErrorCode::NoDatabase,
+            "no worker has registered a database for this party yet",
+        )
+        .retry_after(1)
+    }
+
+    /// 400 `invalid_id`: a path's query id that is not a request id (never echoed).
+    pub fn invalid_id() -> ApiError {
+        ApiError::new(
+            ErrorCode::InvalidId,
+            "a query id is 32 lowercase hex digits",
+        )
+    }
+
+    /// 503 `not_durable` under `--durability <flag>`: the query may still be answered, and a
+    /// retry with the same `Idempotency-Key` is answered, not run twice.
+    pub fn not_durable(flag: &str, why: &str) -> ApiError {
+        ApiError::new(
+            ErrorCode::NotDurable,
+            format!(
+                "--durability {flag}: {why}; the query may still be answered, retry with the \
+                 same Idempotency-Key"
+            ),
+        )
+        .retry_after(1)
+    }
+
     pub fn code(&self) -> &str {
         &self.body.code
     }
@@ -71,6 +105,42 @@ impl From<WireError> for ApiError {
         }
         api
     }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> ApiError {
+        ApiError::redis(e)
+    }
+}
+
+/// A check's refusal (`pirq_shared::check`) as an answer: its code sets the status.
+impl From<ErrorBody> for ApiError {
+    fn from(body: ErrorBody) -> ApiError {
+        let code = ErrorCode::parse(&body.code).unwrap_or(ErrorCode::Internal);
+        let mut e = ApiError::new(code, "");
+        e.body = body;
+        e
+    }
+}
+
+/// Why the state could not be built (bad prefix or Redis URL).
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Prefix(#[from] pirq_shared::layout::PrefixError),
+    #[error(transparent)]
+    Partitions(#[from] pirq_shared::layout::PartitionsError),
+    #[error(transparent)]
+    Producer(#[from] QueueError),
+    /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::target`].
+    #[error("{0:#}")]
+    Target(anyhow::Error),
+    /// `--query-tokens`: the file cannot be read or has no valid token.
+    #[error("{0:#}")]
+    Access(anyhow::Error),
+    /// `--fetched-result-bytes` at or above `--max-redis-memory`.
+    #[error(transparent)]
+    Budget(#[from] crate::retention::BudgetError),
 }
 
 impl IntoResponse for ApiError {

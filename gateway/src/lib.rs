@@ -12,8 +12,9 @@
 //!   named tables (issue 38), learnt from the workers' registration.
 //! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON, [`body`]: request bodies
 //!   read only after the checks that need none, bounded in size and time.
-//! - [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, 429 on a full
-//!   backlog, `--durability fsync`.
+//! - [`admission`]: whether a submit is taken now, every gate in order and its answer;
+//!   [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, the drain rate and
+//!   memory behind 429 and 507, `--durability fsync|replica`.
 //! - [`cors`]: which browser origins may call the party (`--cors-origin`); [`access`]: who may
 //!   query and how fast (`--query-tokens`, `--token-rate`, `--ip-rate`).
 //! - [`server`]: the accept loop, its caps and timeouts; [`tls`]: `--tls-cert`, rotation on
@@ -24,6 +25,7 @@
 //!   `pirq_queue_*` gauges sampled from Redis.
 
 pub mod access;
+pub mod admission;
 pub mod backpressure;
 pub mod body;
 pub mod caps;

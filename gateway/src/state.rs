@@ -16,7 +16,6 @@ use crate::events::Events;
 use crate::retention::Retention;
 use crate::waiters::Waiters;
 use pirq_queue::producer::Producer;
-use pirq_queue::QueueError;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -44,25 +43,7 @@ pub struct AppState {
     pub tables: Arc<crate::tables::Tables>,
 }
 
-/// Why the state could not be built (bad prefix or Redis URL).
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    #[error(transparent)]
-    Prefix(#[from] pirq_shared::layout::PrefixError),
-    #[error(transparent)]
-    Partitions(#[from] pirq_shared::layout::PartitionsError),
-    #[error(transparent)]
-    Producer(#[from] QueueError),
-    /// `--redis` with its TLS files (a `rediss://` URL): [`pirq_party::RedisArgs::target`].
-    #[error("{0:#}")]
-    Target(anyhow::Error),
-    /// `--query-tokens`: the file cannot be read or has no valid token.
-    #[error("{0:#}")]
-    Access(anyhow::Error),
-    /// `--fetched-result-bytes` at or above `--max-redis-memory`.
-    #[error(transparent)]
-    Budget(#[from] crate::retention::BudgetError),
-}
+pub use crate::error::StateError;
 
 impl AppState {
     /// Builds the state and starts the pub/sub listener. Does not need Redis to be up.

@@ -46,7 +46,7 @@ pub async fn push_epoch(
         .producer
         .database()
         .await?
-        .ok_or_else(super::queries_no_database)?;
+        .ok_or_else(ApiError::no_database)?;
     update
         .validate(db.num_pages, db.page_size as usize)
         .map_err(|e| ApiError::new(ErrorCode::InvalidUpdate, e.to_string()))?;

@@ -40,7 +40,7 @@ pub async fn readyz(State(st): State<AppState>) -> Result<impl IntoResponse, Api
             .map_err(|e| named(e, &name))?;
     }
     if served == 0 {
-        return Err(super::queries_no_database());
+        return Err(ApiError::no_database());
     }
     if !st.events.is_connected() {
         return Err(ApiError::new(

@@ -13,7 +13,7 @@ pub async fn info(State(st): State<AppState>) -> Result<Json<Info>, ApiError> {
         .producer
         .database()
         .await?
-        .ok_or_else(super::queries_no_database)?;
+        .ok_or_else(ApiError::no_database)?;
     let workers = st.producer.live_workers().await?;
     let kv = st.producer.kv_layout().await?;
     let records = st.producer.worker_records().await?;

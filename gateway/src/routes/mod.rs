@@ -1,4 +1,5 @@
-//! The HTTP routes. Handlers stay thin: parse, validate, one Redis call, answer.
+//! The HTTP routes. Handlers stay thin: parse, check (a submit's admission in
+//! [`crate::admission`]), call `pirq-queue`, answer; every error conversion is in [`crate::error`].
 
 mod admin;
 mod health;
@@ -17,8 +18,6 @@ use pirq_shared::wire::{QueryResult, BINCODE, JSON};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-
-pub(crate) use queries::no_database as queries_no_database;
 
 /// Which routes a listener serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +193,7 @@ pub fn router_for(state: AppState, routes: Routes) -> Router {
     }
     if any_guarded {
         router = router.merge(guarded.route_layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.access.clone(),
             crate::access::guard,
         )));
     }

@@ -1,0 +1,157 @@
+//! The query routes, one module a job: [`submit`] (`POST /v1/queries`), [`status`]
+//! (`GET /v1/queries/{id}`, with `?wait=S`) and [`events`] (`GET /v1/queries/{id}/events`).
+//! What they share lives here: the path's request id, the 202/200 answer with its `Location`, a
+//! final result handed over, `Server-Timing`, and the wait for a final record.
+
+mod events;
+mod status;
+mod submit;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::Path;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use pirq_shared::wire::QueryResult;
+
+use super::Format;
+use crate::error::ApiError;
+use crate::events::{Subscription, Wake};
+use crate::state::AppState;
+use pirq_queue::{QueryRecord, RequestId};
+
+pub use events::events;
+pub use status::status;
+pub use submit::submit;
+
+/// Longest `?wait=`, in seconds.
+pub const MAX_WAIT_SECS: f64 = 30.0;
+
+/// A waiter reads the status again at least this often, even without a notification.
+const RECHECK: Duration = Duration::from_secs(2);
+
+/// The request id of the path: 400 `invalid_id` (without a Redis round trip, and without
+/// echoing what was sent) unless it is a [`RequestId`] (32 lowercase hex digits); a path that is
+/// not UTF-8 is refused the same way. Nothing else ever names a Redis key.
+fn check_id(path: Result<Path<String>, PathRejection>) -> Result<RequestId, ApiError> {
+    match path {
+        Ok(Path(id)) => RequestId::parse(&id).map_err(|_| ApiError::invalid_id()),
+        Err(_) => Err(ApiError::invalid_id()),
+    }
+}
+
+/// A 202 (pending) or 200 (final) answer for a query with its `Location`.
+fn accepted(st: &AppState, id: &RequestId, format: Format, result: &QueryResult) -> Response {
+    let final_ = result.status.is_final();
+    let code = if final_ {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let mut resp = format.respond(code, result);
+    let h = resp.headers_mut();
+    h.insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("{}/queries/{id}", st.queries_base()))
+            .expect("hex and a table name are a valid header"),
+    );
+    if !final_ {
+        h.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(st.config.retry_after),
+        );
+    }
+    resp
+}
+
+/// A client has been handed the final result `record` of `id`: its bytes count towards the
+/// party's read rate, and it and its idempotency record are kept only as long as
+/// [`crate::retention`] says from now on (in the background: the answer does not wait for it; a
+/// failure only means they live their full TTLs). A held query's record (`held`) was written
+/// short-lived by its worker: only its idempotency record, if any, is shortened, unless the
+/// worker did that too (`idempotency_shortened`).
+fn fetched(
+    st: &AppState,
+    id: &RequestId,
+    record: &QueryRecord,
+    held: bool,
+    idempotency_shortened: bool,
+) {
+    st.retention.handed_over(page_bytes(record));
+    let idem = record.idempotency_key.clone();
+    if held && (idem.is_none() || idempotency_shortened) {
+        return;
+    }
+    let producer = st.producer.clone();
+    let id = *id;
+    let ttl = st.retention.ttl();
+    tokio::spawn(async move {
+        if let Err(e) = producer.release(&id, !held, idem.as_deref(), ttl).await {
+            tracing::debug!(error = %e, "shortening a fetched result's lifetime failed");
+        }
+    });
+}
+
+/// The bytes of a record's pages.
+fn page_bytes(record: &QueryRecord) -> u64 {
+    record.result.pages.iter().map(|p| p.len() as u64).sum()
+}
+
+/// `Server-Timing` with the worker's scan and total times, for latency accounting.
+fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
+    let scan = q.scan_us?;
+    let worker = q.worker_us.unwrap_or(scan);
+    HeaderValue::from_str(&format!(
+        "scan;dur={:.3}, worker;dur={:.3}",
+        scan as f64 / 1e3,
+        worker as f64 / 1e3
+    ))
+    .ok()
+}
+
+/// [`wait_final`] with a subscription made earlier and, when known, the record as it stood
+/// when `sub` was made (else it is read first). A final record comes in the event that
+/// announced it, without a read. `held`: the query's request is held by this gateway, so it has
+/// no record until its final one (a read that finds none finds it pending, not unknown).
+async fn wait_final_from(
+    st: &AppState,
+    id: &RequestId,
+    wait: Duration,
+    mut sub: Subscription,
+    known: Option<QueryRecord>,
+    held: bool,
+) -> Result<Arc<QueryRecord>, ApiError> {
+    let deadline = Instant::now() + wait;
+    let mut shutdown = st.shutdown.clone();
+    let mut q = match known {
+        Some(q) => Arc::new(q),
+        None => Arc::new(
+            st.producer
+                .load(id)
+                .await?
+                .ok_or_else(|| ApiError::not_found(id.as_str()))?,
+        ),
+    };
+    loop {
+        let now = Instant::now();
+        // Shutting down: answer with what is known now, the client asks again elsewhere.
+        if q.result.status.is_final() || now >= deadline || *shutdown.borrow() {
+            return Ok(q);
+        }
+        let wake = tokio::select! {
+            r = tokio::time::timeout((deadline - now).min(RECHECK), sub.changed()) => r.unwrap_or(Wake::Read),
+            _ = shutdown.wait_for(|s| *s) => Wake::Read,
+        };
+        match wake {
+            Wake::Progress(status) => Arc::make_mut(&mut q).result.status = status,
+            Wake::Final(record) => q = record,
+            Wake::Read => match st.producer.load(id).await? {
+                Some(record) => q = Arc::new(record),
+                None if held => {}
+                None => return Err(ApiError::not_found(id.as_str())),
+            },
+        }
+    }
+}
