@@ -64,6 +64,10 @@ pub use text::{is_request_id, sanitize, MAX_PARTY_TEXT_CHARS};
 pub use url::{check_party_url, check_url};
 pub use verify::Verification;
 
+/// A query's request id, as [`Submitted`] carries it and [`Party::status`] and [`Party::wait`]
+/// take it: typed once, where it is checked (the spec crate's type, the gateways' too).
+pub use pirq_shared::RequestId;
+
 /// The publisher's key a client pins (`docs/spec/signed.md`).
 pub use pirq_shared::signing::PublisherKey;
 

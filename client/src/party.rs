@@ -73,8 +73,8 @@ pub enum Wait {
 /// A query accepted by a party.
 #[derive(Clone, Debug)]
 pub struct Submitted {
-    /// The request id, checked to be 32 lowercase hex digits.
-    pub id: String,
+    /// The request id, checked to be one (32 lowercase hex digits) before it was kept.
+    pub id: RequestId,
     /// The `Location` header (not followed: the client builds result URLs from `id`).
     pub location: String,
     /// The answer to the submit: pending, or final when the party answered at once (a replay
@@ -501,7 +501,7 @@ impl Party {
         let limit = self.answer_limit(request.keys.len(), encoding);
         let result = self.decode(resp, encoding, limit, Phase::Answer, d).await?;
         Ok(Submitted {
-            id: result.id.clone(),
+            id: self.request_id(&result)?,
             location,
             result,
         })
@@ -550,12 +550,12 @@ impl Party {
         Ok(result)
     }
 
-    /// Refuses an id a caller passed that is not a request id, before it becomes a URL.
-    fn check_id(&self, id: &str) -> Result<RequestId, ClientError> {
-        RequestId::parse(id).map_err(|_| {
+    /// The typed id of a result [`Party::checked`] let through.
+    fn request_id(&self, result: &QueryResult) -> Result<RequestId, ClientError> {
+        RequestId::parse(&result.id).map_err(|_| {
             self.protocol(format!(
-                "request id {:?} is not 32 lowercase hex digits",
-                sanitize(id)
+                "answered request id {:?}, not 32 lowercase hex digits",
+                sanitize(&result.id)
             ))
         })
     }
@@ -564,7 +564,7 @@ impl Party {
     /// [`DEFAULT_TIMEOUT`].
     pub async fn status(
         &self,
-        id: &str,
+        id: &RequestId,
         encoding: Encoding,
         wait_secs: Option<u32>,
     ) -> Result<QueryResult, ClientError> {
@@ -584,13 +584,12 @@ impl Party {
 
     async fn status_by(
         &self,
-        id: &str,
+        id: &RequestId,
         encoding: Encoding,
         wait_secs: Option<u32>,
         keys: usize,
         d: &Deadline,
     ) -> Result<QueryResult, ClientError> {
-        let id = self.check_id(id)?;
         let mut url = format!("{}/queries/{id}", self.api);
         if let Some(w) = wait_secs {
             url.push_str(&format!("?wait={w}"));
@@ -609,7 +608,7 @@ impl Party {
     /// Waits for the final result of `id`, at most `timeout`; a `failed` result is an error.
     pub async fn wait(
         &self,
-        id: &str,
+        id: &RequestId,
         encoding: Encoding,
         how: Wait,
         timeout: Duration,
@@ -621,13 +620,12 @@ impl Party {
 
     pub(crate) async fn wait_by(
         &self,
-        id: &str,
+        id: &RequestId,
         encoding: Encoding,
         how: Wait,
         keys: usize,
         d: &Deadline,
     ) -> Result<QueryResult, ClientError> {
-        self.check_id(id)?;
         // The query lives in the party's Redis, not in the gateway: a gateway restart (refused
         // connections, an event stream ended early, 502/503 from a proxy or a gateway coming up)
         // is waited out with back-off, within the deadline.
@@ -667,7 +665,7 @@ impl Party {
                 other => break other?,
             }
         };
-        if result.id != id {
+        if result.id != id.as_str() {
             return Err(self.protocol(format!(
                 "asked for query {id}, answered query {:?}",
                 sanitize(&result.id)
@@ -677,7 +675,7 @@ impl Party {
     }
 
     /// A final result as the caller takes it: `failed` becomes [`ClientError::Failed`].
-    fn settle(&self, id: &str, result: QueryResult) -> Result<QueryResult, ClientError> {
+    fn settle(&self, id: &RequestId, result: QueryResult) -> Result<QueryResult, ClientError> {
         if result.status == QueryStatus::Failed {
             let error = result.error.unwrap_or_else(|| {
                 ErrorBody::new(
@@ -698,7 +696,7 @@ impl Party {
     /// the answer bound of `keys` keys is refused.
     async fn wait_events(
         &self,
-        id: &str,
+        id: &RequestId,
         keys: usize,
         d: &Deadline,
     ) -> Result<QueryResult, ClientError> {

@@ -109,8 +109,8 @@ async fn main() -> anyhow::Result<()> {
         if page != cluster.db.page(index) {
             bail!("page {index} differs from the database file");
         }
-        let (scan_a, worker_a) = server_timing(&http, pa.base(), &sa.id).await?;
-        let (scan_b, worker_b) = server_timing(&http, pb.base(), &sb.id).await?;
+        let (scan_a, worker_a) = server_timing(&http, pa.base(), sa.id.as_str()).await?;
+        let (scan_b, worker_b) = server_timing(&http, pb.base(), sb.id.as_str()).await?;
         if q >= args.warmup {
             let s = scan_a.max(scan_b);
             e2e.push(elapsed.as_secs_f64() * 1e3);

@@ -278,6 +278,7 @@ async fn job_that_slipped_past_the_gateway_fails_alone() {
 
     let client = pirq_client::Client::new(&party.url, &party.url).unwrap();
     let p = client.parties().0;
+    let bad_id = pirq_client::RequestId::parse(&bad_id).unwrap();
     let failed = p.status(&bad_id, Encoding::Json, Some(10)).await.unwrap();
     assert_eq!(failed.status, QueryStatus::Failed);
     let error = failed.error.unwrap();
