@@ -4,11 +4,11 @@
 //! | module | what it owns |
 //! | --- | --- |
 //! | this one | [`Consumer`] (its connections, shard, group and rules), the stream's entry types ([`EntryId`], [`Delivery`], [`Outcome`]), the groups' creation |
-//! | [`read`] | delivery: new entries and this consumer's own pending ones through `XREADGROUP`, parsed once into [`Delivery`] |
-//! | [`reclaim`] | entries idle past the claim-idle time (`XAUTOCLAIM`), the keeper that refreshes what a live worker holds, hand-back at shutdown |
-//! | [`policy`] | the delivery rules ([`Policy`]) and the retry/dead-letter decision over a delivery or an outcome |
-//! | [`start`] | a window's start: `running` announced, a sharded party's epoch pinned ([`ShardStart`]) |
-//! | [`finish`] | a window's outcomes written, announced, acknowledged and deleted, in blocks of [`FINISH_BLOCK`] |
+//! | `read` | delivery: new entries and this consumer's own pending ones through `XREADGROUP`, parsed once into [`Delivery`] |
+//! | `reclaim` | entries idle past the claim-idle time (`XAUTOCLAIM`), the keeper that refreshes what a live worker holds, hand-back at shutdown |
+//! | `policy` | the delivery rules ([`Policy`]) and the retry/dead-letter decision over a delivery or an outcome |
+//! | `start` | a window's start: `running` announced, a sharded party's epoch pinned ([`ShardStart`]) |
+//! | `finish` | a window's outcomes written, announced, acknowledged and deleted, in blocks of [`FINISH_BLOCK`] |
 //!
 //! Two kinds of connection: `XREADGROUP ... BLOCK` holds its connection until jobs arrive, so
 //! each partition's reader gets one of its own, and every other command goes over the writer.

@@ -1,7 +1,8 @@
 //! docs/architecture.md held to the tree: every module its crate table names (a lowercase name
 //! in backquotes, `routes/` for a folder) is a file or folder of that crate's sources or test
 //! binaries, and every `module::item` it names is defined in that module (`pirq_x::item`: at
-//! that crate's root). A module renamed, split or removed fails here until the map says so.
+//! that crate's root). A module renamed, split or removed fails here until the map says so. And
+//! no production function of the workspace is over 120 lines (issue 39), but those listed with why.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -235,4 +236,161 @@ fn the_check_catches_a_module_that_is_not_there() {
     let broken = "pub use write::{\n    ensure_not_an_input, write_atomically,\n};\nfn other() {}";
     assert!(defines(broken, "write_atomically"));
     assert!(!defines(broken, "write_shard"));
+}
+
+/// The longest a production function may be (issue 39): a function longer than a screenful or
+/// two does more than one thing, and its parts want names.
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// Functions over [`MAX_FUNCTION_LINES`] waiting for their split, by `path:name`, each with
+/// why it may wait. An entry that is no longer over the limit fails the test too, so the list
+/// only shrinks.
+const LONG_FUNCTIONS_ALLOWED: &[(&str, &str)] = &[
+    (
+        "cli/src/eth/update.rs:run",
+        "issue 40 (eth) rewrites the eth update path this session; split with it",
+    ),
+    (
+        "cli/src/eth/dump.rs:read_parallel",
+        "issue 40 (eth): the parallel dump reader landed this session; split with it",
+    ),
+];
+
+/// The production functions of one source file longer than `limit` lines, as `(name, lines)`:
+/// from the `fn` line to the closing brace at its indentation, `#[cfg(test)]` modules left out.
+fn long_functions(source: &str, limit: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = source.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let closes = |l: &str, at: usize| indent(l) == at && l.trim_start().starts_with('}');
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if line.trim() == "#[cfg(test)]" {
+            if let Some(next) = lines.get(i + 1) {
+                let item = next.trim_start();
+                if item.starts_with("mod ") || item.starts_with("pub mod ") {
+                    let at = indent(next);
+                    i += 2;
+                    while i < lines.len() && !closes(lines[i], at) {
+                        i += 1;
+                    }
+                    i += 1;
+                    continue;
+                }
+            }
+        }
+        let item = line.trim_start();
+        let item = item
+            .strip_prefix("pub(crate) ")
+            .or_else(|| item.strip_prefix("pub(super) "))
+            .or_else(|| item.strip_prefix("pub "))
+            .unwrap_or(item);
+        let item = item.strip_prefix("const ").unwrap_or(item);
+        let item = item.strip_prefix("async ").unwrap_or(item);
+        let item = item.strip_prefix("unsafe ").unwrap_or(item);
+        if let Some(rest) = item.strip_prefix("fn ") {
+            let one_line = line.trim_end().ends_with('}') || line.trim_end().ends_with(';');
+            if !one_line {
+                let at = indent(line);
+                let mut end = i + 1;
+                while end < lines.len() && !closes(lines[end], at) {
+                    end += 1;
+                }
+                let length = end - i + 1;
+                if length > limit {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    found.push((name, length));
+                }
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// Every `.rs` file of production code under `dir`: test and bench folders left out.
+fn production_sources(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if !matches!(name, "tests" | "benches" | "bench" | "examples" | "target")
+                && !name.starts_with('.')
+            {
+                found.extend(production_sources(&path));
+            }
+        } else if name.ends_with(".rs") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn no_production_function_is_over_120_lines() {
+    let root = root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the workspace");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = ["))
+        .expect("the workspace's members");
+    let mut over = BTreeSet::new();
+    for member in members.split(',') {
+        let member = member.trim().trim_end_matches(']').trim_matches('"');
+        // The test crate is test code, whatever its folders are called.
+        if member.is_empty() || member == "tests" || member == "testkit" {
+            continue;
+        }
+        for file in production_sources(&root.join(member).join("src")) {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            let path = file.strip_prefix(&root).expect("under the root").display();
+            for (name, lines) in long_functions(&text, MAX_FUNCTION_LINES) {
+                over.insert((format!("{path}:{name}"), lines));
+            }
+        }
+    }
+    let allowed: BTreeSet<&str> = LONG_FUNCTIONS_ALLOWED.iter().map(|(f, _)| *f).collect();
+    let new: Vec<_> = over
+        .iter()
+        .filter(|(f, _)| !allowed.contains(f.as_str()))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them): {new:?}"
+    );
+    let stale: Vec<&&str> = allowed
+        .iter()
+        .filter(|f| !over.iter().any(|(o, _)| o == **f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "no longer over {MAX_FUNCTION_LINES} lines, drop them from LONG_FUNCTIONS_ALLOWED: {stale:?}"
+    );
+}
+
+#[test]
+fn the_length_check_measures_functions_and_skips_tests() {
+    let body = |n: usize| "    x();\n".repeat(n);
+    let source = format!(
+        "pub async fn long() {{\n{}}}\n\nfn short() {{\n{}}}\n\nfn one() {{}}\n\n\
+         #[cfg(test)]\nmod tests {{\n    fn in_a_test() {{\n{}    }}\n}}\n\n\
+         impl X {{\n    pub(crate) fn method(&self) {{\n{}    }}\n}}\n",
+        body(5),
+        body(2),
+        body(9),
+        body(6)
+    );
+    assert_eq!(
+        long_functions(&source, 4),
+        [("long".to_string(), 7), ("method".to_string(), 8)]
+    );
+    assert!(long_functions(&source, 8).is_empty());
 }

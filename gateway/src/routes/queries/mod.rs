@@ -1,5 +1,6 @@
-//! The query routes, one module a job: [`submit`] (`POST /v1/queries`), [`status`]
-//! (`GET /v1/queries/{id}`, with `?wait=S`) and [`events`] (`GET /v1/queries/{id}/events`).
+//! The query routes, one module a job: [`submit`](mod@submit) (`POST /v1/queries`),
+//! [`status`](mod@status) (`GET /v1/queries/{id}`, with `?wait=S`) and [`events`](mod@events)
+//! (`GET /v1/queries/{id}/events`).
 //! What they share lives here: the path's request id, the 202/200 answer with its `Location`, a
 //! final result handed over, `Server-Timing`, and the wait for a final record.
 
