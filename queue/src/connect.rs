@@ -256,10 +256,10 @@ impl RedisTarget {
         })
     }
 
-    /// A reconnecting connection with the worker's settings ([`crate::consumer::connection_settings`])
+    /// A reconnecting connection with the worker's settings ([`connection_settings`])
     /// for commands that block up to `block` (`Duration::ZERO`: none do).
     pub fn worker_connection(&self, block: Duration) -> Result<Connection, QueueError> {
-        self.connection_with(crate::consumer::connection_settings(block))
+        self.connection_with(connection_settings(block))
     }
 
     pub(crate) fn connection_with(&self, settings: Settings) -> Result<Connection, QueueError> {
@@ -306,6 +306,33 @@ impl RedisTarget {
 pub(crate) enum Kind<'a> {
     Single { events: &'a redis::Client },
     Cluster { events: &'a ClusterClient },
+}
+
+/// How long a worker's connection attempt may take: a Redis that has not accepted within 5 s
+/// is down or cut off, and the command fails so that the caller's back-off (and its warning)
+/// takes over instead of a worker that hangs without a word.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How much longer than its block time a command may wait for its reply: a reply that takes 5 s
+/// beyond it means Redis or the network is stalled, so the command fails and is retried.
+const REPLY_SLACK: Duration = Duration::from_secs(5);
+
+/// Longest wait between reconnect attempts: a worker serves again within a second of Redis
+/// coming back.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// The settings of a worker's Redis connections, for commands that block up to `block`
+/// (`XREADGROUP ... BLOCK` of the consumer, the updates follower's `XREAD ... BLOCK`; `Duration::ZERO` for
+/// a connection whose commands never block). The reply timeout is `block` + [`REPLY_SLACK`]:
+/// a blocking read holds its connection for the whole block time when no entry arrives, so a
+/// shorter timeout would fail every idle read (and log a warning every couple of seconds).
+pub(crate) fn connection_settings(block: Duration) -> Settings {
+    Settings {
+        connect_timeout: CONNECT_TIMEOUT,
+        response_timeout: block + REPLY_SLACK,
+        reconnect_retries: None,
+        max_reconnect_delay: Some(MAX_RECONNECT_DELAY),
+    }
 }
 
 /// How a connection waits: for its connection attempts, for each reply, and between

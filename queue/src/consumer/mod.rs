@@ -30,7 +30,7 @@ use pirq_shared::layout::{shard_group, Layout, PartitionKeys};
 use pirq_shared::shard::ShardSpec;
 use pirq_shared::wire::{ErrorBody, Job, Reply, WireError};
 
-use crate::connect::{Conn, Settings};
+use crate::connect::Conn;
 use crate::record::Pages;
 use crate::{probe, Connection, QueueError, RedisTarget, RequestId};
 
@@ -133,33 +133,6 @@ impl Outcome {
             | Outcome::Retry { entry_id, .. }
             | Outcome::DeadLetter { entry_id, .. } => entry_id,
         }
-    }
-}
-
-/// How long a worker's connection attempt may take: a Redis that has not accepted within 5 s
-/// is down or cut off, and the command fails so that the caller's back-off (and its warning)
-/// takes over instead of a worker that hangs without a word.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How much longer than its block time a command may wait for its reply: a reply that takes 5 s
-/// beyond it means Redis or the network is stalled, so the command fails and is retried.
-const REPLY_SLACK: Duration = Duration::from_secs(5);
-
-/// Longest wait between reconnect attempts: a worker serves again within a second of Redis
-/// coming back.
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
-
-/// The settings of a worker's Redis connections, for commands that block up to `block`
-/// (`XREADGROUP ... BLOCK` here, the updates follower's `XREAD ... BLOCK`; `Duration::ZERO` for
-/// a connection whose commands never block). The reply timeout is `block` + [`REPLY_SLACK`]:
-/// a blocking read holds its connection for the whole block time when no entry arrives, so a
-/// shorter timeout would fail every idle read (and log a warning every couple of seconds).
-pub(crate) fn connection_settings(block: Duration) -> Settings {
-    Settings {
-        connect_timeout: CONNECT_TIMEOUT,
-        response_timeout: block + REPLY_SLACK,
-        reconnect_retries: None,
-        max_reconnect_delay: Some(MAX_RECONNECT_DELAY),
     }
 }
 
