@@ -63,6 +63,17 @@ pub struct Summary {
     pub lines: u64,
 }
 
+impl Summary {
+    /// Counts a later part of the dump in (its root, if it read the header; lines apart).
+    fn add(&mut self, later: &Summary) {
+        if later.root.is_some() {
+            self.root = later.root;
+        }
+        self.accounts += later.accounts;
+        self.slots += later.slots;
+    }
+}
+
 /// Reads the dump from `input`, handing each account and slot to `sink` (which may refuse one:
 /// its message is reported with the line). `spill_dir` holds the temporary file of a huge
 /// account's storage, if one is needed.
@@ -196,7 +207,6 @@ pub fn read_parallel<T: Send>(
     map: &(dyn Fn(Vec<Owned>) -> T + Sync),
     each: &mut dyn FnMut(Vec<T>) -> anyhow::Result<()>,
 ) -> anyhow::Result<Summary> {
-    use rayon::prelude::*;
     let mut reader = Lines {
         inner: input,
         newlines: 0,
@@ -225,101 +235,23 @@ pub fn read_parallel<T: Send>(
             }
         }
         if !lines.is_empty() {
-            let buf = &buf;
-            let results: Vec<Result<(T, Summary), (u64, anyhow::Error)>> = lines
-                .par_chunks(TASK_LINES)
-                .enumerate()
-                .map(|(c, run)| {
-                    let mut items = Vec::with_capacity(run.len() * 2);
-                    let mut sink = |item: Item| {
-                        items.push(Owned::of(item));
-                        Ok(())
-                    };
-                    let mut ctx = Ctx {
-                        sink: &mut sink,
-                        max_code_size,
-                        held: Held::new(spill_dir),
-                        summary: Summary::default(),
-                        first: first && c == 0,
-                        changes: false,
-                    };
-                    for &(start, end, line_no) in run {
-                        let mut de = serde_json::Deserializer::from_slice(&buf[start..end]);
-                        LineSeed { ctx: &mut ctx }
-                            .deserialize(&mut de)
-                            .and_then(|()| de.end())
-                            .map_err(|e| (line_no, line_error(&e, line_no)))?;
-                        ctx.first = false;
-                    }
-                    let run_summary = ctx.summary;
-                    drop(ctx);
-                    Ok((map(items), run_summary))
-                })
-                .collect();
-            let mut outs = Vec::with_capacity(results.len());
-            let mut failed: Option<(u64, anyhow::Error)> = None;
-            for r in results {
-                match r {
-                    Ok((t, s)) => {
-                        if s.root.is_some() {
-                            summary.root = s.root;
-                        }
-                        summary.accounts += s.accounts;
-                        summary.slots += s.slots;
-                        outs.push(t);
-                    }
-                    Err((line, e)) => {
-                        if failed.as_ref().is_none_or(|(l, _)| line < *l) {
-                            failed = Some((line, e));
-                        }
-                    }
-                }
-            }
-            if let Some((_, e)) = failed {
-                return Err(e);
-            }
+            let (outs, batch) = parse_batch(&buf, &lines, first, max_code_size, spill_dir, map)?;
+            summary.add(&batch);
             first = false;
             each(outs)?;
         }
         if let Some((head, line_no)) = long_line {
-            let mut items = Vec::new();
-            let mut failed_each = None;
-            let mut sink = |item: Item| {
-                items.push(Owned::of(item));
-                if items.len() >= STREAMED_ITEMS {
-                    if let Err(e) = each(vec![map(std::mem::take(&mut items))]) {
-                        let text = format!("{e:#}");
-                        failed_each = Some(e);
-                        return Err(text);
-                    }
-                }
-                Ok(())
-            };
-            let mut ctx = Ctx {
-                sink: &mut sink,
-                max_code_size,
-                held: Held::new(spill_dir),
-                summary: Summary::default(),
+            let line = stream_line(
+                head,
+                line_no,
+                &mut reader,
                 first,
-                changes: false,
-            };
-            let mut de =
-                serde_json::Deserializer::from_reader(io::Cursor::new(head).chain(&mut reader));
-            let result = LineSeed { ctx: &mut ctx }.deserialize(&mut de);
-            let line_summary = ctx.summary;
-            drop(ctx);
-            if let Some(e) = failed_each {
-                return Err(e);
-            }
-            result.map_err(|e| line_error(&e, line_no))?;
-            if line_summary.root.is_some() {
-                summary.root = line_summary.root;
-            }
-            summary.accounts += line_summary.accounts;
-            summary.slots += line_summary.slots;
-            if !items.is_empty() {
-                each(vec![map(items)])?;
-            }
+                max_code_size,
+                spill_dir,
+                map,
+                each,
+            )?;
+            summary.add(&line);
             first = false;
         }
         if ended {
@@ -328,6 +260,119 @@ pub fn read_parallel<T: Send>(
     }
     summary.lines = reader.newlines;
     Ok(summary)
+}
+
+/// One batch of whole lines of [`read_parallel`], parsed in parallel runs of [`TASK_LINES`]:
+/// each run's items mapped, in input order, with the batch's summary; the error of the
+/// earliest bad line.
+fn parse_batch<T: Send>(
+    buf: &[u8],
+    lines: &[(usize, usize, u64)],
+    first: bool,
+    max_code_size: usize,
+    spill_dir: &Path,
+    map: &(dyn Fn(Vec<Owned>) -> T + Sync),
+) -> anyhow::Result<(Vec<T>, Summary)> {
+    use rayon::prelude::*;
+    let results: Vec<Result<(T, Summary), (u64, anyhow::Error)>> = lines
+        .par_chunks(TASK_LINES)
+        .enumerate()
+        .map(|(c, run)| {
+            let mut items = Vec::with_capacity(run.len() * 2);
+            let mut sink = |item: Item| {
+                items.push(Owned::of(item));
+                Ok(())
+            };
+            let mut ctx = Ctx {
+                sink: &mut sink,
+                max_code_size,
+                held: Held::new(spill_dir),
+                summary: Summary::default(),
+                first: first && c == 0,
+                changes: false,
+            };
+            for &(start, end, line_no) in run {
+                let mut de = serde_json::Deserializer::from_slice(&buf[start..end]);
+                LineSeed { ctx: &mut ctx }
+                    .deserialize(&mut de)
+                    .and_then(|()| de.end())
+                    .map_err(|e| (line_no, line_error(&e, line_no)))?;
+                ctx.first = false;
+            }
+            let run_summary = ctx.summary;
+            drop(ctx);
+            Ok((map(items), run_summary))
+        })
+        .collect();
+    let mut outs = Vec::with_capacity(results.len());
+    let mut summary = Summary::default();
+    let mut failed: Option<(u64, anyhow::Error)> = None;
+    for r in results {
+        match r {
+            Ok((t, s)) => {
+                summary.add(&s);
+                outs.push(t);
+            }
+            Err((line, e)) => {
+                if failed.as_ref().is_none_or(|(l, _)| line < *l) {
+                    failed = Some((line, e));
+                }
+            }
+        }
+    }
+    match failed {
+        Some((_, e)) => Err(e),
+        None => Ok((outs, summary)),
+    }
+}
+
+/// A line longer than [`LINE_IN_MEMORY`] (a contract with a huge storage): `head`, its start
+/// already read, and the rest streamed from `reader`, its items handed to `each` in pieces of
+/// [`STREAMED_ITEMS`] as they come.
+#[allow(clippy::too_many_arguments)]
+fn stream_line<T: Send>(
+    head: Vec<u8>,
+    line_no: u64,
+    reader: &mut Lines,
+    first: bool,
+    max_code_size: usize,
+    spill_dir: &Path,
+    map: &(dyn Fn(Vec<Owned>) -> T + Sync),
+    each: &mut dyn FnMut(Vec<T>) -> anyhow::Result<()>,
+) -> anyhow::Result<Summary> {
+    let mut items = Vec::new();
+    let mut failed_each = None;
+    let mut sink = |item: Item| {
+        items.push(Owned::of(item));
+        if items.len() >= STREAMED_ITEMS {
+            if let Err(e) = each(vec![map(std::mem::take(&mut items))]) {
+                let text = format!("{e:#}");
+                failed_each = Some(e);
+                return Err(text);
+            }
+        }
+        Ok(())
+    };
+    let mut ctx = Ctx {
+        sink: &mut sink,
+        max_code_size,
+        held: Held::new(spill_dir),
+        summary: Summary::default(),
+        first,
+        changes: false,
+    };
+    let mut de = serde_json::Deserializer::from_reader(io::Cursor::new(head).chain(reader));
+    let result = LineSeed { ctx: &mut ctx }.deserialize(&mut de);
+    let line_summary = ctx.summary;
+    drop(ctx);
+    if let Some(e) = failed_each {
+        return Err(e);
+    }
+    result.map_err(|e| line_error(&e, line_no))?;
+    if !items.is_empty() {
+        each(vec![map(items)])?;
+    }
+    Ok(line_summary)
 }
 
 /// `line N: why`, from a serde_json error in the object that starts on `start_line`. The line
@@ -824,6 +869,47 @@ mod tests {
         assert!(read_text_capped(&bad, 40)
             .unwrap_err()
             .starts_with("line 2: balance"));
+    }
+
+    /// A contract line past [`LINE_IN_MEMORY`] between short lines: the parallel reader streams
+    /// it, handing its items on in pieces of [`STREAMED_ITEMS`], and counts what the sequential
+    /// reader counts.
+    #[test]
+    fn the_parallel_reader_streams_a_line_past_the_cap_as_the_sequential_one_reads_it() {
+        let slots = LINE_IN_MEMORY / 70 + 1;
+        let storage: Vec<String> = (0..slots)
+            .map(|i| format!(r#""{:064x}":"2a""#, i + 0x100))
+            .collect();
+        let huge = contract().replacen(
+            r#""storage":{"#,
+            &format!(r#""storage":{{{},"#, storage.join(",")),
+            1,
+        );
+        assert!(huge.len() > LINE_IN_MEMORY);
+        let header = format!(r#"{{"root":"0x{}"}}"#, hex::encode([3u8; 32]));
+        let text = format!("{header}\n{EOA}\n{huge}\n{}\n", EOA.replace("aa\"", "ab\""));
+        let (sequential, seen) = read_text(&text).unwrap();
+        let mut pieces = Vec::new();
+        let parallel = read_parallel(
+            Box::new(io::Cursor::new(text.into_bytes())),
+            24_576,
+            &std::env::temp_dir(),
+            &|items: Vec<Owned>| items.len(),
+            &mut |counts| {
+                pieces.extend(counts);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(parallel.root, Some([3; 32]));
+        assert_eq!(
+            (parallel.accounts, parallel.slots, parallel.lines),
+            (sequential.accounts, sequential.slots, sequential.lines)
+        );
+        // Ours and the contract's one non-zero slot (its other holds zero: no slot).
+        assert_eq!(parallel.slots, slots as u64 + 1);
+        assert_eq!(pieces.iter().sum::<usize>(), seen.len());
+        assert!(pieces.len() > 2, "the long line went in pieces: {pieces:?}");
     }
 
     #[test]

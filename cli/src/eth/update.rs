@@ -179,21 +179,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         .update_out
         .as_deref()
         .expect("clap requires it with --base");
-    let mut bases = tables::ALL
-        .iter()
-        .map(|name| Base::open(base_dir, name, &args.after))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    check_shapes(&bases)?;
-    let epoch = bases[0].epoch;
-    if let Some(b) = bases.iter().find(|b| b.epoch != epoch) {
-        bail!(
-            "{} is at epoch {}, {} at epoch {epoch}: the tables of one state move together \
-             (apply every table's updates: pirq db apply)",
-            b.path.display(),
-            b.epoch,
-            bases[0].path.display()
-        );
-    }
+    let (mut bases, epoch) = open_bases(base_dir, &args.after)?;
     let (input_path, changes) = match (&args.dump, &args.changes) {
         (Some(dump), None) => (dump.as_path(), false),
         (None, Some(changes)) => (changes.as_path(), true),
@@ -213,39 +199,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
     };
     let block = args.block.unwrap_or(base_meta.block + 1);
     // Signing checked (and each table's manifest file read) before any work.
-    let nexts = bases
-        .iter()
-        .map(|b| {
-            let signing = crate::publisher::UpdateSigningArgs {
-                sign_key: args.sign_key.clone(),
-                manifests: args
-                    .manifests
-                    .as_ref()
-                    .map(|dir| dir.join(format!("{}.manifests.json", b.name))),
-            };
-            let update = out.join(format!("{}.update", b.name));
-            if args.after.is_empty() {
-                return crate::publisher::next_update(
-                    &b.db,
-                    &b.path,
-                    None,
-                    &signing,
-                    &[&b.path, input_path, &update],
-                );
-            }
-            if args.sign_key.is_some() || b.db.signing().is_some() {
-                bail!(
-                    "--after is for unsigned tables: a signed table's updates chain its \
-                     manifests from the file's epoch (apply the updates first: pirq db apply)"
-                );
-            }
-            Ok(crate::publisher::NextUpdate {
-                epoch: epoch + 1,
-                signer: None,
-                manifests: None,
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let nexts = next_updates(args, &bases, epoch, input_path, out)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
 
     let progress = crate::output::Progress::stages(args.quiet);
@@ -312,6 +266,95 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         accounts.changes.push((meta_tag, meta.to_bytes().to_vec()));
     }
 
+    let written = write_updates(&mut bases, nexts, changes, epoch, args.seed, out, &progress)?;
+    progress.clear();
+    report(
+        out,
+        block,
+        &base_meta,
+        &summary,
+        epoch + 1,
+        written,
+        &progress,
+    )
+}
+
+/// The base's three tables (with `--after` updates stacked on), checked to be one state: the
+/// same shape rules and one epoch.
+fn open_bases(base_dir: &Path, after: &[PathBuf]) -> anyhow::Result<(Vec<Base>, u64)> {
+    let bases = tables::ALL
+        .iter()
+        .map(|name| Base::open(base_dir, name, after))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check_shapes(&bases)?;
+    let epoch = bases[0].epoch;
+    if let Some(b) = bases.iter().find(|b| b.epoch != epoch) {
+        bail!(
+            "{} is at epoch {}, {} at epoch {epoch}: the tables of one state move together \
+             (apply every table's updates: pirq db apply)",
+            b.path.display(),
+            b.epoch,
+            bases[0].path.display()
+        );
+    }
+    Ok((bases, epoch))
+}
+
+/// Each table's next update: its epoch, and its signer and manifests when signed (checked, and
+/// the manifest files read, before any work); `--after` stacks only unsigned tables.
+fn next_updates(
+    args: &ImportArgs,
+    bases: &[Base],
+    epoch: u64,
+    input_path: &Path,
+    out: &Path,
+) -> anyhow::Result<Vec<crate::publisher::NextUpdate>> {
+    bases
+        .iter()
+        .map(|b| {
+            let signing = crate::publisher::UpdateSigningArgs {
+                sign_key: args.sign_key.clone(),
+                manifests: args
+                    .manifests
+                    .as_ref()
+                    .map(|dir| dir.join(format!("{}.manifests.json", b.name))),
+            };
+            let update = out.join(format!("{}.update", b.name));
+            if args.after.is_empty() {
+                return crate::publisher::next_update(
+                    &b.db,
+                    &b.path,
+                    None,
+                    &signing,
+                    &[&b.path, input_path, &update],
+                );
+            }
+            if args.sign_key.is_some() || b.db.signing().is_some() {
+                bail!(
+                    "--after is for unsigned tables: a signed table's updates chain its \
+                     manifests from the file's epoch (apply the updates first: pirq db apply)"
+                );
+            }
+            Ok(crate::publisher::NextUpdate {
+                epoch: epoch + 1,
+                signer: None,
+                manifests: None,
+            })
+        })
+        .collect()
+}
+
+/// Places each table's changes and writes its update (signed when its next update is), in the
+/// base's page order; a line of the report per table.
+fn write_updates(
+    bases: &mut [Base],
+    nexts: Vec<crate::publisher::NextUpdate>,
+    changes: bool,
+    epoch: u64,
+    seed: Option<u64>,
+    out: &Path,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut written = Vec::new();
     for (b, next) in bases.iter_mut().zip(nexts) {
         if changes {
@@ -328,7 +371,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         }
         progress.stage(&format!("placing {}", b.name), None, "records");
         let path = out.join(format!("{}.update", b.name));
-        let update = apply(b, next.signer.as_ref(), epoch + 1, args.seed.unwrap_or(0))?;
+        let update = apply(b, next.signer.as_ref(), epoch + 1, seed.unwrap_or(0))?;
         written.push(serde_json::json!({
             "name": b.name,
             "file": format!("{}.update", b.name),
@@ -339,12 +382,24 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         }));
         next.write(&update, &path)?;
     }
-    progress.clear();
+    Ok(written)
+}
+
+/// `eth.json` beside the updates, and the closing line.
+fn report(
+    out: &Path,
+    block: u64,
+    base_meta: &Meta,
+    summary: &dump::Summary,
+    epoch: u64,
+    written: Vec<serde_json::Value>,
+    progress: &crate::output::Progress,
+) -> anyhow::Result<()> {
     let report = serde_json::json!({
         "block": block,
         "base_block": base_meta.block,
         "state_root": summary.root.map(|r| tables::data(&r)),
-        "epoch": epoch + 1,
+        "epoch": epoch,
         "accounts": summary.accounts,
         "storage_slots": summary.slots,
         "tables": written,
@@ -354,7 +409,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         "wrote {}: block {} -> {block} as epoch {} of every table ({})",
         out.display(),
         base_meta.block,
-        epoch + 1,
+        epoch,
         report["tables"]
             .as_array()
             .expect("tables")
