@@ -390,26 +390,15 @@ impl Party {
     /// [`Party::start_worker_with`] serving another database file than the party's. A worker
     /// that exits instead of registering is an error that carries its log.
     pub async fn start_worker_on(&mut self, db: &Path, extra: &[&str]) -> anyhow::Result<()> {
-        let n = self.workers.len();
-        let mut cmd = self.worker_command(n);
+        let mut cmd = self.worker_command(self.workers.len());
         cmd.arg("--db")
             .arg(db)
             .args(&self.options.worker_args)
             .args(extra);
-        let proc = Proc::spawn(
-            "pirq-worker",
-            cmd,
-            self.dir.path().join(format!("worker-{n}.log")),
-        )?;
-        self.workers.push(proc);
+        self.spawn_worker(cmd)?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            if !self.workers.last_mut().unwrap().is_running() || Instant::now() > deadline {
-                bail!(
-                    "pirq-worker did not register:\n{}",
-                    self.workers.last().unwrap().log_text()
-                );
-            }
+            self.newest_worker_starting(deadline, "register")?;
             // Counted again each time: a worker replaced by this one (--replace-db) stops.
             let want = self
                 .workers
@@ -449,44 +438,80 @@ impl Party {
     /// issue 38), started once every one of them counts it among its live workers (`GET
     /// /v1/tables`). The party's `worker_args` are not given to it.
     pub async fn start_table_worker(&mut self, tables: &[(&str, &Path)]) -> anyhow::Result<()> {
-        let n = self.workers.len();
-        let mut cmd = self.worker_command(n);
+        let mut cmd = self.worker_command(self.workers.len());
         for (name, file) in tables {
             cmd.arg("--table").arg(format!("{name}={}", file.display()));
         }
-        let proc = Proc::spawn(
-            "pirq-worker",
-            cmd,
-            self.dir.path().join(format!("worker-{n}.log")),
-        )?;
-        self.workers.push(proc);
+        self.spawn_worker(cmd)?;
+        let names: Vec<&str> = tables.iter().map(|(name, _)| *name).collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if !self.workers.last_mut().unwrap().is_running() || Instant::now() > deadline {
-                bail!(
-                    "pirq-worker did not register its tables:\n{}",
-                    self.workers.last().unwrap().log_text()
-                );
-            }
-            let listed: serde_json::Value = match self
-                .http
-                .get(format!("{}/v1/tables", self.url))
-                .send()
-                .await
-            {
-                Ok(r) => r.json().await.unwrap_or_default(),
-                Err(_) => serde_json::Value::Null,
-            };
-            let served = |name: &str| {
-                listed["tables"].as_array().is_some_and(|ts| {
-                    ts.iter()
-                        .any(|t| t["name"] == name && t["workers"].as_u64() >= Some(1))
-                })
-            };
-            if tables.iter().all(|(name, _)| served(name)) {
+            self.newest_worker_starting(deadline, "register its tables")?;
+            if self.tables_served(&names).await {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts the party's next worker from `cmd` (its log `worker-<n>.log`).
+    fn spawn_worker(&mut self, cmd: Command) -> anyhow::Result<()> {
+        let log = self
+            .dir
+            .path()
+            .join(format!("worker-{}.log", self.workers.len()));
+        self.workers.push(Proc::spawn("pirq-worker", cmd, log)?);
+        Ok(())
+    }
+
+    /// An error with its log once the newest worker has exited or `deadline` has passed before
+    /// it did what the caller waits for (`what`).
+    fn newest_worker_starting(&mut self, deadline: Instant, what: &str) -> anyhow::Result<()> {
+        let worker = self.workers.last_mut().expect("a worker was started");
+        if !worker.is_running() || Instant::now() > deadline {
+            bail!("pirq-worker did not {what}:\n{}", worker.log_text());
+        }
+        Ok(())
+    }
+
+    /// Whether `GET /v1/tables` lists each of `names` with a live worker (false while the
+    /// gateway does not answer).
+    pub async fn tables_served(&self, names: &[&str]) -> bool {
+        let listed = self.tables().await;
+        names.iter().all(|name| {
+            listed["tables"].as_array().is_some_and(|tables| {
+                tables
+                    .iter()
+                    .any(|t| t["name"] == *name && t["workers"].as_u64() >= Some(1))
+            })
+        })
+    }
+
+    /// Waits (within 60 s) until [`Party::tables_served`] holds for `names`; panics, with what
+    /// the party lists, if it never does.
+    pub async fn wait_tables_served(&self, names: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.tables_served(names).await {
+            assert!(
+                Instant::now() < deadline,
+                "{} does not serve every table of {names:?} after 60 s: {}",
+                self.url,
+                self.tables().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `GET /v1/tables` as JSON (`null` while the gateway does not answer).
+    async fn tables(&self) -> serde_json::Value {
+        match self
+            .http
+            .get(format!("{}/v1/tables", self.url))
+            .send()
+            .await
+        {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
         }
     }
 

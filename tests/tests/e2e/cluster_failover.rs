@@ -98,40 +98,15 @@ async fn with_replica_durability_a_primary_without_its_replica_refuses() {
         fault::submit_until_accepted(&http, &a.url, &query, Duration::from_secs(30)).await;
     assert_eq!(refused, 0, "refused with every replica online");
 
-    // The replica of that primary, from its own INFO replication.
-    let client = redis::Client::open(format!("redis://127.0.0.1:{primary}")).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let replica: u16 = info
-        .lines()
-        .find(|l| l.starts_with("slave0:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no replica in {info}"));
-    a.redis.kill_node(replica);
+    kill_replica_of(&mut a, primary).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let started = Instant::now();
-    let mut messages = Vec::new();
-    loop {
+    let messages = refused_until_rechecked(Duration::from_secs(15), "default", || async {
         let (status, body, _) = fault::post(&http, &a.url, &query, None).await.unwrap();
-        assert_eq!(status, 503, "accepted without a replica: {body}");
-        assert_eq!(body["error"]["code"], "not_durable", "{body}");
-        let message = body["error"]["message"].as_str().unwrap().to_string();
-        let rechecked = message.contains("has no replica online");
-        messages.push(message);
-        if rechecked {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "the re-check never noticed: {messages:?}"
-        );
-    }
+        (status, body)
+    })
+    .await;
     println!(
         "a primary without its replica, --durability replica: {} submits refused 503 \
          not_durable, the re-check's after {:.1?}; first: {}",
@@ -214,43 +189,16 @@ async fn with_replica_durability_each_table_is_checked_on_its_own_primaries() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // The replica of the table's primary, from its own INFO replication.
-    let client = redis::Client::open(format!("redis://127.0.0.1:{primary}")).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let replica: u16 = info
-        .lines()
-        .find(|l| l.starts_with("slave0:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no replica in {info}"));
-    a.redis.kill_node(replica);
+    kill_replica_of(&mut a, primary).await;
 
     // Within the 5 s re-check (and a WAIT timeout or two), the table's own check refuses.
     let started = Instant::now();
-    let mut messages = Vec::new();
-    loop {
-        let (status, body) = submit_table().await;
-        assert_eq!(
-            status, 503,
-            "table {name} accepted without a replica: {body}"
-        );
-        assert_eq!(body["error"]["code"], "not_durable", "{body}");
-        let message = body["error"]["message"].as_str().unwrap().to_string();
-        let rechecked = message.contains("has no replica online");
-        messages.push(message);
-        if rechecked {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "table {name}'s primary was never re-checked: {messages:?}"
-        );
-    }
+    let messages = refused_until_rechecked(
+        Duration::from_secs(20),
+        &format!("table {name}"),
+        submit_table,
+    )
+    .await;
     // `default`'s primary keeps its replica: its submits go on.
     let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
     let (_, refused) = fault::submit_until_accepted(
@@ -468,5 +416,51 @@ async fn submit_counting(
         counter.fetch_add(1, Ordering::Relaxed);
         assert!(Instant::now() < deadline, "no 202 within {within:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kills the replica of the cluster node at `primary` (found in the node's own `INFO
+/// replication`).
+async fn kill_replica_of(party: &mut Party, primary: u16) {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{primary}")).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let replica: u16 = info
+        .lines()
+        .find(|l| l.starts_with("slave0:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no replica in {info}"));
+    party.redis.kill_node(replica);
+}
+
+/// Submits through `submit` until a refusal says the re-check found the primary without a
+/// replica ("has no replica online"), within `within`; every answer must be 503
+/// `not_durable` (`what` names whose submits, for the messages). The refusals' messages.
+async fn refused_until_rechecked<F, Fut>(within: Duration, what: &str, mut submit: F) -> Vec<String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (u16, serde_json::Value)>,
+{
+    let started = Instant::now();
+    let mut messages = Vec::new();
+    loop {
+        let (status, body) = submit().await;
+        assert_eq!(status, 503, "{what} accepted without a replica: {body}");
+        assert_eq!(body["error"]["code"], "not_durable", "{body}");
+        let message = body["error"]["message"].as_str().unwrap().to_string();
+        let rechecked = message.contains("has no replica online");
+        messages.push(message);
+        if rechecked {
+            return messages;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}'s primary was never re-checked: {messages:?}"
+        );
     }
 }

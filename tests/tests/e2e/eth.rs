@@ -308,26 +308,9 @@ pub(crate) async fn parties_with(
         .unwrap();
     let b = Party::start(&default.path, "eth-b", options).await.unwrap();
     for party in [&a, &b] {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let listed: Value = party
-                .http
-                .get(format!("{}/v1/tables", party.url))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let live = listed["tables"].as_array().map_or(0, |t| {
-                t.iter().filter(|t| t["workers"].as_u64() > Some(0)).count()
-            });
-            if live == 4 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "tables not served: {listed}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        party
+            .wait_tables_served(&["default", "accounts", "code", "storage"])
+            .await;
     }
     (a, b)
 }

@@ -235,42 +235,11 @@ async fn two_parties(tables: &Tables, prefix: &str) -> (Party, Party) {
     // A party is ready once its default table is; the named ones register beside it, and a
     // gateway answers `unknown_table` until it has learnt them (a suite run failed so).
     for party in [&a, &b] {
-        tables_served(party, &["default", "small", "wide"]).await;
+        party
+            .wait_tables_served(&["default", "small", "wide"])
+            .await;
     }
     (a, b)
-}
-
-/// Waits (within 60 s) until `party`'s `GET /v1/tables` lists each of `names` with a live
-/// worker.
-async fn tables_served(party: &Party, names: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed: serde_json::Value = party
-            .http
-            .get(format!("{}/v1/tables", party.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap_or_default();
-        let served = |name: &str| {
-            listed["tables"].as_array().is_some_and(|tables| {
-                tables
-                    .iter()
-                    .any(|t| t["name"] == name && t["workers"].as_u64().unwrap_or(0) >= 1)
-            })
-        };
-        if names.iter().all(|name| served(name)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} does not serve every table of {names:?} after 60 s: {listed}",
-            party.url
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The path of `route` (`/queries`, `/info`, …) of table `name`: the routes without a table
