@@ -11,17 +11,19 @@ use std::time::{Duration, Instant};
 use pirq_queue::producer::Producer;
 use pirq_queue::{QueueError, RegisteredDb};
 
+/// How long a read registration is used (the serve_database helper of the e2e suite waits it
+/// out after a database switch).
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+
 pub struct DbCache {
     producer: Producer,
-    max_age: Duration,
     cached: Mutex<Option<(RegisteredDb, Instant)>>,
 }
 
 impl DbCache {
-    pub fn new(producer: Producer, max_age: Duration) -> DbCache {
+    pub fn new(producer: Producer) -> DbCache {
         DbCache {
             producer,
-            max_age,
             cached: Mutex::new(None),
         }
     }
@@ -35,7 +37,7 @@ impl DbCache {
     /// The registration, `None` when no worker has registered a database yet.
     pub async fn get(&self) -> Result<Option<RegisteredDb>, QueueError> {
         if let Some((info, at)) = *self.cached.lock().unwrap() {
-            if at.elapsed() < self.max_age {
+            if at.elapsed() < MAX_AGE {
                 return Ok(Some(info));
             }
         }

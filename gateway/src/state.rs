@@ -16,6 +16,8 @@ use crate::events::Events;
 use crate::retention::Retention;
 use crate::waiters::Waiters;
 use pirq_queue::producer::Producer;
+use pirq_queue::RedisTarget;
+use pirq_shared::layout::Layout;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -51,11 +53,10 @@ impl AppState {
         let layout = config.layout()?;
         let access = Access::of(&config).map_err(StateError::Access)?;
         let target = config.redis.target().map_err(StateError::Target)?;
-        let producer = Producer::new(&target, layout.clone(), config.redis_timeout())?
-            .with_submit_tick(config.submit_tick());
+        let producer = producer(&config, &target, &layout)?;
         let events = Events::start(target.clone(), layout.clone());
         let tables = Arc::new(crate::tables::Tables::new(target.clone()));
-        let db = Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1)));
+        let db = Arc::new(DbCache::new(producer.clone()));
         let drain = Drain::default();
         metrics::gauge!(pirq_shared::metrics::GATEWAY_REDIS_MEMORY_CAP)
             .set(config.max_redis_memory as f64);
@@ -93,14 +94,9 @@ impl AppState {
     /// that a lane's queries never wait on another thread's connection; everything else shared.
     pub fn for_lane(&self) -> Result<AppState, StateError> {
         let target = self.config.redis.target().map_err(StateError::Target)?;
-        let producer = Producer::new(
-            &target,
-            self.producer.layout().clone(),
-            self.config.redis_timeout(),
-        )?
-        .with_submit_tick(self.config.submit_tick());
+        let producer = producer(&self.config, &target, self.producer.layout())?;
         Ok(AppState {
-            db: Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1))),
+            db: Arc::new(DbCache::new(producer.clone())),
             producer,
             tables: Arc::new(crate::tables::Tables::new(target)),
             ..self.clone()
@@ -118,4 +114,17 @@ impl AppState {
         self.shutdown = shutdown;
         self
     }
+}
+
+/// A producer of the gateway's settings over a connection of its own (the gateway's, or a
+/// connection lane's).
+fn producer(
+    config: &Config,
+    target: &RedisTarget,
+    layout: &Layout,
+) -> Result<Producer, StateError> {
+    Ok(
+        Producer::new(target, layout.clone(), config.redis_timeout())?
+            .with_submit_tick(config.submit_tick()),
+    )
 }

@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use pirq_queue::RedisTarget;
 use pirq_shared::error::ErrorCode;
@@ -80,7 +79,7 @@ impl AppState {
             }
             tracing::info!(table = name, "serving a table of the party");
             AppState {
-                db: Arc::new(DbCache::new(producer.clone(), Duration::from_secs(1))),
+                db: Arc::new(DbCache::new(producer.clone())),
                 producer,
                 drain,
                 durable,
