@@ -11,9 +11,9 @@
 //! cores like the shared runtime does, by connections: the accept loop hands them out in turn.
 //!
 //! Shared by all lanes, as before: the caps (connections, waiters), the pub/sub hub, the
-//! retention budget, access control, the samplers. Each lane's own: the producer (its Redis
-//! connection and submitters), the database-info cache and the named tables' producers
-//! ([`AppState::for_lane`]).
+//! retention budget, access control, the samplers, the registration cache and the named
+//! tables' states (an epoch pushed through one lane must be seen by all at once). Each lane's
+//! own: the producer, its Redis connection and submitters ([`AppState::for_lane`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -89,16 +89,16 @@ impl AppState {
         })
     }
 
-    /// The state a connection lane serves from ([`crate::lanes`]): a Redis connection of its
-    /// own (the producer, the database-info cache and the named tables' producers over it), so
-    /// that a lane's queries never wait on another thread's connection; everything else shared.
+    /// The state a connection lane serves from ([`crate::lanes`]): a producer of its own (its
+    /// Redis connection and submitters), so that a lane's submits and reads never wait on
+    /// another thread's connection. Everything else is shared, the registration cache and the
+    /// named tables' states above all: a pushed epoch invalidates the one cache every lane reads
+    /// (a cache of its own would serve the old epoch for up to a second after a push through
+    /// another lane, and refuse queries for the new one).
     pub fn for_lane(&self) -> Result<AppState, StateError> {
         let target = self.config.redis.target().map_err(StateError::Target)?;
-        let producer = producer(&self.config, &target, self.producer.layout())?;
         Ok(AppState {
-            db: Arc::new(DbCache::new(producer.clone())),
-            producer,
-            tables: Arc::new(crate::tables::Tables::new(target)),
+            producer: producer(&self.config, &target, self.producer.layout())?,
             ..self.clone()
         })
     }

@@ -357,3 +357,49 @@ async fn restarted_worker_replays(backend: Backend) {
     wait_applied(&cluster.a, 4, 3).await;
     assert_eq!(check_fetch(&cluster, &model, 6).await, 4);
 }
+
+/// Connection lanes (`--connection-threads`) share the gateway's registration cache: once an
+/// epoch is pushed through one lane, a query pinned to it is accepted on every lane at once (a
+/// cache per lane held the old registration up to a second and refused it: the soak with lanes
+/// on counted 219 refusals). Each request goes on a connection of its own, so the lanes take
+/// them in turn, and every lane has read the registration before the push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_epoch_pushed_through_one_connection_lane_is_accepted_on_every_lane_at_once() {
+    const LANES: usize = 3;
+    let mut party_options = options(Backend::OneRedis, 3);
+    party_options.gateway_args.extend(pirq_e2e::strings(&[
+        "--connection-threads",
+        "3",
+        "--runtime-threads",
+        "1",
+    ]));
+    let cluster = Cluster::start(500, 512, party_options).await.unwrap();
+    let mut model = Model::new(&cluster.db);
+    let submit_pinned = |epoch: u64, page: u64| {
+        let url = cluster.a.url.clone();
+        async move {
+            let mut request = pirq_e2e::requests::for_page(9, page);
+            request.epoch = Some(epoch);
+            // A client of its own: a new connection, so the next lane.
+            let http = reqwest::Client::new();
+            pirq_e2e::fault::post(&http, &url, &request, None)
+                .await
+                .unwrap()
+        }
+    };
+    for page in 0..2 * LANES as u64 {
+        let (status, body, _) = submit_pinned(0, page).await;
+        assert!(status == 200 || status == 202, "epoch 0: {status} {body}");
+    }
+    api(&cluster.a)
+        .push_epoch(TOKEN, &model.next_update(1))
+        .await
+        .unwrap();
+    for page in 0..2 * LANES as u64 {
+        let (status, body, _) = submit_pinned(1, page).await;
+        assert!(
+            status == 200 || status == 202,
+            "epoch 1 right after its push, request {page}: {status} {body}"
+        );
+    }
+}
