@@ -15,7 +15,9 @@
 #   ops/bench/gpu-scale.sh run [DIR]     # on the GPU machine, as root (mounts a tmpfs)
 #
 # Build again from another checkout with another VARIANT to compare binary sets on one machine:
-# `run` takes every set (VARIANTS, default all built) at each GPU count in turn.
+# `run` takes every set (VARIANTS, default all built) at each GPU count in turn. A set's folder
+# may hold a GATEWAY_ARGS file: extra gateway flags for that set (e.g. a copy of a set with
+# `--connection-threads 4` compares settings of one build).
 #
 # Environment for `run`:
 #   PAGES      database pages of 4 KiB (default 2^24: 64 GiB)
@@ -132,7 +134,9 @@ say "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name --format=csv,noheade
 VARIANTS=${VARIANTS:-$(cd "$B" && for v in */; do if [ -x "$v/pirq-worker" ]; then echo "${v%/}"; fi; done)}
 # shellcheck disable=SC2086,SC2116 # word splitting joins the lines
 VARIANTS=$(echo $VARIANTS)
-for v in $VARIANTS; do say "variant $v: $(tr '\n' ' ' <"$B/$v/COMMIT")"; done
+for v in $VARIANTS; do
+    say "variant $v: $(tr '\n' ' ' <"$B/$v/COMMIT") $(cat "$B/$v/GATEWAY_ARGS" 2>/dev/null)"
+done
 say "pages $PAGES; clients $CLIENTS; keys/query $KEYS; dur $DUR s (warm $WARM); cluster ${CLUSTER}; shards ${SHARDS:-0}"
 mkdir -p "$MNT"
 umount "$MNT" 2>/dev/null || true
@@ -174,9 +178,12 @@ for n in $GPUS; do
         done
         PART_ARGS=(--partitions $((2 * CLUSTER)))
     fi
+    # A set's own gateway flags (e.g. connection lanes): the words of $B/$v/GATEWAY_ARGS.
+    gw_args=()
+    if [ -f "$B/$v/GATEWAY_ARGS" ]; then read -r -a gw_args <"$B/$v/GATEWAY_ARGS"; fi
     # shellcheck disable=SC2086
     start "$gw_cpus" "gateway-$v-$n" "$B/$v/pirq-gateway" --redis "$REDIS_URL" --prefix party --listen 127.0.0.1:8101 \
-        --max-waiters 8192 "${PART_ARGS[@]}" ${GW_THREADS:+--runtime-threads $GW_THREADS}
+        --max-waiters 8192 "${PART_ARGS[@]}" ${GW_THREADS:+--runtime-threads $GW_THREADS} "${gw_args[@]}"
     WORKER_PIDS=()
     for g in $(seq 0 $((n - 1))); do
         shard=()
