@@ -30,9 +30,14 @@
 #   CLUSTER    0 (default): one redis-server; N: a Redis Cluster of N primaries (one core each)
 #              and the party's queue in 2N partitions (`--partitions`), placed evenly
 #   GW_THREADS gateway runtime threads (default: unset, the gateway's own default)
+#   REDIS_ARGS extra redis-server arguments, split on spaces (default none), e.g.
+#              "--io-threads 4 --io-threads-do-reads yes"; given to every node of a cluster too
+#   REDIS_CPUS the one redis-server's cores (default 0; give I/O threads room, e.g. 0,1,14-17)
 #   OUT        results folder (default .gpu/out): summary.txt and a tarball of logs, JSON
 #              reports, metric scrapes and per point Redis' INFO commandstats
-# Cores: Redis 0 (cluster: 0..N-1), gateway GW_CPUS (default 2-9), worker g on
+# Redis CPU is reported for the whole process and for its main thread alone (the thread that
+# runs every command: what binds one Redis; /proc/PID/task/PID/stat), per thread in the logs
+# (NAME.redis-threads). Cores: Redis REDIS_CPUS (cluster: 0..N-1, the main threads), gateway GW_CPUS (default 2-9), worker g on
 # WORKER_BASE+2g..WORKER_BASE+2g+1 (default 10), clients CLIENT_CPUS (default 18 up to the last
 # core; the 2-GPU host has 32 cores, the 4-GPU host 64; on the 16-core 1-GPU host use e.g.
 # GW_CPUS=1-3 WORKER_BASE=4 CLIENT_CPUS=6-15).
@@ -79,6 +84,16 @@ DUR=${DUR:-20}
 WARM=${WARM:-5}
 CLUSTER=${CLUSTER:-0}
 MNT=/mnt/pirq-scale
+read -ra REDIS_EXTRA <<<"${REDIS_ARGS:-}"
+if [ ${#REDIS_EXTRA[@]} -gt 0 ]; then
+    # redis-cluster.sh starts $PIRQ_REDIS_SERVER (and uses the redis-cli beside it): a wrapper
+    # that adds REDIS_ARGS gives every cluster node the same arguments.
+    mkdir -p "$W/redis-args"
+    printf '#!/bin/sh\nexec %q "$@" %s\n' "$(command -v redis-server)" "${REDIS_EXTRA[*]}" >"$W/redis-args/redis-server"
+    chmod +x "$W/redis-args/redis-server"
+    ln -sf "$(command -v redis-cli)" "$W/redis-args/redis-cli"
+    export PIRQ_REDIS_SERVER=$W/redis-args/redis-server
+fi
 SUMMARY="$OUT/summary.txt"
 PIDS=()
 # shellcheck source=scripts/lib/bench-procs.sh
@@ -137,7 +152,7 @@ VARIANTS=$(echo $VARIANTS)
 for v in $VARIANTS; do
     say "variant $v: $(tr '\n' ' ' <"$B/$v/COMMIT") $(cat "$B/$v/GATEWAY_ARGS" 2>/dev/null)"
 done
-say "pages $PAGES; clients $CLIENTS; keys/query $KEYS; dur $DUR s (warm $WARM); cluster ${CLUSTER}; shards ${SHARDS:-0}"
+say "pages $PAGES; clients $CLIENTS; keys/query $KEYS; dur $DUR s (warm $WARM); cluster ${CLUSTER}; shards ${SHARDS:-0}; redis args '${REDIS_ARGS:-}' on cores ${REDIS_CPUS:-0}"
 mkdir -p "$MNT"
 umount "$MNT" 2>/dev/null || true
 mount -t tmpfs -o size=72G tmpfs "$MNT"
@@ -162,7 +177,8 @@ wb=${WORKER_BASE:-10}
 for n in $GPUS; do
   for v in $VARIANTS; do
     if [ "$CLUSTER" = 0 ]; then
-        start 0 redis redis-server --port 7101 --save "" --appendonly no --dir "$W"
+        start "${REDIS_CPUS:-0}" redis redis-server --port 7101 --save "" --appendonly no --dir "$W" \
+            "${REDIS_EXTRA[@]}"
         REDIS_URL=redis://127.0.0.1:7101
         PART_ARGS=()
         sleep 0.3
@@ -203,29 +219,35 @@ for n in $GPUS; do
     for c in $points; do
         name="$v-gpus-$n-c$c"
         for port in $(redis_nodes); do redis-cli -p "$port" CONFIG RESETSTAT >/dev/null; done
-        redis_before=0
+        redis_before=0 main_before=0
         for port in $(redis_nodes); do
             pid=$(redis-cli -p "$port" INFO server | awk -F: '/^process_id/ { print $2 }' | tr -d '\r')
             redis_before=$((redis_before + $(cpu_ticks "$pid")))
+            main_before=$((main_before + $(main_cpu_ticks "$pid")))
+            thread_cpu_ticks "$pid" | sed "s/^/$port before /" >>"$LOGS/$name.redis-threads"
         done
         gw_before=$(cpu_ticks "$gw")
         taskset -c "$client_cpus" pirq bench load --quiet --duration "$DUR" --warmup "$WARM" \
             --json "$LOGS/$name.json" "${SELF[@]}" --concurrency "$c" 2>"$LOGS/$name.txt" || true
         gw_ticks=$(($(cpu_ticks "$gw") - gw_before))
-        redis_ticks=0
+        redis_ticks=0 main_ticks=0
         for port in $(redis_nodes); do
             pid=$(redis-cli -p "$port" INFO server | awk -F: '/^process_id/ { print $2 }' | tr -d '\r')
             redis_ticks=$((redis_ticks + $(cpu_ticks "$pid")))
+            main_ticks=$((main_ticks + $(main_cpu_ticks "$pid")))
+            thread_cpu_ticks "$pid" | sed "s/^/$port after /" >>"$LOGS/$name.redis-threads"
             redis-cli -p "$port" INFO commandstats >>"$LOGS/$name.commandstats"
         done
         redis_ticks=$((redis_ticks - redis_before))
+        main_ticks=$((main_ticks - main_before))
         commands=$(commands_total)
         # Party keys: both halves of every lookup went to this party. The CPU and commands count
         # the warm-up too (reset before it), so they are divided by the keys of warm-up + measure.
-        python3 - "$LOGS/$name.json" "$gw_ticks" "$redis_ticks" "$commands" "$WARM" <<'PY' | tee -a "$SUMMARY"
+        python3 - "$LOGS/$name.json" "$gw_ticks" "$redis_ticks" "$commands" "$WARM" "$main_ticks" <<'PY' | tee -a "$SUMMARY"
 import json, sys
 r = json.load(open(sys.argv[1]))
 gw, rd, cmds, warm = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+main = int(sys.argv[6])
 party_keys_s = 2 * r["achieved_keys_per_s"]
 keys_all = party_keys_s * (r["duration_s"] + warm)
 per = lambda ticks: ticks * 1e4 / keys_all if keys_all else float("nan")
@@ -234,7 +256,8 @@ print(f"  clients {sys.argv[1].rsplit('-c', 1)[-1].split('.')[0]:>5}: {party_key
       f"p50 {lat['p50']:.2f} ms p99 {lat['p99']:.2f} ms; errors {sum(r['errors'].values())}; "
       f"gateway {per(gw):.1f} us/key ({gw / (r['duration_s'] + warm):.0f} % of a core); "
       f"redis {per(rd):.1f} us/key ({rd / (r['duration_s'] + warm):.0f} %); "
-      f"{cmds / keys_all if keys_all else float('nan'):.2f} commands/key")
+      f"{cmds / keys_all if keys_all else float('nan'):.2f} commands/key; "
+      f"redis main thread {per(main):.1f} us/key ({main / (r['duration_s'] + warm):.0f} %)")
 PY
         for g in $(seq 0 $((n - 1))); do
             get "http://127.0.0.1:$((9100 + g))/metrics" "$LOGS/$name-g$g.metrics" || true

@@ -29,10 +29,17 @@
 # shards path runs one a shard), OUT (default .gpu/out/host-path). CPUs (taskset lists):
 # REDIS_CPUS (default 0), GATEWAY_CPUS (default 1), WORKER_CPUS and CLIENT_CPUS (default: the
 # other cores split in half); on fewer than 4 cores everything shares every core. The gateway
-# runs its default thread count.
+# runs its default thread count. REDIS_ARGS: extra redis-server arguments, one line split on
+# spaces (e.g. "--io-threads 4 --io-threads-do-reads yes"; give REDIS_CPUS room for the threads).
 #
-# A set's directory may hold GATEWAY_ARGS: flags its gateway gets (one line), to compare one
-# binary set at two settings (the set's COMMIT file names the setting then).
+# Redis CPU is read twice: the whole process (every thread) and its main thread alone
+# (/proc/PID/task/PID/stat: the thread that runs every command, the one that binds; Redis' I/O
+# threads, when enabled, take socket reads and writes off it). Each run's per-thread CPU is in
+# OUT/runs/NAME/redis-threads.txt.
+#
+# A set's directory may hold GATEWAY_ARGS: flags its gateway gets (one line), and REDIS_ARGS:
+# flags its redis-server gets (one line, after the environment's), to compare one binary set at
+# two settings (the set's COMMIT file names the setting then; copy the set's directory).
 #
 # `run` writes OUT/results.txt (a line a run), OUT/summary.md (the median per set and path,
 # rewritten after each run) and each run's logs and load report under OUT/runs/; it stops every
@@ -114,7 +121,7 @@ fi
 OUT=${OUT:-.gpu/out/host-path}
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
-rm -rf "$OUT/results.txt" "$OUT/summary.md" "$OUT/runs"
+rm -rf "$OUT/results.txt" "$OUT/results.jsonl" "$OUT/summary.md" "$OUT/runs"
 mkdir -p "$OUT/runs"
 REDIS_PORT=${REDIS_PORT:-7471}
 GW_PORT=${GW_PORT:-8471}
@@ -155,6 +162,25 @@ accepted() {
 
 # ticks PID: user + system CPU of a process so far, in clock ticks
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# main_ticks PID: the same for the process's main thread alone (its tid is its pid)
+main_ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
+
+# thread_ticks PID: a line per thread, "tid name ticks" (the name is /proc's comm, no spaces in
+# Redis' thread names)
+thread_ticks() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        echo "${t##*/} $(tr -d ' ' <"$t/comm") $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)"
+    done
+}
+
+# thread_report BEFORE AFTER QUERIES: per thread, the ticks between the two thread_ticks
+# listings and the µs a party query they make
+thread_report() {
+    awk -v q="$3" -v hz="$HZ" 'NR == FNR {b[$1] = $3; next}
+        {d = $3 - b[$1]; printf "%s %s %d ticks %.1f us/party query\n", $1, $2, d, q ? d * 1e6 / hz / q : 0}' "$1" "$2"
+}
 
 # commands: every call INFO commandstats counts since the reset, summed
 commands() {
@@ -208,8 +234,10 @@ one_run() {
     partitions) parts=4 ;;
     *) echo "unknown path $path" >&2; exit 2 ;;
     esac
+    local redis_args=()
+    read -ra redis_args <<<"${REDIS_ARGS:-} $(cat "$s/REDIS_ARGS" 2>/dev/null || true)"
     start "$REDIS_CPUS" "$L/redis.log" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
-        --save "" --appendonly no --dir "$W"
+        --save "" --appendonly no --dir "$W" "${redis_args[@]}"
     local redis=${PIDS[-1]}
     for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
     local url=redis://127.0.0.1:$REDIS_PORT
@@ -243,29 +271,36 @@ one_run() {
     sleep "$WARM"
     alive "$L" "${PIDS[@]}"
     redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
-    local q0 r0 g0 q1 r1 g1 c1
-    q0=$(accepted) r0=$(ticks "$redis") g0=$(ticks "$gw")
+    local q0 r0 m0 g0 q1 r1 m1 g1 c1
+    thread_ticks "$redis" >"$W/threads0"
+    q0=$(accepted) r0=$(ticks "$redis") m0=$(main_ticks "$redis") g0=$(ticks "$gw")
     sleep "$DUR"
     alive "$L" "${PIDS[@]}"
-    q1=$(accepted) r1=$(ticks "$redis") g1=$(ticks "$gw") c1=$(($(commands) - 1)) # less the reset
+    q1=$(accepted) r1=$(ticks "$redis") m1=$(main_ticks "$redis") g1=$(ticks "$gw")
+    c1=$(($(commands) - 1)) # less the reset
+    thread_ticks "$redis" >"$W/threads1"
+    thread_report "$W/threads0" "$W/threads1" "$((q1 - q0))" >"$L/redis-threads.txt"
     wait "$load" || { tail -n 20 "$L/load.log" >&2; echo "FAILED: $name: the load failed" | tee -a "$OUT/results.txt"; exit 1; }
     stop_all
     python3 - "$L/load.json" "$name" "$set" "$(cat "$s/COMMIT")" "$path" "$((q1 - q0))" "$c1" \
-        "$((r1 - r0))" "$((g1 - g0))" "$HZ" "$OUT/results.txt" "$OUT/results.jsonl" <<'PY'
+        "$((r1 - r0))" "$((g1 - g0))" "$HZ" "$OUT/results.txt" "$OUT/results.jsonl" \
+        "$((m1 - m0))" "${redis_args[*]}" <<'PY'
 import json, sys
-load, name, set_, commit, path, q, calls, r, g, hz, txt, jsonl = sys.argv[1:]
+load, name, set_, commit, path, q, calls, r, g, hz, txt, jsonl, m, redis_args = sys.argv[1:]
 rep = json.load(open(load))
-q, calls, r, g, hz = int(q), int(calls), int(r), int(g), int(hz)
+q, calls, r, g, hz, m = int(q), int(calls), int(r), int(g), int(hz), int(m)
 errors = sum(rep.get("errors", {}).values())
 row = {"name": name, "set": set_, "commit": commit, "path": path, "party_queries": q,
        "commands_per_query": calls / q if q else 0,
        "redis_us_per_query": r * 1e6 / hz / q if q else 0,
        "gateway_us_per_query": g * 1e6 / hz / q if q else 0,
        "keys_per_s": rep["achieved_keys_per_s"], "p50_ms": rep["latency_ms"]["p50"],
-       "errors": errors}
+       "errors": errors, "redis_main_us_per_query": m * 1e6 / hz / q if q else 0,
+       "redis_args": redis_args}
 line = (f"{name}: {commit} {path}: {q} party queries, {row['commands_per_query']:.2f} commands, "
         f"Redis {row['redis_us_per_query']:.1f} us, gateway {row['gateway_us_per_query']:.1f} us a party "
-        f"query; {row['keys_per_s']:.0f} keys/s (p50 {row['p50_ms']:.1f} ms), errors {errors}")
+        f"query; {row['keys_per_s']:.0f} keys/s (p50 {row['p50_ms']:.1f} ms), errors {errors}; "
+        f"Redis main thread {row['redis_main_us_per_query']:.1f} us a party query")
 print(line)
 open(txt, "a").write(line + "\n")
 open(jsonl, "a").write(json.dumps(row) + "\n")
@@ -283,16 +318,18 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 sets = list(dict.fromkeys(r["set"] for r in rows))
 paths = list(dict.fromkeys(r["path"] for r in rows))
 out = ["| path | binaries | runs | commands / party query | Redis µs / party query | "
-       "gateway µs / party query | keys/s | p50 ms |", "|---|---|---|---|---|---|---|---|"]
+       "gateway µs / party query | keys/s | p50 ms | Redis main thread µs / party query |",
+       "|---|---|---|---|---|---|---|---|---|"]
 for p in paths:
     for s in sets:
         rs = [r for r in rows if r["path"] == p and r["set"] == s]
         if not rs:
             continue
-        m = lambda k: statistics.median(r[k] for r in rs)
+        m = lambda k: statistics.median(r.get(k, 0) for r in rs)
         out.append(f"| {p} | {rs[0]['commit']} | {len(rs)} | {m('commands_per_query'):.2f} | "
                    f"{m('redis_us_per_query'):.1f} | {m('gateway_us_per_query'):.1f} | "
-                   f"{m('keys_per_s'):,.0f} | {m('p50_ms'):.1f} |")
+                   f"{m('keys_per_s'):,.0f} | {m('p50_ms'):.1f} | "
+                   f"{m('redis_main_us_per_query'):.1f} |")
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
@@ -303,7 +340,7 @@ PY
     for s in "${SETS[@]}"; do echo "$(basename "$s"): $(cat "$s/COMMIT")"; done
     echo "redis: $(redis-server --version)"
     echo "PATHS=\"$PATHS\" RUNS=$RUNS DUR=$DUR WARM=$WARM CLIENTS=$CLIENTS PAGES=$PAGES WORKERS=$WORKERS" \
-        "REDIS_CPUS=$REDIS_CPUS GATEWAY_CPUS=$GATEWAY_CPUS WORKER_CPUS=$WORKER_CPUS CLIENT_CPUS=$CLIENT_CPUS"
+        "REDIS_ARGS=\"${REDIS_ARGS:-}\" REDIS_CPUS=$REDIS_CPUS GATEWAY_CPUS=$GATEWAY_CPUS WORKER_CPUS=$WORKER_CPUS CLIENT_CPUS=$CLIENT_CPUS"
 } | tee "$OUT/results.txt"
 for s in "${SETS[@]}"; do databases "$s"; done
 for run in $(seq "$RUNS"); do

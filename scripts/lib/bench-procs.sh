@@ -27,3 +27,16 @@ get() {
 # cpu_ticks PID: user + system CPU of a process so far, in clock ticks (1/100 s); 0 when it is
 # gone.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+# main_cpu_ticks PID: the same for the process's main thread alone (its tid is its pid; Redis
+# runs every command there); 0 when it is gone.
+main_cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat" 2>/dev/null || echo 0; }
+
+# thread_cpu_ticks PID: a line per thread of the process, "tid name ticks" (name: /proc's comm,
+# spaces removed)
+thread_cpu_ticks() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        echo "${t##*/} $(tr -d ' ' <"$t/comm" 2>/dev/null) $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)"
+    done
+}
