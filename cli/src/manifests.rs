@@ -31,14 +31,7 @@ impl ManifestFile {
         epoch: u64,
     ) -> anyhow::Result<ManifestFile> {
         let name = path.display();
-        let list = match std::fs::read(path) {
-            Ok(bytes) => Manifest::parse_list(&bytes).with_context(|| name.to_string())?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e).with_context(|| format!("reading {name}")),
-        };
-        Manifest::check_chain(&list, &signer.block).with_context(|| {
-            format!("{name} is not this database's manifest file (or was altered)")
-        })?;
+        let list = read_checked(path, signer)?;
         let db_epoch = db.header().epoch;
         let previous = match list.last() {
             Some(last) => {
@@ -51,20 +44,7 @@ impl ManifestFile {
                         last.epoch + 1
                     );
                 }
-                // Where the database's own epoch is in the file, its digest must be there too.
-                let first = list[0].epoch;
-                if (first..=last.epoch).contains(&db_epoch)
-                    && list[(db_epoch - first) as usize].digest != db.digest()
-                {
-                    bail!(
-                        "{name}: its manifest of epoch {db_epoch} names digest {}, but {} (at \
-                         epoch {db_epoch}) has digest {}: the file belongs to another history \
-                         of this database",
-                        list[(db_epoch - first) as usize].digest,
-                        db.path().display(),
-                        db.digest()
-                    );
-                }
+                check_db_digest(path, &list, db)?;
                 last.digest
             }
             None => {
@@ -89,6 +69,105 @@ impl ManifestFile {
         })
     }
 
+    /// Reads `path` for the update that follows `after`, updates of `db` made since it but not
+    /// applied to it (`pirq eth import --after`: updates to epochs `db + 1 ..= db + k`, in
+    /// order). Before any work is done on them: the file must end at exactly epoch `db + k`
+    /// (the new manifest chains from that one), and its manifest of each epoch `db + i` must be
+    /// the publisher's manifest of that very update: the same pages and the digest `D(db + i)`
+    /// chained from `db`'s through the updates (SPEC §2.1). The digest binds every byte of
+    /// every page, tails included, and the manifest is signed, so that names each update as
+    /// the publisher's own, its pages' signatures and `changed_epoch` as they were signed.
+    pub fn open_after(
+        path: &Path,
+        db: &PirDb,
+        signer: &PageSigner,
+        after: &[Applied],
+    ) -> anyhow::Result<ManifestFile> {
+        let name = path.display();
+        let db_epoch = db.header().epoch;
+        let Some(newest) = after.last() else {
+            return ManifestFile::open_for(path, db, signer, db_epoch + 1);
+        };
+        let list = read_checked(path, signer)?;
+        let given = || {
+            let epochs = match after {
+                [one] => format!("epoch {}", one.epoch),
+                _ => format!("epochs {} to {}", db_epoch + 1, newest.epoch),
+            };
+            format!(
+                "{} (at epoch {db_epoch}) with --after {} ({epochs})",
+                db.path().display(),
+                after
+                    .iter()
+                    .map(|a| a.file.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        };
+        let Some(last) = list.last() else {
+            bail!(
+                "{name} holds no manifest, but the base is {}: each signed update appends its \
+                 manifest to the file it was made with, so the file must end at epoch {}; give \
+                 that file",
+                given(),
+                newest.epoch
+            );
+        };
+        if last.epoch != newest.epoch {
+            let why = if last.epoch < newest.epoch {
+                "it lacks the manifests of the later updates: give the manifest file they were \
+                 made with"
+            } else {
+                "updates were made after these: give --after every update made since the base, \
+                 in order"
+            };
+            bail!(
+                "{name} ends at epoch {}, but the base is {}: the manifest file must end at \
+                 exactly epoch {}, the next update's manifest chaining from it ({why})",
+                last.epoch,
+                given(),
+                newest.epoch
+            );
+        }
+        check_db_digest(path, &list, db)?;
+        let first = list[0].epoch;
+        for a in after {
+            let Some(m) = a
+                .epoch
+                .checked_sub(first)
+                .and_then(|i| list.get(i as usize))
+            else {
+                bail!(
+                    "{name} holds no manifest of epoch {} (it starts at epoch {first}), the \
+                     epoch of {}: give the manifest file that update was made with",
+                    a.epoch,
+                    a.file.display()
+                );
+            };
+            if m.pages != a.pages || m.digest != a.digest {
+                bail!(
+                    "{} is not the update of epoch {} that {name} names: its manifest there \
+                     says {} pages and digest {}, the update chained on {} makes {} pages and \
+                     digest {} (give --after the updates made since the base, in order, with \
+                     the manifest file they were made with)",
+                    a.file.display(),
+                    a.epoch,
+                    m.pages.len(),
+                    m.digest.short(),
+                    db.path().display(),
+                    a.pages.len(),
+                    a.digest.short()
+                );
+            }
+        }
+        let previous = last.digest;
+        Ok(ManifestFile {
+            path: path.to_path_buf(),
+            list,
+            previous,
+        })
+    }
+
     /// Where the file is.
     pub fn path(&self) -> &Path {
         &self.path
@@ -106,6 +185,66 @@ impl ManifestFile {
             .with_context(|| format!("writing {}", self.path.display()))?;
         Ok(manifest)
     }
+}
+
+/// An update made since a database file and not applied to it, as read by a command that takes
+/// it as applied (`pirq eth import --after`): what its manifest must say of it.
+pub struct Applied {
+    /// The update file, for messages.
+    pub file: PathBuf,
+    pub epoch: u64,
+    /// `D(epoch)`: the file's digest chained through this update and those before it.
+    pub digest: Digest,
+    /// Its page indices, ascending, each once (as a manifest lists them).
+    pub pages: Vec<u64>,
+}
+
+impl Applied {
+    /// `update`, read from `file`, taken as applied on top of a database at `previous`, its
+    /// digest at the epoch before.
+    pub fn new(file: &Path, previous: Digest, update: &EpochUpdate) -> Applied {
+        let mut pages: Vec<u64> = update.pages.iter().map(|w| w.index).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        Applied {
+            file: file.to_path_buf(),
+            epoch: update.epoch,
+            digest: previous.next(update),
+            pages,
+        }
+    }
+}
+
+/// Reads a manifest file (a missing file is an empty list) and checks it is `signer`'s
+/// database's: every signature, no gap.
+fn read_checked(path: &Path, signer: &PageSigner) -> anyhow::Result<Vec<Manifest>> {
+    let name = path.display();
+    let list = match std::fs::read(path) {
+        Ok(bytes) => Manifest::parse_list(&bytes).with_context(|| name.to_string())?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {name}")),
+    };
+    Manifest::check_chain(&list, &signer.block)
+        .with_context(|| format!("{name} is not this database's manifest file (or was altered)"))?;
+    Ok(list)
+}
+
+/// Where `db`'s own epoch is in the (non-empty) `list`, its digest must be there too.
+fn check_db_digest(path: &Path, list: &[Manifest], db: &PirDb) -> anyhow::Result<()> {
+    let db_epoch = db.header().epoch;
+    let (first, last) = (list[0].epoch, list[list.len() - 1].epoch);
+    if (first..=last).contains(&db_epoch) && list[(db_epoch - first) as usize].digest != db.digest()
+    {
+        bail!(
+            "{}: its manifest of epoch {db_epoch} names digest {}, but {} (at epoch {db_epoch}) \
+             has digest {}: the file belongs to another history of this database",
+            path.display(),
+            list[(db_epoch - first) as usize].digest,
+            db.path().display(),
+            db.digest()
+        );
+    }
+    Ok(())
 }
 
 /// The manifest file a signed update's manifest joins, read and checked before anything is

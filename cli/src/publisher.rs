@@ -113,15 +113,7 @@ pub fn next_update(
     let next = db.header().epoch + 1;
     let epoch = epoch.unwrap_or(next);
     pirq_db::check_epoch(epoch).context("--epoch")?;
-    let signer = match (&signing.sign_key, db.signing()) {
-        (Some(path), block) => Some(signer_for(path, block)?),
-        (None, Some(_)) => bail!(
-            "{} is a signed database: its updates must be signed too; give --sign-key (the \
-             publisher's secret key)",
-            db_path.display()
-        ),
-        (None, None) => None,
-    };
+    let signer = update_signer(db, db_path, signing)?;
     if epoch != next {
         bail!(
             "{} is at epoch {}: its update is epoch {next} (got --epoch {epoch}); pass the \
@@ -141,6 +133,24 @@ pub fn next_update(
         epoch,
         signer,
         manifests,
+    })
+}
+
+/// The signer of an update of `db` (read from `db_path`): `--sign-key`, which must be the
+/// publisher of a signed database; none for an unsigned one, whose updates are not signed.
+pub fn update_signer(
+    db: &PirDb,
+    db_path: &Path,
+    signing: &UpdateSigningArgs,
+) -> anyhow::Result<Option<PageSigner>> {
+    Ok(match (&signing.sign_key, db.signing()) {
+        (Some(path), block) => Some(signer_for(path, block)?),
+        (None, Some(_)) => bail!(
+            "{} is a signed database: its updates must be signed too; give --sign-key (the \
+             publisher's secret key)",
+            db_path.display()
+        ),
+        (None, None) => None,
     })
 }
 

@@ -40,7 +40,8 @@ pub struct ImportArgs {
     pub changes: Option<PathBuf>,
     /// Update mode: updates already made since the base (UDIR of earlier runs, oldest first),
     /// taken as applied on top of it, so a block can follow the last without `pirq db apply`
-    /// rewriting the tables (unsigned tables).
+    /// rewriting the tables. Signed tables: --manifests MDIR must be the directory those
+    /// updates appended to, each file ending at the last of them and naming each.
     #[arg(long, requires = "base", num_args = 1..)]
     pub after: Vec<PathBuf>,
     /// Where the tables go: DIR/accounts.pirdb, DIR/code.pirdb, DIR/storage.pirdb and

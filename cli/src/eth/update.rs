@@ -7,7 +7,8 @@
 //! found and different, a change; not found, an insert. (2) Occupied slots never marked are
 //! the deletes (found on all cores, in page order). With `--changes` instead, the lines are
 //! the block's changed records alone and a zero slot value a delete; with `--after`, earlier
-//! updates' pages are read on top of the base files. (3) Deletes, changes and inserts
+//! updates' pages are read on top of the base files (a signed table's manifest file must name
+//! each of them, and the new manifest chains from theirs). (3) Deletes, changes and inserts
 //! are applied to a private copy-on-write mapping of each table with the builder's placement,
 //! and the pages that differ become that table's update (`pirq kv update` does the same for
 //! change lines). Every table gets the same next epoch, an empty update where nothing changed,
@@ -43,6 +44,8 @@ struct Base {
     overlay: HashMap<u64, Vec<u8>>,
     /// The epoch the base is at: the file's, plus one an update applied on top.
     epoch: u64,
+    /// A signed table's `--after` updates, as its manifests must name them.
+    applied: Vec<crate::manifests::Applied>,
 }
 
 impl Base {
@@ -58,6 +61,7 @@ impl Base {
         let slots = params.num_pages as usize * params.slots_per_page();
         let mut epoch = db.header().epoch;
         let mut overlay = HashMap::new();
+        let mut applied: Vec<crate::manifests::Applied> = Vec::new();
         for udir in after {
             let file = udir.join(format!("{name}.update"));
             let update = crate::epoch::read_update(&file)?;
@@ -72,6 +76,10 @@ impl Base {
             update
                 .validate(params.num_pages, params.page_size as usize)
                 .with_context(|| format!("{}", file.display()))?;
+            if db.signing().is_some() {
+                let previous = applied.last().map_or(db.digest(), |a| a.digest);
+                applied.push(crate::manifests::Applied::new(&file, previous, &update));
+            }
             for w in update.pages {
                 overlay.insert(w.index, w.page);
             }
@@ -88,6 +96,7 @@ impl Base {
             deletes: Vec::new(),
             overlay,
             epoch,
+            applied,
         })
     }
 
@@ -300,8 +309,12 @@ fn open_bases(base_dir: &Path, after: &[PathBuf]) -> anyhow::Result<(Vec<Base>, 
     Ok((bases, epoch))
 }
 
-/// Each table's next update: its epoch, and its signer and manifests when signed (checked, and
-/// the manifest files read, before any work); `--after` stacks only unsigned tables.
+/// Each table's next update: its epoch, and its signer and manifests when signed, all checked
+/// (and the manifest files read) before any work. With `--after`, a signed table's manifest
+/// file must end at the last of those updates and name each of them ([`ManifestFile::open_after`]):
+/// the new manifest chains from theirs as if they had been applied.
+///
+/// [`ManifestFile::open_after`]: crate::manifests::ManifestFile::open_after
 fn next_updates(
     args: &ImportArgs,
     bases: &[Base],
@@ -329,16 +342,23 @@ fn next_updates(
                     &[&b.path, input_path, &update],
                 );
             }
-            if args.sign_key.is_some() || b.db.signing().is_some() {
-                bail!(
-                    "--after is for unsigned tables: a signed table's updates chain its \
-                     manifests from the file's epoch (apply the updates first: pirq db apply)"
-                );
-            }
+            let signer = crate::publisher::update_signer(&b.db, &b.path, &signing)?;
+            crate::manifests::require(signing.manifests.as_deref(), signer.is_some())?;
+            let manifests = match (&signing.manifests, &signer) {
+                (Some(path), Some(signer)) => {
+                    let mut others = vec![b.path.as_path(), input_path, &update];
+                    others.extend(b.applied.iter().map(|a| a.file.as_path()));
+                    crate::manifests::check_path(path, &others)?;
+                    Some(crate::manifests::ManifestFile::open_after(
+                        path, &b.db, signer, &b.applied,
+                    )?)
+                }
+                _ => None,
+            };
             Ok(crate::publisher::NextUpdate {
                 epoch: epoch + 1,
-                signer: None,
-                manifests: None,
+                signer,
+                manifests,
             })
         })
         .collect()
