@@ -25,9 +25,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -201,9 +200,10 @@ impl Access {
         self.tokens.clone()
     }
 
-    /// The check of one request: `Err` with why it is turned away. Only submits (POST) count
-    /// against the rates.
-    fn check(&self, req: &Request) -> Result<(), Denied> {
+    /// The check of one request to a query route (submit and result reads, before any body is
+    /// read; [`crate::front`]): `Err` with why it is turned away, whose answer counts the
+    /// refusal. Only submits (POST) count against the rates.
+    pub fn check(&self, req: &Request) -> Result<(), Denied> {
         let submit = req.method() == Method::POST;
         if let Some(tokens) = &self.tokens {
             let Some(digest) = bearer(req).and_then(|t| tokens.find(t)) else {
@@ -227,7 +227,7 @@ impl Access {
 
 /// A request turned away: why, and for a rate limit how long until the next is let in.
 #[derive(Debug)]
-struct Denied {
+pub struct Denied {
     reason: Refusal,
     wait: Duration,
 }
@@ -259,14 +259,6 @@ impl IntoResponse for Denied {
             Refusal::Unauthorized => unauthorized(),
             reason => rate_limited(reason, self.wait),
         }
-    }
-}
-
-/// The middleware on the query routes (submit and result reads), before any body is read.
-pub async fn guard(State(access): State<Access>, req: Request, next: Next) -> Response {
-    match access.check(&req) {
-        Ok(()) => next.run(req).await,
-        Err(denied) => denied.into_response(),
     }
 }
 

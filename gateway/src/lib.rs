@@ -10,7 +10,8 @@
 //! - [`events`]: the one pub/sub connection and its fan-out to waiting requests.
 //! - [`dbinfo`]: the registered database, cached for validation; [`tables`]: the party's
 //!   named tables (issue 38), learnt from the workers' registration.
-//! - [`routes`]: thin handlers, [`error`]: error → HTTP status + JSON, [`body`]: request bodies
+//! - [`routes`]: thin handlers behind one middleware each, [`front`] (head limits, request
+//!   metrics, the access checks), [`error`]: error → HTTP status + JSON, [`body`]: request bodies
 //!   read only after the checks that need none, bounded in size and time.
 //! - [`admission`]: whether a submit is taken now, every gate in order and its answer;
 //!   [`idempotency`], [`backpressure`], [`durability`]: `Idempotency-Key`, the drain rate and
@@ -35,6 +36,7 @@ pub mod dbinfo;
 pub mod durability;
 pub mod error;
 pub mod events;
+pub mod front;
 pub mod idempotency;
 pub mod lanes;
 pub mod metrics;

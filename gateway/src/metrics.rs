@@ -1,13 +1,14 @@
-//! Prometheus metrics: the recorder, and a middleware that counts and times every request.
+//! Prometheus metrics: the recorder, and the count and time of every request ([`Tracked`]).
 //!
 //! Names follow `pirq_gateway_<what>_<unit>`; the route label is the matched route template
 //! (`/v1/queries/{id}`), never the raw path, so request ids do not explode the label space.
 
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
+use axum::extract::Request;
+use axum::http::Method;
 use axum::response::Response;
+use metrics::SharedString;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 /// Installs the process-wide Prometheus recorder and its upkeep. Call once, from `main`,
@@ -25,23 +26,42 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     Ok(handle)
 }
 
-/// Counts and times every request by route, method and status.
-pub async fn track(req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().to_string();
-    let named = table_of(req.uri().path());
-    let resp = next.run(req).await;
-    let table = table_label(&route, named, resp.status().as_u16());
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!(pirq_shared::metrics::GATEWAY_HTTP_REQUESTS, "route" => route.clone(), "method" => method, "status" => status, "table" => table.clone()).increment(1);
-    metrics::histogram!(pirq_shared::metrics::GATEWAY_HTTP_REQUEST_DURATION, "route" => route, "table" => table)
-        .record(start.elapsed().as_secs_f64());
-    resp
+/// One request on its way through its route, counted and timed by route, method, status and
+/// table when its answer is ready ([`crate::front`] starts and finishes it).
+pub struct Tracked {
+    start: Instant,
+    /// The route's template (`/v1/queries/{id}`), never the raw path.
+    route: &'static str,
+    method: SharedString,
+    /// The table the path names, if it names one.
+    named: Option<String>,
+}
+
+impl Tracked {
+    /// Starts the clock for `req`, which reached `route`.
+    pub fn start(route: &'static str, req: &Request) -> Tracked {
+        let method = match *req.method() {
+            Method::GET => SharedString::const_str("GET"),
+            Method::POST => SharedString::const_str("POST"),
+            Method::HEAD => SharedString::const_str("HEAD"),
+            ref other => SharedString::from(other.to_string()),
+        };
+        Tracked {
+            start: Instant::now(),
+            route,
+            method,
+            named: table_of(req.uri().path()),
+        }
+    }
+
+    /// Counts the request with the status of `resp` and records how long it took.
+    pub fn finish(self, resp: &Response) {
+        let status = resp.status().as_u16();
+        let table = table_label(self.route, self.named, status);
+        metrics::counter!(pirq_shared::metrics::GATEWAY_HTTP_REQUESTS, "route" => self.route, "method" => self.method, "status" => status.to_string(), "table" => table.clone()).increment(1);
+        metrics::histogram!(pirq_shared::metrics::GATEWAY_HTTP_REQUEST_DURATION, "route" => self.route, "table" => table)
+            .record(self.start.elapsed().as_secs_f64());
+    }
 }
 
 /// The table a `/v1/tables/NAME/…` or `/v1/admin/tables/NAME/…` path names, if it is a valid
@@ -58,7 +78,7 @@ fn table_of(path: &str) -> Option<String> {
 /// The `table` label: the table a table route names (but on a 404, which may be
 /// `unknown_table`: names sent by anyone must not grow the label space), `default` on the
 /// per-database routes without a table name, `-` elsewhere.
-fn table_label(route: &str, named: Option<String>, status: u16) -> String {
+fn table_label(route: &str, named: Option<String>, status: u16) -> SharedString {
     const DEFAULT_ROUTES: [&str; 6] = [
         "/v1/queries",
         "/v1/queries/{id}",
@@ -68,9 +88,11 @@ fn table_label(route: &str, named: Option<String>, status: u16) -> String {
         "/v1/admin/epochs",
     ];
     match named {
-        Some(name) if status != 404 => name,
-        Some(_) => "-".to_string(),
-        None if DEFAULT_ROUTES.contains(&route) => pirq_shared::layout::DEFAULT_TABLE.to_string(),
-        None => "-".to_string(),
+        Some(name) if status != 404 => SharedString::from(name),
+        Some(_) => SharedString::const_str("-"),
+        None if DEFAULT_ROUTES.contains(&route) => {
+            SharedString::const_str(pirq_shared::layout::DEFAULT_TABLE)
+        }
+        None => SharedString::const_str("-"),
     }
 }

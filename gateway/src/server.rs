@@ -15,7 +15,7 @@
 //!   connection is in the middle of a request, the new one gets a canned 503
 //!   `too_many_connections` and is closed. So sockets that send nothing can never lock out a
 //!   client that sends a request, `/healthz` included.
-//! - **Head size**: [`head_limits`] answers 414 and 431 with JSON bodies for targets and heads
+//! - **Head size**: [`check_head`] answers 414 and 431 with JSON bodies for targets and heads
 //!   past [`MAX_URI_BYTES`] and [`MAX_HEAD_BYTES`]; hyper's own buffer ([`READ_BUFFER_BYTES`])
 //!   bounds what a connection may hold before that (past it hyper answers a bare 431).
 //! - **TLS** (`--tls-cert`): the handshake runs in the connection's task once it holds a slot,
@@ -33,9 +33,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::Request;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -293,19 +290,20 @@ async fn refuse(mut tcp: TcpStream) {
     .await;
 }
 
-/// JSON 414 and 431 for request targets and heads past [`MAX_URI_BYTES`] and [`MAX_HEAD_BYTES`].
-pub async fn head_limits(req: Request, next: Next) -> Response {
+/// JSON 414 and 431 for request targets and heads past [`MAX_URI_BYTES`] and [`MAX_HEAD_BYTES`]:
+/// the first check of every request, matched or not ([`crate::front`] and the router's
+/// fallbacks).
+pub fn check_head<B>(req: &axum::http::Request<B>) -> Result<(), ApiError> {
     let target = req
         .uri()
         .path_and_query()
         .map(|p| p.as_str().len())
         .unwrap_or(0);
     if target > MAX_URI_BYTES {
-        return ApiError::new(
+        return Err(ApiError::new(
             ErrorCode::UriTooLong,
             format!("the request target is longer than {MAX_URI_BYTES} bytes"),
-        )
-        .into_response();
+        ));
     }
     let head: usize = target
         + req
@@ -314,13 +312,12 @@ pub async fn head_limits(req: Request, next: Next) -> Response {
             .map(|(n, v)| n.as_str().len() + v.len() + 4)
             .sum::<usize>();
     if head > MAX_HEAD_BYTES {
-        return ApiError::new(
+        return Err(ApiError::new(
             ErrorCode::HeadersTooLarge,
             format!("the request head is larger than {MAX_HEAD_BYTES} bytes"),
-        )
-        .into_response();
+        ));
     }
-    next.run(req).await
+    Ok(())
 }
 
 /// The open connections, oldest first.

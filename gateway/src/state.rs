@@ -1,5 +1,6 @@
 //! What every handler gets: configuration, Redis, the event hub, metrics. Built once in `main`.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +20,25 @@ use pirq_queue::producer::Producer;
 use pirq_queue::RedisTarget;
 use pirq_shared::layout::Layout;
 
+/// The state of a router, its [`Parts`] behind one `Arc`: axum clones a router's state for
+/// every request, at each layer and again for the handler's `State`, and a clone of this is
+/// one refcount where the parts' own clones were a dozen (3 % of the gateway's CPU a query
+/// went to cloning and dropping them, docs/bench/host-path.md). Fields read through `Deref`.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Parts>);
+
+impl Deref for AppState {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+/// What an [`AppState`] holds: each a handle of its own (mostly `Arc`s), shared by the states
+/// made from it ([`AppState::for_lane`], [`AppState::for_table`]).
+#[derive(Clone)]
+pub struct Parts {
     pub config: Arc<Config>,
     pub producer: Producer,
     pub db: Arc<DbCache>,
@@ -72,7 +90,7 @@ impl AppState {
             Duration::from_secs(config.fetched_result_ttl),
         );
         retention.spawn(producer.clone());
-        Ok(AppState {
+        Ok(AppState::of(Parts {
             config: Arc::new(config),
             producer,
             db,
@@ -86,7 +104,12 @@ impl AppState {
             access,
             table: Arc::from(pirq_shared::layout::DEFAULT_TABLE),
             tables,
-        })
+        }))
+    }
+
+    /// A state of these parts.
+    pub fn of(parts: Parts) -> AppState {
+        AppState(Arc::new(parts))
     }
 
     /// The state a connection lane serves from ([`crate::lanes`]): a producer of its own (its
@@ -97,21 +120,21 @@ impl AppState {
     /// another lane, and refuse queries for the new one).
     pub fn for_lane(&self) -> Result<AppState, StateError> {
         let target = self.config.redis.target().map_err(StateError::Target)?;
-        Ok(AppState {
+        Ok(AppState::of(Parts {
             producer: producer(&self.config, &target, self.producer.layout())?,
-            ..self.clone()
-        })
+            ..Parts::clone(self)
+        }))
     }
 
     /// With the durability mode probed at start (`--durability fsync`).
     pub fn with_durability(mut self, durable: Durable) -> AppState {
-        self.durable = durable;
+        Arc::make_mut(&mut self.0).durable = durable;
         self
     }
 
     /// With the shutdown signal `main` turns on at SIGTERM.
     pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> AppState {
-        self.shutdown = shutdown;
+        Arc::make_mut(&mut self.0).shutdown = shutdown;
         self
     }
 }

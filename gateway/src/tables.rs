@@ -21,7 +21,7 @@ use pirq_shared::layout::{check_table_name, DEFAULT_TABLE};
 use crate::backpressure::Drain;
 use crate::dbinfo::DbCache;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Parts};
 
 /// The named tables this gateway has served so far.
 pub struct Tables {
@@ -78,14 +78,14 @@ impl AppState {
                 drain.spawn(&self.tables.target, layout, self.config.redis_timeout());
             }
             tracing::info!(table = name, "serving a table of the party");
-            AppState {
+            AppState::of(Parts {
                 db: Arc::new(DbCache::new(producer.clone())),
                 producer,
                 drain,
                 durable,
                 table: Arc::from(name),
-                ..self.clone()
-            }
+                ..Parts::clone(self)
+            })
         });
         Ok(table.clone())
     }

@@ -8,15 +8,16 @@ mod manifests;
 mod queries;
 mod tables;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
-use axum::{middleware, Router};
+use axum::Router;
 use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::{QueryResult, BINCODE, JSON};
 
 use crate::error::ApiError;
+use crate::front::Front;
 use crate::state::AppState;
 
 /// Which routes a listener serves.
@@ -178,43 +179,43 @@ pub fn router_for(state: AppState, routes: Routes) -> Router {
         Routes::Admin => None,
         Routes::All | Routes::Public => crate::cors::layer(&state.config.cors_origins),
     };
-    // Submits and result reads pass `--query-tokens` and the rate limits first; `/v1/info`
-    // stays open (a client reads what a party serves before it has a token).
+    // Every route behind its one middleware (`crate::front`): head limits, metrics, and on the
+    // query routes `--query-tokens` and the rate limits (`/v1/info` stays open: a client reads
+    // what a party serves before it has a token).
     let mut router = Router::new();
-    let mut guarded = Router::new();
-    let mut any_guarded = false;
     for route in Route::ALL.into_iter().filter(|r| r.served_on(routes)) {
-        if route.needs_query_access() {
-            guarded = guarded.route(route.path(), route.handler());
-            any_guarded = true;
-        } else {
-            router = router.route(route.path(), route.handler());
-        }
-    }
-    if any_guarded {
-        router = router.merge(guarded.route_layer(middleware::from_fn_with_state(
-            state.access.clone(),
-            crate::access::guard,
-        )));
+        let access = route.needs_query_access().then(|| state.access.clone());
+        let front = Front::new(route.path(), access);
+        router = router.route(route.path(), route.handler().route_layer(front));
     }
     let router = router
-        .route_layer(middleware::from_fn(crate::metrics::track))
-        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                ErrorCode::MethodNotAllowed,
-                "method not allowed on this route",
-            )
-        })
-        // Bodies are read by `crate::body` with each route's own limit.
-        .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn(crate::server::head_limits))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
     // Outermost, so preflights are answered before routing and error answers carry the
     // headers too (a browser may then read their error codes).
     match cors {
         Some(cors) => router.layer(cors),
         None => router,
+    }
+}
+
+/// A path no route has: 404 (414 or 431 first, as on a route).
+async fn not_found(req: Request) -> ApiError {
+    match crate::server::check_head(&req) {
+        Err(refused) => refused,
+        Ok(()) => ApiError::new(ErrorCode::NotFound, "no such route"),
+    }
+}
+
+/// A route's path with another method: 405 (414 or 431 first, as on a route).
+async fn method_not_allowed(req: Request) -> ApiError {
+    match crate::server::check_head(&req) {
+        Err(refused) => refused,
+        Ok(()) => ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            "method not allowed on this route",
+        ),
     }
 }
 
