@@ -28,7 +28,8 @@
 //! restricted to the segment. Each segment then contributes exactly `Σ_{p ∈ s} bit(p) ·
 //! page_p(e)`, whichever base it was read with, and the segments of a turn partition the range,
 //! so the sum over the turn is the answer at `e`. An update takes the write lock between steps,
-//! never inside one. A key whose epoch leaves the window mid-turn (the base folded past it:
+//! never inside one (the CUDA backend, which queues a step ahead and holds the lock only while
+//! launching it, has the update wait for the device work in flight once it holds the lock). A key whose epoch leaves the window mid-turn (the base folded past it:
 //! `--epoch-window` updates within one turn) can no longer be answered exactly and finishes with
 //! [`EpochError::OutsideWindow`](crate::epoch_window::EpochError).
 
@@ -78,9 +79,20 @@ pub trait Rotation: Send {
     fn join(&mut self, keys: &[DpfKey], epoch: u64) -> Result<Ticket, ScanError>;
 
     /// Scans the next segment for every key in flight (those joined since the last step start
-    /// with it) and returns the groups whose turn it completes. On an error every group in
-    /// flight is dropped (the caller fails or retries them all).
+    /// with it) and returns the groups whose turn is complete: those of this step, or, for a
+    /// backend that queues its steps ahead ([`steps_ahead`](Self::steps_ahead)), those of the
+    /// step that many calls before. On an error every group in flight is dropped (the caller
+    /// fails or retries them all).
     fn step(&mut self) -> Result<Step, ScanError>;
+
+    /// Steps a call launches ahead of the one whose groups it returns: 0 for a backend whose
+    /// step is done when the call returns, 1 for the CUDA backend, whose next step is already
+    /// queued on the device while the host hands the last one's answers over. A group's
+    /// answers then come back that many calls after its last segment, and
+    /// [`in_flight`](Self::in_flight) counts it until they have.
+    fn steps_ahead(&self) -> usize {
+        0
+    }
 
     /// [`step`](Self::step), calling `pause_point` between pieces of the segment: a worker of
     /// several tables offers its scanner to another table there (`worker/src/share.rs`), so a

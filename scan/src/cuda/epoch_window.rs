@@ -224,6 +224,10 @@ impl CudaScanner {
         let prepare = started.elapsed();
         let blocked_from = Instant::now();
         let mut st = self.epochs.write().unwrap_or_else(|e| e.into_inner());
+        // A rotation launches its next step under the read lock and lets it run after (it
+        // queues a step ahead, `super::rotation`): with the write lock held no step is launched,
+        // and this waits for those on the device, which read the base and the old table.
+        self.ctx.synchronize().map_err(CudaError::from)?;
         let (mut folded_pages, mut compaction) = (0, Duration::ZERO);
         if let Some(step) = &fold {
             let t = Instant::now();
@@ -234,8 +238,8 @@ impl CudaScanner {
         let old = std::mem::replace(&mut *st, next);
         drop(st);
         let blocked = blocked_from.elapsed();
-        // Freed after the lock: passes that used the old table or the folded steps finished
-        // before the write lock was granted, later passes see the new state, and freeing the
+        // Freed after the lock: passes and rotation steps that used the old table or the folded
+        // steps finished before the fold (above), later ones see the new state, and freeing the
         // old host window's diffs (hundreds of MiB for big updates) takes a while. A device
         // error in the fold above leaves the base half moved: the update fails, and the worker
         // stops (worker/src/epoch_follower.rs): a device fault, not a state to answer from.

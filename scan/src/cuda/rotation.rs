@@ -22,8 +22,19 @@
 //!    XORs the parities into the answer pages (`accumulate`), which persist across segments;
 //! 2. merges the epoch table's entries of the segment's pages (`epoch_merge` with a page range)
 //!    with the table of the base the segment was just read from, under the same read lock;
-//! 3. copies the answers of the groups whose turn ended to the host, once, and synchronizes;
-//!    the lock is released only then, so an update's fold never runs beside a segment.
+//! 3. copies the answers of the groups whose turn ended to the host, once.
+//!
+//! **Steps are queued one ahead.** A call to `step` launches its step on the stream behind the
+//! one still running, then waits for that one and hands back the groups it finished: the device
+//! always has the next segment queued, and the host's work between two segments (waking up,
+//! handing the answers over, taking and packing the next joins) happens while the device scans.
+//! Waiting for each step before launching the next left the GPU idle 0.42 ms a step at 2,048
+//! clients on an H200, 13 % of a turn (docs/bench/host-path.md). So a group's answers come
+//! back one call after the step that finished them ([`Rotation::steps_ahead`]), and a join
+//! made while a step runs enters the step after the one already queued. The epoch state is
+//! read under its lock while a step is launched; an update that takes the write lock waits for
+//! the device work in flight before it changes anything the device reads
+//! ([`CudaScanner::apply_update`](super::CudaScanner)), so a segment never runs beside a fold.
 //!
 //! The answers are copied into pinned blocks of the rotation's answer pool
 //! ([`answer_pool`](crate::answer_pool)) and handed to the worker as slices of them: the bytes
@@ -46,7 +57,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::result;
@@ -56,7 +67,7 @@ use pirq_shared::metrics::{record_answer_pages, record_phase, Phase};
 use super::answer_blocks::{answer_pool, PinnedBlock};
 use super::error::CudaError;
 use super::layout::{pack_key, ScanPlan, SelLayout, BLOCK_PAGES, KEY_WORDS};
-use super::workspace::Workspace;
+use super::workspace::{Marks, Workspace};
 use super::CudaScanner;
 use crate::answer_pool::{BlockPool, Landing, Place, PoolStats};
 use crate::rotation::{self, Groups, Rotation, Step, Ticket};
@@ -72,12 +83,6 @@ pub const MMA_MAX_KEYS: usize = 64;
 /// Key columns in use at or below which a rotation on `wgmma` goes back to `mma.sync`.
 pub const MMA_BACK_KEYS: usize = 32;
 
-/// How long before a step's predicted end the host stops sleeping and polls for it. The
-/// context synchronizes by blocking (the worker's other threads need the CPU), and waking from
-/// a blocking synchronize left the GPU idle for tens of microseconds a segment; a sleep on the
-/// host overshoots by about as much, so the last stretch is polled.
-const POLL_BEFORE_END: Duration = Duration::from_micros(300);
-
 /// A [`Rotation`] over a [`CudaScanner`] (made by [`Scanner::rotation`]).
 pub struct CudaRotation {
     scanner: Arc<CudaScanner>,
@@ -91,20 +96,40 @@ pub struct CudaRotation {
     groups: Groups<Cols>,
     /// Key columns joined since the last step: packed on the host, not yet on the device.
     joined: Vec<Range<usize>>,
-    /// Device time of the last step: how long the next one is expected to take.
-    last_step: Duration,
     /// Pinned blocks the finished answers are copied into and lent out from.
     answer_pool: BlockPool<PinnedBlock>,
-    /// The step's finished answers on their way to the host: held from their copies' launch
-    /// until the step has synchronized (on failure, until [`Rotation::clear`] has), so that a
-    /// block never goes back to the pool while the device may still write into it.
-    landing: Option<Landed>,
+    /// The step launched by the last call, still on the device (see the module's doc).
+    launched: Option<Launched>,
+    /// Timing marks not in use: the workspace records a step's marks in its own set, which
+    /// goes with the step while it is in flight and is replaced from here.
+    spare_marks: Vec<Marks>,
+    /// Groups a failed step dropped, for [`Rotation::clear`] to name.
+    dropped: Vec<Ticket>,
 }
 
 /// A step's finished groups, in column order, and where their answers land.
 struct Landed {
     tickets: Vec<Ticket>,
     landing: Landing<PinnedBlock>,
+}
+
+/// A step on the device, what collecting it needs.
+struct Launched {
+    /// The step's timing marks; the last one is its end.
+    marks: Marks,
+    /// The groups whose turn it ends (already out of [`Groups`], their columns free: later
+    /// device work reusing them is ordered after this step's copies on the stream).
+    done: Vec<Group>,
+    /// Where their answers land: held until the step has completed (on failure, until
+    /// [`Rotation::clear`] has synchronized), so that a block never goes back to the pool while
+    /// the device may still write into it.
+    landed: Landed,
+    /// The epoch merge's limits, read by the device until the step completes.
+    _limits: Option<cudarc::driver::CudaSlice<u32>>,
+    /// Keys the step scans.
+    keys: usize,
+    /// Set when the step closed a turn: the turn's keys.
+    turn_keys: Option<usize>,
 }
 
 /// The CUDA backend's part of a group ([`rotation::Group`]): where its keys' columns start.
@@ -141,9 +166,10 @@ impl CudaRotation {
             scanner,
             columns,
             joined: Vec::new(),
-            last_step: Duration::ZERO,
             answer_pool,
-            landing: None,
+            launched: None,
+            spare_marks: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 
@@ -235,8 +261,11 @@ impl CudaRotation {
     }
 
     /// Packs a joining group's key records into its columns of the pinned key buffer. No
-    /// device work: the stream is idle between steps (a step ends synchronized), and the
-    /// records go up at the next step with every other join's.
+    /// device work: the records go up at the next step with every other join's. The step in
+    /// flight may be copying the 16-key groups of its own joins from this buffer meanwhile; a
+    /// column packed now was free when that step was launched, so whatever that copy reads of
+    /// it expands into a free column's bits, which no answer reads, and the column's group is
+    /// uploaded and expanded again at its own step.
     fn pack_at(&mut self, keys: &[DpfKey], first: usize) -> Result<(), CudaError> {
         let ws = self.ws.as_mut().expect("the workspace is held until drop");
         let host = ws.keys_host.as_mut_slice()?;
@@ -279,8 +308,8 @@ impl CudaRotation {
         for run in groups {
             let records = run.start * GROUP_KEYS * KEY_WORDS..run.end * GROUP_KEYS * KEY_WORDS;
             let device = ws.keys.ptr + (records.start * 4) as u64;
-            // SAFETY: pinned; the host records are not written again before the step that
-            // launched this copy has synchronized (joins come between steps).
+            // SAFETY: pinned; the records of columns in use are not written again while they
+            // are in use, and a free column written meanwhile is harmless (see `pack_at`).
             unsafe {
                 result::memcpy_htod_async(
                     device,
@@ -305,14 +334,15 @@ impl CudaRotation {
         Ok(())
     }
 
-    /// The device work of one step, through the answers' copy to the host; the caller
-    /// synchronizes. Returns the merge's limits, which must live until then.
+    /// The device work of one step, through the answers' copy to the host, for the groups
+    /// `done` (indices into `groups`) whose turn it ends. Returns the merge's limits and where
+    /// the answers land, which must both live until the step has completed.
     fn launch_step(
         &mut self,
         st: &super::epoch_window::EpochState,
         segment: Range<u64>,
         done: &[usize],
-    ) -> Result<Option<cudarc::driver::CudaSlice<u32>>, CudaError> {
+    ) -> Result<(Option<cudarc::driver::CudaSlice<u32>>, Landed), CudaError> {
         let ps = self.scanner.db.shape().page_size;
         let hi = self.columns_in_use();
         if hi == 0 {
@@ -321,7 +351,11 @@ impl CudaRotation {
             for phase in [Phase::Scan, Phase::Merge, Phase::D2h] {
                 ws.marks.end(phase, &ws.stream)?;
             }
-            return Ok(None);
+            let landed = Landed {
+                tickets: Vec::new(),
+                landing: self.answer_pool.land(&[]),
+            };
+            return Ok((None, landed));
         }
         let (stride, layout, plan) = (self.stride(), self.layout, self.plan(hi));
         let padded = plan.padded_keys(hi).min(stride * GROUP_KEYS);
@@ -349,43 +383,34 @@ impl CudaRotation {
         finished.sort_by_key(|g| g.own.first);
         let lens: Vec<usize> = finished.iter().map(|g| g.keys * ps).collect();
         let starts: Vec<usize> = finished.iter().map(|g| g.own.first * ps).collect();
-        let landed = self.landing.insert(Landed {
-            tickets: finished.iter().map(|g| g.ticket).collect(),
-            landing: self.answer_pool.land(&lens),
-        });
-        for t in landed.landing.transfers(&starts) {
+        let tickets = finished.iter().map(|g| g.ticket).collect();
+        let mut landing = self.answer_pool.land(&lens);
+        let mut copied: Result<(), CudaError> = Ok(());
+        for t in landing.transfers(&starts) {
             let src = ws.answers.ptr + t.src.start as u64;
             let dst = match t.to {
                 Place::Lent { block, offset } => {
-                    &mut landed.landing.block_mut(block)[offset..offset + t.src.len()]
+                    &mut landing.block_mut(block)[offset..offset + t.src.len()]
                 }
                 Place::Copied => &mut host[t.src],
             };
             // SAFETY: pinned host memory (a lent block, or the workspace's buffer, as large as
-            // the answer buffer), written only by this copy until the step synchronizes and
-            // read only after: `self.landing` holds the blocks until then.
-            unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }?;
-        }
-        ws.marks.end(Phase::D2h, &stream)?;
-        Ok(kept)
-    }
-
-    /// Waits for the step launched at `launched`: sleeps through all but the last
-    /// [`POLL_BEFORE_END`] of its expected length (the last step's), then polls its last mark.
-    fn wait_for_step(&self, launched: Instant) -> Result<(), CudaError> {
-        let marks = &self.ws().marks;
-        let poll_from = launched + self.last_step.saturating_sub(POLL_BEFORE_END);
-        loop {
-            if marks.done()? {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now < poll_from {
-                std::thread::sleep(poll_from - now);
-            } else {
-                std::hint::spin_loop();
+            // the answer buffer), written only by this copy until the step completes and read
+            // only after: the step's `Launched` holds the blocks until then. A group's columns
+            // of the workspace's buffer are written by no other step meanwhile (a column given
+            // to a later join finishes a whole turn later).
+            copied = unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+                .map_err(CudaError::from);
+            if copied.is_err() {
+                break;
             }
         }
+        if let Err(e) = copied.and_then(|()| ws.marks.end(Phase::D2h, &stream)) {
+            // Copies already queued may still write into the landing's blocks.
+            let _ = stream.synchronize();
+            return Err(e);
+        }
+        Ok((kept, Landed { tickets, landing }))
     }
 
     /// Marks the start of a step's device work (before the joins' uploads and expansions).
@@ -395,18 +420,121 @@ impl CudaRotation {
         ws.marks.end(Phase::H2d, &ws.stream)
     }
 
-    /// Records the device time of each phase of the step that just synchronized: the joins'
-    /// expansion (their records' upload included), the segment's scan, the merge and the copies
-    /// of finished answers. Their sum against the step's wall time is the host's share.
-    fn record_device_phases(&mut self, keys: usize) -> Result<(), CudaError> {
-        let timings = self.ws().timings(keys)?;
-        let mut total = Duration::ZERO;
-        for phase in [Phase::Expand, Phase::Scan, Phase::Merge, Phase::D2h] {
-            record_phase(phase, timings.phase(phase));
-            total += timings.phase(phase);
+    /// Launches the next step behind the one in flight: the joins' uploads and expansions,
+    /// then the segment's scan, merge and the finished groups' copies. Groups whose epoch left
+    /// the window leave at once, into `step.finished`.
+    fn launch(&mut self, step: &mut Step) -> Result<Launched, CudaError> {
+        let fresh = match self.spare_marks.pop() {
+            Some(marks) => marks,
+            None => Marks::new(&self.scanner.ctx)?,
+        };
+        let now = Instant::now();
+        let segment = self.segments[self.groups.segment()].clone();
+        self.groups.begin_turn();
+        let layout = self.layout_for(self.columns_in_use());
+        let relayout = layout != self.layout;
+        self.layout = layout;
+        self.mark_start()?;
+        self.settle_joins(relayout)?;
+        self.ws().marks.end(Phase::Expand, &self.ws().stream)?;
+        let scanner = self.scanner.clone();
+        // Held while the step is launched; an update's write lock then waits for the device
+        // work in flight (see the module's doc).
+        let st = scanner.epochs.read().unwrap_or_else(|e| e.into_inner());
+        let left_window = self
+            .groups
+            .start_step(now, |epoch| st.resolve(epoch).map(drop).map_err(Into::into));
+        for (g, e) in left_window {
+            self.release(&g);
+            step.finished.push(g.finish(Err(e), now));
         }
-        self.last_step = total;
+        let keys = self.groups.keys();
+        let done: Vec<usize> = (0..self.groups.len())
+            .filter(|&i| self.groups[i].in_last_segment())
+            .collect();
+        let (limits, landed) = self.launch_step(&st, segment, &done)?;
+        drop(st);
+        let (done, turn_keys) = self.groups.end_step();
+        for g in &done {
+            self.release(g);
+        }
+        let ws = self.ws.as_mut().expect("the workspace is held until drop");
+        Ok(Launched {
+            marks: std::mem::replace(&mut ws.marks, fresh),
+            done,
+            landed,
+            _limits: limits,
+            keys,
+            turn_keys,
+        })
+    }
+
+    /// Waits for a launched step to complete and hands its finished groups over, with their
+    /// answers, into `step`.
+    fn collect(&mut self, launched: Launched, step: &mut Step) -> Result<(), CudaError> {
+        let Launched {
+            marks,
+            done,
+            landed,
+            keys,
+            turn_keys,
+            ..
+        } = launched;
+        // Everything that can fail comes before the first group is handed over.
+        let timings = marks.wait().and_then(|()| marks.timings(keys));
+        let host = self.ws().answers_host.as_slice().map_err(CudaError::from);
+        let (timings, host) = match (timings, host) {
+            (Ok(t), Ok(h)) => (t, h),
+            (Err(e), _) | (_, Err(e)) => {
+                // The landing's blocks go back to the pool only once nothing writes them.
+                let _ = self.ws().stream.synchronize();
+                self.dropped.extend(done.iter().map(|g| g.ticket));
+                return Err(e);
+            }
+        };
+        let end = Instant::now();
+        if keys > 0 {
+            for phase in [Phase::Expand, Phase::Scan, Phase::Merge, Phase::D2h] {
+                record_phase(phase, timings.phase(phase));
+            }
+        }
+        let ps = self.scanner.db.shape().page_size;
+        let mut lent: HashMap<Ticket, Bytes> = HashMap::new();
+        let Landed { tickets, landing } = landed;
+        for (ticket, share) in tickets.into_iter().zip(landing.into_shares()) {
+            lent.extend(share.map(|bytes| (ticket, bytes)));
+        }
+        let (mut lent_pages, mut copied_pages) = (0, 0);
+        for g in &done {
+            let answers = match lent.remove(&g.ticket) {
+                // As the device wrote them, in a block lent until the worker drops them.
+                Some(bytes) => {
+                    lent_pages += g.keys;
+                    Answers::shared(ps, bytes)
+                }
+                // Not in the pool: out of the workspace's buffer, which a later step reuses.
+                None => {
+                    copied_pages += g.keys;
+                    let first = g.own.first;
+                    Answers::new(ps, host[first * ps..(first + g.keys) * ps].to_vec())
+                }
+            };
+            step.finished.push(g.finish(Ok(answers), end));
+        }
+        if !done.is_empty() {
+            record_answer_pages(lent_pages as u64, copied_pages as u64);
+        }
+        step.keys = keys;
+        step.turn_keys = turn_keys;
+        self.spare_marks.push(marks);
         Ok(())
+    }
+
+    /// A failed step: the groups it finished are dropped with every other (their tickets wait
+    /// for [`Rotation::clear`], which the caller calls to fail or retry them all).
+    fn fail(&mut self, step: Step, e: CudaError) -> ScanError {
+        self.dropped.extend(step.finished.iter().map(|f| f.ticket));
+        e.into()
     }
 }
 
@@ -445,91 +573,36 @@ impl Rotation for CudaRotation {
     }
 
     fn step(&mut self) -> Result<Step, ScanError> {
-        let now = Instant::now();
-        let ps = self.scanner.db.shape().page_size;
-        let segment = self.segments[self.groups.segment()].clone();
-        self.groups.begin_turn();
         let mut step = Step::default();
-        let layout = self.layout_for(self.columns_in_use());
-        let relayout = layout != self.layout;
-        self.layout = layout;
-        if let Err(e) = self
-            .mark_start()
-            .and_then(|()| self.settle_joins(relayout))
-            .and_then(|()| self.ws().marks.end(Phase::Expand, &self.ws().stream))
-        {
-            self.clear();
-            return Err(e.into());
-        }
-        let scanner = self.scanner.clone();
-        // Held until the segment's device work is done: an update's fold waits for it.
-        let st = scanner.epochs.read().unwrap_or_else(|e| e.into_inner());
-        let left_window = self
-            .groups
-            .start_step(now, |epoch| st.resolve(epoch).map(drop).map_err(Into::into));
-        for (g, e) in left_window {
-            self.release(&g);
-            step.finished.push(g.finish(Err(e), now));
-        }
-        step.keys = self.groups.keys();
-        let done: Vec<usize> = (0..self.groups.len())
-            .filter(|&i| self.groups[i].in_last_segment())
-            .collect();
-        let launched = self.launch_step(&st, segment, &done);
-        let synced = self.wait_for_step(now);
-        drop(st);
-        let failed = match (launched, synced) {
-            (Err(e), _) => Some(e),
-            (Ok(_), Err(e)) => Some(e),
-            (Ok(_limits), Ok(())) => None,
+        // This call's step goes on the stream first, so the device has it queued while the
+        // host waits for the step before it and hands that one's answers over.
+        let launched = match self.groups.is_empty() {
+            true => None,
+            false => match self.launch(&mut step) {
+                Ok(launched) => Some(launched),
+                Err(e) => return Err(self.fail(step, e)),
+            },
         };
-        if let Some(e) = failed {
-            self.clear();
-            return Err(e.into());
-        }
-        let end = Instant::now();
-        if step.keys > 0 {
-            self.record_device_phases(step.keys)?;
-        }
-        let mut lent: HashMap<Ticket, Bytes> = HashMap::new();
-        if let Some(Landed { tickets, landing }) = self.landing.take() {
-            for (ticket, share) in tickets.into_iter().zip(landing.into_shares()) {
-                lent.extend(share.map(|bytes| (ticket, bytes)));
+        if let Some(before) = std::mem::replace(&mut self.launched, launched) {
+            if let Err(e) = self.collect(before, &mut step) {
+                return Err(self.fail(step, e));
             }
         }
-        let host = self.ws().answers_host.as_slice().map_err(CudaError::from)?;
-        let (mut lent_pages, mut copied_pages) = (0, 0);
-        let mut finished = Vec::new();
-        for g in self.groups.iter().filter(|g| g.in_last_segment()) {
-            let answers = match lent.remove(&g.ticket) {
-                // As the device wrote them, in a block lent until the worker drops them.
-                Some(bytes) => {
-                    lent_pages += g.keys;
-                    Answers::shared(ps, bytes)
-                }
-                // Not in the pool: out of the workspace's buffer, which the next step reuses.
-                None => {
-                    copied_pages += g.keys;
-                    let first = g.own.first;
-                    Answers::new(ps, host[first * ps..(first + g.keys) * ps].to_vec())
-                }
-            };
-            finished.push(g.finish(Ok(answers), end));
-        }
-        if !finished.is_empty() {
-            record_answer_pages(lent_pages as u64, copied_pages as u64);
-        }
-        let (done, turn_keys) = self.groups.end_step();
-        for g in &done {
-            self.release(g);
-        }
-        step.finished.extend(finished);
-        step.turn_keys = turn_keys;
         Ok(step)
     }
 
+    fn steps_ahead(&self) -> usize {
+        1
+    }
+
     fn in_flight(&self) -> usize {
-        self.groups.keys()
+        let landing: usize = self
+            .launched
+            .iter()
+            .flat_map(|l| &l.done)
+            .map(|g| g.keys)
+            .sum();
+        self.groups.keys() + landing
     }
 
     fn capacity(&self) -> usize {
@@ -546,11 +619,16 @@ impl Rotation for CudaRotation {
 
     fn clear(&mut self) -> Vec<Ticket> {
         let _ = self.ws().stream.synchronize();
-        // Synchronized: the blocks of a failed step's copies can go back to the pool.
-        self.landing = None;
+        // Synchronized: the blocks of the step in flight can go back to the pool.
+        let mut tickets = std::mem::take(&mut self.dropped);
+        if let Some(launched) = self.launched.take() {
+            tickets.extend(launched.done.iter().map(|g| g.ticket));
+            self.spare_marks.push(launched.marks);
+        }
         self.columns.fill(None);
         self.joined.clear();
-        self.groups.clear()
+        tickets.extend(self.groups.clear());
+        tickets
     }
 }
 

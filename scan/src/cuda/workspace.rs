@@ -72,7 +72,8 @@ pub struct Marks {
 }
 
 impl Marks {
-    fn new(ctx: &Arc<CudaContext>) -> Result<Marks, CudaError> {
+    /// A set of events that synchronize by blocking (the waiting thread sleeps in the driver).
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<Marks, CudaError> {
         let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC));
         Ok(Marks {
             events: [event()?, event()?, event()?, event()?, event()?, event()?],
@@ -89,10 +90,22 @@ impl Marks {
         Ok(self.events[Self::position(phase) + 1].record(stream)?)
     }
 
-    /// Whether the device work up to the last mark recorded (the end of the last phase in
-    /// [`STREAM_ORDER`]) has completed; errors of earlier asynchronous work come back here.
-    pub fn done(&self) -> Result<bool, CudaError> {
-        Ok(self.events[STREAM_ORDER.len()].try_is_complete()?)
+    /// Blocks until the device work up to the last mark recorded has completed; errors of
+    /// earlier asynchronous work come back here.
+    pub fn wait(&self) -> Result<(), CudaError> {
+        Ok(self.events[STREAM_ORDER.len()].synchronize()?)
+    }
+
+    /// Device time of each phase of the pass last marked, `keys` keys.
+    pub fn timings(&self, keys: usize) -> Result<PassTimings, CudaError> {
+        let mut timings = PassTimings {
+            keys,
+            ..PassTimings::default()
+        };
+        for phase in STREAM_ORDER {
+            *timings.phase_mut(phase) = self.elapsed(phase)?;
+        }
+        Ok(timings)
     }
 
     /// Device time of `phase` in the pass last marked.
@@ -202,14 +215,7 @@ impl Workspace {
 
     /// Phase durations from the marks of the pass that just finished on this slot.
     pub fn timings(&self, keys: usize) -> Result<PassTimings, CudaError> {
-        let mut timings = PassTimings {
-            keys,
-            ..PassTimings::default()
-        };
-        for phase in STREAM_ORDER {
-            *timings.phase_mut(phase) = self.marks.elapsed(phase)?;
-        }
-        Ok(timings)
+        self.marks.timings(keys)
     }
 }
 

@@ -170,8 +170,9 @@ pub fn drive(
                 Ok(answers) => {
                     assert_eq!(
                         step_no + 1 - p.joined_step,
-                        segments,
-                        "a group leaves after exactly one turn"
+                        segments + rotation.steps_ahead(),
+                        "a group leaves after exactly one turn (its answers back the steps the \
+                         backend queues ahead later)"
                     );
                     assert_eq!(answers.len(), pair.alphas.len());
                     // Each party's answer alone (the XOR of both hides an error in any page
