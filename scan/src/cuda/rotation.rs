@@ -30,8 +30,10 @@
 //! handing the answers over, taking and packing the next joins) happens while the device scans.
 //! Waiting for each step before launching the next left the GPU idle 0.42 ms a step at 2,048
 //! clients on an H200, 13 % of a turn (docs/bench/host-path.md). So a group's answers come
-//! back one call after the step that finished them ([`Rotation::steps_ahead`]), and a join
-//! made while a step runs enters the step after the one already queued. The epoch state is
+//! back one call after the step that finished them ([`Rotation::steps_ahead`]). A call returns
+//! [`LAUNCH_AHEAD`] before the step it queued is expected to end (the last step's device
+//! time), not at once: joins made until then enter the next step, as when every step was
+//! waited for, and only those of the last stretch enter one step later. The epoch state is
 //! read under its lock while a step is launched; an update that takes the write lock waits for
 //! the device work in flight before it changes anything the device reads
 //! ([`CudaScanner::apply_update`](super::CudaScanner)), so a segment never runs beside a fold.
@@ -57,7 +59,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cudarc::driver::result;
@@ -83,6 +85,12 @@ pub const MMA_MAX_KEYS: usize = 64;
 /// Key columns in use at or below which a rotation on `wgmma` goes back to `mma.sync`.
 pub const MMA_BACK_KEYS: usize = 32;
 
+/// How long before the step in flight is expected to end `step` hands back, so that the
+/// caller's joins and the next step's launch happen while it still runs. Joins made in this last
+/// stretch of a step enter one step later (the price of the queue, paid only by them); the host
+/// needed 0.42 ms between two steps at 2,048 clients on an H200 (docs/bench/host-path.md).
+const LAUNCH_AHEAD: Duration = Duration::from_micros(600);
+
 /// A [`Rotation`] over a [`CudaScanner`] (made by [`Scanner::rotation`]).
 pub struct CudaRotation {
     scanner: Arc<CudaScanner>,
@@ -105,6 +113,8 @@ pub struct CudaRotation {
     spare_marks: Vec<Marks>,
     /// Groups a failed step dropped, for [`Rotation::clear`] to name.
     dropped: Vec<Ticket>,
+    /// Device time of the last step collected: how long the next one is expected to take.
+    last_step: Duration,
 }
 
 /// A step's finished groups, in column order, and where their answers land.
@@ -130,6 +140,8 @@ struct Launched {
     keys: usize,
     /// Set when the step closed a turn: the turn's keys.
     turn_keys: Option<usize>,
+    /// When its device work was queued.
+    at: Instant,
 }
 
 /// The CUDA backend's part of a group ([`rotation::Group`]): where its keys' columns start.
@@ -170,6 +182,7 @@ impl CudaRotation {
             launched: None,
             spare_marks: Vec::new(),
             dropped: Vec::new(),
+            last_step: Duration::ZERO,
         }
     }
 
@@ -188,7 +201,7 @@ impl CudaRotation {
     pub fn measured(scanner: Arc<CudaScanner>) -> Result<CudaRotation, CudaError> {
         scanner.time_read_all()?;
         let ms = scanner.time_read_all()?;
-        let turn = std::time::Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3);
+        let turn = Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3);
         let segments = rotation::segments_for(turn, scanner.db.shape().scan_blocks());
         Ok(CudaRotation::new(scanner, segments))
     }
@@ -466,6 +479,7 @@ impl CudaRotation {
             _limits: limits,
             keys,
             turn_keys,
+            at: Instant::now(),
         })
     }
 
@@ -493,10 +507,14 @@ impl CudaRotation {
             }
         };
         let end = Instant::now();
+        let mut last_step = None;
         if keys > 0 {
+            let mut total = Duration::ZERO;
             for phase in [Phase::Expand, Phase::Scan, Phase::Merge, Phase::D2h] {
                 record_phase(phase, timings.phase(phase));
+                total += timings.phase(phase);
             }
+            last_step = Some(total);
         }
         let ps = self.scanner.db.shape().page_size;
         let mut lent: HashMap<Ticket, Bytes> = HashMap::new();
@@ -526,6 +544,7 @@ impl CudaRotation {
         }
         step.keys = keys;
         step.turn_keys = turn_keys;
+        self.last_step = last_step.unwrap_or(self.last_step);
         self.spare_marks.push(marks);
         Ok(())
     }
@@ -583,9 +602,21 @@ impl Rotation for CudaRotation {
                 Err(e) => return Err(self.fail(step, e)),
             },
         };
+        let mut started = launched.as_ref().map(|l| l.at);
         if let Some(before) = std::mem::replace(&mut self.launched, launched) {
             if let Err(e) = self.collect(before, &mut step) {
                 return Err(self.fail(step, e));
+            }
+            // This call's step starts on the device once the one before has ended: now.
+            started = started.map(|at| at.max(Instant::now()));
+        }
+        // Joins made while a step runs enter the step after it: hand back only near its end,
+        // so that they still make the next one and it is queued before this one ends.
+        if let Some(started) = started {
+            let wake = started + self.last_step.saturating_sub(LAUNCH_AHEAD);
+            let now = Instant::now();
+            if wake > now {
+                std::thread::sleep(wake - now);
             }
         }
         Ok(step)
@@ -610,7 +641,9 @@ impl Rotation for CudaRotation {
     }
 
     fn fits(&self, keys: usize) -> bool {
-        self.in_flight() + keys <= self.capacity() && self.free_run(keys).is_some()
+        // The keys of the step in flight that leave with it hold no column any more: counting
+        // them kept a tenth of the rotation empty at load.
+        self.groups.keys() + keys <= self.capacity() && self.free_run(keys).is_some()
     }
 
     fn segments(&self) -> usize {
