@@ -94,6 +94,13 @@ pub trait Rotation: Send {
         0
     }
 
+    /// When the next [`step`](Self::step) is best called, for a backend that queues steps
+    /// ahead: late enough that the joins made until then still enter the next step, early
+    /// enough that it is queued before the step in flight ends. `None`: at once.
+    fn launch_at(&self) -> Option<std::time::Instant> {
+        None
+    }
+
     /// [`step`](Self::step), calling `pause_point` between pieces of the segment: a worker of
     /// several tables offers its scanner to another table there (`worker/src/share.rs`), so a
     /// quiet table waits for a piece of a busy table's segment, not for the whole of it (a

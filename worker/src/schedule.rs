@@ -487,6 +487,14 @@ fn rotate(
         if !outcomes.is_empty() {
             let _ = events.send(Event::Outcomes(outcomes));
         }
+        // A backend that queues its next step ahead (CUDA) wants it launched near the end of
+        // the one in flight: the jobs that arrive until then join it.
+        if let Some(at) = rotation.launch_at() {
+            let now = Instant::now();
+            if at > now && admitting {
+                std::thread::sleep(at - now);
+            }
+        }
     }
 }
 

@@ -31,9 +31,11 @@
 //! Waiting for each step before launching the next left the GPU idle 0.42 ms a step at 2,048
 //! clients on an H200, 13 % of a turn (docs/bench/host-path.md). So a group's answers come
 //! back one call after the step that finished them ([`Rotation::steps_ahead`]). A call returns
-//! [`LAUNCH_AHEAD`] before the step it queued is expected to end (the last step's device
-//! time), not at once: joins made until then enter the next step, as when every step was
-//! waited for, and only those of the last stretch enter one step later. The epoch state is
+//! as soon as it has them, and names when the next call is best made
+//! ([`Rotation::launch_at`]): [`LAUNCH_AHEAD`] before the step it queued is expected to end
+//! (the last step's device time). A caller that gathers its joins until then has them enter
+//! the next step, as when every step was waited for; only those of the last stretch enter one
+//! step later. The epoch state is
 //! read under its lock while a step is launched; an update that takes the write lock waits for
 //! the device work in flight before it changes anything the device reads
 //! ([`CudaScanner::apply_update`](super::CudaScanner)), so a segment never runs beside a fold.
@@ -85,10 +87,11 @@ pub const MMA_MAX_KEYS: usize = 64;
 /// Key columns in use at or below which a rotation on `wgmma` goes back to `mma.sync`.
 pub const MMA_BACK_KEYS: usize = 32;
 
-/// How long before the step in flight is expected to end `step` hands back, so that the
-/// caller's joins and the next step's launch happen while it still runs. Joins made in this last
-/// stretch of a step enter one step later (the price of the queue, paid only by them); the host
-/// needed 0.42 ms between two steps at 2,048 clients on an H200 (docs/bench/host-path.md).
+/// How long before the step in flight is expected to end the next one is best launched
+/// ([`Rotation::launch_at`]), so that the caller's joins and the launch happen while it still
+/// runs. Joins made in this last stretch of a step enter one step later (the price of the
+/// queue, paid only by them); the host needed 0.42 ms between two steps at 2,048 clients on an
+/// H200 (docs/bench/host-path.md).
 const LAUNCH_AHEAD: Duration = Duration::from_micros(600);
 
 /// A [`Rotation`] over a [`CudaScanner`] (made by [`Scanner::rotation`]).
@@ -115,6 +118,8 @@ pub struct CudaRotation {
     dropped: Vec<Ticket>,
     /// Device time of the last step collected: how long the next one is expected to take.
     last_step: Duration,
+    /// When the next step is best launched ([`Rotation::launch_at`]).
+    launch_at: Option<Instant>,
 }
 
 /// A step's finished groups, in column order, and where their answers land.
@@ -183,6 +188,7 @@ impl CudaRotation {
             spare_marks: Vec::new(),
             dropped: Vec::new(),
             last_step: Duration::ZERO,
+            launch_at: None,
         }
     }
 
@@ -568,7 +574,8 @@ impl Drop for CudaRotation {
 
 impl Rotation for CudaRotation {
     fn join(&mut self, keys: &[DpfKey], epoch: u64) -> Result<Ticket, ScanError> {
-        let room = self.capacity() - self.in_flight();
+        // The keys leaving with the step in flight hold no column any more (as in `fits`).
+        let room = self.capacity().saturating_sub(self.groups.keys());
         check_keys(&self.scanner.geometry(), keys, room)?;
         self.scanner
             .epochs
@@ -610,16 +617,12 @@ impl Rotation for CudaRotation {
             // This call's step starts on the device once the one before has ended: now.
             started = started.map(|at| at.max(Instant::now()));
         }
-        // Joins made while a step runs enter the step after it: hand back only near its end,
-        // so that they still make the next one and it is queued before this one ends.
-        if let Some(started) = started {
-            let wake = started + self.last_step.saturating_sub(LAUNCH_AHEAD);
-            let now = Instant::now();
-            if wake > now {
-                std::thread::sleep(wake - now);
-            }
-        }
+        self.launch_at = started.map(|at| at + self.last_step.saturating_sub(LAUNCH_AHEAD));
         Ok(step)
+    }
+
+    fn launch_at(&self) -> Option<Instant> {
+        self.launch_at
     }
 
     fn steps_ahead(&self) -> usize {
