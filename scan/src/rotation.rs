@@ -23,7 +23,7 @@
 //! two segments, so the segments of one key's turn may be scanned against different bases.
 //! Therefore the epoch merge is done **per segment, at the moment the segment is scanned, with
 //! the window of that moment**: a step holds the scanner's epoch state (read lock) for its whole
-//! length, scans segment `s` of base `b_s`, and XORs into each key's accumulator
+//! length (or, on the GPU, an update waits for the device work of the steps in flight), scans segment `s` of base `b_s`, and XORs into each key's accumulator
 //! `Σ_{p ∈ s} bit(p) · (page_p(e) ⊕ page_p(b_s))` — the diffs of `e` against that same base,
 //! restricted to the segment. Each segment then contributes exactly `Σ_{p ∈ s} bit(p) ·
 //! page_p(e)`, whichever base it was read with, and the segments of a turn partition the range,
