@@ -107,12 +107,38 @@ struct PendingSubmit {
     job: Vec<u8>,
     /// The `queued` record to write, if any.
     record: Option<Vec<u8>>,
-    /// `(the key's record key, fingerprint)` with an Idempotency-Key.
+    /// `(the key's record key, the record: "<fingerprint> <id>")` with an Idempotency-Key.
     idempotency: Option<(String, String)>,
     max_backlog: u64,
     pending_ttl: u64,
     idempotency_ttl: u64,
-    answer: oneshot::Sender<Result<(String, String), QueueError>>,
+    answer: oneshot::Sender<Result<Verdict, QueueError>>,
+}
+
+/// What `submit.lua` answered for one submit.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// `0`: queued under its id.
+    Queued,
+    /// `-<backlog>`: nothing queued, the partition's stream holds `backlog` entries.
+    Full(u64),
+    /// `'<fingerprint> <id>'`: nothing queued, the Idempotency-Key is known.
+    Known(String),
+}
+
+impl Verdict {
+    fn from_reply(value: &redis::Value) -> Result<Verdict, QueueError> {
+        match value {
+            redis::Value::Int(0) => Ok(Verdict::Queued),
+            redis::Value::Int(n) if *n < 0 => Ok(Verdict::Full(n.unsigned_abs())),
+            redis::Value::BulkString(b) => Ok(Verdict::Known(String::from_utf8_lossy(b).into())),
+            redis::Value::SimpleString(s) => Ok(Verdict::Known(s.clone())),
+            other => Err(QueueError::Malformed {
+                what: "submit answer",
+                detail: format!("{other:?}"),
+            }),
+        }
+    }
 }
 
 impl Producer {
@@ -211,7 +237,11 @@ impl Producer {
         // ([`Producer::mint_id`]), for a request with an `Idempotency-Key` in the key's.
         let partition = self.layout.partition(index);
         let (idempotency, fingerprint, idempotency_ttl) = match checks.idempotency {
-            Some((key, fp, ttl)) => (Some((partition.idempotency(key), fp.to_string())), fp, ttl),
+            Some((key, fp, ttl)) => (
+                Some((partition.idempotency(key), format!("{fp} {id}"))),
+                fp,
+                ttl,
+            ),
             None => (None, "", 0),
         };
         let record = (job.reply.held_until_ms.is_none() || checks.record_held).then(|| {
@@ -235,28 +265,22 @@ impl Producer {
         self.submitter(index)
             .send(pending)
             .map_err(|_| QueueError::Timeout(self.timeout))?;
-        let (verdict, detail) = answered
+        let verdict = answered
             .await
             .map_err(|_| QueueError::Timeout(self.timeout))??;
-        match verdict.as_str() {
-            "queued" => Ok(Submitted::Queued),
-            "full" => Ok(Submitted::Full {
-                backlog: detail
-                    .parse::<u64>()
-                    .map_or(checks.max_backlog, |b| b * u64::from(partitions)),
-            }),
-            "known" => {
-                let (fp, id) = detail.split_once(' ').unwrap_or(("", ""));
-                Ok(Submitted::Known {
+        Ok(match verdict {
+            Verdict::Queued => Submitted::Queued,
+            Verdict::Full(backlog) => Submitted::Full {
+                backlog: backlog * u64::from(partitions),
+            },
+            Verdict::Known(record) => {
+                let (fp, id) = record.split_once(' ').unwrap_or(("", ""));
+                Submitted::Known {
                     same_request: fp == fingerprint,
                     id: RequestId::parse(id).ok(),
-                })
+                }
             }
-            other => Err(QueueError::Malformed {
-                what: "submit answer",
-                detail: other.to_string(),
-            }),
-        }
+        })
     }
 
     /// The submitter of `partition`, started on first use.
@@ -564,26 +588,29 @@ async fn submit_batches(
             .arg(pending_ttl.max(1))
             .arg(idempotency_ttl.max(1));
         for p in &batch {
-            // The idempotency key declared even when unused, in the partition's slot.
-            let idem_key = p
-                .idempotency
-                .as_ref()
-                .map_or_else(|| format!("{jobs}:none"), |(key, _)| key.clone());
-            script
-                .key(jobs.replace(":jobs", &format!(":q:{}", p.id)))
-                .key(idem_key);
+            // Only the keys a query uses, in the order the script takes them.
+            if let Some((key, _)) = &p.idempotency {
+                script.key(key.as_str());
+            }
+            if p.record.is_some() {
+                script.key(jobs.replace(":jobs", &format!(":q:{}", p.id)));
+            }
             script
                 .arg(p.id.as_str())
                 .arg(&p.job)
                 .arg(p.record.as_deref().unwrap_or_default())
-                .arg(p.idempotency.as_ref().map_or("", |(_, fp)| fp.as_str()));
+                .arg(
+                    p.idempotency
+                        .as_ref()
+                        .map_or("", |(_, record)| record.as_str()),
+                );
         }
-        let verdicts: Result<Vec<(String, String)>, QueueError> =
+        let verdicts: Result<Vec<redis::Value>, QueueError> =
             send(&conn, timeout, Query::Script(&script)).await;
         match verdicts {
             Ok(verdicts) if verdicts.len() == batch.len() => {
                 for (p, verdict) in batch.drain(..).zip(verdicts) {
-                    let _ = p.answer.send(Ok(verdict));
+                    let _ = p.answer.send(Verdict::from_reply(&verdict));
                 }
             }
             Ok(verdicts) => {
@@ -627,5 +654,32 @@ impl Producer {
         let mut names: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         names.sort();
         Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Verdict;
+    use redis::Value;
+
+    /// `submit.lua`'s answers, as its header states them: 0, -<backlog>, the key's record.
+    #[test]
+    fn the_submit_scripts_answers_are_read_as_its_header_states() {
+        assert_eq!(
+            Verdict::from_reply(&Value::Int(0)).unwrap(),
+            Verdict::Queued
+        );
+        assert_eq!(
+            Verdict::from_reply(&Value::Int(-1000)).unwrap(),
+            Verdict::Full(1000)
+        );
+        let record = format!("{} {:032x}", "ab".repeat(32), 7u128);
+        assert_eq!(
+            Verdict::from_reply(&Value::BulkString(record.clone().into_bytes())).unwrap(),
+            Verdict::Known(record)
+        );
+        // A positive number or a nil is no answer of the script's: an error, not a guess.
+        assert!(Verdict::from_reply(&Value::Int(3)).is_err());
+        assert!(Verdict::from_reply(&Value::Nil).is_err());
     }
 }

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Redis CPU of the whole per-query contract, without the gateway and workers (issue 35;
+docs/bench/host-path.md, "Redis CPU a party query, piece by piece").
+
+Plays one gateway and one worker against its own redis-server on loopback, over raw RESP
+connections (no client library), batch after batch, the way the real ones talk to Redis on the
+`Prefer: wait` path with an Idempotency-Key (docs/redis.md, "Commands a query costs"):
+
+  gateway   one run of queue/lua/submit.lua carrying B jobs (SET … NX GET EX of each key, XLEN,
+            XADD of each job), on its own connection
+  worker    XREADGROUP COUNT B on its reader connection; then, on its writer connection, one
+            pipeline of blocks of 16: per query SET of the record (4 KiB answer) PX and PEXPIRE
+            LT of the Idempotency-Key record; per block one SPUBLISH of the block's records,
+            XACK and XDEL of its entries
+  gateway   one RESP3 connection SSUBSCRIBEd to the channel, drained by a thread
+
+and reads Redis's utime + stime from /proc around each measurement: the whole process and its
+main thread (the one that runs every command), so that a variant's cost a query is Redis's own
+CPU, socket I/O included. `INFO commandstats` gives the commands a query and their own µs.
+
+Variants (--variants, default all): `contract` (as above: what main runs), and the candidates
+measured against it, each a change to one piece (see VARIANTS below).
+
+    ops/bench/query-contract-cost.py [--port 7392] [--batches 1,8,64] [--queries 20000]
+        [--variants contract,...] [--redis-args "--io-threads 2 --io-threads-do-reads yes"]
+"""
+import argparse
+import importlib.util
+import os
+import subprocess
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+_spec = importlib.util.spec_from_file_location("submit_cost", os.path.join(HERE, "submit-script-cost.py"))
+_submit_cost = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_submit_cost)
+encode, Resp = _submit_cost.encode, _submit_cost.Resp
+
+BLOCK = 16  # queue/src/consumer/finish.rs FINISH_BLOCK
+P = "{P0}"
+JOBS, GROUP, CHANNEL = P + ":jobs", "workers", P + ":done"
+
+
+def lua(name):
+    return open(os.path.join(ROOT, "queue/lua", name), "rb").read()
+
+
+class Contract:
+    """The contract as main runs it. Subclasses change one piece each."""
+
+    submit_script = "submit.lua"
+    pexpire = True
+
+    def __init__(self, conns, job, record):
+        self.gw, self.reader, self.writer = conns
+        self.job, self.record = job, record
+        self.sha = self.gw.send(encode("SCRIPT", "LOAD", self.submit_lua()), 1)[0]
+
+    def submit_lua(self):
+        return lua(self.submit_script)
+
+    def submit(self, ids):
+        keys, argv = [JOBS], [0, 60, 600]
+        for rid in ids:
+            keys.append(P + ":idem:k" + rid)
+            argv += [rid, self.job, "", "fp" + rid[:8] + " " + rid]
+        self.gw.send(encode("EVALSHA", self.sha, len(keys), *keys, *argv), 1)
+
+    def read(self, b):
+        reply = self.reader.send(encode("XREADGROUP", "GROUP", GROUP, "w0", "COUNT", b,
+                                        "STREAMS", JOBS, ">"), 1)[0]
+        entries = reply[0][1]
+        return [(e[0], e[1][1].decode()) for e in entries]
+
+    def finish(self, entries):
+        cmds, n = [], 0
+        for i in range(0, len(entries), BLOCK):
+            block = entries[i:i + BLOCK]
+            frames = []
+            for entry_id, rid in block:
+                cmds.append(encode("SET", P + ":q:" + rid, self.record, "PX", 5000))
+                n += 1
+                if self.pexpire:
+                    cmds.append(encode("PEXPIRE", P + ":idem:k" + rid, 5000, "LT"))
+                    n += 1
+                frames.append(b"%s %d\n%s" % (rid.encode(), len(self.record), self.record))
+            cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
+            ids = [e for e, _ in block]
+            cmds.append(encode("XACK", JOBS, GROUP, *ids))
+            cmds.append(encode("XDEL", JOBS, *ids))
+            n += 3
+        self.writer.send(b"".join(cmds), n)
+
+    def round(self, ids):
+        self.submit(ids)
+        entries = self.read(len(ids))
+        assert len(entries) == len(ids), (len(entries), len(ids))
+        self.finish(entries)
+
+
+class Submit3d08f69(Contract):
+    """submit.lua as it was at 3d08f69 (before issue 35's lean script): every query's record and
+    Idempotency-Key keys declared, the key's value joined in Lua, a {'queued', id} table a
+    query answered."""
+
+    def submit_lua(self):
+        return subprocess.run(["git", "-C", ROOT, "show", "3d08f69:queue/lua/submit.lua"],
+                              check=True, capture_output=True).stdout
+
+    def submit(self, ids):
+        keys, argv = [JOBS], [0, 60, 600]
+        for rid in ids:
+            keys += [P + ":q:" + rid, P + ":idem:k" + rid]
+            argv += [rid, self.job, "", "fp" + rid[:8]]
+        self.gw.send(encode("EVALSHA", self.sha, len(keys), *keys, *argv), 1)
+
+
+class NoPexpire(Contract):
+    """What the worker's PEXPIRE LT of a held query's Idempotency-Key record costs."""
+
+    pexpire = False
+
+
+class NoScript(Contract):
+    """The submit as a plain pipeline (XLEN, then per query SET … NX GET EX and XADD): what
+    the script's own cost is, the bound of any cheaper script (not the contract: the XADD
+    would not depend on the key)."""
+
+    def submit(self, ids):
+        cmds = [encode("XLEN", JOBS)]
+        for rid in ids:
+            cmds.append(encode("SET", P + ":idem:k" + rid, "fp" + rid[:8] + " " + rid, "NX", "GET",
+                               "EX", 600))
+            cmds.append(encode("XADD", JOBS, "*", "id", rid, "job", self.job))
+        self.gw.send(b"".join(cmds), len(cmds))
+
+
+class BatchEntry(Submit3d08f69):
+    """One stream entry a submit batch (fields id1 job1 id2 job2 …): one XADD, one entry read,
+    one XACK and XDEL a batch instead of a query."""
+
+    def submit_lua(self):
+        return b"""
+local out = {}
+local entry = {}
+local n = (#ARGV - 3) / 4
+for i = 1, n do
+  local id, job, record, fp = ARGV[4 * i], ARGV[4 * i + 1], ARGV[4 * i + 2], ARGV[4 * i + 3]
+  local known = false
+  if fp ~= '' then
+    known = redis.call('SET', KEYS[2 * i + 1], fp .. ' ' .. id, 'NX', 'GET', 'EX', ARGV[3])
+  end
+  if known then out[i] = {'known', known} else
+    entry[#entry + 1] = id
+    entry[#entry + 1] = job
+    out[i] = {'queued', id}
+  end
+end
+if #entry > 0 then redis.call('XADD', KEYS[1], '*', unpack(entry)) end
+return out
+"""
+
+    def read(self, b):
+        reply = self.reader.send(encode("XREADGROUP", "GROUP", GROUP, "w0", "COUNT", b,
+                                        "STREAMS", JOBS, ">"), 1)[0]
+        out = []
+        for entry_id, fields in reply[0][1]:
+            for i in range(0, len(fields), 2):
+                out.append((entry_id, fields[i].decode()))
+        return out
+
+    def finish(self, entries):
+        cmds, n = [], 0
+        for i in range(0, len(entries), BLOCK):
+            block = entries[i:i + BLOCK]
+            frames = []
+            for entry_id, rid in block:
+                cmds.append(encode("SET", P + ":q:" + rid, self.record, "PX", 5000))
+                cmds.append(encode("PEXPIRE", P + ":idem:k" + rid, 5000, "LT"))
+                n += 2
+                frames.append(b"%s %d\n%s" % (rid.encode(), len(self.record), self.record))
+            cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
+            n += 1
+        ids = list(dict.fromkeys(e for e, _ in entries))
+        cmds.append(encode("XACK", JOBS, GROUP, *ids))
+        cmds.append(encode("XDEL", JOBS, *ids))
+        n += 2
+        self.writer.send(b"".join(cmds), n)
+
+
+VARIANTS = {"contract": Contract, "submit-3d08f69": Submit3d08f69, "no-pexpire": NoPexpire, "no-script": NoScript,
+            "batch-entry": BatchEntry}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=7392)
+    ap.add_argument("--job-bytes", type=int, default=600)
+    ap.add_argument("--answer-bytes", type=int, default=4096)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--queries", type=int, default=20000, help="queries a measurement")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--redis-server", default="redis-server")
+    ap.add_argument("--redis-args", default="", help="extra redis-server arguments")
+    ap.add_argument("--detail", action="store_true", help="each command's calls and µs a query")
+    args = ap.parse_args()
+    server = subprocess.Popen(
+        [args.redis_server, "--port", str(args.port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", *args.redis_args.split()], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                Resp(args.port).send(encode("PING"), 1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        conns = [Resp(args.port) for _ in range(3)]
+        admin = Resp(args.port)
+        sub = Resp(args.port)
+        sub.send(encode("HELLO", 3), 1)
+        sub.send(encode("SSUBSCRIBE", CHANNEL), 1)
+        received = [0]
+
+        def drain():
+            try:
+                while True:
+                    sub.read()
+                    received[0] += 1
+            except Exception:  # the server stopped
+                pass
+
+        threading.Thread(target=drain, daemon=True).start()
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu(task):
+            stat = open(f"/proc/{server.pid}/task/{task}/stat").read().rsplit(")", 1)[1].split()
+            return (int(stat[11]) + int(stat[12])) / ticks
+
+        def cpu_all():
+            return sum(cpu(t) for t in os.listdir(f"/proc/{server.pid}/task"))
+
+        job = os.urandom(args.job_bytes)
+        record = b"done 1 4096 100 200 - k\n" + os.urandom(args.answer_bytes)
+        print(f"redis: {subprocess.run([args.redis_server, '--version'], capture_output=True, text=True).stdout.strip()}")
+        print(f"args: {args.redis_args or '-'}; job {args.job_bytes} B, answer {args.answer_bytes} B")
+        print("| variant | B | Redis µs / query | main thread µs / query | commands / query | "
+              "command µs / query (commandstats, script runs less their commands) |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for b in (int(x) for x in args.batches.split(",")):
+            for name in args.variants.split(","):
+                admin.send(encode("DEL", JOBS, P + ":jobs2"), 1)
+                admin.send(encode("XGROUP", "CREATE", JOBS, GROUP, "0", "MKSTREAM"), 1)
+                variant = VARIANTS[name](conns, job, record)
+                rounds = max(1, args.queries // b)
+                for r in range(min(rounds, 20)):  # warm-up
+                    variant.round([os.urandom(16).hex() for _ in range(b)])
+                admin.send(encode("CONFIG", "RESETSTAT"), 1)
+                all0, main0 = cpu_all(), cpu(server.pid)
+                for r in range(rounds):
+                    variant.round([os.urandom(16).hex() for _ in range(b)])
+                all1, main1 = cpu_all(), cpu(server.pid)
+                stats = admin.send(encode("INFO", "commandstats"), 1)[0].decode()
+                calls = usec = 0
+                q = rounds * b
+                each = []
+                for line in stats.splitlines():
+                    if line.startswith("cmdstat_") and not line.startswith(("cmdstat_info", "cmdstat_config")):
+                        cmd, fields = line[len("cmdstat_"):].split(":", 1)
+                        f = dict(kv.split("=") for kv in fields.split(","))
+                        calls += int(f["calls"])
+                        # A script's usec includes the commands it runs, which are counted too.
+                        usec += 0 if cmd in ("evalsha", "eval") else float(f["usec"])
+                        each.append(f"{cmd} {int(f['calls']) / q:.2f}x {float(f['usec']) / q:.2f}us")
+                print(f"| {name} | {b} | {1e6 * (all1 - all0) / q:.2f} | {1e6 * (main1 - main0) / q:.2f} | "
+                      f"{calls / q:.2f} | {usec / q:.2f} |", flush=True)
+                if args.detail:
+                    print(f"|   | {', '.join(each)} (a query: calls, µs) | | | | |", flush=True)
+                admin.send(encode("FLUSHALL"), 1)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
