@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::extract::Request;
 use axum::http::Method;
 use axum::response::Response;
-use metrics::SharedString;
+use metrics::{Counter, SharedString};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 /// Installs the process-wide Prometheus recorder and its upkeep. Call once, from `main`,
@@ -24,6 +24,33 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     crate::access::register_refusals();
     pirq_party::metrics::spawn_upkeep(handle.clone());
     Ok(handle)
+}
+
+/// The accepted-query counters of one table (`pirq_gateway_queries_accepted_total` and
+/// `pirq_gateway_keys_accepted_total`, labelled `table` as the worker's job counters are),
+/// registered at zero and looked up once, when the table's state is made: a query's count
+/// is then two atomic adds, no label lookup.
+#[derive(Clone)]
+pub struct Accepted {
+    queries: Counter,
+    keys: Counter,
+}
+
+impl Accepted {
+    pub fn of(table: &str) -> Accepted {
+        use pirq_shared::metrics::{zero_table_counters, Emitter, TABLE};
+        zero_table_counters(Emitter::Gateway, table);
+        Accepted {
+            queries: metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED, TABLE => table.to_string()),
+            keys: metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED, TABLE => table.to_string()),
+        }
+    }
+
+    /// One query of `keys` keys accepted.
+    pub fn count(&self, keys: u64) {
+        self.queries.increment(1);
+        self.keys.increment(keys);
+    }
 }
 
 /// One request on its way through its route, counted and timed by route, method, status and

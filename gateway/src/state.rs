@@ -61,6 +61,8 @@ pub struct Parts {
     pub table: Arc<str>,
     /// The party's named tables, learnt from the workers' registration ([`crate::tables`]).
     pub tables: Arc<crate::tables::Tables>,
+    /// The accepted-query counters of `table`.
+    pub accepted: crate::metrics::Accepted,
 }
 
 pub use crate::error::StateError;
@@ -104,6 +106,7 @@ impl AppState {
             access,
             table: Arc::from(pirq_shared::layout::DEFAULT_TABLE),
             tables,
+            accepted: crate::metrics::Accepted::of(pirq_shared::layout::DEFAULT_TABLE),
         }))
     }
 

@@ -84,6 +84,7 @@ impl AppState {
                 drain,
                 durable,
                 table: Arc::from(name),
+                accepted: crate::metrics::Accepted::of(name),
                 ..Parts::clone(self)
             })
         });

@@ -70,8 +70,8 @@ get() {
     exec 3>&-
 }
 
-accepted() { # the gateway's accepted-queries counter
-    get /metrics "$W/metrics" && awk '/^pirq_gateway_queries_accepted_total/ {print $2}' "$W/metrics"
+accepted() { # the gateway's accepted-queries counter, summed over its lines (one a table)
+    get /metrics "$W/metrics" && awk '/^pirq_gateway_queries_accepted_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics"
 }
 
 # cpu_ticks PID: "user system" CPU of a process so far, in clock ticks

@@ -154,10 +154,11 @@ get() {
     exec 3>&-
 }
 
-# accepted: the gateway's accepted party queries so far
+# accepted: the gateway's accepted party queries so far, summed over its lines (one a table
+# since the counter has a `table` label; one line before)
 accepted() {
     get /metrics "$W/metrics.txt"
-    awk '$1 == "pirq_gateway_queries_accepted_total" {print $2 + 0}' "$W/metrics.txt"
+    awk '/^pirq_gateway_queries_accepted_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics.txt"
 }
 
 # ticks PID: user + system CPU of a process so far, in clock ticks

@@ -164,7 +164,7 @@ accepted() {
     local t=0 i
     for ((i = 0; i < $1; i++)); do
         get $((ADMIN_PORT + i)) /metrics "$W/metrics.txt"
-        t=$((t + $(awk '$1 == "pirq_gateway_keys_accepted_total" {print $2 + 0}' "$W/metrics.txt")))
+        t=$((t + $(awk '/^pirq_gateway_keys_accepted_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics.txt")))
     done
     echo "$t"
 }

@@ -236,10 +236,10 @@ pub const CATALOG: &[Metric] = &[
       "HTTP requests answered, by matched route template (never the raw path), method, status code and table (`default` on the routes without one; `-` where there is no table or a 404 may name none)."),
     m(GATEWAY_HTTP_REQUEST_DURATION, Histogram, Unit::Seconds, &["route", "table"], Gateway, AfterTraffic,
       "Time from request to response head, by route template and table; for SSE and long-poll this includes the wait."),
-    m(GATEWAY_QUERIES_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,
-      "Queries validated and queued (202), one job each: the jobs accepted."),
-    m(GATEWAY_KEYS_ACCEPTED, Counter, Unit::Count, &[], Gateway, Always,
-      "DPF keys in accepted queries."),
+    m(GATEWAY_QUERIES_ACCEPTED, Counter, Unit::Count, &["table"], Gateway, Always,
+      "Queries validated and queued (202), one job each: the jobs accepted; `table`: the query's table (`default` or a named table), registered at zero for `default` at start and for a named table when the gateway first serves it."),
+    m(GATEWAY_KEYS_ACCEPTED, Counter, Unit::Count, &["table"], Gateway, Always,
+      "DPF keys in accepted queries, by table."),
     m(GATEWAY_IDEMPOTENT_REPLAYS, Counter, Unit::Count, &[], Gateway, Always,
       "POSTs whose Idempotency-Key was known with the same body: answered with the first request's id, nothing queued."),
     m(GATEWAY_QUERIES_THROTTLED, Counter, Unit::Count, &[], Gateway, Always,
@@ -364,14 +364,15 @@ pub fn set_vram(used_bytes: u64, total_bytes: u64) {
 }
 
 /// The label naming the table a per-table metric is about: `default` (the party's table of
-/// `--db`) or a named table (`--table NAME=FILE`); the gateway's `pirq_queue_*` gauges and the
-/// worker's job, key and rotation metrics carry it.
+/// `--db`) or a named table (`--table NAME=FILE`); the gateway's `pirq_queue_*` gauges and
+/// accepted-query counters and the worker's job, key and rotation metrics carry it.
 pub const TABLE: &str = "table";
 
 /// Registers at zero, for `table`, every counter of `emitter` labelled by [`TABLE`] alone, so a
 /// table's counters appear (and `rate()` works) from the first scrape, as [`describe`] does for
 /// the unlabelled ones (it cannot for these: it does not know the tables). A worker calls it for
-/// each table it serves. Never lowers a counter: registering one already counting adds 0.
+/// each table it serves, a gateway for `default` at start and for a named table when it first
+/// serves it. Never lowers a counter: registering one already counting adds 0.
 pub fn zero_table_counters(emitter: Emitter, table: &str) {
     for m in of(emitter).filter(|m| m.kind == Kind::Counter && m.labels == [TABLE]) {
         metrics::counter!(m.name, TABLE => table.to_string()).increment(0);
@@ -628,8 +629,11 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             describe_all();
             metrics::counter!(WORKER_JOBS_COMPLETED, TABLE => "users").increment(3);
-            zero_table_counters(Emitter::Worker, "default");
-            zero_table_counters(Emitter::Worker, "users");
+            metrics::counter!(GATEWAY_KEYS_ACCEPTED, TABLE => "users").increment(3);
+            for emitter in [Emitter::Gateway, Emitter::Worker] {
+                zero_table_counters(emitter, "default");
+                zero_table_counters(emitter, "users");
+            }
             metrics::histogram!(WORKER_TURN_DURATION, TABLE => "default").record(0.02);
         });
         let text = handle.render();
@@ -650,17 +654,18 @@ mod tests {
         }
         // Per-table counters: at zero for each table registered, and a count already made is
         // kept (registering adds nothing).
-        let per_table: Vec<_> = of(Emitter::Worker)
+        let per_table: Vec<_> = CATALOG
+            .iter()
             .filter(|m| m.kind == Kind::Counter && m.labels == [TABLE])
             .collect();
-        assert!(per_table.len() >= 6, "{per_table:?}");
+        assert!(per_table.len() >= 8, "{per_table:?}");
         for m in per_table {
             assert!(
                 text.contains(&format!("# HELP {} {}", m.name, m.help)),
                 "{}",
                 m.name
             );
-            let users = if m.name == WORKER_JOBS_COMPLETED {
+            let users = if [WORKER_JOBS_COMPLETED, GATEWAY_KEYS_ACCEPTED].contains(&m.name) {
                 3
             } else {
                 0

@@ -514,7 +514,7 @@ async fn shape(party: &Party) -> ([f64; 3], f64) {
             .sum::<f64>()
     });
     let keys =
-        pirq_e2e::metrics::value(&text, "pirq_gateway_keys_accepted_total").unwrap_or_default();
+        pirq_e2e::metrics::sum(&text, "pirq_gateway_keys_accepted_total").unwrap_or_default();
     (posts, keys)
 }
 

@@ -90,7 +90,11 @@ async fn idempotency_key_replays_the_first_request_and_refuses_another_body() {
         3.0
     );
     assert_eq!(
-        metric(&url, "pirq_gateway_queries_accepted_total").await,
+        metric(
+            &url,
+            "pirq_gateway_queries_accepted_total{table=\"default\"}"
+        )
+        .await,
         2.0
     );
 }

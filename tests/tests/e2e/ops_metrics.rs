@@ -203,6 +203,12 @@ async fn every_catalog_metric_is_exported_after_traffic() {
             )]
         );
         let accepted = gateway.series(m::GATEWAY_KEYS_ACCEPTED);
-        assert_eq!(accepted, [format!("{} 12", m::GATEWAY_KEYS_ACCEPTED)]);
+        assert_eq!(
+            accepted,
+            [format!(
+                "{}{{table=\"default\"}} 12",
+                m::GATEWAY_KEYS_ACCEPTED
+            )]
+        );
     }
 }

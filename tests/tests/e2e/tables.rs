@@ -330,6 +330,13 @@ async fn both_parties_serve_every_table_on_its_routes_and_one_table_s_epoch_move
     }
     let (_, page) = lookup(&api, (&a, &b), None, 256, 7).await;
     assert_eq!(page, tables.default.page(7));
+    // Party b was sent those lookups' queries and nothing else yet: its accepted-query counters
+    // per table (`default` on both of its routes).
+    let text = metrics::scrape(&b.http, &b.url).await;
+    for (table, n) in [("default", 4.0), ("small", 3.0), ("wide", 3.0)] {
+        let series = format!("{}{{table=\"{table}\"}}", m::GATEWAY_QUERIES_ACCEPTED);
+        assert_eq!(metrics::value(&text, &series), Some(n), "{series}:\n{text}");
+    }
     // One party, whichever table: the same party id.
     let party_of = |r: Reply| r.json()["party"].as_str().unwrap().to_string();
     let plain = party_of(send(a.http.get(format!("{}/v1/info", a.url))).await);

@@ -155,8 +155,7 @@ fn admitted(st: &AppState, id: &RequestId, job: &Job, page_size: u32) {
     st.drain
         .note_admitted(job.keys.len() as u64 * u64::from(page_size));
     tracing::debug!(%id, keys = job.keys.len(), "query accepted");
-    metrics::counter!(pirq_shared::metrics::GATEWAY_QUERIES_ACCEPTED).increment(1);
-    metrics::counter!(pirq_shared::metrics::GATEWAY_KEYS_ACCEPTED).increment(job.keys.len() as u64);
+    st.accepted.count(job.keys.len() as u64);
 }
 
 /// How long a held query whose answer did not come in time is retried to be recorded `queued`
