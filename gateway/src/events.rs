@@ -11,6 +11,12 @@
 //! A wake-up carries what the event said: progress (`running`), which needs no read, or the
 //! final record, which the waiter hands over without reading Redis. A wake-up after a
 //! reconnect, or from the re-read timer, carries nothing and the waiter reads the record.
+//! Progress wakes only the waiters of ids that somebody follows ([`Events::subscribe`]: event
+//! streams, long-polls, whose answers say `running`); a held submit
+//! ([`Events::subscribe_final`]) answers the final record or, past its wait, `queued` whatever
+//! the query's progress, so its `running` event would only cost a wake-up: a task scheduled,
+//! on connection lanes a hand-off to the lane's thread (`docs/bench/host-path.md`). (The
+//! waiters of one id share one channel: while anybody follows an id, all its waiters wake.)
 //!
 //! No lost wake-up: a waiter calls [`Events::subscribe`] *before* it reads the query's status
 //! from Redis. The channel subscription itself is long established, so any change published
@@ -35,9 +41,16 @@ pub struct Events {
 }
 
 struct Hub {
-    /// Per request id: the last notification; every send wakes the receivers.
-    waiters: Mutex<HashMap<RequestId, watch::Sender<Option<Notice>>>>,
+    waiters: Mutex<HashMap<RequestId, Waiting>>,
     connected: AtomicBool,
+}
+
+/// The waiters of one request id.
+struct Waiting {
+    /// The last notification; every send wakes the receivers.
+    tx: watch::Sender<Option<Notice>>,
+    /// How many of them follow progress: none, and a `running` frame wakes nobody.
+    following: usize,
 }
 
 impl Hub {
@@ -48,14 +61,15 @@ impl Hub {
             return;
         }
         for (id, frame) in record::frames(payload) {
-            if let Some(tx) = waiters.get(&id) {
+            if let Some(waiting) = waiters.get(&id) {
                 match Notice::decode(&id, frame) {
                     // Final, its record too long for the event: the waiter reads it.
                     Some(Notice::Read) => {
-                        tx.send_replace(None);
+                        waiting.tx.send_replace(None);
                     }
+                    Some(Notice::Progress(_)) if waiting.following == 0 => {}
                     Some(notice) => {
-                        tx.send_replace(Some(notice));
+                        waiting.tx.send_replace(Some(notice));
                     }
                     None => {}
                 }
@@ -65,8 +79,8 @@ impl Hub {
 
     /// Wakes everyone to read again: events may have been missed.
     fn notify_all(&self) {
-        for tx in self.waiters.lock().unwrap().values() {
-            tx.send_replace(None);
+        for waiting in self.waiters.lock().unwrap().values() {
+            waiting.tx.send_replace(None);
         }
     }
 }
@@ -76,6 +90,8 @@ pub struct Subscription {
     hub: Arc<Hub>,
     id: RequestId,
     rx: watch::Receiver<Option<Notice>>,
+    /// Woken by progress too.
+    follows: bool,
 }
 
 /// What a wake-up asks of a waiter.
@@ -109,10 +125,12 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut waiters = self.hub.waiters.lock().unwrap();
-        if let Some(tx) = waiters.get(&self.id) {
+        if let Some(waiting) = waiters.get_mut(&self.id) {
             // Our own receiver is still alive here: 1 means nobody else waits for this id.
-            if tx.receiver_count() <= 1 {
+            if waiting.tx.receiver_count() <= 1 {
                 waiters.remove(&self.id);
+            } else if self.follows {
+                waiting.following -= 1;
             }
         }
         metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
@@ -138,22 +156,32 @@ impl Events {
         tokio::spawn(listen(target, layout, self.hub.clone(), false));
     }
 
-    /// Registers interest in `id`. Call before reading the query's status.
+    /// Registers interest in `id`, its progress included. Call before reading the query's
+    /// status.
     pub fn subscribe(&self, id: &RequestId) -> Subscription {
+        self.register(id, true)
+    }
+
+    /// Registers interest in `id`'s final record only (and in re-reads): a waiter that answers
+    /// the same whatever the query's progress. Call before the query can be answered.
+    pub fn subscribe_final(&self, id: &RequestId) -> Subscription {
+        self.register(id, false)
+    }
+
+    fn register(&self, id: &RequestId, follows: bool) -> Subscription {
         let mut waiters = self.hub.waiters.lock().unwrap();
-        let rx = match waiters.get(id) {
-            Some(tx) => tx.subscribe(),
-            None => {
-                let (tx, rx) = watch::channel(None);
-                waiters.insert(*id, tx);
-                rx
-            }
-        };
+        let waiting = waiters.entry(*id).or_insert_with(|| Waiting {
+            tx: watch::Sender::new(None),
+            following: 0,
+        });
+        waiting.following += usize::from(follows);
+        let rx = waiting.tx.subscribe();
         metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
         Subscription {
             hub: self.hub.clone(),
             id: *id,
             rx,
+            follows,
         }
     }
 
@@ -191,5 +219,54 @@ async fn listen(target: RedisTarget, layout: Layout, hub: Arc<Hub>, reports_read
             Err(e) => tracing::warn!(%channel, error = %e, "pub/sub connect failed; retrying"),
         }
         backoff.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hub without its listener: notified by hand.
+    fn events() -> Events {
+        Events {
+            hub: Arc::new(Hub {
+                waiters: Mutex::new(HashMap::new()),
+                connected: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// One frame of a status event message (`<id> <length>\n<record>`).
+    fn frame(id: &RequestId, record: &[u8]) -> Vec<u8> {
+        let mut frame = format!("{id} {}\n", record.len()).into_bytes();
+        frame.extend_from_slice(record);
+        frame
+    }
+
+    #[test]
+    fn progress_wakes_only_the_waiters_that_follow_it() {
+        let events = events();
+        let held_id = RequestId::parse(&"ab".repeat(16)).unwrap();
+        let streamed_id = RequestId::parse(&"cd".repeat(16)).unwrap();
+        let running = |id| frame(id, QueryStatus::Running.as_str().as_bytes());
+        let held = events.subscribe_final(&held_id);
+        let stream = events.subscribe(&streamed_id);
+        events
+            .hub
+            .notify(&[running(&held_id), running(&streamed_id)].concat());
+        assert!(!held.rx.has_changed().unwrap(), "held woken by progress");
+        assert!(stream.rx.has_changed().unwrap(), "a stream missed progress");
+        // Its follower gone, a query's progress wakes nobody else waiting for it.
+        let late = events.subscribe_final(&streamed_id);
+        drop(stream);
+        events.hub.notify(&running(&streamed_id));
+        assert!(!late.rx.has_changed().unwrap(), "held woken by progress");
+        // The final word (here: read the record) and a reconnect wake everyone.
+        events.hub.notify(&frame(&held_id, b""));
+        assert!(held.rx.has_changed().unwrap(), "held missed its answer");
+        events.hub.notify_all();
+        assert!(late.rx.has_changed().unwrap(), "a reconnect missed");
+        drop((held, late));
+        assert!(events.hub.waiters.lock().unwrap().is_empty());
     }
 }

@@ -121,7 +121,8 @@ fn hold(st: &AppState, headers: &HeaderMap, id: &RequestId, db: &RegisteredDb) -
     Some(Held {
         wait,
         slot,
-        sub: st.events.subscribe(id),
+        // Its answer is the final record or, past the wait, `queued`: progress is not for it.
+        sub: st.events.subscribe_final(id),
         // An unsharded worker shortens the Idempotency-Key record of a held query with its
         // answer (`Reply::held_keep_ms`); a sharded party's combine script does not.
         worker_shortens_idempotency: db.shards <= 1,
