@@ -551,12 +551,29 @@ impl Client {
                     let digest_changed = answered_epoch == info.epoch.newest
                         && info.digest.is_some()
                         && digest != info.digest;
-                    if answered_epoch != agreement.epoch || digest_changed {
-                        // The parties moved on: read their info before the next lookup.
+                    if answered_epoch != agreement.epoch || digest_changed || !agreement.same_newest
+                    {
+                        // The parties moved on: read their info before the next lookup. So
+                        // too while they were at two newest epochs (a push under way): lookups
+                        // pinned to the older one answer it without a word that the other
+                        // party has caught up, and would keep to it for good.
                         self.stale.store(true, Ordering::Release);
                     }
                     // Every page checked before any is returned (docs/spec/signed.md §3).
                     if let Some(block) = &agreement.signing {
+                        // Asked at the epoch of info read before another lookup saw a newer
+                        // one signed (a push under way): this client's own stale pin, not the
+                        // parties' doing. Read their info again and ask again; a party that
+                        // claims an old newest epoch is refused there (§4.4).
+                        if epoch.is_none()
+                            && attempt == 0
+                            && answered_epoch == agreement.epoch
+                            && answered_epoch < self.verifier.floor(&block.db_id)
+                        {
+                            let mut kept = self.lock_agreement(d).await?;
+                            agreement = self.refresh(d, &mut kept).await?;
+                            continue;
+                        }
                         if self.verifier.wants_manifests(&block.db_id, answered_epoch) {
                             self.read_manifests(block, d).await?;
                         }

@@ -246,6 +246,12 @@ impl Verifier {
         Ok(())
     }
 
+    /// The oldest epoch this client takes answers at for `db_id` (§4.4): the newest it has seen
+    /// signed, or `--min-epoch`.
+    pub(crate) fn floor(&self, db_id: &[u8; 32]) -> u64 {
+        self.min_epoch.max(self.newest_signed(db_id).unwrap_or(0))
+    }
+
     /// The newest epoch the publisher's signatures have shown this client for `db_id`.
     pub(crate) fn newest_signed(&self, db_id: &[u8; 32]) -> Option<u64> {
         self.histories

@@ -108,6 +108,14 @@ async fn info_is_read_again_when_an_answer_shows_a_new_epoch() {
         .unwrap();
     let got = c.fetch(&[5]).await.unwrap();
     assert_eq!((got.epoch, &got.pages[0]), (1, &expected_page(5)));
+    // B catches up: the next lookup is at the new epoch. Info read while the parties' newest
+    // epochs differed is read again after the lookup pinned to the older one, never kept.
+    http.post(format!("{}/fake/advance", b.url))
+        .send()
+        .await
+        .unwrap();
+    let got = c.fetch(&[6]).await.unwrap();
+    assert_eq!((got.epoch, &got.pages[0]), (2, &expected_page(6)));
 }
 
 /// Runs a lookup against an honest A and a B with `behaviour`, expecting a timeout in `phase`

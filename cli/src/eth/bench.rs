@@ -7,9 +7,10 @@
 //! the dump's block. With `--updates`, one block update is pushed to both parties every
 //! `--push-every` seconds during the run, and the time from each push to the first wallet open
 //! that sees the new block is measured (freshness), with the reads/s in the seconds after each
-//! push beside the rest.
+//! push beside the rest; with signed tables, `--manifests-from` installs each pushed epoch's
+//! manifests where the parties serve them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,6 +55,17 @@ pub struct BenchArgs {
     /// The parties' admin token.
     #[arg(long, env = "PIRQ_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Signed tables: the publisher's manifest directory (`eth import --manifests`), holding
+    /// the manifests of every update in --updates. Once each push reaches both parties, every
+    /// table's manifests up to the pushed epoch are installed into --manifests-to, as an
+    /// operator installs them (docs/eth.md; a manifest of an epoch the parties do not serve yet
+    /// would make clients refuse them as stale).
+    #[arg(long, requires = "manifests_to", requires = "updates")]
+    manifests_from: Option<PathBuf>,
+    /// The directory the parties serve the manifest files from (`pirq-gateway
+    /// --table-manifests NAME=DIR/NAME.manifests.json`): each is replaced by a rename.
+    #[arg(long, requires = "manifests_from")]
+    manifests_to: Option<PathBuf>,
 }
 
 /// What the dump says about one sampled account.
@@ -345,8 +357,10 @@ async fn push_updates(
                 .with_context(|| format!("{}/eth.json", dir.display()))?,
         )?;
         let block = report["block"].as_u64().context("eth.json has no block")?;
+        let mut epoch = None;
         for table in tables::ALL {
             let update = crate::epoch::read_update(&dir.join(format!("{table}.update")))?;
+            epoch = Some(update.epoch);
             let pushes = args.push_to.iter().map(|url| {
                 let party = pirq_client::Party::new(http.clone(), url).with_table(Some(table));
                 let (token, update) = (token.clone(), update.clone());
@@ -355,6 +369,11 @@ async fn push_updates(
             futures::future::try_join_all(pushes).await?;
         }
         let pushed = Instant::now();
+        if let (Some(from), Some(to), Some(epoch)) =
+            (&args.manifests_from, &args.manifests_to, epoch)
+        {
+            install_manifests(from, to, epoch)?;
+        }
         let mut seen = None;
         while Instant::now() < end {
             if counters.newest.load(Ordering::Relaxed) >= block {
@@ -367,6 +386,33 @@ async fn push_updates(
     }
     tokio::time::sleep_until(end.into()).await;
     Ok(out)
+}
+
+/// Installs each table's manifests of epochs up to `epoch` from the publisher's directory
+/// `from` into `to` (a temporary file renamed over each): what the parties serve once they
+/// serve `epoch`.
+fn install_manifests(from: &Path, to: &Path, epoch: u64) -> anyhow::Result<()> {
+    use pirq_shared::signing::Manifest;
+    for table in tables::ALL {
+        let name = format!("{table}.manifests.json");
+        let source = from.join(&name);
+        let bytes =
+            std::fs::read(&source).with_context(|| format!("reading {}", source.display()))?;
+        let list = Manifest::parse_list(&bytes).with_context(|| source.display().to_string())?;
+        let upto: Vec<Manifest> = list.into_iter().filter(|m| m.epoch <= epoch).collect();
+        if upto.last().map(|m| m.epoch) != Some(epoch) {
+            bail!(
+                "{} has no manifest of epoch {epoch}, the epoch just pushed",
+                source.display()
+            );
+        }
+        let target = to.join(&name);
+        pirq_db::write_atomically(&target, |f| {
+            std::io::Write::write_all(f, &Manifest::list_to_json(&upto))
+        })
+        .with_context(|| format!("writing {}", target.display()))?;
+    }
+    Ok(())
 }
 
 fn report(

@@ -11,7 +11,8 @@
 //!
 //! One block across tables: the tables' epochs name the same block (`super::update`), so a
 //! read takes accounts and storage at one epoch (asking both again at the older one when the
-//! parties answered two, as during a push) and code at that same epoch. The block number comes
+//! parties answered two, as during a push; signed tables at the newer one, since a verifying
+//! client never goes back) and code at that same epoch. The block number comes
 //! from the metadata record read with the accounts.
 //!
 //! Nothing a call names (addresses, slots, values) is logged.
@@ -316,19 +317,33 @@ impl Eth {
             })
             .collect();
         let mut pin = None;
-        for attempt in 0..3 {
-            let last = attempt == 2;
-            let (accounts, storage) = futures::try_join!(
+        for attempt in 0..ATTEMPTS {
+            let last = attempt + 1 == ATTEMPTS;
+            let (accounts, storage) = match futures::try_join!(
                 self.accounts.get_many_at(&account_keys, pin),
                 self.storage.get_many_at(&storage_keys, pin)
-            )
-            .map_err(party_error)?;
+            ) {
+                Ok(answers) => answers,
+                Err(e) if !last && push_under_way(&e) => {
+                    tokio::time::sleep(PUSH_PAUSE).await;
+                    continue;
+                }
+                Err(e) => return Err(party_error(e)),
+            };
             if accounts.epoch != storage.epoch {
-                // A push under way: both at the older epoch, which both still serve.
-                pin = Some(accounts.epoch.min(storage.epoch));
+                // A push under way. Unsigned: both at the older epoch, which both still serve.
+                // Signed: a verifying client never goes back to an epoch older than one it has
+                // seen signed (docs/spec/signed.md §4.4), so both at the newer, once the table
+                // behind serves it (a moment later: the push of every table is under way).
+                pin = Some(if verifying(&accounts) || verifying(&storage) {
+                    accounts.epoch.max(storage.epoch)
+                } else {
+                    accounts.epoch.min(storage.epoch)
+                });
                 continue;
             }
             let epoch = accounts.epoch;
+            let verified = verifying(&accounts);
             let mut values = accounts.values;
             let meta = values.pop().flatten().ok_or_else(|| {
                 internal("the accounts table has no metadata record (not made by pirq eth import)")
@@ -353,6 +368,12 @@ impl Eth {
                 .collect();
             let code = match self.code.get_many_at(&code_keys, Some(epoch)).await {
                 Ok(code) => code,
+                // Signed: the code table has not reached this epoch yet (never older: as above).
+                Err(e) if !last && verified && push_under_way(&e) => {
+                    pin = Some(epoch);
+                    tokio::time::sleep(PUSH_PAUSE).await;
+                    continue;
+                }
                 // The code table has not reached this epoch (or left it): all at its newest.
                 Err(ClientError::Mismatch(_)) if !last => {
                     let (_, newest, _) = self.code.kv_layout(None).await.map_err(party_error)?;
@@ -476,6 +497,30 @@ fn not_here(method: &str) -> RpcError {
 
 fn internal(why: impl std::fmt::Display) -> RpcError {
     RpcError::new(rpc::INTERNAL_ERROR, why.to_string())
+}
+
+/// How many times a read is made while the tables' epochs differ (a push under way), and the
+/// pause before asking again where it must wait for a table to catch up (signed tables): the
+/// pushes of one block's tables land within a moment of each other.
+const ATTEMPTS: usize = 8;
+const PUSH_PAUSE: Duration = Duration::from_millis(50);
+
+/// Whether `values` were checked against the publisher's signatures (signed tables).
+fn verifying(values: &pirq_client::Values) -> bool {
+    matches!(
+        values.verification,
+        pirq_client::Verification::Verified | pirq_client::Verification::Advertised
+    )
+}
+
+/// An error a push under way makes, gone a moment later: a table not yet at the epoch asked
+/// for (the parties' windows), or, just after a signed update reaches the parties, its
+/// manifest not served yet (the operator installs it next; docs/spec/signed.md §4.3).
+fn push_under_way(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Mismatch(_) | ClientError::MissingManifest { .. }
+    )
 }
 
 /// A party's failure, as the wallet sees it and the log records it (the parties' URLs and

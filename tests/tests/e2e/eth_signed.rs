@@ -379,7 +379,8 @@ fn same_bytes(a: &Path, b: &Path, names: &[String]) {
 /// from its changes `--after` block 1's (never applied) is signed for epoch 2, its manifest
 /// appended to the manifests of block 1, and is byte for byte the update (and the manifest)
 /// made against the snapshot `pirq db apply` writes of block 1. Both blocks pushed to two real
-/// parties read, verified, the dumps' values. A manifest file one epoch behind or ahead of the
+/// parties read, verified, the dumps' values (and the endpoint moves on to block 1 after
+/// reading while only party A had it). A manifest file one epoch behind or ahead of the
 /// updates, an update that is not the one the manifests name, or no key, is refused before
 /// anything is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,6 +682,13 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
                     "--from",
                     arg(&d(&format!("u{k}/{t}.update"))),
                 ]);
+            }
+            if k == 1 && party.url == a.url {
+                // Party A ahead: reads are of the block both serve, and once party B catches
+                // up they move on (a client must not keep to the epoch it pinned while the
+                // parties' newest epochs differed).
+                check_reads(&url, &d0, &reads, "700, party A at 701").await;
+                assert_eq!(block_number(&url).await["result"], json!("0x2bc"));
             }
         }
         copy_manifests(&d(&format!("m{k}")), &served);
