@@ -17,7 +17,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// read these, and release builds have no symbols to show anyway.
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
-    let threads = config.runtime_threads;
+    let threads = config.threads().runtime;
     pirq_party::main_on_threads(threads, || {
         pirq_gateway::serve(config, pirq_party::shutdown_signal())
     })

@@ -46,9 +46,9 @@ pub async fn serve(
     } else {
         Routes::All
     };
-    let public_app = match config.connection_threads {
+    let public_app = match config.threads().lanes {
         0 => Served::Here(router_for(state.clone(), public_routes)),
-        n => Served::Lanes(Arc::new(Lanes::start(n.into(), &state, |lane| {
+        n => Served::Lanes(Arc::new(Lanes::start(n, &state, |lane| {
             router_for(lane, public_routes)
         })?)),
     };
@@ -171,6 +171,7 @@ async fn bind_public(
         redis = %config.redis.redis_url_redacted(),
         max_connections = limits.max_connections,
         max_waiters = state.waiters.max(),
+        connection_lanes = config.threads().lanes,
         "pirq-gateway listening"
     );
     Ok(listener)
