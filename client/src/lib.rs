@@ -211,6 +211,33 @@ enum Chunk {
     EpochsDiffer,
 }
 
+/// The epoch a lookup's chunks answered, and its digest.
+type Answered = (u64, Option<Digest>);
+
+impl Chunk {
+    /// The pages of a lookup's chunks in order, and the epoch and digest they answered; `None`
+    /// when a chunk found the parties at different epochs (an epoch change under way: the
+    /// caller reads the new info and asks again pinned).
+    fn join(parts: Vec<Chunk>, lookups: usize) -> (Vec<Vec<u8>>, Option<Answered>) {
+        let mut pages = Vec::with_capacity(lookups);
+        let mut answered = None;
+        for part in parts {
+            match part {
+                Chunk::Pages {
+                    epoch,
+                    digest,
+                    pages: p,
+                } => {
+                    answered = Some((epoch, digest));
+                    pages.extend(p);
+                }
+                Chunk::EpochsDiffer => return (pages, None),
+            }
+        }
+        (pages, answered)
+    }
+}
+
 impl Client {
     /// A builder: party URLs, deadline, CA roots, tokens, an own HTTP client.
     pub fn builder() -> ClientBuilder {
@@ -530,22 +557,7 @@ impl Client {
                     self.fetch_chunk(chunk, info.domain_bits, info.page_size, pin, d)
                 }))
                 .await?;
-            let mut pages = Vec::with_capacity(indices.len());
-            let mut answered = None;
-            for part in parts {
-                match part {
-                    Chunk::Pages {
-                        epoch,
-                        digest,
-                        pages: p,
-                    } => {
-                        answered = Some((epoch, digest));
-                        pages.extend(p);
-                    }
-                    // An epoch change under way: read the new info, ask again pinned.
-                    Chunk::EpochsDiffer => break,
-                }
-            }
+            let (pages, answered) = Chunk::join(parts, indices.len());
             match answered {
                 Some((answered_epoch, digest)) if pages.len() == indices.len() => {
                     let digest_changed = answered_epoch == info.epoch.newest

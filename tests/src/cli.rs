@@ -49,6 +49,24 @@ pub fn pirq(args: &[&str]) -> Output {
     pirq_command(args).output().expect("running pirq")
 }
 
+/// A publisher key pair made by `pirq publisher keygen`: `DIR/NAME.key` (secret) and
+/// `DIR/NAME.pub` (public), their paths in that order.
+pub fn publisher_keygen(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (secret, public) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.pub")),
+    );
+    pirq_ok(&[
+        "publisher",
+        "keygen",
+        "--secret",
+        arg(&secret),
+        "--public",
+        arg(&public),
+    ]);
+    (secret, public)
+}
+
 /// Runs `pirq ARGS`, which must succeed.
 pub fn pirq_ok(args: &[&str]) -> Ran {
     succeeded(args, pirq(args))

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pirq_e2e::cli::{arg, pirq_command, pirq_ok};
+use pirq_e2e::cli::{arg, pirq_command, pirq_ok, publisher_keygen};
 use pirq_e2e::TestDb;
 use serde_json::{json, Value};
 
@@ -31,6 +31,13 @@ fn first_account(dump: &std::path::Path) -> (String, String) {
         line["address"].as_str().unwrap().to_string(),
         format!("{balance:#x}"),
     )
+}
+
+/// The gateways' `--table-manifests` value for the three tables' manifest files in `dir`.
+fn table_manifests_flag(dir: &Path) -> String {
+    TABLES
+        .map(|t| format!("{t}={}", dir.join(format!("{t}.manifests.json")).display()))
+        .join(",")
 }
 
 async fn balance(url: &str, address: &str) -> Value {
@@ -62,18 +69,8 @@ async fn block_number(url: &str) -> Value {
 async fn eth_signed_tables_verify_before_and_after_a_block_update() {
     let dir = tempfile::tempdir().unwrap();
     let d = |name: &str| dir.path().join(name);
-    let (secret, public) = (d("pub.key"), d("pub.pub"));
-    let (other_secret, other_public) = (d("other.key"), d("other.pub"));
-    for (sk, pk) in [(&secret, &public), (&other_secret, &other_public)] {
-        pirq_ok(&[
-            "publisher",
-            "keygen",
-            "--secret",
-            arg(sk),
-            "--public",
-            arg(pk),
-        ]);
-    }
+    let (secret, public) = publisher_keygen(dir.path(), "pub");
+    let (_, other_public) = publisher_keygen(dir.path(), "other");
     let state = [
         "--accounts",
         "200",
@@ -129,14 +126,7 @@ async fn eth_signed_tables_verify_before_and_after_a_block_update() {
         arg(&staged),
         "--quiet",
     ]);
-    let served = ["accounts", "code", "storage"]
-        .map(|t| {
-            format!(
-                "{t}={}",
-                manifests.join(format!("{t}.manifests.json")).display()
-            )
-        })
-        .join(",");
+    let served = table_manifests_flag(&manifests);
     let default = TestDb::create(16, 256, 3).unwrap();
     let (a, b) = parties_with(
         &s0,
@@ -387,15 +377,7 @@ fn same_bytes(a: &Path, b: &Path, names: &[String]) {
 async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
     let dir = tempfile::tempdir().unwrap();
     let d = |name: &str| dir.path().join(name);
-    let (secret, public) = (d("pub.key"), d("pub.pub"));
-    pirq_ok(&[
-        "publisher",
-        "keygen",
-        "--secret",
-        arg(&secret),
-        "--public",
-        arg(&public),
-    ]);
+    let (secret, public) = publisher_keygen(dir.path(), "pub");
     let state = [
         "--accounts",
         "300",
@@ -644,14 +626,7 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
 
     let served = d("served");
     std::fs::create_dir(&served).unwrap();
-    let table_manifests = TABLES
-        .map(|t| {
-            format!(
-                "{t}={}",
-                served.join(format!("{t}.manifests.json")).display()
-            )
-        })
-        .join(",");
+    let table_manifests = table_manifests_flag(&served);
     let default = TestDb::create(16, 256, 3).unwrap();
     let (a, b) = parties_with(
         &s0,

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use pirq_e2e::cli::pirq_ok;
+use pirq_e2e::cli::{pirq_ok, publisher_keygen};
 use pirq_e2e::{Party, PartyOptions, TestDb};
 use pirq_gateway::{Route, Routes};
 use pirq_shared::dpf::generate;
@@ -590,15 +590,8 @@ async fn wait_ready(api: &Api, http: &reqwest::Client, url: &str) {
 async fn kv_signed_sharded_and_failing_parties(api: &Api, http: &reqwest::Client) {
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str| dir.path().join(name).display().to_string();
-    let (secret, public) = (file("publisher.key"), file("publisher.pub"));
-    pirq_ok(&[
-        "publisher",
-        "keygen",
-        "--secret",
-        &secret,
-        "--public",
-        &public,
-    ]);
+    let (secret, public) = publisher_keygen(dir.path(), "publisher");
+    let (secret, public) = (secret.display().to_string(), public.display().to_string());
     let (fixed, signed_kv) = (file("fixed.jsonl"), file("signed-kv.pirdb"));
     let (varied, variable_kv) = (file("varied.jsonl"), file("variable-kv.pirdb"));
     for (records, values, seed) in [

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use pirq_client::{Client, ClientError, Options, PublisherKey, Verification, Wait};
 use pirq_db::PirDb;
-use pirq_e2e::cli::{arg, pirq, pirq_fails, pirq_ok, Ran};
+use pirq_e2e::cli::{arg, pirq, pirq_fails, pirq_ok, publisher_keygen, Ran};
 use pirq_e2e::{serve_database, Party, PartyOptions};
 use pirq_shared::update::EpochUpdate;
 use pirq_testkit::tamper::{Tamper, TamperProxy};
@@ -37,18 +37,8 @@ async fn a_tampering_party_is_refused_every_time_and_honest_answers_verify() {
     let phase = |what: &str| eprintln!("{:>6.1} s: {what}", started.elapsed().as_secs_f64());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (secret, public) = (d.join("pub.key"), d.join("pub.pub"));
-    let (other_secret, other_public) = (d.join("other.key"), d.join("other.pub"));
-    for (sk, pk) in [(&secret, &public), (&other_secret, &other_public)] {
-        pirq_ok(&[
-            "publisher",
-            "keygen",
-            "--secret",
-            arg(sk),
-            "--public",
-            arg(pk),
-        ]);
-    }
+    let (secret, public) = publisher_keygen(d, "pub");
+    let (_, other_public) = publisher_keygen(d, "other");
     let key = PublisherKey::read_file(&public).unwrap();
     let signed = d.join("signed.pirdb");
     pirq_ok(&[
@@ -426,15 +416,7 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
     let phase = |what: &str| eprintln!("{:>6.1} s: {what}", started.elapsed().as_secs_f64());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (secret, public) = (d.join("pub.key"), d.join("pub.pub"));
-    pirq_ok(&[
-        "publisher",
-        "keygen",
-        "--secret",
-        arg(&secret),
-        "--public",
-        arg(&public),
-    ]);
+    let (secret, public) = publisher_keygen(d, "pub");
     let key = PublisherKey::read_file(&public).unwrap();
     let base = d.join("base.pirdb");
     pirq_ok(&[
