@@ -112,14 +112,7 @@ fn read_capped(
         inner: input,
         newlines: 0,
     };
-    let mut ctx = Ctx {
-        sink,
-        max_code_size,
-        held: Held::new(spill_dir),
-        summary: Summary::default(),
-        first: true,
-        changes,
-    };
+    let mut ctx = Ctx::new(sink, max_code_size, spill_dir, true, changes);
     let mut line = Vec::new();
     loop {
         if !reader.skip_whitespace()? {
@@ -283,14 +276,7 @@ fn parse_batch<T: Send>(
                 items.push(Owned::of(item));
                 Ok(())
             };
-            let mut ctx = Ctx {
-                sink: &mut sink,
-                max_code_size,
-                held: Held::new(spill_dir),
-                summary: Summary::default(),
-                first: first && c == 0,
-                changes: false,
-            };
+            let mut ctx = Ctx::new(&mut sink, max_code_size, spill_dir, first && c == 0, false);
             for &(start, end, line_no) in run {
                 let mut de = serde_json::Deserializer::from_slice(&buf[start..end]);
                 LineSeed { ctx: &mut ctx }
@@ -353,14 +339,7 @@ fn stream_line<T: Send>(
         }
         Ok(())
     };
-    let mut ctx = Ctx {
-        sink: &mut sink,
-        max_code_size,
-        held: Held::new(spill_dir),
-        summary: Summary::default(),
-        first,
-        changes: false,
-    };
+    let mut ctx = Ctx::new(&mut sink, max_code_size, spill_dir, first, false);
     let mut de = serde_json::Deserializer::from_reader(io::Cursor::new(head).chain(reader));
     let result = LineSeed { ctx: &mut ctx }.deserialize(&mut de);
     let line_summary = ctx.summary;
@@ -470,6 +449,27 @@ struct Ctx<'s> {
     first: bool,
     /// Reading a block's changes ([`read_changes`]), not a whole state.
     changes: bool,
+}
+
+impl<'s> Ctx<'s> {
+    /// A reader's state before its first line: `first` when that line may be the header,
+    /// `changes` when it reads a block's changes.
+    fn new(
+        sink: &'s mut dyn FnMut(Item) -> Result<(), String>,
+        max_code_size: usize,
+        spill_dir: &Path,
+        first: bool,
+        changes: bool,
+    ) -> Ctx<'s> {
+        Ctx {
+            sink,
+            max_code_size,
+            held: Held::new(spill_dir),
+            summary: Summary::default(),
+            first,
+            changes,
+        }
+    }
 }
 
 /// One line's object.

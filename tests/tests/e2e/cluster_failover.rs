@@ -41,6 +41,19 @@ use pirq_shared::dpf::generate;
 use pirq_shared::wire::QueryRequest;
 use rand::Rng;
 
+/// A party on a Redis Cluster of 3 primaries with a replica each, its gateway started with
+/// `--durability replica`.
+fn replica_durable_cluster() -> PartyOptions {
+    PartyOptions {
+        redis_cluster: Some(ClusterShape {
+            primaries: 3,
+            replicas: 1,
+        }),
+        gateway_args: vec!["--durability".into(), "replica".into()],
+        ..PartyOptions::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_killed_under_load_fails_over_and_loses_nothing() {
     if !cluster_tests_enabled("a_primary_killed_under_load_fails_over_and_loses_nothing") {
@@ -81,15 +94,9 @@ async fn with_replica_durability_a_primary_without_its_replica_refuses() {
         return;
     }
     let db = TestDb::create(1 << 10, 256, rand::random()).unwrap();
-    let on_cluster = PartyOptions {
-        redis_cluster: Some(ClusterShape {
-            primaries: 3,
-            replicas: 1,
-        }),
-        gateway_args: vec!["--durability".into(), "replica".into()],
-        ..PartyOptions::default()
-    };
-    let mut a = Party::start(&db.path, "party-a", on_cluster).await.unwrap();
+    let mut a = Party::start(&db.path, "party-a", replica_durable_cluster())
+        .await
+        .unwrap();
     let primary = a.redis.primary_for(&a.layout().db()).await.unwrap();
     let http = reqwest::Client::new();
     let (k0, _) = generate(10, 7, &mut rand::rng()).unwrap();
@@ -130,15 +137,9 @@ async fn with_replica_durability_each_table_is_checked_on_its_own_primaries() {
     }
     let db = TestDb::create(1 << 10, 256, rand::random()).unwrap();
     let table_db = TestDb::create(64, 256, rand::random()).unwrap();
-    let on_cluster = PartyOptions {
-        redis_cluster: Some(ClusterShape {
-            primaries: 3,
-            replicas: 1,
-        }),
-        gateway_args: vec!["--durability".into(), "replica".into()],
-        ..PartyOptions::default()
-    };
-    let mut a = Party::start(&db.path, "party-a", on_cluster).await.unwrap();
+    let mut a = Party::start(&db.path, "party-a", replica_durable_cluster())
+        .await
+        .unwrap();
     let layout = a.layout();
     let home = a.redis.primary_for(&layout.db()).await.unwrap();
     // The first table name whose queue sits on another primary than `default`'s.

@@ -172,27 +172,9 @@ async fn eth_signed_tables_verify_before_and_after_a_block_update() {
 
     // Block 501: pushed to every table of both parties, its manifests already served.
     for party in [&a, &b] {
-        for t in ["accounts", "code", "storage"] {
-            pirq_ok(&[
-                "epoch",
-                "push",
-                "--party",
-                &party.url,
-                "--token",
-                TOKEN,
-                "--table",
-                t,
-                "--from",
-                arg(&d(&format!("u1/{t}.update"))),
-            ]);
-        }
+        push_block(&party.url, &d("u1"));
     }
-    for t in ["accounts", "code", "storage"] {
-        let name = format!("{t}.manifests.json");
-        let tmp = manifests.join(format!(".{name}"));
-        std::fs::copy(staged.join(&name), &tmp).unwrap();
-        std::fs::rename(&tmp, manifests.join(&name)).unwrap();
-    }
+    copy_manifests(&staged, &manifests);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let answer = block_number(&url).await;
@@ -346,6 +328,24 @@ fn copy_manifests(from: &Path, to: &Path) {
         let tmp = to.join(format!(".{name}"));
         std::fs::copy(from.join(&name), &tmp).unwrap();
         std::fs::rename(&tmp, to.join(&name)).unwrap();
+    }
+}
+
+/// Pushes a block's update of every table (`updates/NAME.update`) to the party at `url`.
+fn push_block(url: &str, updates: &Path) {
+    for t in TABLES {
+        pirq_ok(&[
+            "epoch",
+            "push",
+            "--party",
+            url,
+            "--token",
+            TOKEN,
+            "--table",
+            t,
+            "--from",
+            arg(&updates.join(format!("{t}.update"))),
+        ]);
     }
 }
 
@@ -644,20 +644,7 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
     check_reads(&url, &d0, &reads, "700").await;
     for (k, state, block) in [(1, &d1, "0x2bd"), (2, &d2, "0x2be")] {
         for party in [&a, &b] {
-            for t in TABLES {
-                pirq_ok(&[
-                    "epoch",
-                    "push",
-                    "--party",
-                    &party.url,
-                    "--token",
-                    TOKEN,
-                    "--table",
-                    t,
-                    "--from",
-                    arg(&d(&format!("u{k}/{t}.update"))),
-                ]);
-            }
+            push_block(&party.url, &d(&format!("u{k}")));
             if k == 1 && party.url == a.url {
                 // Party A ahead: reads are of the block both serve, and once party B catches
                 // up they move on (a client must not keep to the epoch it pinned while the
