@@ -34,8 +34,10 @@ pub async fn push_epoch(
 ) -> Result<(StatusCode, Json<Pushed>), ApiError> {
     // The token before a byte of the body: a wrong token costs the gateway nothing.
     authorize(state.config.admin_token.as_deref(), &headers)?;
-    let format = Format::of_request(&headers)?;
+    // A bad Content-Type is refused once the body is read (`crate::body` says why).
+    let format = Format::of_request(&headers);
     let body = crate::body::read(&headers, body, state.config.update_body()).await?;
+    let format = format?;
     let update = match format {
         Format::Json => EpochUpdate::from_json(&body),
         Format::Bincode => EpochUpdate::from_bincode(&body),

@@ -31,9 +31,11 @@ pub async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let idem_key = idempotency::key(&headers)?;
-    let format = Format::of_request(&headers)?;
+    // The headers are checked, but a refusal waits until the body (within its limits) is read:
+    // see `crate::body` on why answering before it can lose the answer.
+    let head = idempotency::key(&headers).and_then(|k| Ok((k, Format::of_request(&headers)?)));
     let body = crate::body::read(&headers, body, st.config.query_body()).await?;
+    let (idem_key, format) = head?;
     let request = match format {
         Format::Json => QueryRequest::from_json(&body)?,
         Format::Bincode => QueryRequest::from_bincode(&body)?,
