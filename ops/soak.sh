@@ -22,6 +22,8 @@
 # and no process's log has a line at ERROR (WARN lines are expected around the faults and are
 # counted in the report). The report (JSON, CSV and the markdown of PIRQ_SOAK_RECORD) stays in the
 # work directory printed at the start. PIRQ_BIN_DIR: run the binaries there instead of building.
+# The processes inherit the environment, so their flags' variables set them: e.g.
+# `PIRQ_CONNECTION_THREADS=4 ops/soak.sh 2` soaks gateways on connection lanes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -18,12 +18,21 @@
 //! on connection lanes a hand-off to the lane's thread (`docs/bench/host-path.md`). (The
 //! waiters of one id share one channel: while anybody follows an id, all its waiters wake.)
 //!
+//! **On connection lanes, one hand-off a lane a message.** The hub runs on the shared runtime;
+//! a waiter served by a connection lane ([`crate::lanes`]) waits on the lane's thread, and
+//! waking it from the hub's thread is a remote schedule: an `eventfd` write to wake the lane
+//! and its reading there (~1.4 a held query, docs/bench/host-path.md). One message carries
+//! the frames of a whole block of queries, so the hub sorts a message's wake-ups by the lane
+//! their waiters registered on and hands each lane its batch once ([`LaneInbox`]); the lane's
+//! own [`LaneDeliveries`] task sends them there, where each wake-up is a local one.
+//!
 //! No lost wake-up: a waiter calls [`Events::subscribe`] *before* it reads the query's status
 //! from Redis. The channel subscription itself is long established, so any change published
 //! after the read is delivered to the waiter's receiver; a change published before the read is
 //! seen by the read. When the pub/sub connection drops (messages may be lost meanwhile), every
 //! waiter is woken on reconnect to read again, and waiters also re-read on a slow timer.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +42,7 @@ use pirq_queue::record::{self, Notice};
 use pirq_queue::{QueryRecord, RedisTarget, RequestId};
 use pirq_shared::layout::Layout;
 use pirq_shared::wire::QueryStatus;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 #[derive(Clone)]
 pub struct Events {
@@ -51,37 +60,113 @@ struct Waiting {
     tx: watch::Sender<Option<Notice>>,
     /// How many of them follow progress: none, and a `running` frame wakes nobody.
     following: usize,
+    /// The connection lane the first of them registered on, whose thread sends their wake-ups
+    /// (every notice of the id goes the same way, so they arrive in order); `None` off lanes:
+    /// the hub sends them itself.
+    lane: Option<LaneInbox>,
+}
+
+/// A notification on its way to the waiters of one id: `None` asks them to read the record.
+type Delivery = (watch::Sender<Option<Notice>>, Option<Notice>);
+
+/// Where the hub hands a connection lane the wake-ups of its waiters, a message's at once.
+#[derive(Clone)]
+pub struct LaneInbox(mpsc::UnboundedSender<Vec<Delivery>>);
+
+/// The lane's end of its [`LaneInbox`]: run on the lane's thread ([`LaneDeliveries::run`]).
+pub struct LaneDeliveries(mpsc::UnboundedReceiver<Vec<Delivery>>);
+
+thread_local! {
+    /// The inbox of the connection lane this thread serves, if it serves one.
+    static LANE: RefCell<Option<LaneInbox>> = const { RefCell::new(None) };
+}
+
+/// A connection lane's inbox and its deliveries.
+pub fn lane_inbox() -> (LaneInbox, LaneDeliveries) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (LaneInbox(tx), LaneDeliveries(rx))
+}
+
+impl LaneInbox {
+    /// Marks the calling thread as this lane's: waiters that register on it get their wake-ups
+    /// through the inbox.
+    pub fn enter(self) {
+        LANE.with(|lane| *lane.borrow_mut() = Some(self));
+    }
+}
+
+impl LaneDeliveries {
+    /// Sends the wake-ups handed to the lane, on the lane's thread; ends when every inbox is gone.
+    pub async fn run(mut self) {
+        let mut batches = Vec::new();
+        while self.0.recv_many(&mut batches, 64).await > 0 {
+            for (tx, notice) in batches.drain(..).flatten() {
+                tx.send_replace(notice);
+            }
+        }
+    }
+}
+
+/// A message's wake-ups for waiters on lanes, a batch a lane, handed over once the hub's lock
+/// is released.
+#[derive(Default)]
+struct Batches(Vec<(LaneInbox, Vec<Delivery>)>);
+
+impl Batches {
+    /// Wakes `waiting` now (off lanes) or adds its wake-up to its lane's batch.
+    fn add(&mut self, waiting: &Waiting, notice: Option<Notice>) {
+        let Some(lane) = &waiting.lane else {
+            waiting.tx.send_replace(notice);
+            return;
+        };
+        let delivery = (waiting.tx.clone(), notice);
+        match self.0.iter_mut().find(|(l, _)| l.0.same_channel(&lane.0)) {
+            Some((_, batch)) => batch.push(delivery),
+            None => self.0.push((lane.clone(), vec![delivery])),
+        }
+    }
+
+    /// Hands each lane its batch: one wake-up of its thread.
+    fn send(self) {
+        for (lane, batch) in self.0 {
+            // Fails only when the lane has ended (shutdown), its waiters with it.
+            let _ = lane.0.send(batch);
+        }
+    }
 }
 
 impl Hub {
     /// Passes each frame of a message to the waiters of its id, if there are any.
     fn notify(&self, payload: &[u8]) {
-        let waiters = self.waiters.lock().unwrap();
-        if waiters.is_empty() {
-            return;
-        }
-        for (id, frame) in record::frames(payload) {
-            if let Some(waiting) = waiters.get(&id) {
+        let mut batches = Batches::default();
+        {
+            let waiters = self.waiters.lock().unwrap();
+            if waiters.is_empty() {
+                return;
+            }
+            for (id, frame) in record::frames(payload) {
+                let Some(waiting) = waiters.get(&id) else {
+                    continue;
+                };
                 match Notice::decode(&id, frame) {
                     // Final, its record too long for the event: the waiter reads it.
-                    Some(Notice::Read) => {
-                        waiting.tx.send_replace(None);
-                    }
+                    Some(Notice::Read) => batches.add(waiting, None),
                     Some(Notice::Progress(_)) if waiting.following == 0 => {}
-                    Some(notice) => {
-                        waiting.tx.send_replace(Some(notice));
-                    }
+                    Some(notice) => batches.add(waiting, Some(notice)),
                     None => {}
                 }
             }
         }
+        batches.send();
     }
 
     /// Wakes everyone to read again: events may have been missed.
     fn notify_all(&self) {
+        let mut batches = Batches::default();
         for waiting in self.waiters.lock().unwrap().values() {
-            waiting.tx.send_replace(None);
+            batches.add(waiting, None);
         }
+        batches.send();
     }
 }
 
@@ -173,6 +258,7 @@ impl Events {
         let waiting = waiters.entry(*id).or_insert_with(|| Waiting {
             tx: watch::Sender::new(None),
             following: 0,
+            lane: LANE.with(|lane| lane.borrow().clone()),
         });
         waiting.following += usize::from(follows);
         let rx = waiting.tx.subscribe();
@@ -267,6 +353,48 @@ mod tests {
         events.hub.notify_all();
         assert!(late.rx.has_changed().unwrap(), "a reconnect missed");
         drop((held, late));
+        assert!(events.hub.waiters.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_lanes_waiters_are_handed_a_messages_wake_ups_at_once_and_in_order() {
+        let events = events();
+        let (inbox, mut deliveries) = lane_inbox();
+        let ids: Vec<_> = ["ab", "cd", "ef"]
+            .iter()
+            .map(|h| RequestId::parse(&h.repeat(16)).unwrap())
+            .collect();
+        // Two waiters on this thread as a lane's, one off lanes.
+        inbox.enter();
+        let mut on_lane = [events.subscribe(&ids[0]), events.subscribe_final(&ids[1])];
+        LANE.with(|lane| lane.borrow_mut().take());
+        let off_lane = events.subscribe_final(&ids[2]);
+        let done = |id| frame(id, &[]);
+        let running = |id| frame(id, QueryStatus::Running.as_str().as_bytes());
+        events
+            .hub
+            .notify(&[running(&ids[0]), done(&ids[1]), done(&ids[2])].concat());
+        events.hub.notify(&done(&ids[0]));
+        // Off lanes: woken by the hub itself; on the lane: nobody until the lane delivers.
+        assert!(off_lane.rx.has_changed().unwrap());
+        assert!(on_lane.iter().all(|s| !s.rx.has_changed().unwrap()));
+        // One batch a message, the lane's two wake-ups of the first in one.
+        let first = deliveries.0.try_recv().unwrap();
+        assert_eq!(first.len(), 2);
+        assert_eq!(deliveries.0.try_recv().unwrap().len(), 1);
+        assert!(deliveries.0.try_recv().is_err());
+        for (tx, notice) in first {
+            tx.send_replace(notice);
+        }
+        assert!(matches!(
+            *on_lane[0].rx.borrow_and_update(),
+            Some(Notice::Progress(QueryStatus::Running))
+        ));
+        assert!(on_lane[1].rx.has_changed().unwrap());
+        // A reconnect goes the same way: one batch for the lane.
+        events.hub.notify_all();
+        assert_eq!(deliveries.0.try_recv().unwrap().len(), 2);
+        drop((on_lane, off_lane));
         assert!(events.hub.waiters.lock().unwrap().is_empty());
     }
 }

@@ -7,7 +7,8 @@
 //! On a 16-core GPU host the gateway spent 189 µs of CPU a party query on its default 16
 //! threads against 114 on one (docs/bench/host-path.md). A lane keeps a connection's requests,
 //! its submits and their Redis round trips on one thread; only the accept (once a connection)
-//! and the completion event's wake-up (once a held query) cross to it. Lanes scale with the
+//! and the completion events' wake-ups cross to it, the wake-ups of one event message in one
+//! hand-off ([`crate::events::LaneInbox`]). Lanes scale with the
 //! cores like the shared runtime does, by connections: the accept loop hands them out in turn.
 //!
 //! Shared by all lanes, as before: the caps (connections, waiters), the pub/sub hub, the
@@ -48,11 +49,16 @@ impl Lanes {
                 .context("starting a connection lane's runtime")?;
             let handle = runtime.handle().clone();
             let mut exit = exit.subscribe();
+            let (inbox, deliveries) = crate::events::lane_inbox();
             std::thread::Builder::new()
                 .name(format!("pirq-lane-{i}"))
                 .spawn(move || {
+                    inbox.enter();
                     runtime.block_on(async move {
-                        let _ = exit.wait_for(|e| *e).await;
+                        tokio::select! {
+                            _ = exit.wait_for(|e| *e) => {}
+                            () = deliveries.run() => {}
+                        }
                     })
                 })
                 .context("starting a connection lane's thread")?;
