@@ -99,11 +99,10 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             new.page(p).expect("same count"),
         );
         if a[..usable] != b[..usable] {
-            let mut page = b.to_vec();
-            if let Some(signer) = &signer {
-                signer.sign(p, epoch, &mut page);
-            }
-            pages.push(pirq_shared::update::PageWrite { index: p, page });
+            pages.push(pirq_shared::update::PageWrite {
+                index: p,
+                page: b.to_vec(),
+            });
         }
         if p % 4096 == 4095 {
             progress.inc(4096);
@@ -115,6 +114,9 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             args.old.display(),
             args.new.display()
         );
+    }
+    if let Some(signer) = signer {
+        crate::publisher::sign_writes(signer, epoch, &mut pages);
     }
     let update = pirq_shared::update::EpochUpdate { epoch, pages };
     next.write(&update, &args.out)?;

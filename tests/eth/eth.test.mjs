@@ -4,14 +4,15 @@
 // synthetic geth dump (`pirq eth gen`), signed by a publisher whose key the endpoint verifies every
 // page against (`--publisher-key`; each party serves each table's manifests with
 // `--table-manifests`). Every value read is compared with the dump itself, before and after a
-// block update made from the block's changes (`eth import --changes`) and pushed with
+// block update made from the block's changes (`eth import --changes`, which also deletes two
+// accounts: `{"address": A, "deleted": true, "storage": {slot: "0", …}}`) and pushed with
 // `pirq epoch push --table NAME`.
 //
 // Binaries: $PIRQ_BIN_DIR, else <repo>/target/release (scripts/test.sh builds them first).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { appendFileSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -111,7 +112,7 @@ async function startParty(name, tables, manifests) {
 
 const rpc = async (url, body) => (await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json();
 
-let before0, after1, a, b, serveUrl, serveLog, provider;
+let before0, after1, deleted, a, b, serveUrl, serveLog, provider;
 const manifests = join(dir, "manifests");
 const staged = join(dir, "staged-manifests");
 
@@ -123,6 +124,17 @@ before(async () => {
   // Block 1 as its changes only: what the update is made from.
   const c1 = join(dir, "changes1.jsonl");
   pirq("eth", "gen", "--accounts", "300", "--slots", "5", "--codes", "6", "--seed", "11", "--changed", "40", "--changes-only", "--out", c1, "--quiet");
+  // Block 1 also deletes a contract (listing the slots it held) and an account without code,
+  // neither of which it changes: afterwards they read as a node reads an absent account.
+  before0 = readDump(d0);
+  after1 = readDump(d1);
+  const inBlock = new Set(readFileSync(c1, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l).address?.toLowerCase()));
+  const untouched = (contract) => [...before0.keys()].find((x) => !inBlock.has(x) && (before0.get(x).code !== "0x") === contract);
+  deleted = [untouched(true), untouched(false)];
+  const slots = Object.fromEntries([...before0.get(deleted[0]).storage.keys()].map((k) => [zeroPadValue(toBeHex(k), 32), "0"]));
+  assert.ok(Object.keys(slots).length > 0, "the deleted contract has slots");
+  appendFileSync(c1, JSON.stringify({ address: deleted[0], deleted: true, storage: slots }) + "\n" + JSON.stringify({ deleted: true, address: deleted[1] }) + "\n");
+  for (const x of deleted) after1.delete(x);
   const [secret, pub] = [join(dir, "publisher.key"), join(dir, "publisher.pub")];
   pirq("publisher", "keygen", "--secret", secret, "--public", pub);
   pirq("eth", "import", "--dump", d0, "--out", join(dir, "s0"), "--block", String(BLOCK), "--seed", "3", "--sign-key", secret, "--quiet");
@@ -130,8 +142,6 @@ before(async () => {
   mkdirSync(manifests);
   mkdirSync(staged);
   pirq("eth", "import", "--changes", c1, "--base", join(dir, "s0"), "--update-out", join(dir, "u1"), "--sign-key", secret, "--manifests", staged, "--quiet");
-  before0 = readDump(d0);
-  after1 = readDump(d1);
   [a, b] = await Promise.all([startParty("a", join(dir, "s0"), manifests), startParty("b", join(dir, "s0"), manifests)]);
   const port = await freePort();
   serveUrl = `http://127.0.0.1:${port}/`;
@@ -243,6 +253,14 @@ test("after a block update is pushed to every table, ethers reads the new block'
       if (!after1.get(x).storage.has(k)) assert.equal(await provider.getStorage(x, k), ZeroHash);
     }
   }
+  // The deleted accounts read as absent: balance 0, nonce 0, no code, every slot they held 0.
+  for (const x of deleted) {
+    assert.equal(await provider.getBalance(x), 0n, `balance of deleted ${x}`);
+    assert.equal(await provider.getTransactionCount(x), 0, `nonce of deleted ${x}`);
+    assert.equal(await provider.getCode(x), "0x", `code of deleted ${x}`);
+    for (const k of before0.get(x).storage.keys()) assert.equal(await provider.getStorage(x, k), ZeroHash, `slot ${k} of deleted ${x}`);
+  }
+  assert.ok(before0.get(deleted[0]).balance > 0n || before0.get(deleted[0]).nonce > 0, "the deleted contract held something before");
   // The old block is no longer the one served.
   await assert.rejects(provider.getBalance(changed[0], BLOCK));
 });

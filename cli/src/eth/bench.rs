@@ -126,6 +126,8 @@ fn read_sample(args: &BenchArgs) -> anyhow::Result<Vec<Sampled>> {
                     }
                 }
             }
+            // A whole dump has none (the reader refuses them).
+            Item::Deleted { .. } => {}
         }
         Ok(())
     });

@@ -45,11 +45,19 @@ pub enum Item<'a> {
         /// The code, when the account has some.
         code: Option<&'a [u8]>,
     },
-    /// A non-zero storage value (zero values are absent from the state, as from a node).
+    /// A non-zero storage value (zero values are absent from the state, as from a node); in a
+    /// block's changes, a zero value too (a slot the block cleared).
     Slot {
         address: [u8; 20],
         slot: [u8; 32],
         value: [u8; 32],
+    },
+    /// A block's changes only ([`read_changes`]): the block deleted the account. The slots its
+    /// line lists (each to be cleared) follow as zero [`Item::Slot`]s.
+    Deleted {
+        address: [u8; 20],
+        /// How many slots the line lists.
+        slots: u64,
     },
 }
 
@@ -60,6 +68,8 @@ pub struct Summary {
     pub root: Option<[u8; 32]>,
     pub accounts: u64,
     pub slots: u64,
+    /// Accounts a block's changes deleted (never in a whole dump).
+    pub deleted: u64,
     pub lines: u64,
 }
 
@@ -71,6 +81,7 @@ impl Summary {
         }
         self.accounts += later.accounts;
         self.slots += later.slots;
+        self.deleted += later.deleted;
     }
 }
 
@@ -89,7 +100,9 @@ pub fn read(
 /// [`read`] of a block's changes (`eth import --changes`): lines of the dump's form, each an
 /// account as it is after the block, its `storage` holding only the slots the block changed,
 /// a zero value for a slot it cleared (handed on as a zero [`Item::Slot`]), and no `storage`
-/// when it changed none.
+/// when it changed none; or an account the block deleted, `{"address": A, "deleted": true}`
+/// and no other field of an account but `storage`, which lists the slots it held, each `"0"`
+/// ([`Item::Deleted`], then its slots). Each line's storage is handed on after its account.
 pub fn read_changes(
     input: Box<dyn BufRead + Send>,
     max_code_size: usize,
@@ -176,6 +189,11 @@ impl Owned {
                 slot,
                 value,
             },
+            Item::Deleted { .. } => {
+                unreachable!(
+                    "only a block's changes delete accounts, and they are read by read_changes"
+                )
+            }
         }
     }
 }
@@ -495,6 +513,8 @@ struct Fields {
     address: Option<[u8; 20]>,
     /// Whether a `storage` object was there (possibly empty).
     storage: bool,
+    /// `deleted` (a block's changes: the block deleted the account).
+    deleted: Option<bool>,
     others: bool,
 }
 
@@ -523,11 +543,15 @@ impl<'de> Visitor<'de> for LineSeed<'_, '_> {
                 }
                 "storage" => {
                     f.storage = true;
+                    // A block's changes: the slots held until the line is checked whole (a
+                    // deleted account's must be zero, and "deleted" may come after them).
+                    let address = if ctx.changes { None } else { f.address };
                     map.next_value_seed(StorageSeed {
                         ctx: &mut *ctx,
-                        address: f.address,
+                        address,
                     })?;
                 }
+                "deleted" => f.deleted = Some(map.next_value()?),
                 _ => {
                     f.others = true;
                     map.next_value::<IgnoredAny>()?;
@@ -548,6 +572,7 @@ fn account(ctx: &mut Ctx, f: Fields) -> Result<(), String> {
         && f.code.is_none()
         && f.address.is_none()
         && !f.storage
+        && f.deleted.is_none()
         && !f.others;
     if header_only {
         if !ctx.first {
@@ -559,6 +584,9 @@ fn account(ctx: &mut Ctx, f: Fields) -> Result<(), String> {
         let root = f.root.as_deref().unwrap_or_default();
         ctx.summary.root = Some(parse_fixed::<32>(root, "root")?);
         return Ok(());
+    }
+    if f.deleted == Some(true) {
+        return deleted(ctx, f);
     }
     let missing = |name: &str| format!("the account has no {name:?}");
     let Some(address) = f.address else {
@@ -631,8 +659,57 @@ fn account(ctx: &mut Ctx, f: Fields) -> Result<(), String> {
     Ok(())
 }
 
-/// An account's `storage` object: each non-zero value to the sink now when the address is
-/// known, else held.
+/// A block's changes' line `{"address": A, "deleted": true, "storage": {slot: "0", …}}`: the
+/// account, then the slots it lists, to the sink; anything else an account line has is refused
+/// (a deleted account has no balance, nonce, roots or code).
+fn deleted(ctx: &mut Ctx, f: Fields) -> Result<(), String> {
+    if !ctx.changes {
+        return Err(
+            "\"deleted\" is for a block's changes (eth import --changes): a whole dump \
+                    lists only the accounts that exist"
+                .into(),
+        );
+    }
+    let present = [
+        ("balance", f.balance.is_some()),
+        ("nonce", f.nonce.is_some()),
+        ("root", f.root.is_some()),
+        ("codeHash", f.code_hash.is_some()),
+        ("code", f.code.is_some()),
+    ];
+    if let Some((name, _)) = present.iter().find(|(_, there)| *there) {
+        return Err(format!(
+            "a deleted account's line has only \"address\", \"deleted\" and the slots it \
+             held (\"storage\", each \"0\"), not {name:?}"
+        ));
+    }
+    let Some(address) = f.address else {
+        return Err("a deleted account's line has no \"address\"".into());
+    };
+    let slots = ctx.held.len();
+    (ctx.sink)(Item::Deleted { address, slots })?;
+    ctx.summary.deleted += 1;
+    let sink = &mut *ctx.sink;
+    let cleared = ctx.held.drain(&mut |slot, value| {
+        if value != [0; 32] {
+            return Err(format!(
+                "a deleted account's storage lists the slots it held, each \"0\": slot {} has \
+                 a value",
+                tables::quantity(&slot)
+            ));
+        }
+        sink(Item::Slot {
+            address,
+            slot,
+            value,
+        })
+    })?;
+    ctx.summary.slots += cleared;
+    Ok(())
+}
+
+/// An account's `storage` object: each value (non-zero but in a block's changes) to the sink
+/// now when the address is known, else held.
 struct StorageSeed<'c, 's> {
     ctx: &'c mut Ctx<'s>,
     address: Option<[u8; 20]>,
@@ -728,6 +805,11 @@ impl Held {
         Ok(())
     }
 
+    /// How many slots are held.
+    fn len(&self) -> u64 {
+        self.memory.len() as u64 + self.in_file
+    }
+
     /// Hands every held slot to `each`, memory first, then the file's; returns how many.
     fn drain(
         &mut self,
@@ -788,6 +870,19 @@ mod tests {
     }
 
     fn read_text_capped(text: &str, cap: usize) -> Result<(Summary, Vec<String>), String> {
+        read_text_as(text, cap, false)
+    }
+
+    /// [`read_text`] of a block's changes.
+    fn read_changes_text(text: &str) -> Result<(Summary, Vec<String>), String> {
+        read_text_as(text, LINE_IN_MEMORY, true)
+    }
+
+    fn read_text_as(
+        text: &str,
+        cap: usize,
+        changes: bool,
+    ) -> Result<(Summary, Vec<String>), String> {
         let mut seen = Vec::new();
         let dir = std::env::temp_dir();
         let summary = read_capped(
@@ -817,11 +912,14 @@ mod tests {
                         tables::quantity(&slot),
                         tables::quantity(&value)
                     ),
+                    Item::Deleted { address, slots } => {
+                        format!("deleted {} listing {slots} slots", hex::encode(address))
+                    }
                 });
                 Ok(())
             },
             cap,
-            false,
+            changes,
         )
         .map_err(|e| e.to_string())?;
         Ok((summary, seen))
@@ -953,6 +1051,77 @@ mod tests {
             let e = read_text(&text).unwrap_err();
             assert!(e.starts_with(want), "{text}\n=> {e}\nwanted {want}");
         }
+    }
+
+    /// A block's changes: a deleted account (its listed slots, before or after "deleted", come
+    /// after it as zero slots), beside a changed account whose slots all come after it too.
+    #[test]
+    fn a_block_s_changes_delete_accounts_with_the_slots_they_held() {
+        let slot = |n: u8| format!("\"0x{:064x}\"", n);
+        let gone = format!(
+            r#"{{"storage":{{{}:"0",{}:"0x00"}},"address":"0x00000000000000000000000000000000000000cc","deleted":true}}"#,
+            slot(1),
+            slot(2)
+        );
+        let eoa_gone = r#"{"deleted":true,"address":"00000000000000000000000000000000000000dd"}"#;
+        let text = format!("{}\n{gone}\n{eoa_gone}\n", contract());
+        let (summary, seen) = read_changes_text(&text).unwrap();
+        assert_eq!((summary.accounts, summary.deleted), (1, 2));
+        assert_eq!(
+            summary.slots, 4,
+            "two of the contract's, two of the deleted one's"
+        );
+        assert_eq!(
+            seen[3..],
+            [
+                "deleted 00000000000000000000000000000000000000cc listing 2 slots".to_string(),
+                "slot 00000000000000000000000000000000000000cc 0x1 = 0x0".into(),
+                "slot 00000000000000000000000000000000000000cc 0x2 = 0x0".into(),
+                "deleted 00000000000000000000000000000000000000dd listing 0 slots".into(),
+            ]
+        );
+        assert!(seen[0].starts_with("account 00000000000000000000000000000000000000bb"));
+        // "deleted": false is an account line like any other.
+        let kept = EOA.replace("\"key\"", "\"deleted\":false,\"key\"");
+        let (summary, _) = read_changes_text(&kept).unwrap();
+        assert_eq!((summary.accounts, summary.deleted), (1, 0));
+    }
+
+    #[test]
+    fn bad_deletions_are_named_by_their_line() {
+        let gone = r#"{"address":"0x00000000000000000000000000000000000000cc","deleted":true}"#;
+        let cases = [
+            (
+                format!("{EOA}\n{}", gone.replace("}", r#","balance":"0"}"#)),
+                "line 2: a deleted account's line has only \"address\", \"deleted\"",
+            ),
+            (
+                format!("{EOA}\n\n{}", gone.replace("}", r#","nonce":0}"#)),
+                "line 3: a deleted account's line has only",
+            ),
+            (
+                gone.replace(
+                    r#""address":"0x00000000000000000000000000000000000000cc","#,
+                    "",
+                ),
+                "line 1: a deleted account's line has no \"address\"",
+            ),
+            (
+                gone.replace("}", r#","storage":{"0x01":"0x2a"}}"#),
+                "line 1: a deleted account's storage lists the slots it held, each \"0\": slot 0x1",
+            ),
+            (gone.replace("true", "\"yes\""), "line 1: invalid type"),
+        ];
+        for (text, want) in cases {
+            let e = read_changes_text(&text).unwrap_err();
+            assert!(e.starts_with(want), "{text}\n=> {e}\nwanted {want}");
+        }
+        // A whole dump lists the accounts that exist: "deleted" is for changes only.
+        let e = read_text(&format!("{EOA}\n{gone}")).unwrap_err();
+        assert!(
+            e.starts_with("line 2: \"deleted\" is for a block's changes"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -34,8 +34,10 @@ pub struct ImportArgs {
     /// Update mode, instead of --dump: the block's changes only, lines of the dump's form (the
     /// header line with the new state root, then each account the block changed or added, as
     /// it is after the block, with `storage` holding only the slots the block changed: "0"
-    /// for a slot it cleared). Costs the size of the change, not of the state. Accounts and
-    /// codes are never deleted this way (a whole --dump deletes what it lacks).
+    /// for a slot it cleared), and each account it deleted as `{"address": "0x…", "deleted":
+    /// true, "storage": {slot: "0", …}}` listing the slots it held. Costs the size of the
+    /// change, not of the state. Codes are never deleted this way (they are shared; a whole
+    /// --dump drops those no account names). docs/eth.md has the format.
     #[arg(long, requires = "base", conflicts_with = "dump")]
     pub changes: Option<PathBuf>,
     /// Update mode: updates already made since the base (UDIR of earlier runs, oldest first),

@@ -473,9 +473,11 @@ fn answer(
             }
             _ => json!("0x"),
         },
-        Read::Storage(..) => match slot {
-            Some(v) => json!(tables::data(v)),
-            None => json!(tables::data(&[0; 32])),
+        // An absent account's slots are zero, as a node answers, whatever the storage table
+        // still holds (a block's changes may delete an account without listing every slot).
+        Read::Storage(..) => match (account, slot) {
+            (Some(_), Some(v)) => json!(tables::data(v)),
+            _ => json!(tables::data(&[0; 32])),
         },
         Read::BlockNumber => json!(tables::quantity(&meta.block.to_be_bytes())),
     })
@@ -536,4 +538,41 @@ fn without_url(e: pirq_client::reqwest::Error) -> String {
         return "no answer in time".into();
     }
     e.without_url().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eth::tables::{EMPTY_CODE_HASH, EMPTY_ROOT};
+
+    /// A slot the storage table still holds reads 0 when its account is absent (a block's
+    /// changes deleted it without listing that slot), as a node answers; present, its value.
+    #[test]
+    fn an_absent_account_s_slots_read_zero_whatever_the_storage_table_holds() {
+        let read = Read::Storage([7; 20], [1; 32]);
+        let meta = Meta {
+            block: 5,
+            state_root: [0; 32],
+        };
+        let account = Account {
+            balance: [0; 32],
+            nonce: 1,
+            code_hash: EMPTY_CODE_HASH,
+            storage_root: EMPTY_ROOT,
+        };
+        let stale = [9u8; 32];
+        let zero = json!(tables::data(&[0; 32]));
+        assert_eq!(
+            answer(&read, None, Some(&stale), None, &meta).unwrap(),
+            zero
+        );
+        assert_eq!(
+            answer(&read, Some(&account), None, None, &meta).unwrap(),
+            zero
+        );
+        assert_eq!(
+            answer(&read, Some(&account), Some(&stale), None, &meta).unwrap(),
+            json!(tables::data(&stale))
+        );
+    }
 }

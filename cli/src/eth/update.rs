@@ -6,7 +6,9 @@
 //! taken in input order: found and equal, the record's slot is marked seen (one bit a slot);
 //! found and different, a change; not found, an insert. (2) Occupied slots never marked are
 //! the deletes (found on all cores, in page order). With `--changes` instead, the lines are
-//! the block's changed records alone and a zero slot value a delete; with `--after`, earlier
+//! the block's changed records alone, a zero slot value a delete and a `deleted` account line
+//! the delete of its record and of the slots it lists (codes stay: [`compare_changes`]); with
+//! `--after`, earlier
 //! updates' pages are read on top of the base files (a signed table's manifest file must name
 //! each of them, and the new manifest chains from theirs). (3) Deletes, changes and inserts
 //! are applied to a private copy-on-write mapping of each table with the builder's placement,
@@ -23,7 +25,9 @@ use pirq_shared::kv::{page, KvParams, PlaceError, Table, Tag, ValueKind};
 
 use super::dump::{self, Item};
 use super::import::ImportArgs;
-use super::tables::{self, storage_key, Meta, ACCOUNT_LEN, META_KEY, STORAGE_KEY_LEN};
+use super::tables::{
+    self, storage_key, Account, Meta, ACCOUNT_LEN, EMPTY_ROOT, META_KEY, STORAGE_KEY_LEN,
+};
 
 /// Where a record sits in a base table, and its value: (page, slot, value).
 type Found<'a> = Option<(u64, usize, &'a [u8])>;
@@ -159,6 +163,34 @@ impl Base {
         Ok(())
     }
 
+    /// A block's changes delete the account at `address`, listing `slots` of its storage to
+    /// clear: a delete when the base has it (nothing when it has not, as for a cleared slot).
+    /// The storage table cannot find an account's slots by itself (its keys are hashed), so an
+    /// account the base holds with storage (a root other than the empty trie's) must list them.
+    fn delete_account(&mut self, address: &[u8; 20], slots: u64) -> Result<(), String> {
+        let tag = self.params.tag(address);
+        let Some((p, s, value)) = self.locate(&tag)? else {
+            return Ok(());
+        };
+        let old = Account::from_bytes(value).ok_or_else(|| {
+            format!(
+                "{}: an account record of the wrong size",
+                self.path.display()
+            )
+        })?;
+        if slots == 0 && old.storage_root != EMPTY_ROOT {
+            return Err(format!(
+                "the deleted account {} has storage in the base (its storage root is not the \
+                 empty trie's), but the line lists none of its slots: list every slot it held \
+                 (\"storage\": {{\"0x…\": \"0\", …}}) so that the storage table drops them \
+                 (or import a whole --dump)",
+                tables::data(address)
+            ));
+        }
+        self.deletes.push((p, s, tag));
+        Ok(())
+    }
+
     /// Every occupied slot the dump did not mark is a delete.
     fn find_deletes(&mut self) {
         use rayon::prelude::*;
@@ -225,48 +257,12 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
     let [accounts, code, storage] = &mut bases[..] else {
         unreachable!("three tables")
     };
-    let mut new_codes: HashSet<Tag> = HashSet::new();
     let summary = if !changes {
         compare_parallel(input, out, [&mut *accounts, &mut *code, &mut *storage])
-            .with_context(|| format!("reading {}", input_path.display()))?
     } else {
-        dump::read_changes(
-            input,
-            code.params.value_size(),
-            out,
-            &mut |item| match item {
-                Item::Account {
-                    address,
-                    account,
-                    code: bytes,
-                } => {
-                    accounts.want(&address, &account.to_bytes())?;
-                    if let Some(bytes) = bytes {
-                        let tag = code.params.tag(&account.code_hash);
-                        match code.locate(&tag)? {
-                            Some((p, s, _)) => code.mark(p, s),
-                            None if new_codes.insert(tag) => {
-                                code.inserts.push((tag, bytes.to_vec()))
-                            }
-                            None => {}
-                        }
-                    }
-                    Ok(())
-                }
-                Item::Slot {
-                    address,
-                    slot,
-                    value,
-                } if changes && value == [0; 32] => storage.clear(&storage_key(&address, &slot)),
-                Item::Slot {
-                    address,
-                    slot,
-                    value,
-                } => storage.want(&storage_key(&address, &slot), &value),
-            },
-        )
-        .with_context(|| format!("reading {}", input_path.display()))?
-    };
+        compare_changes(input, out, [&mut *accounts, &mut *code, &mut *storage])
+    }
+    .with_context(|| format!("reading {}", input_path.display()))?;
     let meta = Meta {
         block,
         state_root: summary.root.unwrap_or_default(),
@@ -422,6 +418,7 @@ fn report(
         "epoch": epoch,
         "accounts": summary.accounts,
         "storage_slots": summary.slots,
+        "deleted_accounts": summary.deleted,
         "tables": written,
     });
     super::import::write_report(&out.join("eth.json"), &report)?;
@@ -446,6 +443,71 @@ fn report(
             .join("; ")
     ));
     Ok(())
+}
+
+/// [`run`]'s reading of a block's changes (`--changes`): each line's account wanted, its code
+/// inserted when the base lacks it, its slots changed or (zero) cleared; a deleted account's
+/// record and listed slots cleared. Its code stays: codes are shared by hash and the table
+/// counts no users, so a block cannot know a code lost its last one (a whole `--dump` drops a
+/// code no account names). An account on two lines is refused: the file says what each account
+/// is after the block, once.
+fn compare_changes(
+    input: Box<dyn std::io::BufRead + Send>,
+    out: &Path,
+    bases: [&mut Base; 3],
+) -> anyhow::Result<dump::Summary> {
+    let [accounts, code, storage] = bases;
+    let mut new_codes: HashSet<Tag> = HashSet::new();
+    let mut lines: HashSet<[u8; 20]> = HashSet::new();
+    let mut once = |address: &[u8; 20]| {
+        if lines.insert(*address) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the account {} is on an earlier line too: a block's changes give each account \
+                 once, as it is after the block",
+                tables::data(address)
+            ))
+        }
+    };
+    dump::read_changes(
+        input,
+        code.params.value_size(),
+        out,
+        &mut |item| match item {
+            Item::Account {
+                address,
+                account,
+                code: bytes,
+            } => {
+                once(&address)?;
+                accounts.want(&address, &account.to_bytes())?;
+                if let Some(bytes) = bytes {
+                    let tag = code.params.tag(&account.code_hash);
+                    match code.locate(&tag)? {
+                        Some((p, s, _)) => code.mark(p, s),
+                        None if new_codes.insert(tag) => code.inserts.push((tag, bytes.to_vec())),
+                        None => {}
+                    }
+                }
+                Ok(())
+            }
+            Item::Deleted { address, slots } => {
+                once(&address)?;
+                accounts.delete_account(&address, slots)
+            }
+            Item::Slot {
+                address,
+                slot,
+                value,
+            } if value == [0; 32] => storage.clear(&storage_key(&address, &slot)),
+            Item::Slot {
+                address,
+                slot,
+                value,
+            } => storage.want(&storage_key(&address, &slot), &value),
+        },
+    )
 }
 
 /// What one record of a whole dump is to the base, found on rayon's threads (the base is only
@@ -597,17 +659,17 @@ fn apply(
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
     // The pages that differ from the base's (with its --after updates on top).
-    let writes = touched
+    let mut writes: Vec<pirq_shared::update::PageWrite> = touched
         .into_iter()
         .filter(|&p| pages.page(p) != b.page(p))
-        .map(|p| {
-            let mut page = pages.page(p).to_vec();
-            if let Some(signer) = signer {
-                signer.sign(p, epoch, &mut page);
-            }
-            pirq_shared::update::PageWrite { index: p, page }
+        .map(|p| pirq_shared::update::PageWrite {
+            index: p,
+            page: pages.page(p).to_vec(),
         })
         .collect();
+    if let Some(signer) = signer {
+        crate::publisher::sign_writes(signer, epoch, &mut writes);
+    }
     Ok(pirq_shared::update::EpochUpdate {
         epoch,
         pages: writes,

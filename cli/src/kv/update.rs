@@ -212,17 +212,17 @@ pub fn changed_pages(
     signer: Option<&pirq_shared::signing::PageSigner>,
     epoch: u64,
 ) -> EpochUpdate {
-    let writes: Vec<PageWrite> = touched
+    let mut writes: Vec<PageWrite> = touched
         .into_iter()
         .filter(|&p| Some(pages.page(p)) != db.page(p))
-        .map(|p| {
-            let mut page = pages.page(p).to_vec();
-            if let Some(signer) = signer {
-                signer.sign(p, epoch, &mut page);
-            }
-            PageWrite { index: p, page }
+        .map(|p| PageWrite {
+            index: p,
+            page: pages.page(p).to_vec(),
         })
         .collect();
+    if let Some(signer) = signer {
+        crate::publisher::sign_writes(signer, epoch, &mut writes);
+    }
     EpochUpdate {
         epoch,
         pages: writes,

@@ -193,3 +193,129 @@ fn eth_import_changes_make_the_update_a_whole_dump_makes() {
         "{stderr}"
     );
 }
+
+/// The account lines of a dump or changes file, parsed.
+fn account_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("address").is_some())
+        .collect()
+}
+
+/// A block's changes that delete accounts (`{"address": A, "deleted": true, "storage": {slot:
+/// "0", …}}`) make the update of the block's whole dump without them: the accounts' records
+/// and every slot they held gone, the codes they shared with others kept. A deletion that lists
+/// none of a contract's slots, or of an account on another line, is refused naming its line.
+#[test]
+fn eth_import_changes_delete_accounts_as_a_whole_dump_without_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |name: &str| dir.path().join(name);
+    gen(&["--tables", arg(&d("s0")), "--layout-seed", "8"]);
+    gen(&["--out", arg(&d("d0.jsonl"))]);
+    let blocks = ["--changed", "150", "--blocks", "1"];
+    gen(&[&blocks[..], &["--out", arg(&d("d1.jsonl"))]].concat());
+    gen(&[
+        &blocks[..],
+        &["--changes-only", "--out", arg(&d("c1.jsonl"))],
+    ]
+    .concat());
+    let changes_text = std::fs::read_to_string(d("c1.jsonl")).unwrap();
+    let in_block: Vec<String> = account_lines(&d("c1.jsonl"))
+        .iter()
+        .map(|v| v["address"].as_str().unwrap().to_string())
+        .collect();
+    // Two accounts the block leaves alone: a contract (with slots) and an account without code.
+    let base = account_lines(&d("d0.jsonl"));
+    let untouched = |with_storage: bool| {
+        base.iter()
+            .find(|v| {
+                v.get("storage").is_some() == with_storage
+                    && !in_block.contains(&v["address"].as_str().unwrap().to_string())
+            })
+            .unwrap()
+            .clone()
+    };
+    let (contract, eoa) = (untouched(true), untouched(false));
+    let slots = contract["storage"].as_object().unwrap();
+    assert!(slots.len() >= 2, "{contract}");
+    let cleared: serde_json::Map<String, serde_json::Value> =
+        slots.keys().map(|k| (k.clone(), "0".into())).collect();
+    let deletions = [
+        serde_json::json!({"address": contract["address"], "deleted": true, "storage": cleared}),
+        serde_json::json!({"deleted": true, "address": eoa["address"]}),
+    ];
+    let mut text = changes_text.clone();
+    for line in &deletions {
+        text.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(d("c1-deleted.jsonl"), &text).unwrap();
+    // The whole dump of the same block: the two lines left out.
+    let gone = [&contract["address"], &eoa["address"]];
+    let whole: String = std::fs::read_to_string(d("d1.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            !gone.contains(&&v["address"])
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(d("d1-deleted.jsonl"), whole).unwrap();
+    let update = |input: &str, file: &str, out: &str| {
+        pirq_command(&[
+            "eth",
+            "import",
+            "--base",
+            arg(&d("s0")),
+            input,
+            arg(&d(file)),
+            "--update-out",
+            arg(&d(out)),
+            "--quiet",
+        ])
+        .output()
+        .unwrap()
+    };
+    for (input, file, out) in [
+        ("--dump", "d1-deleted.jsonl", "u-whole"),
+        ("--changes", "c1-deleted.jsonl", "u"),
+    ] {
+        let ran = update(input, file, out);
+        assert!(ran.status.success(), "{ran:?}");
+    }
+    same_files(&d("u-whole"), &d("u"), &UPDATES);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d("u/eth.json")).unwrap()).unwrap();
+    assert_eq!(report["deleted_accounts"], 2, "{report}");
+    let tables = report["tables"].as_array().unwrap();
+    assert_eq!(tables[0]["deleted"], 2, "{report}");
+    assert!(
+        tables[2]["deleted"].as_u64().unwrap() >= slots.len() as u64,
+        "{report}"
+    );
+    assert_eq!(tables[1]["deleted"], 0, "codes stay: {report}");
+
+    // Refused, each naming its line (the last): a contract deleted without its slots, and an
+    // account the file already gave.
+    let lines = changes_text.lines().count() + 1;
+    let no_slots = serde_json::json!({"address": contract["address"], "deleted": true});
+    let twice = serde_json::json!({"address": in_block[0], "deleted": true});
+    for (line, want) in [
+        (no_slots, "has storage in the base"),
+        (twice, "is on an earlier line too"),
+    ] {
+        std::fs::write(d("c1-bad.jsonl"), format!("{changes_text}{line}\n")).unwrap();
+        let _ = std::fs::remove_dir_all(d("u-bad"));
+        let ran = update("--changes", "c1-bad.jsonl", "u-bad");
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        assert!(!ran.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("line {lines}: ")) && stderr.contains(want),
+            "line {lines}, {want:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!d("u-bad/accounts.update").exists());
+    }
+}

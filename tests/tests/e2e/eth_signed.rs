@@ -193,11 +193,12 @@ async fn eth_signed_tables_verify_before_and_after_a_block_update() {
 }
 
 /// What `eth serve` must answer for one account of a dump: balance and nonce as JSON-RPC
-/// quantities, storage slot -> 32-byte word.
+/// quantities, the code as data, storage slot -> 32-byte word.
 #[derive(Clone, Default, PartialEq, Debug)]
 struct Want {
     balance: String,
     nonce: String,
+    code: String,
     storage: std::collections::BTreeMap<String, String>,
 }
 
@@ -228,6 +229,7 @@ fn read_dump(dump: &Path) -> std::collections::BTreeMap<String, Want> {
             Want {
                 balance: format!("{balance:#x}"),
                 nonce: format!("{:#x}", v["nonce"].as_u64().unwrap()),
+                code: v["code"].as_str().unwrap_or("0x").to_string(),
                 storage,
             },
         );
@@ -240,6 +242,7 @@ fn absent() -> Want {
     Want {
         balance: "0x0".into(),
         nonce: "0x0".into(),
+        code: "0x".into(),
         storage: Default::default(),
     }
 }
@@ -267,6 +270,7 @@ async fn check_reads(
             json!([address, "latest"]),
             w.nonce.clone(),
         ));
+        asked.push(("eth_getCode", json!([address, "latest"]), w.code.clone()));
         for slot in slots {
             let word = w.storage.get(slot).cloned();
             asked.push((
@@ -299,6 +303,54 @@ async fn check_reads(
             "read {i} at block {block}: {answer}"
         );
     }
+}
+
+/// Appends to the changes file `changes[last]` the deletion of two accounts of the dump `base`
+/// that no file of `changes` has a line of: a contract, listing every slot it holds, and an
+/// account without code. Their addresses.
+fn delete_untouched(base: &Path, changes: &[&Path]) -> Vec<String> {
+    let lines = |path: &Path| -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v.get("address").is_some())
+            .collect()
+    };
+    let touched: Vec<Value> = changes
+        .iter()
+        .flat_map(|c| lines(c))
+        .map(|v| v["address"].clone())
+        .collect();
+    let accounts = lines(base);
+    let pick = |contract: bool| {
+        accounts
+            .iter()
+            .find(|v| v.get("code").is_some() == contract && !touched.contains(&v["address"]))
+            .expect("an account no block touches")
+            .clone()
+    };
+    let (contract, eoa) = (pick(true), pick(false));
+    let slots: serde_json::Map<String, Value> = contract["storage"]
+        .as_object()
+        .expect("a contract with storage")
+        .keys()
+        .map(|k| (k.clone(), json!("0")))
+        .collect();
+    assert!(!slots.is_empty());
+    let last = changes.last().unwrap();
+    let mut text = std::fs::read_to_string(last).unwrap();
+    for line in [
+        json!({"address": contract["address"], "deleted": true, "storage": slots}),
+        json!({"address": eoa["address"], "deleted": true}),
+    ] {
+        text.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(last, text).unwrap();
+    [contract, eoa]
+        .iter()
+        .map(|v| v["address"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Waits until `url` answers `block` (hex) as eth_blockNumber.
@@ -413,6 +465,9 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
         ]
         .concat());
     }
+    // Block 2 also deletes two accounts neither block changes, a contract (listing its slots)
+    // and an account without code: after it they read as absent.
+    let deleted = delete_untouched(&d("d0.jsonl"), &[&d("c1.jsonl"), &d("c2.jsonl")]);
     // `eth import --base BASE --changes C --update-out OUT [--after U…]`, signed with `manifests`
     // as MDIR (or unsigned when None): its output.
     let update = |base: &Path,
@@ -452,6 +507,30 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
     copy_manifests(&staged, &d("m1"));
     ok(update(&s0, "c2.jsonl", &[&u1], "u2", Some(&staged)));
     copy_manifests(&staged, &d("m2"));
+    // Signed on all cores, the same bytes as on one: the update and its manifest.
+    let one_core = d("one-core");
+    copy_manifests(&d("m1"), &one_core);
+    let ran = pirq_command(&[
+        "eth",
+        "import",
+        "--base",
+        arg(&s0),
+        "--changes",
+        arg(&d("c2.jsonl")),
+        "--update-out",
+        arg(&d("u2-one-core")),
+        "--quiet",
+        "--sign-key",
+        arg(&secret),
+        "--manifests",
+        arg(&one_core),
+        "--after",
+        arg(&u1),
+    ])
+    .env("RAYON_NUM_THREADS", "1")
+    .output()
+    .unwrap();
+    ok(ran);
 
     // The same block made against the snapshot of block 1: the same bytes, update and manifest.
     let s1 = d("s1");
@@ -479,6 +558,8 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
         .collect();
     same_bytes(&u2, &d("u2-applied"), &updates);
     same_bytes(&staged, &applied, &manifest_files);
+    same_bytes(&u2, &d("u2-one-core"), &updates);
+    same_bytes(&staged, &one_core, &manifest_files);
     let report: Value =
         serde_json::from_slice(&std::fs::read(u2.join("eth.json")).unwrap()).unwrap();
     assert_eq!(
@@ -577,11 +658,14 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
     );
 
     // Both blocks through two real parties, read verified by eth serve --publisher-key.
-    let (d0, d1, d2) = (
+    let (d0, d1, mut d2) = (
         read_dump(&d("d0.jsonl")),
         read_dump(&d("d1.jsonl")),
         read_dump(&d("d2.jsonl")),
     );
+    for a in &deleted {
+        assert!(d2.remove(a).is_some(), "{a} in block 2's dump");
+    }
     // Accounts block 1 changed, block 2 changed, and block 2 added; each with every slot any
     // of the three states holds.
     let changed = |from: &std::collections::BTreeMap<String, Want>,
@@ -604,6 +688,7 @@ async fn eth_signed_tables_follow_blocks_after_updates_not_applied() {
         picked.extend(list.iter().filter(|a| !has_slots(a)).take(2).cloned());
     }
     picked.extend(added.iter().take(2).cloned());
+    picked.extend(deleted.iter().cloned());
     picked.sort();
     picked.dedup();
     assert!(

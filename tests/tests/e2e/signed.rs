@@ -509,6 +509,21 @@ async fn a_rolled_back_page_or_value_is_refused_against_the_publishers_manifests
         arg(&unsigned),
     ]);
     assert!(stderr.contains("unsigned_update"), "{stderr}");
+    // Nor does a snapshot take it (its pages are checked on all cores).
+    let Ran { stderr, .. } = pirq_fails(&[
+        "db",
+        "apply",
+        "--db",
+        arg(&base),
+        "--update",
+        arg(&unsigned),
+        "--out",
+        arg(&d.join("unsigned.pirdb")),
+    ]);
+    assert!(
+        stderr.contains("is not signed by the database's publisher"),
+        "{stderr}"
+    );
     assert_eq!(a.info().await["epoch"]["newest"], 0);
     push([&a, &b], &e1).await;
     let snapshot = d.join("e1.pirdb");
