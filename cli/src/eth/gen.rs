@@ -13,7 +13,10 @@
 //! and M/10 new accounts at the end; `--blocks K` with it, K blocks later (each block its own
 //! draw), so `--blocks 1..5` are five successive blocks; `--changes-only` prints block K's
 //! changes alone (the accounts it changed or added, only their changed slots, "0" for a cleared
-//! one: `eth import --changes`).
+//! one: `eth import --changes`). `--deleted D` with it: each block also deletes about D of the
+//! base's accounts (never the first contract of a code, so every code keeps the contract it is
+//! placed at), absent from every later state; `--changes-only` prints each as a deletion line
+//! listing the slots it held. Without it (0) nothing is drawn: the outputs are as before.
 //!
 //! `--tables DIR` writes, instead of the dump, the tables `eth import` makes of it: each
 //! account's records computed on all cores and placed in the dump's order by the import's own
@@ -56,6 +59,10 @@ pub struct GenArgs {
     /// successive blocks of like size.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     blocks: u64,
+    /// With --changed: each block also deletes about this many of the base's accounts
+    /// (contracts with their slots; never the first contract of a code).
+    #[arg(long, default_value_t = 0, requires = "changed")]
+    deleted: u64,
     /// With --changed: print only the last block's changes (`eth import --changes` form: the
     /// accounts it changed or added, each with only the slots it changed, "0" for a cleared
     /// one), what `eth import --base` of the block before needs.
@@ -135,6 +142,8 @@ struct Synth {
     blocks: u64,
     /// One account changed in this many, each block (with --changed).
     step: Option<u64>,
+    /// One account deleted in this many, each block (with --deleted).
+    delete_step: Option<u64>,
 }
 
 /// Account `i` of the state.
@@ -170,6 +179,8 @@ impl Synth {
             changed: args.changed,
             blocks: if args.changed > 0 { args.blocks } else { 0 },
             step: (args.changed > 0).then(|| (args.accounts / args.changed).max(1)),
+            delete_step: (args.changed > 0 && args.deleted > 0)
+                .then(|| (args.accounts / args.deleted).max(1)),
         })
     }
 
@@ -201,6 +212,26 @@ impl Synth {
         let Some(s) = self.step else { return false };
         let d = draw2(self.seed, i, b"changed", &k.to_le_bytes());
         u64::from_le_bytes(d[..8].try_into().expect("8")) % s == 0
+    }
+
+    /// Whether block `k` deleted account `i`: a base account, not the first contract of its
+    /// code (where the import places the code), drawn apart from the changes.
+    fn deleted_in(&self, i: u64, k: u64) -> bool {
+        let Some(s) = self.delete_step else {
+            return false;
+        };
+        if i >= self.accounts
+            || (self.is_contract(i) && i / self.contract_every < self.codes.len() as u64)
+        {
+            return false;
+        }
+        let d = draw2(self.seed, i, b"deleted", &k.to_le_bytes());
+        u64::from_le_bytes(d[..8].try_into().expect("8")) % s == 0
+    }
+
+    /// Whether a block up to `upto` deleted account `i`.
+    fn deleted_by(&self, i: u64, upto: u64) -> bool {
+        self.delete_step.is_some() && (1..=upto).any(|k| self.deleted_in(i, k))
     }
 
     /// The last block up to `upto` that changed account `i` (or added it), 0 for none.
@@ -278,9 +309,19 @@ impl Synth {
             .into_par_iter()
             .map(|c| {
                 let i = c * self.contract_every;
+                if self.deleted_by(i, self.blocks) {
+                    return 0;
+                }
                 self.storage_len(self.version(i, self.blocks))
             })
             .sum();
+        let deleted = match self.delete_step {
+            Some(_) => (0..self.accounts)
+                .into_par_iter()
+                .filter(|&i| self.deleted_by(i, self.blocks))
+                .count() as u64,
+            None => 0,
+        };
         let codes: HashSet<u64> = self
             .codes
             .iter()
@@ -288,7 +329,7 @@ impl Synth {
             .map(|(_, h)| super::import::code_key(h))
             .collect();
         Counts {
-            accounts: self.total(),
+            accounts: self.total() - deleted,
             slots,
             codes: codes.len() as u64,
         }
@@ -315,9 +356,10 @@ fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
     // Each line: the account and the version its storage is compared with (--changes-only).
     let lines: Box<dyn Iterator<Item = (u64, Option<u64>)>> = if args.changes_only {
         let k = synth.blocks;
+        // An account this block deletes, or an earlier one did, has no line of its own here.
         let mut changed: Vec<u64> = (0..synth.accounts)
             .into_par_iter()
-            .filter(|&i| synth.changed_in(i, k))
+            .filter(|&i| synth.changed_in(i, k) && !synth.deleted_by(i, k))
             .collect();
         changed.sort_unstable();
         let added = synth.accounts + synth.added_per_block() * (k - 1)..total;
@@ -328,7 +370,11 @@ fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
                 .chain(added.map(|i| (i, Some(0)))),
         )
     } else {
-        Box::new((0..total).map(|i| (i, None)))
+        Box::new(
+            (0..total)
+                .filter(|&i| !synth.deleted_by(i, synth.blocks))
+                .map(|i| (i, None)),
+        )
     };
     let progress = crate::output::Progress::new(Some(total), "accounts", args.quiet);
     let header = format!("{{\"root\":\"{}\"}}", tables::data(&synth.root()));
@@ -393,10 +439,20 @@ fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
             progress.set_position(i);
         }
     }
+    let deleted = if args.changes_only {
+        print_deletions(synth, &mut w).map_err(io)?
+    } else {
+        0
+    };
     w.flush().map_err(io)?;
     if args.changes_only {
+        let deleted = if deleted > 0 {
+            format!(", {deleted} deleted")
+        } else {
+            String::new()
+        };
         progress.finish(&format!(
-            "wrote {}: the changes of block {} ({printed} accounts changed or added)",
+            "wrote {}: the changes of block {} ({printed} accounts changed or added{deleted})",
             out.display(),
             synth.blocks
         ));
@@ -418,6 +474,38 @@ fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
         }
     ));
     Ok(())
+}
+
+/// The deletion lines of the last block's changes (`{"address": A, "deleted": true, "storage":
+/// {slot: "0", …}}`, each listing the slots the account held): how many.
+fn print_deletions(synth: &Synth, w: &mut impl Write) -> std::io::Result<u64> {
+    let k = synth.blocks;
+    if synth.delete_step.is_none() {
+        return Ok(0);
+    }
+    let mut deleted: Vec<u64> = (0..synth.accounts)
+        .into_par_iter()
+        .filter(|&i| synth.deleted_in(i, k) && !synth.deleted_by(i, k - 1))
+        .collect();
+    deleted.sort_unstable();
+    for &i in &deleted {
+        let a = synth.account_at(i, synth.version(i, k - 1));
+        write!(
+            w,
+            "{{\"address\":\"{}\",\"deleted\":true",
+            tables::data(&a.address)
+        )?;
+        if a.contract.is_some() {
+            let slots: Vec<String> = synth
+                .storage(i, a.version)
+                .iter()
+                .map(|(slot, _)| format!("\"{}\":\"0\"", tables::data(slot)))
+                .collect();
+            write!(w, ",\"storage\":{{{}}}", slots.join(","))?;
+        }
+        writeln!(w, "}}")?;
+    }
+    Ok(deleted.len() as u64)
 }
 
 /// Accounts one task makes.
@@ -483,6 +571,9 @@ impl Synth {
     /// Account `i`'s records, as the import makes them of its line: the account, its code at
     /// its first contract (the import places a code once), its non-zero slots in order.
     fn add_records(&self, i: u64, params: &[KvParams; 3], part: &mut Part) {
+        if self.deleted_by(i, self.blocks) {
+            return;
+        }
         let a = self.account(i);
         let record = self.record(&a);
         part.accounts

@@ -54,10 +54,14 @@ fn eth_gen_tables_are_the_bytes_eth_import_writes_of_its_dump() {
     let dir = tempfile::tempdir().unwrap();
     let d = |name: &str| dir.path().join(name);
     // The base state and one two blocks later (accounts changed and added, slots changed,
-    // cleared and added).
+    // cleared and added; and with accounts deleted).
     for (name, extra) in [
         ("base", &[][..]),
         ("later", &["--changed", "200", "--blocks", "2"]),
+        (
+            "deleted",
+            &["--changed", "200", "--blocks", "2", "--deleted", "40"],
+        ),
     ] {
         let dump = d(&format!("{name}.jsonl"));
         let mut args = extra.to_vec();
@@ -104,7 +108,13 @@ fn eth_gen_tables_are_the_bytes_eth_import_writes_of_its_dump() {
             serde_json::from_slice(&std::fs::read(made.join("eth.json")).unwrap()).unwrap();
         assert_eq!(report["block"], 77);
         assert_eq!(report["codes"], 5);
-        assert!(report["accounts"].as_u64().unwrap() >= 3000, "{report}");
+        let accounts = report["accounts"].as_u64().unwrap();
+        if name == "deleted" {
+            // 3,000 and 2 × 20 added, less about 2 × 40 deleted.
+            assert!((2900..3030).contains(&accounts), "{report}");
+        } else {
+            assert!(accounts >= 3000, "{report}");
+        }
     }
 }
 
@@ -114,7 +124,8 @@ fn eth_import_changes_make_the_update_a_whole_dump_makes() {
     let d = |name: &str| dir.path().join(name);
     gen(&["--tables", arg(&d("s0")), "--layout-seed", "8"]);
     for k in ["1", "2"] {
-        let blocks = ["--changed", "150", "--blocks", k];
+        // Each block also deletes about 10 accounts (`"deleted": true` lines listing their slots).
+        let blocks = ["--changed", "150", "--blocks", k, "--deleted", "10"];
         let whole = d(&format!("d{k}.jsonl"));
         let changes = d(&format!("c{k}.jsonl"));
         gen(&[&blocks[..], &["--out", arg(&whole)]].concat());
@@ -124,6 +135,10 @@ fn eth_import_changes_make_the_update_a_whole_dump_makes() {
         let lines = text.lines().count();
         assert!((100..400).contains(&lines), "{lines} lines of changes");
         assert!(text.contains(":\"0\""), "no cleared slot in the changes");
+        assert!(
+            text.contains("\"deleted\":true,\"storage\"") && text.contains("\"deleted\":true}"),
+            "no deleted contract and account in the changes"
+        );
     }
     // Block 1 on the base: from the whole dump and from the changes.
     let update = |base: &str, input: &str, file: &Path, after: &[&str], out: &str| {
