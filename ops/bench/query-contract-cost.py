@@ -9,9 +9,9 @@ connections (no client library), batch after batch, the way the real ones talk t
   gateway   one run of queue/lua/submit.lua carrying B jobs (SET … NX GET EX of each key, XLEN,
             XADD of each job), on its own connection
   worker    XREADGROUP COUNT B on its reader connection; then, on its writer connection, one
-            pipeline of blocks of 16: per query SET of the record (4 KiB answer) PX and PEXPIRE
-            LT of the Idempotency-Key record; per block one SPUBLISH of the block's records,
-            XACK and XDEL of its entries
+            pipeline of blocks of 16: per query SET … PX of the Idempotency-Key record with the
+            record (4 KiB answer) after its claim (the held query's net); per block one SPUBLISH
+            of the block's records, XACK and XDEL of its entries
   gateway   one RESP3 connection SSUBSCRIBEd to the channel, drained by a thread
 
 and reads Redis's utime + stime from /proc around each measurement: the whole process and its
@@ -48,9 +48,11 @@ def lua(name):
 
 
 class Contract:
-    """The contract as main runs it. Subclasses change one piece each."""
+    """The contract as main runs it (since 2026-11-29 a held query's net in its Idempotency-Key
+    record). Subclasses change one piece each."""
 
     submit_script = "submit.lua"
+    net_in_idempotency = True
     pexpire = True
 
     def __init__(self, conns, job, record):
@@ -80,9 +82,15 @@ class Contract:
             block = entries[i:i + BLOCK]
             frames = []
             for entry_id, rid in block:
-                cmds.append(encode("SET", P + ":q:" + rid, self.record, "PX", 5000))
-                n += 1
-                if self.pexpire:
+                if self.net_in_idempotency:
+                    cmds.append(encode("SET", P + ":idem:k" + rid,
+                                       b"fp%s %s\n%s" % (rid[:8].encode(), rid.encode(), self.record),
+                                       "PX", 5000))
+                    n += 1
+                else:
+                    cmds.append(encode("SET", P + ":q:" + rid, self.record, "PX", 5000))
+                    n += 1
+                if self.pexpire and not self.net_in_idempotency:
                     cmds.append(encode("PEXPIRE", P + ":idem:k" + rid, 5000, "LT"))
                     n += 1
                 frames.append(b"%s %d\n%s" % (rid.encode(), len(self.record), self.record))
@@ -100,7 +108,14 @@ class Contract:
         self.finish(entries)
 
 
-class Submit3d08f69(Contract):
+class OwnRecord(Contract):
+    """The contract before 2026-11-29: a held query's net in a record of its own (`SET q:<id>
+    … PX`) and its Idempotency-Key record shortened beside it (`PEXPIRE … LT`)."""
+
+    net_in_idempotency = False
+
+
+class Submit3d08f69(OwnRecord):
     """submit.lua as it was at 3d08f69 (before issue 35's lean script): every query's record and
     Idempotency-Key keys declared, the key's value joined in Lua, a {'queued', id} table a
     query answered."""
@@ -117,13 +132,13 @@ class Submit3d08f69(Contract):
         self.gw.send(encode("EVALSHA", self.sha, len(keys), *keys, *argv), 1)
 
 
-class NoPexpire(Contract):
+class NoPexpire(OwnRecord):
     """What the worker's PEXPIRE LT of a held query's Idempotency-Key record costs."""
 
     pexpire = False
 
 
-class NoScript(Contract):
+class NoScript(OwnRecord):
     """The submit as a plain pipeline (XLEN, then per query SET … NX GET EX and XADD): what
     the script's own cost is, the bound of any cheaper script (not the contract: the XADD
     would not depend on the key)."""
@@ -190,8 +205,67 @@ return out
         self.writer.send(b"".join(cmds), n)
 
 
-VARIANTS = {"contract": Contract, "submit-3d08f69": Submit3d08f69, "no-pexpire": NoPexpire, "no-script": NoScript,
-            "batch-entry": BatchEntry}
+FINISH_LUA = b"""
+local n = tonumber(ARGV[1])
+local frames = {}
+for i = 1, n do
+  local id, keep, record = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  redis.call('SET', KEYS[2 * i], record, 'PX', keep)
+  redis.call('PEXPIRE', KEYS[2 * i + 1], keep, 'LT')
+  frames[i] = id .. ' ' .. #record .. '\\n' .. record
+end
+redis.call('SPUBLISH', ARGV[3 * n + 2], table.concat(frames))
+local ids = {}
+for i = 3 * n + 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+redis.call('XACK', KEYS[1], 'workers', unpack(ids))
+redis.call('XDEL', KEYS[1], unpack(ids))
+return 0
+"""
+
+
+class FinishScript(OwnRecord):
+    """The worker's block as one script run: each record crosses into Redis once (as an
+    argument) and the script SETs it and joins it into the block's SPUBLISH, instead of the
+    record's SET and the same bytes again inside SPUBLISH."""
+
+    def __init__(self, conns, job, record):
+        super().__init__(conns, job, record)
+        self.finish_sha = self.writer.send(encode("SCRIPT", "LOAD", FINISH_LUA), 1)[0]
+
+    def finish(self, entries):
+        cmds = []
+        for i in range(0, len(entries), BLOCK):
+            block = entries[i:i + BLOCK]
+            keys, argv = [JOBS], [len(block)]
+            for entry_id, rid in block:
+                keys += [P + ":q:" + rid, P + ":idem:k" + rid]
+                argv += [rid, 5000, self.record]
+            argv.append(CHANNEL)
+            argv += [e for e, _ in block]
+            cmds.append(encode("EVALSHA", self.finish_sha, len(keys), *keys, *argv))
+        self.writer.send(b"".join(cmds), len(cmds))
+
+
+class PublishOnly(Contract):
+    """Lower bound of any design that stores nothing for a held query: no SET, no PEXPIRE
+    (not a contract: no net for a missed event)."""
+
+    def finish(self, entries):
+        cmds, n = [], 0
+        for i in range(0, len(entries), BLOCK):
+            block = entries[i:i + BLOCK]
+            frames = [b"%s %d\n%s" % (rid.encode(), len(self.record), self.record) for _, rid in block]
+            cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
+            ids = [e for e, _ in block]
+            cmds.append(encode("XACK", JOBS, GROUP, *ids))
+            cmds.append(encode("XDEL", JOBS, *ids))
+            n += 3
+        self.writer.send(b"".join(cmds), n)
+
+
+VARIANTS = {"contract": Contract, "own-record": OwnRecord, "submit-3d08f69": Submit3d08f69,
+            "no-pexpire": NoPexpire, "no-script": NoScript, "batch-entry": BatchEntry,
+            "finish-script": FinishScript, "publish-only": PublishOnly}
 
 
 def main():

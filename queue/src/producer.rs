@@ -55,10 +55,13 @@ pub enum Submitted {
     /// partition's length times the partition count).
     Full { backlog: u64 },
     /// Nothing queued: the idempotency key is known, from the request `id` (`None` when the
-    /// stored id is not one).
+    /// stored id is not one). `net`: the final record of that query when the key's record holds
+    /// it (a held query's net, [`crate::record::IdempotencyNet`]), to decode with
+    /// [`QueryRecord::decode`] under `id`.
     Known {
         same_request: bool,
         id: Option<RequestId>,
+        net: Option<Vec<u8>>,
     },
 }
 
@@ -122,8 +125,9 @@ enum Verdict {
     Queued,
     /// `-<backlog>`: nothing queued, the partition's stream holds `backlog` entries.
     Full(u64),
-    /// `'<fingerprint> <id>'`: nothing queued, the Idempotency-Key is known.
-    Known(String),
+    /// `'<fingerprint> <id>'` (followed by a held query's net, `\n<record>`, once its worker
+    /// answered it): nothing queued, the Idempotency-Key is known.
+    Known(Vec<u8>),
 }
 
 impl Verdict {
@@ -131,8 +135,8 @@ impl Verdict {
         match value {
             redis::Value::Int(0) => Ok(Verdict::Queued),
             redis::Value::Int(n) if *n < 0 => Ok(Verdict::Full(n.unsigned_abs())),
-            redis::Value::BulkString(b) => Ok(Verdict::Known(String::from_utf8_lossy(b).into())),
-            redis::Value::SimpleString(s) => Ok(Verdict::Known(s.clone())),
+            redis::Value::BulkString(b) => Ok(Verdict::Known(b.clone())),
+            redis::Value::SimpleString(s) => Ok(Verdict::Known(s.clone().into_bytes())),
             other => Err(QueueError::Malformed {
                 what: "submit answer",
                 detail: format!("{other:?}"),
@@ -273,11 +277,13 @@ impl Producer {
             Verdict::Full(backlog) => Submitted::Full {
                 backlog: backlog * u64::from(partitions),
             },
-            Verdict::Known(record) => {
-                let (fp, id) = record.split_once(' ').unwrap_or(("", ""));
+            Verdict::Known(value) => {
+                let (claim, net) = record::idempotency_value(&value);
+                let (fp, id) = claim.split_once(' ').unwrap_or(("", ""));
                 Submitted::Known {
                     same_request: fp == fingerprint,
                     id: RequestId::parse(id).ok(),
+                    net: net.map(<[u8]>::to_vec),
                 }
             }
         })
@@ -327,11 +333,65 @@ impl Producer {
         Ok(local >= 1)
     }
 
-    /// The query's state, `None` if the id is unknown or its record expired.
+    /// The query's state, `None` if the id is unknown or its record expired. A `queued` record
+    /// that a gateway wrote after holding the request ([`record::HELD_MARK`]) is followed to
+    /// the net its worker may have written in the Idempotency-Key record instead
+    /// ([`Producer::load_held`]).
     pub async fn load(&self, id: &RequestId) -> Result<Option<QueryRecord>, QueueError> {
         let cmd = redis::Cmd::get(self.layout.query(id.as_str()));
         let bytes: Option<Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
-        bytes.map(|b| QueryRecord::decode(id, &b)).transpose()
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        if let Some(key) = record::held_net_key(&bytes) {
+            if let Some(net) = self.load_net(id, key).await? {
+                return Ok(Some(net));
+            }
+        }
+        QueryRecord::decode(id, &bytes).map(Some)
+    }
+
+    /// The net a worker kept for `id` in the record of `idempotency_key`, if there is one.
+    async fn load_net(
+        &self,
+        id: &RequestId,
+        idempotency_key: &str,
+    ) -> Result<Option<QueryRecord>, QueueError> {
+        let cmd = redis::Cmd::get(self.idempotency_record(id, idempotency_key));
+        let claim: Option<Vec<u8>> = self.run(Query::Cmd(&cmd)).await?;
+        claim.map_or(Ok(None), |claim| net_of(id, &claim))
+    }
+
+    /// The record of `idempotency_key`, in the partition of `id` (the submit minted the id
+    /// there).
+    fn idempotency_record(&self, id: &RequestId, idempotency_key: &str) -> String {
+        self.layout
+            .partition(self.layout.partition_of_id(id.as_str()))
+            .idempotency(idempotency_key)
+    }
+
+    /// The state of a query whose request this gateway holds, with `idempotency_key`: its
+    /// record, else the net its worker kept in the key's record
+    /// ([`crate::record::IdempotencyNet`]; only this query's: the claim must name `id`). One
+    /// round trip (`GET` of both: the id lives in the key's partition). Without a key, as
+    /// [`Producer::load`].
+    pub async fn load_held(
+        &self,
+        id: &RequestId,
+        idempotency_key: Option<&str>,
+    ) -> Result<Option<QueryRecord>, QueueError> {
+        let Some(key) = idempotency_key else {
+            return self.load(id).await;
+        };
+        let mut pipe = redis::pipe();
+        pipe.get(self.layout.query(id.as_str()))
+            .get(self.idempotency_record(id, key));
+        let (record, claim): (Option<Vec<u8>>, Option<Vec<u8>>) =
+            self.run(Query::Pipe(&pipe)).await?;
+        if let Some(bytes) = record {
+            return QueryRecord::decode(id, &bytes).map(Some);
+        }
+        claim.map_or(Ok(None), |claim| net_of(id, &claim))
     }
 
     /// Lowers the time left to the query's record (unless `record` is false: a held request's
@@ -631,6 +691,17 @@ async fn submit_batches(
     }
 }
 
+/// The net of `id` in an Idempotency-Key record's value, if it holds one and its claim names
+/// `id` (the key may have been claimed by another request since).
+fn net_of(id: &RequestId, claim: &[u8]) -> Result<Option<QueryRecord>, QueueError> {
+    match record::idempotency_value(claim) {
+        (head, Some(net)) if head.split_once(' ').map(|(_, of)| of) == Some(id.as_str()) => {
+            QueryRecord::decode(id, net).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Tables (issue 38): a producer per table, sharing the gateway's connection, and the party's
 /// list of tables.
 impl Producer {
@@ -673,9 +744,9 @@ mod tests {
             Verdict::from_reply(&Value::Int(-1000)).unwrap(),
             Verdict::Full(1000)
         );
-        let record = format!("{} {:032x}", "ab".repeat(32), 7u128);
+        let record = format!("{} {:032x}", "ab".repeat(32), 7u128).into_bytes();
         assert_eq!(
-            Verdict::from_reply(&Value::BulkString(record.clone().into_bytes())).unwrap(),
+            Verdict::from_reply(&Value::BulkString(record.clone())).unwrap(),
             Verdict::Known(record)
         );
         // A positive number or a nil is no answer of the script's: an error, not a guess.

@@ -8,13 +8,15 @@
 //! (a status event), never stored, so a poll reads `queued` until the answer is there.
 //!
 //! ```text
-//! queued <keys> <accepted_ms> <idem|->
+//! queued <keys> <accepted_ms> <idem|->[ held]
 //! done <epoch> <page_size> <scan_us> <worker_us> <digest|-> <idem|->\n<pages>
 //! failed <code> <key_index|-> <worker_us> <idem|-> <message>
 //! ```
 //!
 //! (`-` for an absent value; `<idem>` is the query's `Idempotency-Key`, printable ASCII without
-//! spaces; a message never holds a newline.) The Lua scripts that write records
+//! spaces; a message never holds a newline; ` held` marks the `queued` record a gateway wrote
+//! for a request it held and stopped waiting for, whose answer may be a net in the key's record,
+//! [`IdempotencyNet`].) The Lua scripts that write records
 //! (`shard_combine.lua`, `fail.lua`) spell the same grammar.
 //!
 //! **Events carry the record.** A status event is a frame `<id> <length>\n<record>`; one
@@ -134,6 +136,31 @@ pub fn queued(keys: usize, accepted_ms: u64, idempotency_key: Option<&str>) -> V
     .into_bytes()
 }
 
+/// The mark after a `queued` record ([`queued`]) that a gateway writes for a request it held
+/// and stopped waiting for (its wait ran out, Redis failed under it, it shut down) when it had
+/// asked for the answer's net in the Idempotency-Key record: the worker, which cannot know that
+/// the gateway gave up early, may still write the answer there and not here, so a read of this
+/// record follows the key's record ([`QueryRecord::held_net_key`]). Older readers ignore it.
+pub const HELD_MARK: &str = " held";
+
+/// [`queued`] with [`HELD_MARK`].
+pub fn queued_after_hold(keys: usize, accepted_ms: u64, idempotency_key: &str) -> Vec<u8> {
+    let mut record = queued(keys, accepted_ms, Some(idempotency_key));
+    record.extend_from_slice(HELD_MARK.as_bytes());
+    record
+}
+
+/// The Idempotency-Key whose record may hold the answer of a query whose record `bytes` is a
+/// `queued` one marked [`HELD_MARK`].
+pub fn held_net_key(bytes: &[u8]) -> Option<&str> {
+    let header = std::str::from_utf8(bytes.strip_prefix(b"queued ")?).ok()?;
+    let words: Vec<&str> = header.split(' ').collect();
+    match words.as_slice() {
+        [_, _, key, "held"] if *key != "-" => Some(key),
+        _ => None,
+    }
+}
+
 /// The `failed` record of a query (message on one line).
 pub fn failed(error: &ErrorBody, worker: Duration, idempotency_key: Option<&str>) -> Vec<u8> {
     let key_index = error
@@ -238,6 +265,42 @@ impl ToRedisArgs for Written {
     {
         let mut arg = out.writer_for_next_arg();
         self.write_to(&mut arg);
+    }
+}
+
+/// An `Idempotency-Key` record (`{Pp}:idem:<key>`) holding a held query's net, as one command
+/// argument: `"<fingerprint> <id>\n<record>"`. The submit script claims the key with
+/// `"<fingerprint> <id>"`; an unsharded worker that answers a held query well before its
+/// gateway's deadline, when the gateway gave the fingerprint
+/// ([`pirq_shared::wire::Reply::idempotency_fingerprint`]), writes the answer's final record
+/// after it instead of under the query's own key: the record kept only as a net for a missed
+/// event then costs no key and no `PEXPIRE` of its own. Read back by [`idempotency_value`].
+pub struct IdempotencyNet<'a> {
+    pub fingerprint: &'a str,
+    pub id: &'a RequestId,
+    pub record: &'a Written,
+}
+
+impl ToRedisArgs for IdempotencyNet<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        writeln!(arg, "{} {}", self.fingerprint, self.id).expect("writing into memory cannot fail");
+        self.record.write_to(&mut arg);
+    }
+}
+
+/// An `Idempotency-Key` record as read: its `"<fingerprint> <id>"` head, and the final record
+/// of a held query's net when one follows ([`IdempotencyNet`]).
+pub fn idempotency_value(bytes: &[u8]) -> (String, Option<&[u8]>) {
+    match bytes.iter().position(|&b| b == b'\n') {
+        Some(at) => (
+            String::from_utf8_lossy(&bytes[..at]).into_owned(),
+            Some(&bytes[at + 1..]),
+        ),
+        None => (String::from_utf8_lossy(bytes).into_owned(), None),
     }
 }
 
@@ -418,6 +481,50 @@ mod tests {
             worker: Duration::from_micros(9),
             digest: Some(Digest::from_hex(&"ab".repeat(32)).unwrap()),
         }
+    }
+
+    #[test]
+    fn an_idempotency_record_carries_a_held_querys_net_after_its_claim() {
+        let id = RequestId::mint();
+        let pages = Pages::new(vec![Bytes::from(vec![7u8; 4]), Bytes::from(vec![b'\n'; 8])]);
+        let written = Written::done(&done(&pages), Some("key-1"));
+        let fp = "00112233445566778899aabbccddeeff";
+        let args = IdempotencyNet {
+            fingerprint: fp,
+            id: &id,
+            record: &written,
+        }
+        .to_redis_args();
+        assert_eq!(args.len(), 1, "one argument");
+        let (head, net) = idempotency_value(&args[0]);
+        assert_eq!(
+            head,
+            format!("{fp} {id}"),
+            "the claim as the submit script wrote it"
+        );
+        let record = QueryRecord::decode(&id, net.unwrap()).unwrap();
+        assert_eq!(record.result.status, QueryStatus::Done);
+        assert_eq!(
+            record.result.pages,
+            vec![vec![7u8; 4], vec![b'\n'; 4], vec![b'\n'; 4]]
+        );
+        assert_eq!(record.idempotency_key.as_deref(), Some("key-1"));
+        // The claim alone, as the submit script writes it: no net.
+        let claim = format!("{fp} {id}");
+        assert_eq!(idempotency_value(claim.as_bytes()), (claim.clone(), None));
+    }
+
+    #[test]
+    fn a_queued_record_after_a_hold_names_the_key_that_may_hold_the_answer() {
+        let id = RequestId::mint();
+        let marked = queued_after_hold(2, 1_700_000_000_000, "key-1");
+        assert_eq!(held_net_key(&marked), Some("key-1"));
+        // Read as any queued record (older gateways ignore the mark).
+        let record = QueryRecord::decode(&id, &marked).unwrap();
+        assert_eq!(record.result.status, QueryStatus::Queued);
+        assert_eq!(record.idempotency_key.as_deref(), Some("key-1"));
+        assert_eq!(held_net_key(&queued(2, 1, Some("key-1"))), None);
+        assert_eq!(held_net_key(b"done 1 4 5 9 - key-1\nabcd"), None);
     }
 
     #[test]

@@ -109,6 +109,7 @@ async fn a_submit_is_confirmed_on_the_replica_and_not_without_one() {
     let Submitted::Known {
         same_request: true,
         id: Some(known),
+        net: None,
     } = producer
         .submit(&again, &one_key_job(), &with_key)
         .await

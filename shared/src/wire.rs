@@ -398,6 +398,16 @@ pub struct Reply {
     /// The request's `Idempotency-Key`, carried into the final record so that whichever
     /// gateway hands the answer over can shorten the key's record with it.
     pub idempotency_key: Option<String>,
+    /// For a held request with an `Idempotency-Key`: the request's fingerprint, given when the
+    /// gateway asks the worker to keep the answer's net (the record kept briefly for a missed
+    /// event) in the key's record, `"<fingerprint> <id>\n<record>"`, instead of a record of its
+    /// own beside it (docs/redis.md, "A held request"): one key and one command a query less.
+    /// An unsharded worker does so when it keeps the record briefly (finished well before
+    /// `held_until_ms`); otherwise, or with `None`, it writes the query's record as for any
+    /// other query. The gateway gives it only where the key's record cannot have expired
+    /// before the answer (its `--idempotency-ttl` outlasts the wait) and no `queued` record
+    /// was written (not under `--durability replica`).
+    pub idempotency_fingerprint: Option<String>,
 }
 
 impl Job {
@@ -593,6 +603,7 @@ mod tests {
                 held_until_ms: Some(1_700_000_005_000),
                 held_keep_ms: Some(1_500),
                 idempotency_key: Some("a-key".into()),
+                idempotency_fingerprint: Some("00112233445566778899aabbccddeeff".into()),
             },
             keys: vec![vec![1; 52]],
             epoch: None,

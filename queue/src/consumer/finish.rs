@@ -8,7 +8,7 @@ use pirq_shared::layout::PartitionKeys;
 use pirq_shared::wire::{ErrorBody, Reply};
 
 use super::{Consumer, Outcome};
-use crate::record::{self, DoneFields, Frames, Written};
+use crate::record::{self, DoneFields, Frames, IdempotencyNet, Written};
 use crate::{one_slot, scripts, QueueError, RequestId};
 
 /// Outcomes per block when a window's outcomes are written ([`Consumer::finish`]): small enough
@@ -35,17 +35,33 @@ pub const HELD_SLACK: Duration = Duration::from_secs(2);
 /// deadline, is kept what the gateway asked within [`HELD_KEEP`] (at least 1 ms); any other
 /// record the full time.
 fn held_keep_ms(reply: &Reply, now_ms: u64, full_ms: u64) -> u64 {
-    match reply.held_until_ms {
-        Some(until) if now_ms + (HELD_SLACK.as_millis() as u64) < until => {
-            let bound = HELD_KEEP.as_millis() as u64;
-            reply
-                .held_keep_ms
-                .unwrap_or(bound)
-                .clamp(1, bound)
-                .min(full_ms)
-        }
-        _ => full_ms,
+    if !held_brief(reply, now_ms) {
+        return full_ms;
     }
+    let bound = HELD_KEEP.as_millis() as u64;
+    reply
+        .held_keep_ms
+        .unwrap_or(bound)
+        .clamp(1, bound)
+        .min(full_ms)
+}
+
+/// Whether a job with `reply` finished at `now_ms` is a held request's answered well before
+/// its gateway's deadline ([`HELD_SLACK`]): its gateway will hand the answer over from the
+/// event, and its record is only a net, kept briefly.
+fn held_brief(reply: &Reply, now_ms: u64) -> bool {
+    matches!(reply.held_until_ms, Some(until) if now_ms + (HELD_SLACK.as_millis() as u64) < until)
+}
+
+/// Where a held query's net goes when its gateway asked for it in the Idempotency-Key record
+/// ([`Reply::idempotency_fingerprint`]) and it is answered well before the deadline: `(the
+/// key, the fingerprint)`. The stream is not trusted: a fingerprint that is not 32 hex digits
+/// (what the gateway writes) is not used, and the query gets its own record.
+fn idempotency_net(reply: &Reply, now_ms: u64) -> Option<(&str, &str)> {
+    let key = reply.idempotency_key.as_deref()?;
+    let fp = reply.idempotency_fingerprint.as_deref()?;
+    let hex = fp.len() == 32 && fp.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex && held_brief(reply, now_ms)).then_some((key, fp))
 }
 
 /// The Idempotency-Key of a held request (`Reply::held_keep_ms` set: its gateway holds the
@@ -225,7 +241,27 @@ impl Consumer {
         reply: &Reply,
     ) -> Written {
         let record = Written::done(done, reply.idempotency_key.as_deref());
-        let keep = self.keep_ms(reply);
+        let now = record::unix_ms();
+        let keep = held_keep_ms(reply, now, self.result_ttl * 1000);
+        if let Some((key, fingerprint)) = idempotency_net(reply, now) {
+            // The net in the key's record, which the submit script claimed with
+            // `"<fingerprint> <id>"` and which this write shortens to the net's keep time: one
+            // key and one command instead of the query's record and a `PEXPIRE … LT` of the
+            // key's. The gateway asked only where the key's record outlasts the wait, so it is
+            // still this query's.
+            let net = IdempotencyNet {
+                fingerprint,
+                id: request_id,
+                record: &record,
+            };
+            pipe.cmd("SET")
+                .arg(keys.idempotency(key))
+                .arg(net)
+                .arg("PX")
+                .arg(keep)
+                .ignore();
+            return record;
+        }
         pipe.cmd("SET")
             .arg(keys.query(request_id.as_str()))
             .arg(&record)
@@ -315,6 +351,7 @@ mod held_keep_tests {
             held_until_ms: Some(until),
             held_keep_ms: keep,
             idempotency_key: None,
+            idempotency_fingerprint: None,
         }
     }
 
@@ -335,6 +372,33 @@ mod held_keep_tests {
         assert_eq!(held_keep_ms(&held(now + 1_000, Some(700)), now, full), full);
         // Not held: the full time.
         assert_eq!(held_keep_ms(&Reply::default(), now, full), full);
+    }
+
+    #[test]
+    fn a_held_querys_net_goes_to_its_idempotency_record_only_when_asked_and_early() {
+        let now = 1_000_000;
+        let fp = "00112233445566778899aabbccddeeff";
+        let asked = |until: u64, fp: &str| Reply {
+            held_until_ms: Some(until),
+            held_keep_ms: Some(700),
+            idempotency_key: Some("k".into()),
+            idempotency_fingerprint: Some(fp.into()),
+        };
+        assert_eq!(
+            idempotency_net(&asked(now + 30_000, fp), now),
+            Some(("k", fp))
+        );
+        // Close to the deadline: the gateway may answer 202 and the client poll the record.
+        assert_eq!(idempotency_net(&asked(now + 1_000, fp), now), None);
+        // Not a fingerprint the gateway writes (the stream is not trusted).
+        assert_eq!(idempotency_net(&asked(now + 30_000, "x\ny"), now), None);
+        // Not asked, or no key.
+        let mut plain = asked(now + 30_000, fp);
+        plain.idempotency_fingerprint = None;
+        assert_eq!(idempotency_net(&plain, now), None);
+        plain = asked(now + 30_000, fp);
+        plain.idempotency_key = None;
+        assert_eq!(idempotency_net(&plain, now), None);
     }
 }
 
@@ -383,6 +447,7 @@ mod one_slot_tests {
                             held_until_ms: Some(u64::MAX),
                             held_keep_ms: None,
                             idempotency_key: Some("k".into()),
+                            idempotency_fingerprint: None,
                         },
                     },
                     3 => Outcome::DeadLetter {

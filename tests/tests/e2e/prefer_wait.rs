@@ -192,9 +192,11 @@ async fn an_answer_held_for_the_client_is_kept_only_the_fetched_ttl_a_pending_on
 }
 
 /// A held query's Idempotency-Key record is shortened by its worker with the answer (issue 35:
-/// one `PEXPIRE` in the worker's pipeline instead of the gateway's round trip after the
-/// hand-over): its TTL falls from `--idempotency-ttl` to at most the fetched-result TTL, and a
-/// retry with the same key is still answered with the same id meanwhile.
+/// in the worker's pipeline instead of the gateway's round trip after the hand-over): its TTL
+/// falls from `--idempotency-ttl` to at most the fetched-result TTL, and a retry with the same
+/// key is still answered with the same id and answer meanwhile. The answer's net is kept in
+/// that record, not in a record of the query's own (one key and one command a query less):
+/// the retry is answered from it.
 #[tokio::test]
 async fn a_held_querys_idempotency_record_is_shortened_with_its_answer() {
     let cluster = cluster_with_gateway_args(&["--fetched-result-ttl", "7"]).await;
@@ -224,6 +226,23 @@ async fn a_held_querys_idempotency_record_is_shortened_with_its_answer() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    let own: i64 = redis::cmd("EXISTS")
+        .arg(cluster.a.layout().query(&first.id))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(own, 0, "the held query's net has a record of its own");
+    let claim: Vec<u8> = redis::cmd("GET")
+        .arg(cluster.a.layout().idempotency(&key))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let head = claim.split(|&b| b == b'\n').next().unwrap();
+    assert!(
+        head.ends_with(first.id.as_bytes()) && claim.len() > head.len() + PAGE_SIZE as usize,
+        "the idempotency record holds no net: {head:?}, {} bytes",
+        claim.len()
+    );
     assert!(
         (0..=7).contains(&left),
         "the answered query's idempotency record has TTL {left} s (--idempotency-ttl is 600)"
@@ -235,6 +254,8 @@ async fn a_held_querys_idempotency_record_is_shortened_with_its_answer() {
         again.id, first.id,
         "a retry within the TTL is the same query"
     );
+    assert_eq!(again.status, QueryStatus::Done);
+    assert_eq!(again.pages, first.pages, "a retry gets the same answer");
 }
 
 #[tokio::test]

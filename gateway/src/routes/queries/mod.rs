@@ -148,11 +148,20 @@ async fn wait_final_from(
         match wake {
             Wake::Progress(status) => Arc::make_mut(&mut q).result.status = status,
             Wake::Final(record) => q = record,
-            Wake::Read => match st.producer.load(id).await? {
-                Some(record) => q = Arc::new(record),
-                None if held => {}
-                None => return Err(ApiError::not_found(id.as_str())),
-            },
+            Wake::Read => {
+                // A held query's net may be in its Idempotency-Key record instead of its own.
+                let read = if held {
+                    let key = q.idempotency_key.as_deref();
+                    st.producer.load_held(id, key).await?
+                } else {
+                    st.producer.load(id).await?
+                };
+                match read {
+                    Some(record) => q = Arc::new(record),
+                    None if held => {}
+                    None => return Err(ApiError::not_found(id.as_str())),
+                }
+            }
         }
     }
 }

@@ -52,7 +52,8 @@ pub async fn submit(
     let id = st.producer.mint_id(idem_key.as_deref());
     admission::durable_now(&st, &id)?;
     let inline = hold(&st, &headers, &id, &db);
-    let job = job_of(&st, request, inline.as_ref(), idem_key.clone());
+    let net = net_in_idempotency(&st, inline.as_ref(), fingerprint.as_deref());
+    let job = job_of(&st, request, inline.as_ref(), idem_key.clone(), net);
     admission::memory(&st)?;
     let limit = admission::backlog_limit(&st);
     let checks = SubmitChecks {
@@ -78,12 +79,13 @@ pub async fn submit(
         Submitted::Known {
             same_request: true,
             id: Some(known),
+            net,
         } => {
             // The first request may have got 503 `not_durable`: confirm before answering.
             let stored = fingerprint.as_deref().map(|fp| format!("{fp} {known}"));
             let replayed = idem_key.as_deref().zip(stored.as_deref());
             confirm(&st, &known, replayed).await?;
-            return replay(&st, &known, job, format).await;
+            return replay(&st, &known, net.as_deref(), job, format).await;
         }
         Submitted::Known { .. } => {
             return Err(ApiError::new(
@@ -102,7 +104,14 @@ pub async fn submit(
         }
         // Not in time: the client polls from now on, and finds the query `queued` until its
         // record is final (`SET … NX`: never over a final record a worker wrote meanwhile).
-        let queued = pirq_queue::record::queued(job.keys.len(), job.accepted_ms, idem);
+        // Marked when the worker was asked for the answer's net in the key's record: it may
+        // still write it there (it cannot know the wait ended early), and reads follow it.
+        let queued = match (idem, net) {
+            (Some(key), Some(_)) => {
+                pirq_queue::record::queued_after_hold(job.keys.len(), job.accepted_ms, key)
+            }
+            _ => pirq_queue::record::queued(job.keys.len(), job.accepted_ms, idem),
+        };
         record_pending(&st, &id, &queued).await?;
     }
     Ok(accepted(
@@ -131,13 +140,34 @@ fn hold(st: &AppState, headers: &HeaderMap, id: &RequestId, db: &RegisteredDb) -
     })
 }
 
+/// The fingerprint to give a held request's job so that its worker keeps the answer's net in
+/// the Idempotency-Key record instead of a record of its own
+/// ([`Reply::idempotency_fingerprint`]), where that is safe: the key's record must outlast the
+/// wait by more than the net's keep time (so the worker's write can only find this query's
+/// claim, never a later request's after it expired), and no `queued` record may have been
+/// written (`--durability replica` writes one, which only the query's own record replaces).
+fn net_in_idempotency<'a>(
+    st: &AppState,
+    held: Option<&Held>,
+    fingerprint: Option<&'a str>,
+) -> Option<&'a str> {
+    let held = held?;
+    let outlasts = Duration::from_secs(st.config.idempotency_ttl)
+        > held.wait + pirq_queue::consumer::HELD_KEEP + pirq_queue::consumer::HELD_SLACK;
+    let no_queued_record = st.durable.mode != durability::Mode::Replica;
+    (held.worker_shortens_idempotency && outlasts && no_queued_record)
+        .then_some(fingerprint)
+        .flatten()
+}
+
 /// The job queued for `request`, accepted now; `held`: where its answer goes when its client
-/// waits for it.
+/// waits for it; `net_fingerprint`: see [`net_in_idempotency`].
 fn job_of(
     st: &AppState,
     request: QueryRequest,
     held: Option<&Held>,
     idempotency_key: Option<String>,
+    net_fingerprint: Option<&str>,
 ) -> Job {
     let accepted_ms = pirq_shared::clock::unix_ms();
     Job {
@@ -149,6 +179,7 @@ fn job_of(
             // Its record is a net for a missed event: kept within the read-result budget.
             held_keep_ms: held.map(|_| st.retention.ttl().as_millis() as u64),
             idempotency_key,
+            idempotency_fingerprint: net_fingerprint.map(str::to_owned),
         },
     }
 }
@@ -267,18 +298,24 @@ async fn answer_inline(
     Some(resp)
 }
 
-/// A known `Idempotency-Key` with the same request: the first request's id, as it stands now.
-/// When that query has no record (its request was held and its answer handed over, or is still
-/// on its way, or was lost with the gateway that held it), the job is queued again under the
-/// same id, as a polled one: answering a PIR query twice costs a pass and tells the party
-/// nothing new, and the retry gets its answer.
+/// A known `Idempotency-Key` with the same request: the first request's id, as it stands now
+/// (`net`: its answer, when the key's record holds a held query's net). When that query has no
+/// record (its request was held and its answer handed over, or is still on its way, or was
+/// lost with the gateway that held it), the job is queued again under the same id, as a polled
+/// one: answering a PIR query twice costs a pass and tells the party nothing new, and the retry
+/// gets its answer.
 async fn replay(
     st: &AppState,
     id: &RequestId,
+    net: Option<&[u8]>,
     job: Job,
     format: Format,
 ) -> Result<Response, ApiError> {
     metrics::counter!(pirq_shared::metrics::GATEWAY_IDEMPOTENT_REPLAYS).increment(1);
+    if let Some(net) = net {
+        let stored = QueryRecord::decode(id, net)?;
+        return Ok(accepted(st, id, format, &stored.result));
+    }
     if let Some(stored) = st.producer.load(id).await? {
         return Ok(accepted(st, id, format, &stored.result));
     }
@@ -286,6 +323,7 @@ async fn replay(
         reply: Reply {
             held_until_ms: None,
             held_keep_ms: None,
+            idempotency_fingerprint: None,
             ..job.reply
         },
         ..job
