@@ -155,9 +155,7 @@ fn net_in_idempotency<'a>(
     let outlasts = Duration::from_secs(st.config.idempotency_ttl)
         > held.wait + pirq_queue::consumer::HELD_KEEP + pirq_queue::consumer::HELD_SLACK;
     let no_queued_record = st.durable.mode != durability::Mode::Replica;
-    (held.worker_shortens_idempotency && outlasts && no_queued_record)
-        .then_some(fingerprint)
-        .flatten()
+    fingerprint.filter(|_| held.worker_shortens_idempotency && outlasts && no_queued_record)
 }
 
 /// The job queued for `request`, accepted now; `held`: where its answer goes when its client
