@@ -6,7 +6,8 @@
 //! task each run wherever a thread is free), and every crossing is a wake-up and cold caches.
 //! On a 16-core GPU host the gateway spent 189 µs of CPU a party query on its default 16
 //! threads against 114 on one (docs/bench/host-path.md). A lane keeps a connection's requests,
-//! its submits and their Redis round trips on one thread; only the accept (once a connection)
+//! its submits and their Redis round trips on one thread; only the accept (once a connection:
+//! the socket then moves to the lane's own reactor, so its readiness wakes the lane directly)
 //! and the completion events' wake-ups cross to it, the wake-ups of one event message in one
 //! hand-off ([`crate::events::LaneInbox`]). Lanes scale with the
 //! cores like the shared runtime does, by connections: the accept loop hands them out in turn.

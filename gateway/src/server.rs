@@ -145,16 +145,24 @@ pub async fn serve(
         let conn = open.add();
         let open = open.clone();
         let tls = tls.clone();
-        let connection = move |app| async move {
-            serve_connection(tcp, peer, app, limits, tls, &conn).await;
+        let connection = move |app, tcp: std::io::Result<TcpStream>| async move {
+            match tcp {
+                Ok(tcp) => serve_connection(tcp, peer, app, limits, tls, &conn).await,
+                Err(e) => tracing::debug!(error = %e, "handing a connection to its lane failed"),
+            }
             open.remove(conn.id);
             drop(slot);
         };
         match &app {
-            Served::Here(app) => tokio::spawn(connection(app.clone())),
+            Served::Here(app) => tokio::spawn(connection(app.clone(), Ok(tcp))),
             Served::Lanes(lanes) => {
                 let (lane, app) = lanes.next();
-                lane.spawn(connection(app.clone()))
+                let app = app.clone();
+                // Registered with the lane's own reactor, not this runtime's: else this runtime
+                // sees every request arrive and wakes the lane for it, an `eventfd` write a
+                // request (docs/bench/host-path.md).
+                let tcp = tcp.into_std();
+                lane.spawn(async move { connection(app, tcp.and_then(TcpStream::from_std)).await })
             }
         };
     }
