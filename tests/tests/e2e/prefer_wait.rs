@@ -258,6 +258,69 @@ async fn a_held_querys_idempotency_record_is_shortened_with_its_answer() {
     assert_eq!(again.pages, first.pages, "a retry gets the same answer");
 }
 
+/// A held request whose gateway lets go of it early (here it shuts down; in the soak, a Redis
+/// error) is answered 202 and recorded `queued`, but its worker, which cannot know, still keeps
+/// the answer's net in the Idempotency-Key record: a poll must find the answer there, not
+/// `queued` for good (the soak lost a query so before reads followed the mark).
+#[tokio::test]
+async fn a_held_query_let_go_early_is_answered_to_a_poll_from_its_keys_record() {
+    let mut cluster = Cluster::start(PAGES, PAGE_SIZE, PartyOptions::default())
+        .await
+        .unwrap();
+    cluster.a.stop_workers();
+    let http = reqwest::Client::new();
+    let index = 2024;
+    let (k0, k1) = generate(DOMAIN_BITS, index, &mut rand::rng()).unwrap();
+    let held = {
+        let request = http
+            .post(format!("{}/v1/queries", cluster.a.url))
+            .header("content-type", "application/json")
+            .header("prefer", "wait=25")
+            .header(
+                "idempotency-key",
+                format!("{:032x}", rand::random::<u128>()),
+            )
+            .body(
+                QueryRequest {
+                    keys: vec![k0.to_bytes()],
+                    epoch: None,
+                }
+                .to_json(),
+            );
+        tokio::spawn(async move {
+            let resp = request.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (
+                status,
+                QueryResult::from_json(&resp.bytes().await.unwrap()).unwrap(),
+            )
+        })
+    };
+    // The gateway holds it (no worker runs), then is stopped: it answers what it knows.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster
+        .a
+        .restart_gateway_in_place(Duration::from_millis(100))
+        .await
+        .unwrap();
+    let (status, pending) = held.await.unwrap();
+    assert_eq!(
+        status, 202,
+        "a gateway shutting down answers a held request 202"
+    );
+    assert_eq!(pending.status, QueryStatus::Queued);
+    // A worker now answers it well before the 25 s the request would have waited.
+    cluster.a.start_worker().await.unwrap();
+    let a =
+        pirq_e2e::fault::wait_final(&http, &cluster.a.url, &pending.id, Duration::from_secs(30))
+            .await
+            .expect("the poll finds the answer its worker kept in the key's record");
+    let (_, _, b) = post(&http, &cluster.b.url, k1.to_bytes(), Some("wait=10"), false).await;
+    let mut page = pirq_e2e::fault::pages(&a).remove(0);
+    xor_into(&mut page, &b.pages[0]);
+    assert_eq!(page.as_slice(), cluster.db.page(index));
+}
+
 #[tokio::test]
 async fn a_gateway_on_one_runtime_thread_answers_many_clients_at_once() {
     let cluster = cluster_with_gateway_args(&["--runtime-threads", "1"]).await;
