@@ -140,7 +140,7 @@ pub fn queued(keys: usize, accepted_ms: u64, idempotency_key: Option<&str>) -> V
 /// and stopped waiting for (its wait ran out, Redis failed under it, it shut down) when it had
 /// asked for the answer's net in the Idempotency-Key record: the worker, which cannot know that
 /// the gateway gave up early, may still write the answer there and not here, so a read of this
-/// record follows the key's record ([`QueryRecord::held_net_key`]). Older readers ignore it.
+/// record follows the key's record ([`held_net_key`]). Older readers ignore it.
 pub const HELD_MARK: &str = " held";
 
 /// [`queued`] with [`HELD_MARK`].
