@@ -47,6 +47,16 @@ def lua(name):
     return open(os.path.join(ROOT, "queue/lua", name), "rb").read()
 
 
+def publish_block(cmds, frames, block):
+    """A block's completion: its frames in one SPUBLISH, its entries acknowledged and deleted
+    (what the worker sends after a block's records); the commands it adds."""
+    cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
+    ids = [e for e, _ in block]
+    cmds.append(encode("XACK", JOBS, GROUP, *ids))
+    cmds.append(encode("XDEL", JOBS, *ids))
+    return 3
+
+
 class Contract:
     """The contract as main runs it (since 2026-11-29 a held query's net in its Idempotency-Key
     record). Subclasses change one piece each."""
@@ -94,11 +104,7 @@ class Contract:
                     cmds.append(encode("PEXPIRE", P + ":idem:k" + rid, 5000, "LT"))
                     n += 1
                 frames.append(b"%s %d\n%s" % (rid.encode(), len(self.record), self.record))
-            cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
-            ids = [e for e, _ in block]
-            cmds.append(encode("XACK", JOBS, GROUP, *ids))
-            cmds.append(encode("XDEL", JOBS, *ids))
-            n += 3
+            n += publish_block(cmds, frames, block)
         self.writer.send(b"".join(cmds), n)
 
     def round(self, ids):
@@ -255,11 +261,7 @@ class PublishOnly(Contract):
         for i in range(0, len(entries), BLOCK):
             block = entries[i:i + BLOCK]
             frames = [b"%s %d\n%s" % (rid.encode(), len(self.record), self.record) for _, rid in block]
-            cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
-            ids = [e for e, _ in block]
-            cmds.append(encode("XACK", JOBS, GROUP, *ids))
-            cmds.append(encode("XDEL", JOBS, *ids))
-            n += 3
+            n += publish_block(cmds, frames, block)
         self.writer.send(b"".join(cmds), n)
 
 

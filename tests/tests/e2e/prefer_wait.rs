@@ -126,15 +126,26 @@ async fn a_wait_that_runs_out_answers_202_and_the_query_is_still_answered() {
         "the gateway held the answer only {held:?} of the 1 s asked"
     );
     // The job is queued: a worker that comes later answers it.
+    let page = polled_page_once_a_worker_runs(&mut cluster, &pending.id, k1.to_bytes()).await;
+    assert_eq!(page.as_slice(), cluster.db.page(99));
+}
+
+/// Starts a worker at party A (whose workers were stopped), polls A for `id` until it is final,
+/// and gives the page it makes with B's answer to `key_b` (asked with `Prefer: wait`).
+async fn polled_page_once_a_worker_runs(
+    cluster: &mut Cluster,
+    id: &str,
+    key_b: Vec<u8>,
+) -> Vec<u8> {
+    let http = reqwest::Client::new();
     cluster.a.start_worker().await.unwrap();
-    let a =
-        pirq_e2e::fault::wait_final(&http, &cluster.a.url, &pending.id, Duration::from_secs(30))
-            .await
-            .expect("answered once a worker runs");
-    let (_, _, b) = post(&http, &cluster.b.url, k1.to_bytes(), Some("wait=10"), false).await;
+    let a = pirq_e2e::fault::wait_final(&http, &cluster.a.url, id, Duration::from_secs(30))
+        .await
+        .expect("the poll finds the answer once a worker runs");
+    let (_, _, b) = post(&http, &cluster.b.url, key_b, Some("wait=10"), false).await;
     let mut page = pirq_e2e::fault::pages(&a).remove(0);
     xor_into(&mut page, &b.pages[0]);
-    assert_eq!(page.as_slice(), cluster.db.page(99));
+    page
 }
 
 /// Two parties whose gateways run with `args`.
@@ -309,15 +320,9 @@ async fn a_held_query_let_go_early_is_answered_to_a_poll_from_its_keys_record() 
         "a gateway shutting down answers a held request 202"
     );
     assert_eq!(pending.status, QueryStatus::Queued);
-    // A worker now answers it well before the 25 s the request would have waited.
-    cluster.a.start_worker().await.unwrap();
-    let a =
-        pirq_e2e::fault::wait_final(&http, &cluster.a.url, &pending.id, Duration::from_secs(30))
-            .await
-            .expect("the poll finds the answer its worker kept in the key's record");
-    let (_, _, b) = post(&http, &cluster.b.url, k1.to_bytes(), Some("wait=10"), false).await;
-    let mut page = pirq_e2e::fault::pages(&a).remove(0);
-    xor_into(&mut page, &b.pages[0]);
+    // A worker now answers it well before the 25 s the request would have waited; the answer
+    // is in the key's record.
+    let page = polled_page_once_a_worker_runs(&mut cluster, &pending.id, k1.to_bytes()).await;
     assert_eq!(page.as_slice(), cluster.db.page(index));
 }
 
