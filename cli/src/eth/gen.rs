@@ -386,55 +386,7 @@ fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
     let mut printed = 0u64;
     for (i, before) in lines {
         printed += 1;
-        let a = synth.account(i);
-        write!(w, "{{\"balance\":\"{}\",\"nonce\":{},", a.balance, a.nonce).map_err(io)?;
-        if let Some((j, root)) = a.contract {
-            let (code, hash) = &synth.codes[j];
-            write!(
-                w,
-                "\"root\":\"{}\",\"codeHash\":\"{}\",\"code\":\"{}\",\"storage\":{{",
-                tables::data(&root),
-                tables::data(hash),
-                tables::data(code)
-            )
-            .map_err(io)?;
-            let mut first = true;
-            let now = synth.storage(i, a.version);
-            let old = before.map(|v| synth.storage(i, v)).unwrap_or_default();
-            let cleared = old.iter().filter(|(s, _)| now.iter().all(|(n, _)| n != s));
-            let cleared = cleared.map(|&(s, _)| (s, [0u8; 32]));
-            for (slot, value) in now
-                .iter()
-                .filter(|&slot| before.is_none() || !old.contains(slot))
-                .copied()
-                .chain(cleared)
-            {
-                let sep = if first { "" } else { "," };
-                first = false;
-                // Values without their leading zero bytes and without 0x, as geth prints them
-                // ("0" for a cleared slot of --changes-only).
-                let v = hex::encode(value);
-                let v = v.trim_start_matches("00");
-                let v = if v.is_empty() { "0" } else { v };
-                write!(w, "{sep}\"{}\":\"{v}\"", tables::data(&slot)).map_err(io)?;
-            }
-            write!(w, "}},").map_err(io)?;
-        } else {
-            write!(
-                w,
-                "\"root\":\"{}\",\"codeHash\":\"{}\",",
-                tables::data(&EMPTY_ROOT),
-                tables::data(&EMPTY_CODE_HASH)
-            )
-            .map_err(io)?;
-        }
-        writeln!(
-            w,
-            "\"address\":\"{}\",\"key\":\"{}\"}}",
-            tables::data(&a.address),
-            tables::data(&keccak256(&a.address))
-        )
-        .map_err(io)?;
+        print_account(&mut w, synth, i, before).map_err(io)?;
         if i % 4096 == 0 {
             progress.set_position(i);
         }
@@ -473,6 +425,64 @@ fn print_dump(args: &GenArgs, synth: &Synth, out: &Path) -> anyhow::Result<()> {
             None => String::new(),
         }
     ));
+    Ok(())
+}
+
+/// One account's line of the dump: its fields, and for a contract its code and storage (with
+/// `before`, the version its storage is compared with under --changes-only: only the slots
+/// that changed, and "0" for those cleared).
+fn print_account(
+    w: &mut impl Write,
+    synth: &Synth,
+    i: u64,
+    before: Option<u64>,
+) -> std::io::Result<()> {
+    let a = synth.account(i);
+    write!(w, "{{\"balance\":\"{}\",\"nonce\":{},", a.balance, a.nonce)?;
+    if let Some((j, root)) = a.contract {
+        let (code, hash) = &synth.codes[j];
+        write!(
+            w,
+            "\"root\":\"{}\",\"codeHash\":\"{}\",\"code\":\"{}\",\"storage\":{{",
+            tables::data(&root),
+            tables::data(hash),
+            tables::data(code)
+        )?;
+        let mut first = true;
+        let now = synth.storage(i, a.version);
+        let old = before.map(|v| synth.storage(i, v)).unwrap_or_default();
+        let cleared = old.iter().filter(|(s, _)| now.iter().all(|(n, _)| n != s));
+        let cleared = cleared.map(|&(s, _)| (s, [0u8; 32]));
+        for (slot, value) in now
+            .iter()
+            .filter(|&slot| before.is_none() || !old.contains(slot))
+            .copied()
+            .chain(cleared)
+        {
+            let sep = if first { "" } else { "," };
+            first = false;
+            // Values without their leading zero bytes and without 0x, as geth prints them
+            // ("0" for a cleared slot of --changes-only).
+            let v = hex::encode(value);
+            let v = v.trim_start_matches("00");
+            let v = if v.is_empty() { "0" } else { v };
+            write!(w, "{sep}\"{}\":\"{v}\"", tables::data(&slot))?;
+        }
+        write!(w, "}},")?;
+    } else {
+        write!(
+            w,
+            "\"root\":\"{}\",\"codeHash\":\"{}\",",
+            tables::data(&EMPTY_ROOT),
+            tables::data(&EMPTY_CODE_HASH)
+        )?;
+    }
+    writeln!(
+        w,
+        "\"address\":\"{}\",\"key\":\"{}\"}}",
+        tables::data(&a.address),
+        tables::data(&keccak256(&a.address))
+    )?;
     Ok(())
 }
 
