@@ -307,8 +307,25 @@ async fn a_held_query_let_go_early_is_answered_to_a_poll_from_its_keys_record() 
             )
         })
     };
-    // The gateway holds it (no worker runs), then is stopped: it answers what it knows.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The gateway holds it once its job is on the stream (no worker runs to take it), then is
+    // stopped: it answers what it knows.
+    let mut conn = cluster.a.redis().await.unwrap();
+    let queued_by = Instant::now() + Duration::from_secs(20);
+    loop {
+        let jobs: u64 = redis::cmd("XLEN")
+            .arg(cluster.a.layout().jobs())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if jobs >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < queued_by,
+            "the held request's job never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cluster
         .a
         .restart_gateway_in_place(Duration::from_millis(100))
