@@ -12,7 +12,8 @@
 #   pushed to that table alone), shows the database digest and the mistakes the client
 #   refuses (the same party twice, plain HTTP to a remote party), serves the database as two
 #   page-range shards, answers a wallet's eth_getBalance privately from a tiny Ethereum state
-#   (pirq eth import / serve, docs/eth.md), and cleans up on exit.
+#   (pirq eth import / serve, docs/eth.md) before and after a block that deletes the account,
+#   and cleans up on exit.
 #
 #   scripts/demo.sh                       # 16384 pages of 4096 B (64 MiB)
 #   PIRQ_DEMO_PAGES=65536 scripts/demo.sh # 256 MiB
@@ -308,5 +309,24 @@ echo "   $got"
 echo "$got" | grep -q "\"result\":\"$want\"" ||
     { echo "eth_getBalance answered $got, the dump says $want" >&2; exit 1; }
 echo "   the dump's balance of $address ($want): each party saw one lookup in each table, not the address"
+
+echo "== The next block: that account deleted (its changes alone make one epoch on each table), read again"
+printf '{"root":"0x%064x"}\n{"address":"%s","deleted":true}\n' 1 "$address" >"$work/eth-block.jsonl"
+"$bin/pirq" eth import --base "$work/eth" --changes "$work/eth-block.jsonl" --block 21000001 \
+    --update-out "$work/eth-21000001" --quiet
+for party in "$a" "$b"; do
+    for t in accounts code storage; do
+        PIRQ_ADMIN_TOKEN=$admin_token "$bin/pirq" epoch push --party "$party" --table "$t" \
+            --from "$work/eth-21000001/$t.update"
+    done
+done
+block_is() { curl -s "http://127.0.0.1:$eth_port/" -H 'content-type: application/json' \
+    -d '{"jsonrpc":"2.0","id":0,"method":"eth_blockNumber"}' | grep -q '"result":"0x1406f41"'; }
+wait_for "pirq eth serve at block 21000001" block_is
+got=$(curl -s "http://127.0.0.1:$eth_port/" -H 'content-type: application/json' -d "$call")
+echo "   $got"
+echo "$got" | grep -q '"result":"0x0"' ||
+    { echo "eth_getBalance of the deleted account answered $got, not 0x0" >&2; exit 1; }
+echo "   block 21000001 served: the deleted account reads 0x0, as a node answers"
 
 echo "== demo passed"
