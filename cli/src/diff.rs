@@ -115,10 +115,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             args.new.display()
         );
     }
-    if let Some(signer) = signer {
-        crate::publisher::sign_writes(signer, epoch, &mut pages);
-    }
-    let update = pirq_shared::update::EpochUpdate { epoch, pages };
+    let update = crate::publisher::signed_update(epoch, pages, signer);
     next.write(&update, &args.out)?;
     progress.finish(&format!(
         "wrote {}: epoch {epoch}, {} of {} pages replaced",

@@ -75,15 +75,26 @@ pub fn signer_for(path: &Path, block: Option<&SigningBlock>) -> anyhow::Result<P
     Ok(PageSigner::for_block(*block, SecretKey::read_file(path)?)?)
 }
 
-/// Signs every page of an update as changed at `epoch`, on all cores (rayon's pool): each
-/// page's signature depends on its index, epoch and bytes alone, so the update is the same bytes
-/// whatever the number of threads (Ed25519 is deterministic), and a block's few thousand
-/// signatures (~20 µs each) no longer wait on one core.
-pub fn sign_writes(signer: &PageSigner, epoch: u64, writes: &mut [PageWrite]) {
+/// The update of `epoch` that writes `writes`, each page signed as changed at `epoch` when
+/// `signer` is given, on all cores (rayon's pool): each page's signature depends on its index,
+/// epoch and bytes alone, so the update is the same bytes whatever the number of threads
+/// (Ed25519 is deterministic), and a block's few thousand signatures (~20 µs each) no longer
+/// wait on one core.
+pub fn signed_update(
+    epoch: u64,
+    mut writes: Vec<PageWrite>,
+    signer: Option<&PageSigner>,
+) -> EpochUpdate {
     use rayon::prelude::*;
-    writes
-        .par_iter_mut()
-        .for_each(|w| signer.sign(w.index, epoch, &mut w.page));
+    if let Some(signer) = signer {
+        writes
+            .par_iter_mut()
+            .for_each(|w| signer.sign(w.index, epoch, &mut w.page));
+    }
+    EpochUpdate {
+        epoch,
+        pages: writes,
+    }
 }
 
 /// `--sign-key` and `--manifests` of every command that writes an update (`pirq epoch make`,

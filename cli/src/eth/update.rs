@@ -659,7 +659,7 @@ fn apply(
     let touched: Vec<u64> = table.touched().collect();
     drop(table);
     // The pages that differ from the base's (with its --after updates on top).
-    let mut writes: Vec<pirq_shared::update::PageWrite> = touched
+    let writes = touched
         .into_iter()
         .filter(|&p| pages.page(p) != b.page(p))
         .map(|p| pirq_shared::update::PageWrite {
@@ -667,11 +667,5 @@ fn apply(
             page: pages.page(p).to_vec(),
         })
         .collect();
-    if let Some(signer) = signer {
-        crate::publisher::sign_writes(signer, epoch, &mut writes);
-    }
-    Ok(pirq_shared::update::EpochUpdate {
-        epoch,
-        pages: writes,
-    })
+    Ok(crate::publisher::signed_update(epoch, writes, signer))
 }

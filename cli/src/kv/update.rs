@@ -212,7 +212,7 @@ pub fn changed_pages(
     signer: Option<&pirq_shared::signing::PageSigner>,
     epoch: u64,
 ) -> EpochUpdate {
-    let mut writes: Vec<PageWrite> = touched
+    let writes: Vec<PageWrite> = touched
         .into_iter()
         .filter(|&p| Some(pages.page(p)) != db.page(p))
         .map(|p| PageWrite {
@@ -220,11 +220,5 @@ pub fn changed_pages(
             page: pages.page(p).to_vec(),
         })
         .collect();
-    if let Some(signer) = signer {
-        crate::publisher::sign_writes(signer, epoch, &mut writes);
-    }
-    EpochUpdate {
-        epoch,
-        pages: writes,
-    }
+    crate::publisher::signed_update(epoch, writes, signer)
 }
