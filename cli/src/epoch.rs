@@ -88,22 +88,18 @@ pub fn make(args: MakeArgs) -> anyhow::Result<()> {
         signer,
         manifests,
     };
+    // The pages come from one seeded stream (the same update for the same seed), then are
+    // signed on all cores like every other update's.
     let mut rng = StdRng::seed_from_u64(args.seed ^ args.epoch.rotate_left(32));
-    let pages = (0..args.pages)
+    let writes = (0..args.pages)
         .map(|_| {
             let mut page = vec![0u8; db.page_size()];
             rng.fill_bytes(&mut page);
             let index = rng.random_range(0..db.num_pages());
-            if let Some(signer) = &next.signer {
-                signer.sign(index, args.epoch, &mut page);
-            }
             PageWrite { index, page }
         })
         .collect();
-    let update = EpochUpdate {
-        epoch: args.epoch,
-        pages,
-    };
+    let update = crate::publisher::signed_update(args.epoch, writes, next.signer.as_ref());
     next.write(&update, &args.out)
 }
 
