@@ -10,6 +10,7 @@
 //! into that key's accumulator", which the compiler turns into 32-byte AVX2 loads and stores.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -32,6 +33,15 @@ use pirq_shared::wire::EpochRange;
 /// ranges start on bitmap words.
 const MIN_PAGES_PER_TASK: u64 = 64 * 16;
 
+/// Most pages (keys × the scanner's range) an expansion may cover to run on the calling thread
+/// instead of the pool's: handing work to a pool thread and back is two thread wake-ups (tens
+/// of µs on an idle host, a scheduler slice on a busy one: 0.45 ms a lone key on the 2-core VM,
+/// docs/bench/host-path.md), while 2^16 pages are 512 ChaCha8 blocks, a few µs of work, and
+/// below the size at which `eval_range_into` spreads one key over rayon's threads (so nothing
+/// runs on the global pool instead of this scanner's). A lone query on a small table, or a
+/// shard's small range, thus joins the rotation without a hand-off.
+const INLINE_EXPAND_PAGES: u64 = 1 << 16;
+
 /// Scans a memory-mapped `.pirdb` on the CPU with its own rayon thread pool.
 ///
 /// The pages live in a private copy-on-write mapping of the file, so epoch updates are folded
@@ -43,6 +53,8 @@ pub struct CpuScanner {
     /// of `State::pages` and of the epoch window.
     range: std::ops::Range<u64>,
     pool: rayon::ThreadPool,
+    /// Pieces of work handed to `pool` so far ([`CpuScanner::pool_hand_offs`]).
+    hand_offs: AtomicU64,
     max_batch_keys: usize,
     state: RwLock<State>,
 }
@@ -107,6 +119,7 @@ impl CpuScanner {
             geometry,
             range,
             pool,
+            hand_offs: AtomicU64::new(0),
             max_batch_keys: DEFAULT_MAX_BATCH_KEYS,
             state: RwLock::new(State { pages, window }),
         })
@@ -165,16 +178,30 @@ impl CpuScanner {
     /// bit `j` is page `range.start + j`. Only that part of the domain is evaluated.
     pub fn expand(&self, keys: &[DpfKey]) -> Vec<Vec<u64>> {
         let range = self.range.clone();
-        self.pool.install(|| {
-            keys.par_iter()
-                .map(|key| {
-                    let mut bits = vec![0u64; range_words(&range)];
-                    eval_range_into(key, range.clone(), &mut bits)
-                        .expect("checked keys cover the database, shards start on leaves");
-                    bits
-                })
-                .collect()
-        })
+        let one = |key: &DpfKey| {
+            let mut bits = vec![0u64; range_words(&range)];
+            eval_range_into(key, range.clone(), &mut bits)
+                .expect("checked keys cover the database, shards start on leaves");
+            bits
+        };
+        let pages = keys.len() as u64 * (range.end - range.start);
+        if pages <= INLINE_EXPAND_PAGES {
+            return keys.iter().map(one).collect();
+        }
+        self.install(|| keys.par_iter().map(one).collect())
+    }
+
+    /// Runs `work` on the pool, counted ([`CpuScanner::pool_hand_offs`]).
+    fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.hand_offs.fetch_add(1, Ordering::Relaxed);
+        self.pool.install(work)
+    }
+
+    /// How many times work was handed to the scanner's thread pool so far: each hand-off wakes
+    /// a pool thread and then the caller again, which is most of a small table's join and step
+    /// (what [`INLINE_EXPAND_PAGES`] and the inline small pieces avoid).
+    pub fn pool_hand_offs(&self) -> u64 {
+        self.hand_offs.load(Ordering::Relaxed)
     }
 
     /// The scan of the base pages alone, given expanded bitmaps (for benches that time phases).
@@ -214,14 +241,16 @@ impl CpuScanner {
         accs: &mut [Vec<u8>],
     ) {
         let ps = self.geometry.page_size;
-        if let [acc] = accs {
-            scan_range(pages, ps, bitmaps, piece.start, piece.end, acc);
+        // One thread, or a piece too small to split (a small table's whole segment): on the
+        // calling thread, into the first thread's sums (they are folded together at the end).
+        if accs.len() == 1 || piece.end - piece.start <= MIN_PAGES_PER_TASK {
+            scan_range(pages, ps, bitmaps, piece.start, piece.end, &mut accs[0]);
             return;
         }
         let per_task = (piece.end - piece.start)
             .div_ceil(accs.len() as u64)
             .next_multiple_of(64);
-        self.pool.install(|| {
+        self.install(|| {
             accs.par_iter_mut().enumerate().for_each(|(i, acc)| {
                 let start = (piece.start + i as u64 * per_task).min(piece.end);
                 let end = (start + per_task).min(piece.end);
@@ -252,7 +281,7 @@ impl CpuScanner {
             .map(|start| (start, (start + per_task).min(segment.end)))
             .collect();
         let stride = accumulator_stride(ps);
-        self.pool.install(|| {
+        self.install(|| {
             ranges
                 .par_iter()
                 .map(|&(start, end)| {

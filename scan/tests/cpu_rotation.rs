@@ -98,6 +98,73 @@ fn a_turn_answers_what_a_pass_answers() {
     assert_eq!(bytes, want.as_bytes());
 }
 
+/// A lone key on a small table joins and goes round without handing work to the scanner's
+/// pool (each hand-off is two thread wake-ups, most of a small table's latency:
+/// `INLINE_EXPAND_PAGES` in `scan/src/cpu.rs`), and answers what a pass answers; a large join
+/// and a large segment still spread over the pool's threads.
+#[test]
+fn a_lone_key_on_a_small_table_is_answered_without_a_hand_off_to_the_pool() {
+    let file = TestDb::create(900, 256, 4).unwrap();
+    let scanner = Arc::new(CpuScanner::new(file.db.clone(), 2).unwrap());
+    let n = file.db.header().domain_bits();
+    let mut rng = StdRng::seed_from_u64(21);
+    let key = generate(n, 417, &mut rng).unwrap().0;
+    let want = scanner.pass(std::slice::from_ref(&key)).unwrap();
+    let mut rotation = CpuRotation::new(scanner.clone(), 3);
+    let before = scanner.pool_hand_offs();
+    rotation.join(std::slice::from_ref(&key), 0).unwrap();
+    let mut got = Vec::new();
+    while rotation.in_flight() > 0 {
+        got.extend(rotation.step().unwrap().finished);
+    }
+    assert_eq!(
+        scanner.pool_hand_offs(),
+        before,
+        "no hand-off for a lone small key"
+    );
+    assert_eq!(got.len(), 1);
+    let answer = got.pop().unwrap().answers.unwrap();
+    assert_eq!(answer.as_bytes(), want.as_bytes());
+
+    // 80 keys over 900 pages (72,000 pages) expand on the pool, one hand-off; their segments
+    // of 300 pages are still scanned on the calling thread.
+    let keys: Vec<DpfKey> = (0..80)
+        .map(|_| generate(n, rng.next_u64() % 900, &mut rng).unwrap().0)
+        .collect();
+    let before = scanner.pool_hand_offs();
+    rotation.join(&keys, 0).unwrap();
+    assert_eq!(
+        scanner.pool_hand_offs(),
+        before + 1,
+        "a large expansion is spread"
+    );
+    while rotation.in_flight() > 0 {
+        rotation.step().unwrap();
+    }
+    assert_eq!(scanner.pool_hand_offs(), before + 1);
+
+    // A segment of more than a task's pages is split over the threads.
+    let big = TestDb::create(3000, 256, 5).unwrap();
+    let scanner = Arc::new(CpuScanner::new(big.db.clone(), 2).unwrap());
+    let key = generate(big.db.header().domain_bits(), 7, &mut rng)
+        .unwrap()
+        .0;
+    let mut rotation = CpuRotation::new(scanner.clone(), 1);
+    let before = scanner.pool_hand_offs();
+    rotation.join(std::slice::from_ref(&key), 0).unwrap();
+    assert_eq!(
+        scanner.pool_hand_offs(),
+        before,
+        "3,000 pages of one key expand inline"
+    );
+    rotation.step().unwrap();
+    assert_eq!(
+        scanner.pool_hand_offs(),
+        before + 1,
+        "a 3,000-page segment is split"
+    );
+}
+
 /// A shard's turn covers its range only: its answers are the shard's partial answers.
 #[test]
 fn a_shards_turn_is_its_range() {
