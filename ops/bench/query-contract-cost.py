@@ -6,8 +6,9 @@ Plays one gateway and one worker against its own redis-server on loopback, over 
 connections (no client library), batch after batch, the way the real ones talk to Redis on the
 `Prefer: wait` path with an Idempotency-Key (docs/redis.md, "Commands a query costs"):
 
-  gateway   one run of queue/lua/submit.lua carrying B jobs (SET … NX GET EX of each key, XLEN,
-            XADD of each job), on its own connection
+  gateway   a batch of B submits as two pipelines on its own connection (since 2026-11-29, no
+            script): the backlog's XLEN and each key's SET … NX GET EX, then the XADD of each
+            job whose key was new (`lua-submit`: the script that did both before)
   worker    XREADGROUP COUNT B on its reader connection; then, on its writer connection, one
             pipeline of blocks of 16: per query SET … PX of the Idempotency-Key record with the
             record (4 KiB answer) after its claim (the held query's net); per block one SPUBLISH
@@ -43,8 +44,14 @@ P = "{P0}"
 JOBS, GROUP, CHANNEL = P + ":jobs", "workers", P + ":done"
 
 
-def lua(name):
-    return open(os.path.join(ROOT, "queue/lua", name), "rb").read()
+def lua_at(commit, name):
+    """A script as it was at `commit` (one the tree no longer has)."""
+    return subprocess.run(["git", "-C", ROOT, "show", f"{commit}:queue/lua/{name}"],
+                          check=True, capture_output=True).stdout
+
+
+# The last commit with queue/lua/submit.lua, the submit script that two pipelines replaced.
+LUA_SUBMIT_AT = "8c9c62c"
 
 
 def publish_block(cmds, frames, block):
@@ -59,26 +66,32 @@ def publish_block(cmds, frames, block):
 
 class Contract:
     """The contract as main runs it (since 2026-11-29 a held query's net in its Idempotency-Key
-    record). Subclasses change one piece each."""
+    record, and the submit in two pipelines without a script). Subclasses change one piece
+    each."""
 
-    submit_script = "submit.lua"
     net_in_idempotency = True
     pexpire = True
 
     def __init__(self, conns, job, record):
         self.gw, self.reader, self.writer = conns
         self.job, self.record = job, record
-        self.sha = self.gw.send(encode("SCRIPT", "LOAD", self.submit_lua()), 1)[0]
+        lua = self.submit_lua()
+        self.sha = self.gw.send(encode("SCRIPT", "LOAD", lua), 1)[0] if lua else None
 
     def submit_lua(self):
-        return lua(self.submit_script)
+        return None
 
     def submit(self, ids):
-        keys, argv = [JOBS], [0, 60, 600]
+        """The backlog's XLEN and each key's claim, then the XADDs of the new claims (every query
+        here is held: no `queued` record)."""
+        cmds = [encode("XLEN", JOBS)]
         for rid in ids:
-            keys.append(P + ":idem:k" + rid)
-            argv += [rid, self.job, "", "fp" + rid[:8] + " " + rid]
-        self.gw.send(encode("EVALSHA", self.sha, len(keys), *keys, *argv), 1)
+            cmds.append(encode("SET", P + ":idem:k" + rid, "fp" + rid[:8] + " " + rid, "NX", "GET",
+                               "EX", 600))
+        replies = self.gw.send(b"".join(cmds), len(cmds))
+        fresh = [rid for rid, known in zip(ids, replies[1:]) if known is None]
+        cmds = [encode("XADD", JOBS, "*", "id", rid, "job", self.job) for rid in fresh]
+        self.gw.send(b"".join(cmds), len(cmds))
 
     def read(self, b):
         reply = self.reader.send(encode("XREADGROUP", "GROUP", GROUP, "w0", "COUNT", b,
@@ -114,7 +127,21 @@ class Contract:
         self.finish(entries)
 
 
-class OwnRecord(Contract):
+class LuaSubmit(Contract):
+    """The submit as one run of queue/lua/submit.lua carrying the batch (until 2026-11-29)."""
+
+    def submit_lua(self):
+        return lua_at(LUA_SUBMIT_AT, "submit.lua")
+
+    def submit(self, ids):
+        keys, argv = [JOBS], [0, 60, 600]
+        for rid in ids:
+            keys.append(P + ":idem:k" + rid)
+            argv += [rid, self.job, "", "fp" + rid[:8] + " " + rid]
+        self.gw.send(encode("EVALSHA", self.sha, len(keys), *keys, *argv), 1)
+
+
+class OwnRecord(LuaSubmit):
     """The contract before 2026-11-29: a held query's net in a record of its own (`SET q:<id>
     … PX`) and its Idempotency-Key record shortened beside it (`PEXPIRE … LT`)."""
 
@@ -265,9 +292,135 @@ class PublishOnly(Contract):
         self.writer.send(b"".join(cmds), n)
 
 
-VARIANTS = {"contract": Contract, "own-record": OwnRecord, "submit-3d08f69": Submit3d08f69,
+class NoScriptNet(Contract):
+    """The submit as one plain pipeline (XLEN, then per query SET … NX GET EX and XADD) with the
+    net in the Idempotency-Key record: `contract` in one round trip instead of two (not a
+    contract by itself: the XADD would not depend on the key's claim)."""
+
+    def submit(self, ids):
+        cmds = [encode("XLEN", JOBS)]
+        for rid in ids:
+            cmds.append(encode("SET", P + ":idem:k" + rid, "fp" + rid[:8] + " " + rid, "NX", "GET",
+                               "EX", 600))
+            cmds.append(encode("XADD", JOBS, "*", "id", rid, "job", self.job))
+        self.gw.send(b"".join(cmds), len(cmds))
+
+
+CLAIM_LUA = b"""
+local call = redis.call
+local out = {}
+for i = 1, #KEYS - 1 do
+  out[i] = call('SET', KEYS[i + 1], ARGV[i + 2], 'NX', 'GET', 'EX', ARGV[2]) or 0
+end
+local len = tonumber(ARGV[1]) > 0 and call('XLEN', KEYS[1]) or 0
+return out
+"""
+
+
+class ClaimScriptPlainXadd(Contract):
+    """A script that only claims the keys (SET … NX GET EX each), then the XADDs as plain
+    commands in the same pipeline: what passing each job's bytes through Lua costs (not a
+    contract: the XADD would not depend on the claim)."""
+
+    def submit_lua(self):
+        return CLAIM_LUA
+
+    def submit(self, ids):
+        keys, argv = [JOBS], [0, 600]
+        for rid in ids:
+            keys.append(P + ":idem:k" + rid)
+            argv.append("fp" + rid[:8] + " " + rid)
+        cmds = [encode("EVALSHA", self.sha, len(keys), *keys, *argv)]
+        for rid in ids:
+            cmds.append(encode("XADD", JOBS, "*", "id", rid, "job", self.job))
+        self.gw.send(b"".join(cmds), len(cmds))
+
+
+BATCH_BLOB_LUA = b"""
+local call = redis.call
+local out = {}
+local skip = {}
+for i = 1, #KEYS - 1 do
+  local known = call('SET', KEYS[i + 1], ARGV[i + 3], 'NX', 'GET', 'EX', ARGV[2])
+  if known then out[i] = known; skip[#skip + 1] = i else out[i] = 0 end
+end
+if #skip == 0 then
+  call('XADD', KEYS[1], '*', 'jobs', ARGV[3])
+else
+  call('XADD', KEYS[1], '*', 'jobs', ARGV[3], 'skip', table.concat(skip, ' '))
+end
+return out
+"""
+
+
+class BatchBlob(Contract):
+    """One stream entry a submit batch, the batch's jobs one argument (the gateway joins them;
+    ids inside): the script claims each key and appends one entry; the worker reads one entry
+    a batch, writes each query's net as now, and acknowledges and deletes one entry a batch."""
+
+    def submit_lua(self):
+        return BATCH_BLOB_LUA
+
+    def submit(self, ids):
+        keys, argv = [JOBS], [0, 600]
+        blob = b"".join(rid.encode() + self.job for rid in ids)
+        argv.append(blob)
+        for rid in ids:
+            keys.append(P + ":idem:k" + rid)
+            argv.append("fp" + rid[:8] + " " + rid)
+        self.gw.send(encode("EVALSHA", self.sha, len(keys), *keys, *argv), 1)
+
+    def read(self, b):
+        reply = self.reader.send(encode("XREADGROUP", "GROUP", GROUP, "w0", "COUNT", b,
+                                        "STREAMS", JOBS, ">"), 1)[0]
+        out = []
+        size = 32 + len(self.job)
+        for entry_id, fields in reply[0][1]:
+            blob = fields[1]
+            for i in range(0, len(blob), size):
+                out.append((entry_id, blob[i:i + 32].decode()))
+        return out
+
+    def finish(self, entries):
+        cmds, n = [], 0
+        for i in range(0, len(entries), BLOCK):
+            block = entries[i:i + BLOCK]
+            frames = []
+            for entry_id, rid in block:
+                cmds.append(encode("SET", P + ":idem:k" + rid,
+                                   b"fp%s %s\n%s" % (rid[:8].encode(), rid.encode(), self.record),
+                                   "PX", 5000))
+                n += 1
+                frames.append(b"%s %d\n%s" % (rid.encode(), len(self.record), self.record))
+            cmds.append(encode("SPUBLISH", CHANNEL, b"".join(frames)))
+            n += 1
+        ids = list(dict.fromkeys(e for e, _ in entries))
+        cmds.append(encode("XACK", JOBS, GROUP, *ids))
+        cmds.append(encode("XDEL", JOBS, *ids))
+        n += 2
+        self.writer.send(b"".join(cmds), n)
+
+
+class TwoStepBatchEntry(BatchBlob):
+    """Both levers: the submit without Lua (the claims, then one XADD) and one stream entry a
+    batch (the batch's jobs one field, ids inside): a model of the next step, not built."""
+
+    def submit(self, ids):
+        cmds = [encode("XLEN", JOBS)]
+        for rid in ids:
+            cmds.append(encode("SET", P + ":idem:k" + rid, "fp" + rid[:8] + " " + rid, "NX", "GET",
+                               "EX", 600))
+        replies = self.gw.send(b"".join(cmds), len(cmds))
+        fresh = [rid for rid, known in zip(ids, replies[1:]) if known is None]
+        blob = b"".join(rid.encode() + self.job for rid in fresh)
+        self.gw.send(encode("XADD", JOBS, "*", "jobs", blob), 1)
+
+
+VARIANTS = {"contract": Contract, "lua-submit": LuaSubmit, "own-record": OwnRecord, "submit-3d08f69": Submit3d08f69,
             "no-pexpire": NoPexpire, "no-script": NoScript, "batch-entry": BatchEntry,
-            "finish-script": FinishScript, "publish-only": PublishOnly}
+            "finish-script": FinishScript, "publish-only": PublishOnly,
+            "no-script-net": NoScriptNet, "claim-script": ClaimScriptPlainXadd,
+            "batch-blob": BatchBlob, "two-step-batch-entry": TwoStepBatchEntry}
 
 
 def main():
@@ -317,13 +470,18 @@ def main():
         def cpu_all():
             return sum(cpu(t) for t in os.listdir(f"/proc/{server.pid}/task"))
 
+        def kernel_all():
+            """The process's system time (its socket reads and writes, mostly)."""
+            stat = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+            return int(stat[12]) / ticks
+
         job = os.urandom(args.job_bytes)
         record = b"done 1 4096 100 200 - k\n" + os.urandom(args.answer_bytes)
         print(f"redis: {subprocess.run([args.redis_server, '--version'], capture_output=True, text=True).stdout.strip()}")
         print(f"args: {args.redis_args or '-'}; job {args.job_bytes} B, answer {args.answer_bytes} B")
-        print("| variant | B | Redis µs / query | main thread µs / query | commands / query | "
-              "command µs / query (commandstats, script runs less their commands) |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| variant | B | Redis µs / query | main thread µs / query | of which kernel µs | "
+              "commands / query | command µs / query (commandstats, script runs less their commands) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for b in (int(x) for x in args.batches.split(",")):
             for name in args.variants.split(","):
                 admin.send(encode("DEL", JOBS, P + ":jobs2"), 1)
@@ -333,10 +491,10 @@ def main():
                 for r in range(min(rounds, 20)):  # warm-up
                     variant.round([os.urandom(16).hex() for _ in range(b)])
                 admin.send(encode("CONFIG", "RESETSTAT"), 1)
-                all0, main0 = cpu_all(), cpu(server.pid)
+                all0, main0, sys0 = cpu_all(), cpu(server.pid), kernel_all()
                 for r in range(rounds):
                     variant.round([os.urandom(16).hex() for _ in range(b)])
-                all1, main1 = cpu_all(), cpu(server.pid)
+                all1, main1, sys1 = cpu_all(), cpu(server.pid), kernel_all()
                 stats = admin.send(encode("INFO", "commandstats"), 1)[0].decode()
                 calls = usec = 0
                 q = rounds * b
@@ -350,9 +508,9 @@ def main():
                         usec += 0 if cmd in ("evalsha", "eval") else float(f["usec"])
                         each.append(f"{cmd} {int(f['calls']) / q:.2f}x {float(f['usec']) / q:.2f}us")
                 print(f"| {name} | {b} | {1e6 * (all1 - all0) / q:.2f} | {1e6 * (main1 - main0) / q:.2f} | "
-                      f"{calls / q:.2f} | {usec / q:.2f} |", flush=True)
+                      f"{1e6 * (sys1 - sys0) / q:.2f} | {calls / q:.2f} | {usec / q:.2f} |", flush=True)
                 if args.detail:
-                    print(f"|   | {', '.join(each)} (a query: calls, µs) | | | | |", flush=True)
+                    print(f"|   | {', '.join(each)} (a query: calls, µs) | | | | | |", flush=True)
                 admin.send(encode("FLUSHALL"), 1)
     finally:
         server.terminate()

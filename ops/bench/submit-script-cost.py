@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Redis CPU a queued job costs: one run of queue/lua/submit.lua carrying B jobs, against B plain
-pipelined XADDs (issue 35; docs/bench/host-path.md, "A submit tick").
+pipelined XADDs (issue 35; docs/bench/host-path.md, "A submit tick"). The script is read as it
+was at 8c9c62c, its last commit: since 2026-11-29 the gateway submits without it
+(ops/bench/query-contract-cost.py measures the submit as it is).
 
 Starts its own redis-server on PORT (loopback), sends ROUNDS batches of each kind over one raw
 RESP connection and reads the server's utime + stime from /proc between them, so the figure is
@@ -70,7 +72,8 @@ def main():
             stat = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
             return (int(stat[11]) + int(stat[12])) / ticks
 
-        lua = open(os.path.join(ROOT, "queue/lua/submit.lua"), "rb").read()
+        lua = subprocess.run(["git", "-C", ROOT, "show", "8c9c62c:queue/lua/submit.lua"],
+                             check=True, capture_output=True).stdout
         sha = conn.send(encode("SCRIPT", "LOAD", lua), 1)[0]
         job = os.urandom(args.job_bytes)
         jobs = "{P0}:jobs"

@@ -24,8 +24,9 @@
 //! ## A request id's way
 //!
 //! 1. The gateway mints a [`RequestId`] and hands the job to its partition's submitter, which
-//!    sends the submits that arrived meanwhile as one run of [`scripts::SUBMIT`]
-//!    ([`producer::Producer::submit`]): each job entry `id=<id> job=<bincode>` joins `{P}:jobs`;
+//!    sends the submits that arrived meanwhile as one batch of two pipelines, the keys' claims
+//!    then the jobs ([`producer::Producer::submit`]): each job entry `id=<id> job=<bincode>`
+//!    joins `{P}:jobs`;
 //!    only a query whose client polls gets a `queued` record `{P}:q:<id>` (with a TTL). A client
 //!    that waits (`Prefer: wait`) is answered from the completion event.
 //! 2. A worker reads the entry through the consumer group ([`consumer::Consumer::read`]); the id is

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use pirq_shared::digest::Digest;
-use pirq_shared::layout::{db_field, Layout, UPDATE_FIELD};
+use pirq_shared::layout::{db_field, job_field, Layout, PartitionKeys, UPDATE_FIELD};
 use pirq_shared::update::EpochUpdate;
 use pirq_shared::wire::Job;
 
@@ -118,31 +118,16 @@ struct PendingSubmit {
     answer: oneshot::Sender<Result<Verdict, QueueError>>,
 }
 
-/// What `submit.lua` answered for one submit.
+/// What a batch did with one submit ([`submit_batch`]).
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
-    /// `0`: queued under its id.
+    /// Queued under its id.
     Queued,
-    /// `-<backlog>`: nothing queued, the partition's stream holds `backlog` entries.
+    /// Nothing queued: the partition's stream holds `backlog` entries.
     Full(u64),
-    /// `'<fingerprint> <id>'` (followed by a held query's net, `\n<record>`, once its worker
-    /// answered it): nothing queued, the Idempotency-Key is known.
+    /// The key's record, `'<fingerprint> <id>'` (followed by a held query's net, `\n<record>`,
+    /// once its worker answered it): nothing queued, the Idempotency-Key is known.
     Known(Vec<u8>),
-}
-
-impl Verdict {
-    fn from_reply(value: &redis::Value) -> Result<Verdict, QueueError> {
-        match value {
-            redis::Value::Int(0) => Ok(Verdict::Queued),
-            redis::Value::Int(n) if *n < 0 => Ok(Verdict::Full(n.unsigned_abs())),
-            redis::Value::BulkString(b) => Ok(Verdict::Known(b.clone())),
-            redis::Value::SimpleString(s) => Ok(Verdict::Known(s.clone().into_bytes())),
-            other => Err(QueueError::Malformed {
-                what: "submit answer",
-                detail: format!("{other:?}"),
-            }),
-        }
-    }
 }
 
 impl Producer {
@@ -220,15 +205,16 @@ impl Producer {
         Ok(())
     }
 
-    /// Appends the job to its partition's stream, after writing its `queued` record (expiring
+    /// Appends the job to its partition's stream, followed by its `queued` record (expiring
     /// after `pending_ttl`) when its client polls (`job.reply.held_until_ms` is `None`) or
-    /// `checks.record_held` asks; the same step checks the backlog and the idempotency key, so
-    /// neither can be raced (`queue/lua/submit.lua`).
+    /// `checks.record_held` asks, once its Idempotency-Key is claimed and the backlog has room
+    /// (`submit_batch`: a known key queues nothing, and is answered even when the backlog is
+    /// full).
     ///
     /// Submits are batched per partition: each partition has one submitter task, which sends
-    /// every submit that arrived while its previous batch was on the wire as one script run.
-    /// A lone submit goes at once; under load a batch costs one `EVALSHA` and one `XLEN` for
-    /// all its jobs (group commit), and one round trip.
+    /// every submit that arrived while its previous batch was on the wire as one batch of two
+    /// pipelines. A lone submit goes at once; under load a batch costs one `XLEN` for all its
+    /// jobs (group commit), and two round trips.
     pub async fn submit(
         &self,
         id: &RequestId,
@@ -293,12 +279,11 @@ impl Producer {
     fn submitter(&self, partition: u32) -> &mpsc::UnboundedSender<PendingSubmit> {
         self.submitters[partition as usize].get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let jobs = self.layout.partition(partition).jobs();
             tokio::spawn(submit_batches(
                 self.conn.clone(),
                 self.timeout,
                 self.submit_tick,
-                jobs,
+                self.layout.partition(partition),
                 rx,
             ));
             tx
@@ -567,8 +552,6 @@ enum Query<'a> {
     Cmd(&'a redis::Cmd),
     /// A command that names no key, for the node of the party's slot ([`Conn::node`]).
     NodeCmd(&'a redis::Cmd),
-    /// `EVALSHA`, loading the script first on `NOSCRIPT`.
-    Script(&'a redis::ScriptInvocation<'a>),
     /// Several commands in one write (not a transaction).
     Pipe(&'a redis::Pipeline),
 }
@@ -587,7 +570,6 @@ async fn send<T: redis::FromRedisValue>(
             match what {
                 Query::Cmd(c) => c.query_async::<T>(&mut conn).await,
                 Query::NodeCmd(c) => c.query_async::<T>(&mut conn.node()).await,
-                Query::Script(s) => s.invoke_async::<T>(&mut conn).await,
                 Query::Pipe(p) => return crate::one_slot::send::<T>(p, &mut conn).await,
             }
             .map_err(QueueError::from)
@@ -605,14 +587,14 @@ async fn send<T: redis::FromRedisValue>(
 
 /// A partition's submitter: takes the first waiting submit, then, once `tick` has passed since
 /// the previous batch left, every other one waiting by then (up to [`MAX_SUBMIT_BATCH`]), and
-/// sends them as one run of `submit.lua`; each submit gets its own verdict. One batch on the
-/// wire at a time, so batches grow with the load and a lone submit waits for nothing. Ends when
-/// every sender is gone.
+/// sends them as one batch ([`submit_batch`]); each submit gets its own verdict. One batch on
+/// the wire at a time, so batches grow with the load and a lone submit waits for nothing. Ends
+/// when every sender is gone.
 async fn submit_batches(
     conn: Conn,
     timeout: Duration,
     tick: Duration,
-    jobs: String,
+    keys: PartitionKeys,
     mut rx: mpsc::UnboundedReceiver<PendingSubmit>,
 ) {
     let mut batch: Vec<PendingSubmit> = Vec::with_capacity(MAX_SUBMIT_BATCH);
@@ -630,56 +612,10 @@ async fn submit_batches(
             }
         }
         last_sent = Some(tokio::time::Instant::now());
-        let mut script = scripts::SUBMIT.script().prepare_invoke();
-        script.key(&jobs);
-        // One bound and one lifetime each for the batch: the strictest bound; the lifetimes are
-        // the gateway's settings, the same for all (a submit without an Idempotency-Key has
-        // none, and `EX 0` is an error).
-        let max_backlog = batch
-            .iter()
-            .map(|p| p.max_backlog)
-            .filter(|&b| b > 0) // 0: no bound
-            .min()
-            .unwrap_or(0);
-        let pending_ttl = batch.iter().map(|p| p.pending_ttl).max().unwrap_or(1);
-        let idempotency_ttl = batch.iter().map(|p| p.idempotency_ttl).max().unwrap_or(1);
-        script
-            .arg(max_backlog)
-            .arg(pending_ttl.max(1))
-            .arg(idempotency_ttl.max(1));
-        for p in &batch {
-            // Only the keys a query uses, in the order the script takes them.
-            if let Some((key, _)) = &p.idempotency {
-                script.key(key.as_str());
-            }
-            if p.record.is_some() {
-                script.key(jobs.replace(":jobs", &format!(":q:{}", p.id)));
-            }
-            script
-                .arg(p.id.as_str())
-                .arg(&p.job)
-                .arg(p.record.as_deref().unwrap_or_default())
-                .arg(
-                    p.idempotency
-                        .as_ref()
-                        .map_or("", |(_, record)| record.as_str()),
-                );
-        }
-        let verdicts: Result<Vec<redis::Value>, QueueError> =
-            send(&conn, timeout, Query::Script(&script)).await;
-        match verdicts {
-            Ok(verdicts) if verdicts.len() == batch.len() => {
-                for (p, verdict) in batch.drain(..).zip(verdicts) {
-                    let _ = p.answer.send(Verdict::from_reply(&verdict));
-                }
-            }
+        match submit_batch(&conn, timeout, &keys, &batch).await {
             Ok(verdicts) => {
-                let detail = format!("{} verdicts for {} submits", verdicts.len(), batch.len());
-                for p in batch.drain(..) {
-                    let _ = p.answer.send(Err(QueueError::Malformed {
-                        what: "submit answer",
-                        detail: detail.clone(),
-                    }));
+                for (p, verdict) in batch.drain(..).zip(verdicts) {
+                    let _ = p.answer.send(Ok(verdict));
                 }
             }
             Err(e) => {
@@ -688,6 +624,165 @@ async fn submit_batches(
                 }
             }
         }
+    }
+}
+
+/// Sends one batch of submits of a partition in two plain pipelines, without a script
+/// (docs/redis.md, "Submits go in batches"), and returns each submit's verdict, in order:
+///
+/// 1. **Claims**: `XLEN` of the stream (when the batch has a backlog bound) and, for each submit
+///    with an `Idempotency-Key`, `SET <key's record> "<fingerprint> <id>" NX GET EX <ttl>`,
+///    which claims the key and answers what it held. Skipped when there is neither.
+/// 2. **Queue**, from those answers, in order: a key that names another request is `Known`
+///    (nothing queued: a replay is answered even when the backlog is full); past the backlog
+///    bound the submit is `Full` and the key it claimed is deleted again (`DEL`); the others
+///    are appended (`XADD`), each followed by its `queued` record when it has one, written
+///    `SET … NX` (never over a final record a fast worker wrote first).
+///
+/// What the script did atomically is kept by order: the job is appended only once its key is
+/// claimed, so a replay never queues it twice, and its record only after the job, so a record
+/// never says `queued` for a job that is not on the stream. A claim whose job never followed
+/// (the second pipeline failed, or the gateway died between them) is what a held request's
+/// claim looks like once its answer was handed over: a replay of the key finds no record and
+/// queues the job again under the claimed id ([`Submitted::Known`]). Without Lua a query costs
+/// Redis about a fifth less (`ops/bench/query-contract-cost.py`, variant `two-step`); the
+/// price is a second round trip per batch, and a bound that other gateways' batches may pass
+/// by what they append between this batch's `XLEN` and its `XADD`s.
+async fn submit_batch(
+    conn: &Conn,
+    timeout: Duration,
+    keys: &PartitionKeys,
+    batch: &[PendingSubmit],
+) -> Result<Vec<Verdict>, QueueError> {
+    // One bound and one lifetime each for the batch: the strictest bound; the lifetimes are the
+    // gateway's settings, the same for all (a submit without an Idempotency-Key has none, and
+    // `EX 0` is an error).
+    let max_backlog = batch
+        .iter()
+        .map(|p| p.max_backlog)
+        .filter(|&b| b > 0) // 0: no bound
+        .min()
+        .unwrap_or(0);
+    let pending_ttl = batch
+        .iter()
+        .map(|p| p.pending_ttl)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let idempotency_ttl = batch
+        .iter()
+        .map(|p| p.idempotency_ttl)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let jobs = keys.jobs();
+
+    // 1. The backlog and the claims.
+    let mut backlog = 0u64;
+    let mut held: Vec<Option<Vec<u8>>> = vec![None; batch.len()];
+    let claims = batch.iter().any(|p| p.idempotency.is_some());
+    if max_backlog > 0 || claims {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        if max_backlog > 0 {
+            pipe.cmd("XLEN").arg(&jobs);
+        }
+        for p in batch {
+            if let Some((key, value)) = &p.idempotency {
+                pipe.cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("NX")
+                    .arg("GET")
+                    .arg("EX")
+                    .arg(idempotency_ttl);
+            }
+        }
+        let replies: Vec<redis::Value> = send(conn, timeout, Query::Pipe(&pipe)).await?;
+        first_error(&replies)?;
+        let mut replies = replies.into_iter();
+        if max_backlog > 0 {
+            backlog = match replies.next() {
+                Some(redis::Value::Int(n)) => n.max(0) as u64,
+                other => return Err(malformed("XLEN", &other)),
+            };
+        }
+        for (p, slot) in batch.iter().zip(held.iter_mut()) {
+            if p.idempotency.is_some() {
+                *slot = match replies.next() {
+                    Some(redis::Value::Nil) => None,
+                    Some(redis::Value::BulkString(b)) => Some(b),
+                    Some(redis::Value::SimpleString(s)) => Some(s.into_bytes()),
+                    other => return Err(malformed("SET NX GET", &other)),
+                };
+            }
+        }
+    }
+
+    // 2. The verdicts, and the jobs, records and released claims they call for.
+    let mut verdicts = Vec::with_capacity(batch.len());
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    let mut released: Vec<&str> = Vec::new();
+    for (p, held) in batch.iter().zip(held) {
+        // Our own claim, when the first pipeline was sent again after a dropped connection.
+        let ours = |value: &[u8]| p.idempotency.as_ref().map(|(_, v)| v.as_bytes()) == Some(value);
+        match held {
+            Some(value) if !ours(&value) => verdicts.push(Verdict::Known(value)),
+            _ if max_backlog > 0 && backlog >= max_backlog => {
+                if let Some((key, _)) = &p.idempotency {
+                    released.push(key);
+                }
+                verdicts.push(Verdict::Full(backlog));
+            }
+            _ => {
+                pipe.cmd("XADD")
+                    .arg(&jobs)
+                    .arg("*")
+                    .arg(job_field::ID)
+                    .arg(p.id.as_str())
+                    .arg(job_field::JOB)
+                    .arg(&p.job);
+                if let Some(record) = &p.record {
+                    pipe.cmd("SET")
+                        .arg(keys.query(p.id.as_str()))
+                        .arg(record)
+                        .arg("NX")
+                        .arg("EX")
+                        .arg(pending_ttl);
+                }
+                backlog += 1;
+                verdicts.push(Verdict::Queued);
+            }
+        }
+    }
+    if !released.is_empty() {
+        pipe.cmd("DEL").arg(&released);
+    }
+    if !pipe.is_empty() {
+        let replies: Vec<redis::Value> = send(conn, timeout, Query::Pipe(&pipe)).await?;
+        first_error(&replies)?;
+    }
+    Ok(verdicts)
+}
+
+/// The first refusal among a pipeline's replies (sent with `ignore_errors`), as the error of a
+/// single command: so that `OOM` reads as out of memory and `LOADING` as not serving, which a
+/// pipeline's combined error does not say.
+fn first_error(replies: &[redis::Value]) -> Result<(), QueueError> {
+    match replies.iter().find_map(|v| match v {
+        redis::Value::ServerError(e) => Some(e.clone()),
+        _ => None,
+    }) {
+        Some(e) => Err(redis::RedisError::from(e).into()),
+        None => Ok(()),
+    }
+}
+
+fn malformed(what: &'static str, reply: &Option<redis::Value>) -> QueueError {
+    QueueError::Malformed {
+        what: "submit answer",
+        detail: format!("{what}: {reply:?}"),
     }
 }
 
@@ -725,32 +820,5 @@ impl Producer {
         let mut names: Vec<String> = self.run(Query::Cmd(&cmd)).await?;
         names.sort();
         Ok(names)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Verdict;
-    use redis::Value;
-
-    /// `submit.lua`'s answers, as its header states them: 0, -<backlog>, the key's record.
-    #[test]
-    fn the_submit_scripts_answers_are_read_as_its_header_states() {
-        assert_eq!(
-            Verdict::from_reply(&Value::Int(0)).unwrap(),
-            Verdict::Queued
-        );
-        assert_eq!(
-            Verdict::from_reply(&Value::Int(-1000)).unwrap(),
-            Verdict::Full(1000)
-        );
-        let record = format!("{} {:032x}", "ab".repeat(32), 7u128).into_bytes();
-        assert_eq!(
-            Verdict::from_reply(&Value::BulkString(record.clone())).unwrap(),
-            Verdict::Known(record)
-        );
-        // A positive number or a nil is no answer of the script's: an error, not a guess.
-        assert!(Verdict::from_reply(&Value::Int(3)).is_err());
-        assert!(Verdict::from_reply(&Value::Nil).is_err());
     }
 }

@@ -77,8 +77,6 @@ fn layout_names() -> Vec<&'static str> {
 /// `shard_combine.lua`'s in `queue/tests/shard_combine.rs`).
 fn expected(lua: &Lua) -> (Vec<&'static str>, Vec<&'static str>) {
     match lua.name {
-        // Answers 0, -<backlog> or the key's record: no words.
-        "submit.lua" => (vec![job::ID, job::JOB], vec![]),
         "fail.lua" | "party_id.lua" | "append_epoch.lua" => (vec![], vec![]),
         "dead_letter.lua" => (
             vec![

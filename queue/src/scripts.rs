@@ -44,7 +44,6 @@ macro_rules! lua {
     };
 }
 
-lua!(SUBMIT, "submit.lua");
 lua!(FAIL, "fail.lua");
 lua!(DEAD_LETTER, "dead_letter.lua");
 lua!(PUBLISH_WINDOW, "publish_window.lua");
@@ -58,7 +57,6 @@ lua!(KV_WRITE, "kv_write.lua");
 /// Every script, for the header check.
 #[cfg(test)]
 pub const ALL: &[&Lua] = &[
-    &SUBMIT,
     &FAIL,
     &DEAD_LETTER,
     &PUBLISH_WINDOW,
@@ -72,7 +70,7 @@ pub const ALL: &[&Lua] = &[
 
 #[cfg(test)]
 mod tests {
-    use pirq_shared::layout::{job_field, query_field as qf};
+    use pirq_shared::layout::query_field as qf;
     use pirq_shared::wire::QueryStatus;
 
     use super::*;
@@ -108,7 +106,6 @@ mod tests {
                 );
             }
         };
-        uses(&SUBMIT, &[job_field::ID, job_field::JOB]);
         // The record's first word, as the scripts test it (GETRANGE 0 4).
         let done = &QueryStatus::Done.as_str();
         let failed = &QueryStatus::Failed.as_str()[..5];
