@@ -42,6 +42,12 @@ const MIN_PAGES_PER_TASK: u64 = 64 * 16;
 /// shard's small range, thus joins the rotation without a hand-off.
 const INLINE_EXPAND_PAGES: u64 = 1 << 16;
 
+/// Most bytes (keys × pages × page size) a piece of a rotation's segment may cover to be
+/// scanned on the calling thread, for the same reason: a key selects about half the pages, so
+/// 1 MiB is ~0.5 MiB of XOR, some 30 µs on one core, about what a hand-off to the pool and back
+/// costs on an idle host (a lone key's 64-page segment of 4 KiB pages is a quarter of it).
+const INLINE_SCAN_BYTES: u64 = 1 << 20;
+
 /// Scans a memory-mapped `.pirdb` on the CPU with its own rayon thread pool.
 ///
 /// The pages live in a private copy-on-write mapping of the file, so epoch updates are folded
@@ -199,7 +205,7 @@ impl CpuScanner {
 
     /// How many times work was handed to the scanner's thread pool so far: each hand-off wakes
     /// a pool thread and then the caller again, which is most of a small table's join and step
-    /// (what [`INLINE_EXPAND_PAGES`] and the inline small pieces avoid).
+    /// (what [`INLINE_EXPAND_PAGES`] and [`INLINE_SCAN_BYTES`] avoid).
     pub fn pool_hand_offs(&self) -> u64 {
         self.hand_offs.load(Ordering::Relaxed)
     }
@@ -241,9 +247,10 @@ impl CpuScanner {
         accs: &mut [Vec<u8>],
     ) {
         let ps = self.geometry.page_size;
-        // One thread, or a piece too small to split (a small table's whole segment): on the
-        // calling thread, into the first thread's sums (they are folded together at the end).
-        if accs.len() == 1 || piece.end - piece.start <= MIN_PAGES_PER_TASK {
+        // One thread, or a piece too small to split (a lone key's segment of a small table):
+        // on the calling thread, into the first thread's sums (they are folded at the end).
+        let bytes = bitmaps.len() as u64 * (piece.end - piece.start) * ps as u64;
+        if accs.len() == 1 || bytes <= INLINE_SCAN_BYTES {
             scan_range(pages, ps, bitmaps, piece.start, piece.end, &mut accs[0]);
             return;
         }
