@@ -20,8 +20,11 @@
 # out), the worker's job latency (gateway acceptance to result written, ms clock), its queue
 # wait (acceptance to read), its read to result written (the two less each other: free of the
 # acceptance stamp's whole milliseconds, which add ~0.5 ms to each), the expansion of a joining
-# key, its segment wait, its turn and the result's write (one pipeline's round trip). The
-# client's mean less the gateway's is the HTTP connection and the client itself. Writes OUT/results.txt (a line a run)
+# key, its segment wait, its turn and the result's write (one pipeline's round trip); and the
+# voluntary context switches of party A's gateway, worker and redis-server (all threads) a
+# party query: each is a thread that blocked and was woken, a hand-off on the path, counted
+# without timing noise. The client's mean less the gateway's is the HTTP connection and the
+# client itself. Writes OUT/results.txt (a line a run)
 # and OUT/summary.md (medians per set). RUNS (default 3) runs of each set, alternating.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
@@ -68,6 +71,7 @@ party() {
     "$REDIS" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$W" \
         >"$L/redis$n.log" 2>&1 &
     PIDS+=($!)
+    [ "$n" != 0 ] || REDIS_PID=$!
     for _ in $(seq 100); do
         (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break
         sleep 0.1
@@ -75,9 +79,11 @@ party() {
     env "${env[@]}" "$s/pirq-gateway" --redis "redis://127.0.0.1:$rport" --prefix lone \
         --listen "127.0.0.1:$gport" >"$L/gateway$n.log" 2>&1 &
     PIDS+=($!)
+    [ "$n" != 0 ] || GATEWAY_PID=$!
     env "${env[@]}" "$s/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix lone --db "$db" --backend cpu \
         --threads 1 --consumer "w$n" --metrics-listen "127.0.0.1:$mport" >"$L/worker$n.log" 2>&1 &
     PIDS+=($!)
+    [ "$n" != 0 ] || WORKER_PID=$!
     for _ in $(seq 300); do
         if get "$gport" /v1/info "$W/info.json" 2>/dev/null && grep -q '"workers":1[,}]' "$W/info.json"; then
             return 0
@@ -88,10 +94,19 @@ party() {
     exit 1
 }
 
-# scrape NAME: party 0's gateway and worker metrics into $W/NAME.{gw,wk}
+# switches PID: the voluntary context switches of every thread of a process so far (a thread
+# that blocks, waiting for another thread, a socket or a timer, makes one: a count of the
+# hand-offs between threads and processes that no timing noise moves)
+switches() {
+    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {s += $2} END {print s + 0}'
+}
+
+# scrape NAME: party 0's gateway and worker metrics into $W/NAME.{gw,wk}, and its processes'
+# context switches into $W/NAME.sw ("gateway worker redis")
 scrape() {
     get $((PORT0 + 1000)) /metrics "$W/$1.gw"
     get $((PORT0 + 2000)) /metrics "$W/$1.wk"
+    echo "$(switches "$GATEWAY_PID") $(switches "$WORKER_PID") $(switches "$REDIS_PID")" >"$W/$1.sw"
 }
 
 one_run() {
@@ -144,6 +159,8 @@ def mean_ms(kind, metric, label=""):
     return (s / c * 1e3 if c else float("nan")), int(c)
 
 rep = json.load(open(f"{L}/load.json"))
+sw = [int(a) - int(b) for a, b in zip(open(f"{L}/after.sw").read().split(),
+                                      open(f"{L}/before.sw").read().split())]
 errors = sum(rep.get("errors", {}).values())
 lat = rep["latency_ms"]
 gw, gw_n = mean_ms("gw", "pirq_gateway_http_request_duration_seconds", 'route="/v1/queries"')
@@ -157,12 +174,16 @@ row = {"name": name, "commit": commit, "lookups": rep["ok"], "errors": errors,
        "p50": lat["p50"], "p90": lat["p90"], "p99": lat["p99"], "mean": lat["mean"],
        "gateway_post_ms": gw, "gateway_posts": gw_n, "worker_job_ms": job, "worker_jobs": job_n,
        "queue_wait_ms": qwait, "segment_wait_ms": seg, "turn_ms": turn, "write_ms": write,
-       "read_to_written_ms": job - qwait, "expand_ms": expand}
+       "read_to_written_ms": job - qwait, "expand_ms": expand,
+       "switches_gateway": sw[0] / job_n if job_n else 0, "switches_worker": sw[1] / job_n if job_n else 0,
+       "switches_redis": sw[2] / job_n if job_n else 0}
 line = (f"{name}: {commit}: {rep['ok']} lookups, p50 {lat['p50']:.3f} p90 {lat['p90']:.3f} "
         f"p99 {lat['p99']:.3f} mean {lat['mean']:.3f} ms; party A: gateway POST {gw:.3f} ms "
         f"({gw_n} posts), worker job {job:.3f} (queue wait {qwait:.3f}; read to written "
         f"{job - qwait:.3f}: expand {expand:.3f}, segment wait {seg:.3f}, turn {turn:.3f}, "
-        f"write {write:.3f}); errors {errors}")
+        f"write {write:.3f}); context switches a party query: gateway "
+        f"{row['switches_gateway']:.2f}, worker {row['switches_worker']:.2f}, Redis "
+        f"{row['switches_redis']:.2f}; errors {errors}")
 print(line)
 open(f"{out}/results.txt", "a").write(line + "\n")
 open(f"{out}/results.jsonl", "a").write(json.dumps(row) + "\n")
@@ -178,15 +199,16 @@ python3 - "$OUT/results.jsonl" "$OUT/summary.md" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 out = ["| binaries | runs | p50 ms | p90 ms | mean ms | gateway POST ms | worker job ms | "
-       "queue wait ms | read to written ms | expand ms | segment wait ms | turn ms | write ms |",
-       "|---|---:" + "|---:" * 11 + "|"]
+       "queue wait ms | read to written ms | expand ms | segment wait ms | turn ms | write ms | "
+       "switches a party query (gateway / worker / Redis) |", "|---|---:" + "|---:" * 12 + "|"]
 for c in dict.fromkeys(r["commit"] for r in rows):
     rs = [r for r in rows if r["commit"] == c]
     m = lambda k: statistics.median(r[k] for r in rs)
     out.append(f"| {c} | {len(rs)} | {m('p50'):.3f} | {m('p90'):.3f} | {m('mean'):.3f} | "
                f"{m('gateway_post_ms'):.3f} | {m('worker_job_ms'):.3f} | {m('queue_wait_ms'):.3f} | "
                f"{m('read_to_written_ms'):.3f} | {m('expand_ms'):.3f} | "
-               f"{m('segment_wait_ms'):.3f} | {m('turn_ms'):.3f} | {m('write_ms'):.3f} |")
+               f"{m('segment_wait_ms'):.3f} | {m('turn_ms'):.3f} | {m('write_ms'):.3f} | "
+               f"{m('switches_gateway'):.2f} / {m('switches_worker'):.2f} / {m('switches_redis'):.2f} |")
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
