@@ -25,7 +25,8 @@
 # party query: each is a thread that blocked and was woken, a hand-off on the path, counted
 # without timing noise. The client's mean less the gateway's is the HTTP connection and the
 # client itself. Writes OUT/results.txt (a line a run)
-# and OUT/summary.md (medians per set). RUNS (default 3) runs of each set, alternating.
+# and OUT/summary.md (medians per set). RUNS (default 3) runs of each set, alternating. PORT0
+# (default 7481): the first redis-server port (gateways at +1000, workers' metrics at +2000).
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
@@ -41,6 +42,7 @@ REDIS=${PIRQ_REDIS_SERVER:-redis-server}
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 rm -f "$OUT/results.txt" "$OUT/results.jsonl" "$OUT/summary.md"
+# Ports: redis-servers from PORT0, gateways from PORT0 + 1000, workers' metrics from PORT0 + 2000.
 PORT0=${PORT0:-7481}
 W=$(mktemp -d)
 PIDS=()
@@ -61,6 +63,18 @@ get() {
     exec 3>&-
 }
 
+# alive LOGDIR: fails the run if a server of this run (SERVERS) has exited (a port taken by another
+# process on the machine: its server would answer in place of this run's)
+alive() {
+    local p
+    for p in "${SERVERS[@]}"; do
+        kill -0 "$p" 2>/dev/null && continue
+        tail -n 3 "$1"/*.log >&2
+        echo "FAILED: a process of this run exited (pid $p); logs in $1; another PORT0?" >&2
+        exit 1
+    done
+}
+
 # party N SET DB LOGDIR: party N's redis-server, gateway (port 8481+N) and worker (metrics
 # 9481+N)
 party() {
@@ -70,7 +84,7 @@ party() {
     [ ! -f "$s/ENV" ] || mapfile -t env <"$s/ENV"
     "$REDIS" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$W" \
         >"$L/redis$n.log" 2>&1 &
-    PIDS+=($!)
+    PIDS+=($!) SERVERS+=($!)
     [ "$n" != 0 ] || REDIS_PID=$!
     for _ in $(seq 100); do
         (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break
@@ -78,13 +92,14 @@ party() {
     done
     env "${env[@]}" "$s/pirq-gateway" --redis "redis://127.0.0.1:$rport" --prefix lone \
         --listen "127.0.0.1:$gport" >"$L/gateway$n.log" 2>&1 &
-    PIDS+=($!)
+    PIDS+=($!) SERVERS+=($!)
     [ "$n" != 0 ] || GATEWAY_PID=$!
     env "${env[@]}" "$s/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix lone --db "$db" --backend cpu \
         --threads 1 --consumer "w$n" --metrics-listen "127.0.0.1:$mport" >"$L/worker$n.log" 2>&1 &
-    PIDS+=($!)
+    PIDS+=($!) SERVERS+=($!)
     [ "$n" != 0 ] || WORKER_PID=$!
     for _ in $(seq 300); do
+        alive "$L"
         if get "$gport" /v1/info "$W/info.json" 2>/dev/null && grep -q '"workers":1[,}]' "$W/info.json"; then
             return 0
         fi
@@ -114,6 +129,7 @@ one_run() {
     local L=$OUT/runs/$name
     mkdir -p "$L"
     local db=$W/db.pirdb
+    SERVERS=()
     [ -f "$db" ] || "$s/pirq" db gen --pages "$PAGES" --page-size 4096 --seed 11 --out "$db" >/dev/null 2>&1
     local n
     for ((n = 0; n < PARTIES; n++)); do party "$n" "$s" "$db" "$L"; done
@@ -128,6 +144,7 @@ one_run() {
     sleep "$WARM"
     scrape before
     sleep "$DUR"
+    alive "$L"
     scrape after
     wait "$load" || { tail -n 20 "$L/load.log" >&2; echo "FAILED: $name: the load failed" >&2; exit 1; }
     cp "$W"/before.* "$W"/after.* "$L/"
