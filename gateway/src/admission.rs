@@ -11,7 +11,7 @@
 //!    for the request's partition ([`durable_now`], 503 `not_durable`).
 //! 5. **Memory** (`--max-redis-memory`): Redis with the results still to come under the cap
 //!    ([`memory`], 507 `storage_full`).
-//! 6. **Backlog** (`--max-backlog`, `--max-backlog-secs`): the bound the submit script enforces
+//! 6. **Backlog** (`--max-backlog`, `--max-backlog-secs`): the bound the submit enforces
 //!    ([`backlog_limit`]) and the answer when it refuses ([`backlog_full`], 429).
 //!
 //! The numbers behind 5 and 6 are sampled by [`crate::backpressure`], the durability state by
@@ -72,7 +72,7 @@ pub fn memory(st: &AppState) -> Result<(), ApiError> {
     .retry_after(crate::backpressure::STORAGE_RETRY_AFTER))
 }
 
-/// The backlog bound the submit script enforces now: `--max-backlog` jobs, or fewer when
+/// The backlog bound the submit enforces now: `--max-backlog` jobs, or fewer when
 /// `--max-backlog-secs` of work at the party's drain rate is less.
 pub fn backlog_limit(st: &AppState) -> u64 {
     st.drain

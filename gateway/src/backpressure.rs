@@ -6,8 +6,8 @@
 //! than `--max-backlog-secs` seconds of work at the measured drain rate. The rate is measured on
 //! the traffic as it is, so a flood of 64-key queries (slower to answer) lowers the rate and
 //! with it the jobs admitted: the bound is in seconds of work whatever the keys per query. The
-//! check itself is part of the submit script (one atomic step with the `XADD`, see
-//! [`pirq_queue::producer`]). A refused client is told when to come back:
+//! check itself is the submit's (the stream's `XLEN`, read with the batch's claims before its
+//! `XADD`s: see [`pirq_queue::producer`]). A refused client is told when to come back:
 //! `Retry-After = ceil((backlog − limit + 1) / drain rate)`, between 1 and [`MAX_RETRY_AFTER`]
 //! seconds (the maximum while nothing drains, e.g. no worker is up).
 //!

@@ -255,8 +255,8 @@ pub struct Config {
 
     /// The shortest time between two submit batches of one queue partition, in microseconds
     /// (0, the default: a batch leaves as soon as the previous one is answered). Submits that
-    /// arrive within it of the previous batch wait and go together, as one submit script run
-    /// in Redis, whose fixed cost a lone run pays whole; a lone query waits for nothing. It
+    /// arrive within it of the previous batch wait and go together, as one batch (an `XLEN` and
+    /// two round trips), whose fixed cost a lone submit pays whole; a lone query waits for nothing. It
     /// trades latency under load for Redis CPU: for a party whose Redis core is what binds
     /// (`docs/bench/host-path.md`). Tokio's timer counts whole milliseconds, so a wait lasts
     /// up to a millisecond more.

@@ -419,7 +419,7 @@ impl Producer {
         }
         if let Some(key) = idempotency_key {
             pipe.cmd("PEXPIRE")
-                // Written by the submit script beside the record, in the id's partition.
+                // Claimed by the submit, in the id's partition.
                 .arg(
                     self.layout
                         .partition(self.layout.partition_of_id(id.as_str()))

@@ -269,7 +269,7 @@ impl ToRedisArgs for Written {
 }
 
 /// An `Idempotency-Key` record (`{Pp}:idem:<key>`) holding a held query's net, as one command
-/// argument: `"<fingerprint> <id>\n<record>"`. The submit script claims the key with
+/// argument: `"<fingerprint> <id>\n<record>"`. The gateway's submit claims the key with
 /// `"<fingerprint> <id>"`; an unsharded worker that answers a held query well before its
 /// gateway's deadline, when the gateway gave the fingerprint
 /// ([`pirq_shared::wire::Reply::idempotency_fingerprint`]), writes the answer's final record
@@ -500,7 +500,7 @@ mod tests {
         assert_eq!(
             head,
             format!("{fp} {id}"),
-            "the claim as the submit script wrote it"
+            "the claim as the submit wrote it"
         );
         let record = QueryRecord::decode(&id, net.unwrap()).unwrap();
         assert_eq!(record.result.status, QueryStatus::Done);
@@ -509,7 +509,7 @@ mod tests {
             vec![vec![7u8; 4], vec![b'\n'; 4], vec![b'\n'; 4]]
         );
         assert_eq!(record.idempotency_key.as_deref(), Some("key-1"));
-        // The claim alone, as the submit script writes it: no net.
+        // The claim alone, as the submit writes it: no net.
         let claim = format!("{fp} {id}");
         assert_eq!(idempotency_value(claim.as_bytes()), (claim.clone(), None));
     }

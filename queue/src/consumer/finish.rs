@@ -244,7 +244,7 @@ impl Consumer {
         let now = record::unix_ms();
         let keep = held_keep_ms(reply, now, self.result_ttl * 1000);
         if let Some((key, fingerprint)) = idempotency_net(reply, now) {
-            // The net in the key's record, which the submit script claimed with
+            // The net in the key's record, which the gateway's submit claimed with
             // `"<fingerprint> <id>"` and which this write shortens to the net's keep time: one
             // key and one command instead of the query's record and a `PEXPIRE … LT` of the
             // key's. The gateway asked only where the key's record outlasts the wait, so it is
