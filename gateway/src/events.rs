@@ -52,6 +52,18 @@ pub struct Events {
 struct Hub {
     waiters: Mutex<HashMap<RequestId, Waiting>>,
     connected: AtomicBool,
+    /// `pirq_gateway_waiters`, looked up once: it is set at every registration and drop.
+    count: metrics::Gauge,
+}
+
+impl Hub {
+    fn new() -> Hub {
+        Hub {
+            waiters: Mutex::new(HashMap::new()),
+            connected: AtomicBool::new(false),
+            count: metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS),
+        }
+    }
 }
 
 /// The waiters of one request id.
@@ -218,7 +230,7 @@ impl Drop for Subscription {
                 waiting.following -= 1;
             }
         }
-        metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
+        self.hub.count.set(waiters.len() as f64);
     }
 }
 
@@ -226,10 +238,7 @@ impl Events {
     /// Starts the listener task on the party's status channel; it reconnects with backoff for
     /// as long as the process lives.
     pub fn start(target: RedisTarget, layout: Layout) -> Events {
-        let hub = Arc::new(Hub {
-            waiters: Mutex::new(HashMap::new()),
-            connected: AtomicBool::new(false),
-        });
+        let hub = Arc::new(Hub::new());
         tokio::spawn(listen(target, layout, hub.clone(), true));
         Events { hub }
     }
@@ -262,7 +271,7 @@ impl Events {
         });
         waiting.following += usize::from(follows);
         let rx = waiting.tx.subscribe();
-        metrics::gauge!(pirq_shared::metrics::GATEWAY_WAITERS).set(waiters.len() as f64);
+        self.hub.count.set(waiters.len() as f64);
         Subscription {
             hub: self.hub.clone(),
             id: *id,
@@ -315,10 +324,7 @@ mod tests {
     /// A hub without its listener: notified by hand.
     fn events() -> Events {
         Events {
-            hub: Arc::new(Hub {
-                waiters: Mutex::new(HashMap::new()),
-                connected: AtomicBool::new(false),
-            }),
+            hub: Arc::new(Hub::new()),
         }
     }
 

@@ -19,6 +19,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::{DefaultBodyLimit, Request};
@@ -26,13 +27,14 @@ use axum::response::{IntoResponse, Response};
 use tower::{Layer, Service};
 
 use crate::access::Access;
-use crate::metrics::Tracked;
+use crate::metrics::{RouteMetrics, Tracked};
 
 /// The layer of one route: its template for the metrics, and the access rules when the route
 /// needs them (`Route::needs_query_access`).
 #[derive(Clone)]
 pub struct Front {
-    route: &'static str,
+    /// The route's request metrics, their handles kept ([`RouteMetrics`]).
+    metrics: Arc<RouteMetrics>,
     access: Option<Access>,
 }
 
@@ -40,7 +42,10 @@ impl Front {
     /// The layer of the route at `route` (its template, `/v1/queries/{id}`), checked against
     /// `access` when given.
     pub fn new(route: &'static str, access: Option<Access>) -> Front {
-        Front { route, access }
+        Front {
+            metrics: Arc::new(RouteMetrics::new(route)),
+            access,
+        }
     }
 }
 
@@ -80,19 +85,20 @@ where
             return Box::pin(std::future::ready(Ok(refused.into_response())));
         }
         DefaultBodyLimit::disable().apply(&mut req);
-        let tracked = Tracked::start(self.front.route, &req);
+        let tracked = Tracked::start(&req);
         let admitted = match &self.front.access {
             Some(access) => access.check(&req),
             None => Ok(()),
         };
         // The handler's future is made here, outside the box below: only its handle moves.
         let answer = admitted.map(|()| self.inner.call(req));
+        let metrics = self.front.metrics.clone();
         Box::pin(async move {
             let resp = match answer {
                 Ok(handled) => handled.await?,
                 Err(denied) => denied.into_response(),
             };
-            tracked.finish(&resp);
+            tracked.finish(&metrics, &resp);
             Ok(resp)
         })
     }

@@ -13,14 +13,15 @@
 //! The fingerprint is the 128-bit XXH3 of the request's canonical bincode: it tells apart
 //! honest mistakes, it is not a secret. Keys are meant to be unique and unguessable (UUIDv4).
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::QueryRequest;
 
 use crate::error::ApiError;
 
-/// The request header.
-pub const HEADER: &str = "idempotency-key";
+/// The request header (a `HeaderName` constant: a lookup by `&str` parses and checks the name
+/// on every request).
+pub const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
 
@@ -63,12 +64,10 @@ pub fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(inner.to_string()))
 }
 
-/// The request's fingerprint: 32 hex digits of the XXH3-128 of its canonical bincode.
+/// The request's fingerprint: 32 hex digits of the XXH3-128 of its canonical bincode (its
+/// big-endian bytes in hex: the digits `{:032x}` writes, without the formatting machinery).
 pub fn fingerprint(request: &QueryRequest) -> String {
-    format!(
-        "{:032x}",
-        xxhash_rust::xxh3::xxh3_128(&request.to_bincode())
-    )
+    hex::encode(xxhash_rust::xxh3::xxh3_128(&request.to_bincode()).to_be_bytes())
 }
 
 #[cfg(test)]
@@ -108,5 +107,13 @@ mod tests {
         };
         assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
         assert_ne!(fingerprint(&a), fingerprint(&b));
+        // The digits stored in Redis by earlier gateways: a retry across an upgrade matches.
+        for request in [&a, &b] {
+            let formatted = format!(
+                "{:032x}",
+                xxhash_rust::xxh3::xxh3_128(&request.to_bincode())
+            );
+            assert_eq!(fingerprint(request), formatted);
+        }
     }
 }

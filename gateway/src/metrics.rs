@@ -3,12 +3,13 @@
 //! Names follow `pirq_gateway_<what>_<unit>`; the route label is the matched route template
 //! (`/v1/queries/{id}`), never the raw path, so request ids do not explode the label space.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::extract::Request;
 use axum::http::Method;
 use axum::response::Response;
-use metrics::{Counter, SharedString};
+use metrics::{Counter, Histogram, SharedString};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 /// Installs the process-wide Prometheus recorder and its upkeep. Call once, from `main`,
@@ -53,20 +54,79 @@ impl Accepted {
     }
 }
 
+/// The request metrics of one route (`pirq_gateway_http_requests_total` and
+/// `pirq_gateway_http_request_duration_seconds`), their handles looked up once per label set
+/// and kept: a request is then counted and timed with two atomic operations instead of two
+/// registry lookups (each one builds a key, formats the status, hashes the labels and compares
+/// them: ~4 % of the gateway's instructions a query, docs/bench/host-path.md). The label sets a
+/// route meets are few (its method, a handful of statuses, the party's tables); past
+/// [`RouteMetrics::MAX_KEPT`] of them a request is counted through the registry as before, so
+/// the cache stays small whatever clients send.
+pub struct RouteMetrics {
+    /// The route's template (`/v1/queries/{id}`), never the raw path.
+    route: &'static str,
+    kept: Mutex<Vec<Kept>>,
+}
+
+/// The handles of one label set of a route.
+struct Kept {
+    method: SharedString,
+    status: u16,
+    table: SharedString,
+    requests: Counter,
+    duration: Histogram,
+}
+
+impl RouteMetrics {
+    /// Label sets kept a route.
+    const MAX_KEPT: usize = 32;
+
+    pub fn new(route: &'static str) -> RouteMetrics {
+        RouteMetrics {
+            route,
+            kept: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Counts one request and records its duration.
+    fn record(&self, method: SharedString, status: u16, table: SharedString, secs: f64) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = kept
+            .iter()
+            .find(|k| k.status == status && k.method == method && k.table == table)
+        {
+            k.requests.increment(1);
+            k.duration.record(secs);
+            return;
+        }
+        let requests = metrics::counter!(pirq_shared::metrics::GATEWAY_HTTP_REQUESTS, "route" => self.route, "method" => method.clone(), "status" => status.to_string(), "table" => table.clone());
+        let duration = metrics::histogram!(pirq_shared::metrics::GATEWAY_HTTP_REQUEST_DURATION, "route" => self.route, "table" => table.clone());
+        requests.increment(1);
+        duration.record(secs);
+        if kept.len() < Self::MAX_KEPT {
+            kept.push(Kept {
+                method,
+                status,
+                table,
+                requests,
+                duration,
+            });
+        }
+    }
+}
+
 /// One request on its way through its route, counted and timed by route, method, status and
 /// table when its answer is ready ([`crate::front`] starts and finishes it).
 pub struct Tracked {
     start: Instant,
-    /// The route's template (`/v1/queries/{id}`), never the raw path.
-    route: &'static str,
     method: SharedString,
     /// The table the path names, if it names one.
     named: Option<String>,
 }
 
 impl Tracked {
-    /// Starts the clock for `req`, which reached `route`.
-    pub fn start(route: &'static str, req: &Request) -> Tracked {
+    /// Starts the clock for `req`.
+    pub fn start(req: &Request) -> Tracked {
         let method = match *req.method() {
             Method::GET => SharedString::const_str("GET"),
             Method::POST => SharedString::const_str("POST"),
@@ -75,19 +135,22 @@ impl Tracked {
         };
         Tracked {
             start: Instant::now(),
-            route,
             method,
             named: table_of(req.uri().path()),
         }
     }
 
-    /// Counts the request with the status of `resp` and records how long it took.
-    pub fn finish(self, resp: &Response) {
+    /// Counts the request in `route`'s metrics with the status of `resp` and records how long
+    /// it took.
+    pub fn finish(self, route: &RouteMetrics, resp: &Response) {
         let status = resp.status().as_u16();
-        let table = table_label(self.route, self.named, status);
-        metrics::counter!(pirq_shared::metrics::GATEWAY_HTTP_REQUESTS, "route" => self.route, "method" => self.method, "status" => status.to_string(), "table" => table.clone()).increment(1);
-        metrics::histogram!(pirq_shared::metrics::GATEWAY_HTTP_REQUEST_DURATION, "route" => self.route, "table" => table)
-            .record(self.start.elapsed().as_secs_f64());
+        let table = table_label(route.route, self.named, status);
+        route.record(
+            self.method,
+            status,
+            table,
+            self.start.elapsed().as_secs_f64(),
+        );
     }
 }
 

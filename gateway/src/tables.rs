@@ -91,13 +91,20 @@ impl AppState {
         Ok(table.clone())
     }
 
-    /// Where this table's query routes are: `/v1` for `default`, `/v1/tables/NAME` for the
-    /// others (the `Location` of an accepted query).
-    pub fn queries_base(&self) -> String {
+    /// The `Location` of query `id` of this table: under `/v1` for `default`, under
+    /// `/v1/tables/NAME` for the others. Built in one buffer of its final size (it is on every
+    /// accepted query's answer; `format!` grew it twice).
+    pub fn query_location(&self, id: &str) -> String {
+        const QUERIES: &str = "/queries/";
+        let mut location = String::with_capacity(12 + self.table.len() + QUERIES.len() + id.len());
         if &*self.table == DEFAULT_TABLE {
-            "/v1".to_string()
+            location.push_str("/v1");
         } else {
-            format!("/v1/tables/{}", self.table)
+            location.push_str("/v1/tables/");
+            location.push_str(&self.table);
         }
+        location.push_str(QUERIES);
+        location.push_str(id);
+        location
     }
 }

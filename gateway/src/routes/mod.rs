@@ -227,7 +227,8 @@ pub enum Format {
 }
 
 impl Format {
-    /// From `Content-Type`: JSON when absent, 415 for anything but JSON and bincode.
+    /// From `Content-Type`: JSON when absent, 415 for anything but JSON and bincode (the media
+    /// type compared without case, parameters ignored; no allocation on the way).
     pub fn of_request(headers: &HeaderMap) -> Result<Format, ApiError> {
         let Some(value) = headers.get(header::CONTENT_TYPE) else {
             return Ok(Format::Json);
@@ -238,20 +239,29 @@ impl Format {
             .split(';')
             .next()
             .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match media.as_str() {
-            JSON => Ok(Format::Json),
-            BINCODE => Ok(Format::Bincode),
-            _ => Err(ApiError::new(
+            .trim();
+        if media.eq_ignore_ascii_case(JSON) {
+            Ok(Format::Json)
+        } else if media.eq_ignore_ascii_case(BINCODE) {
+            Ok(Format::Bincode)
+        } else {
+            let media = media.to_ascii_lowercase();
+            Err(ApiError::new(
                 ErrorCode::UnsupportedMediaType,
                 format!("Content-Type {media:?} is not supported; use {JSON} or {BINCODE}"),
-            )),
+            ))
         }
     }
 
     /// From `Accept`: bincode only when asked for, JSON otherwise.
     pub fn of_answer(headers: &HeaderMap) -> Format {
+        let mut accepts = headers.get_all(header::ACCEPT).iter();
+        // The clients' own header, one value naming bincode alone: no list to walk.
+        if let (Some(only), None) = (accepts.next(), accepts.next()) {
+            if only.as_bytes().eq_ignore_ascii_case(BINCODE.as_bytes()) {
+                return Format::Bincode;
+            }
+        }
         let wants_bincode = headers
             .get_all(header::ACCEPT)
             .iter()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use pirq_shared::wire::QueryResult;
 
@@ -29,6 +29,11 @@ pub use submit::submit;
 
 /// Longest `?wait=`, in seconds.
 pub const MAX_WAIT_SECS: f64 = 30.0;
+
+/// Header names as constants: a `&str` name is parsed and checked again on every use.
+const PREFER: HeaderName = HeaderName::from_static("prefer");
+const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
+const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// A waiter reads the status again at least this often, even without a notification.
 const RECHECK: Duration = Duration::from_secs(2);
@@ -55,7 +60,7 @@ fn accepted(st: &AppState, id: &RequestId, format: Format, result: &QueryResult)
     let h = resp.headers_mut();
     h.insert(
         header::LOCATION,
-        HeaderValue::from_str(&format!("{}/queries/{id}", st.queries_base()))
+        HeaderValue::try_from(st.query_location(id.as_str()))
             .expect("hex and a table name are a valid header"),
     );
     if !final_ {
@@ -100,16 +105,40 @@ fn page_bytes(record: &QueryRecord) -> u64 {
     record.result.pages.iter().map(|p| p.len() as u64).sum()
 }
 
-/// `Server-Timing` with the worker's scan and total times, for latency accounting.
+/// `Server-Timing` with the worker's scan and total times, for latency accounting, in
+/// milliseconds with three decimals (`scan;dur=12.345`). Written from the whole microseconds
+/// with integer arithmetic: the digits `{:.3}` gives of `µs / 1e3`, without the formatting
+/// machinery (float formatting was ~1,700 instructions a query, docs/bench/host-path.md).
 fn server_timing(q: &QueryRecord) -> Option<HeaderValue> {
     let scan = q.scan_us?;
     let worker = q.worker_us.unwrap_or(scan);
-    HeaderValue::from_str(&format!(
-        "scan;dur={:.3}, worker;dur={:.3}",
-        scan as f64 / 1e3,
-        worker as f64 / 1e3
-    ))
-    .ok()
+    let mut text = String::with_capacity(64);
+    text.push_str("scan;dur=");
+    push_millis(&mut text, scan);
+    text.push_str(", worker;dur=");
+    push_millis(&mut text, worker);
+    HeaderValue::try_from(text).ok()
+}
+
+/// Appends `us` microseconds as milliseconds with three decimals (`12345` → `12.345`).
+fn push_millis(out: &mut String, us: u64) {
+    let mut digits = [b'0'; 24];
+    let mut at = digits.len();
+    let mut rest = us;
+    // The three decimals and the point, then the whole milliseconds (at least one digit).
+    for i in 0.. {
+        if i == 3 {
+            at -= 1;
+            digits[at] = b'.';
+        }
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 && i >= 3 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
 }
 
 /// [`wait_final`] with a subscription made earlier and, when known, the record as it stood
@@ -163,5 +192,48 @@ async fn wait_final_from(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pirq_shared::wire::QueryStatus;
+
+    fn timed(scan: u64, worker: Option<u64>) -> QueryRecord {
+        QueryRecord {
+            result: QueryResult::pending("ab".repeat(16), QueryStatus::Done),
+            scan_us: Some(scan),
+            worker_us: worker,
+            idempotency_key: None,
+        }
+    }
+
+    #[test]
+    fn server_timing_has_the_digits_of_the_milliseconds_formatted_as_floats() {
+        let samples = (0..3000).chain([
+            9_999,
+            10_000,
+            22_240,
+            123_456_789,
+            4_000_000_001,
+            u64::from(u32::MAX),
+        ]);
+        for scan in samples {
+            let worker = scan * 3 + 7;
+            let as_floats = format!(
+                "scan;dur={:.3}, worker;dur={:.3}",
+                scan as f64 / 1e3,
+                worker as f64 / 1e3
+            );
+            let header = server_timing(&timed(scan, Some(worker))).unwrap();
+            assert_eq!(header.to_str().unwrap(), as_floats);
+        }
+        // No worker time: the scan's stands for it; no scan time: no header.
+        let header = server_timing(&timed(1_234, None)).unwrap();
+        assert_eq!(header.to_str().unwrap(), "scan;dur=1.234, worker;dur=1.234");
+        let mut untimed = timed(1, None);
+        untimed.scan_us = None;
+        assert!(server_timing(&untimed).is_none());
     }
 }

@@ -10,7 +10,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use pirq_shared::error::ErrorCode;
 
-use super::{check_id, fetched, server_timing, wait_final_from, Format, MAX_WAIT_SECS};
+use super::{
+    check_id, fetched, server_timing, wait_final_from, Format, MAX_WAIT_SECS, SERVER_TIMING,
+};
 use crate::error::ApiError;
 use crate::state::AppState;
 use pirq_queue::{QueryRecord, RequestId};
@@ -52,7 +54,7 @@ pub async fn status(
         );
     }
     if let Some(timing) = server_timing(&stored) {
-        resp.headers_mut().insert("server-timing", timing);
+        resp.headers_mut().insert(SERVER_TIMING, timing);
     }
     Ok(resp)
 }

@@ -15,7 +15,10 @@ use pirq_shared::error::ErrorCode;
 use pirq_shared::wire::{Job, QueryRequest, QueryResult, QueryStatus, Reply};
 use tracing::Instrument;
 
-use super::{accepted, fetched, server_timing, wait_final_from, Format, MAX_WAIT_SECS};
+use super::{
+    accepted, fetched, server_timing, wait_final_from, Format, MAX_WAIT_SECS, PREFER,
+    PREFERENCE_APPLIED, SERVER_TIMING,
+};
 use crate::error::ApiError;
 use crate::events::Subscription;
 use crate::state::AppState;
@@ -228,7 +231,7 @@ async fn record_pending(st: &AppState, id: &RequestId, queued: &[u8]) -> Result<
 /// as the RFC asks.
 fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
     headers
-        .get_all("prefer")
+        .get_all(PREFER)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
@@ -289,9 +292,9 @@ async fn answer_inline(
     fetched(st, id, &q, true, shortened);
     let mut resp = accepted(st, id, format, &q.result);
     let h = resp.headers_mut();
-    h.insert("preference-applied", HeaderValue::from_static("wait"));
+    h.insert(PREFERENCE_APPLIED, HeaderValue::from_static("wait"));
     if let Some(timing) = server_timing(&q) {
-        h.insert("server-timing", timing);
+        h.insert(SERVER_TIMING, timing);
     }
     Some(resp)
 }
