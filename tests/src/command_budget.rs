@@ -30,10 +30,10 @@
 //! **The submit without Lua (2026-11-29)**: a batch of submits is two plain pipelines (the
 //! keys' claims and the backlog's `XLEN`, then the `XADD`s and records) instead of one run of
 //! the submit script: the batch's `EVALSHA` less, which a lone query paid whole. Measured on the
-//! 2-core VM (two to four runs): `Prefer: wait` 3.50–3.54 under 16 clients (7.09–8.42 alone: a
-//! lookup's two party queries share the worker's block or not), kv 3.68–3.72 (7.89–8.00), 4
-//! partitions 4.46–4.59 (8.41–8.50), polling 7.63–7.88 (12.61–12.69), events 7.66–7.75
-//! (11.84–12.34), 2 shards 28.85–29.12 (34.05–34.06), the cluster 4.32 (8.53). The lone rows
+//! 2-core VM (three to five runs): `Prefer: wait` 3.50–3.81 under 16 clients (7.09–8.48 alone: a
+//! lookup's two party queries share the worker's block or not), kv 3.68–3.85 (7.89–8.03), 4
+//! partitions 4.46–5.22 (8.41–8.59), polling 7.63–7.88 (12.48–12.69), events 7.66–7.86
+//! (11.84–12.78), 2 shards 28.85–29.15 (33.97–34.06), the cluster 4.32–5.30 (8.23–8.53). The lone rows
 //! were tightened by that command (by half of it where the lone figure's spread needs the
 //! room); the rows under load, where batches of ~11 shared it, moved within their spread and
 //! stay.
@@ -44,7 +44,7 @@
 //! commands (`XLEN`, `XREADGROUP`, `SPUBLISH`, `XACK`, `XDEL` shared), so how many it
 //! batches moves the figure; alone, every query pays them whole.
 pub const BUDGET: &[(&str, usize, f64)] = &[
-    // Measured 3.50–3.54 / 7.09–8.42 without the submit script; 3.57–3.60 / 7.94–8.08 with it
+    // Measured 3.50–3.81 / 7.09–8.48 without the submit script; 3.57–3.60 / 7.94–8.08 with it
     // (4.62 / 10.03 before the net went to the Idempotency-Key record).
     // Goal: 6.
     ("wait", 16, 4.5),
