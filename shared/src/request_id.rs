@@ -41,8 +41,9 @@ impl RequestId {
     }
 
     fn from_bits(bits: u128) -> RequestId {
+        // The digits of `{bits:032x}`, without the formatting machinery (every submit mints one).
         let mut text = [0u8; 32];
-        text.copy_from_slice(format!("{bits:032x}").as_bytes());
+        hex::encode_to_slice(bits.to_be_bytes(), &mut text).expect("32 digits for 16 bytes");
         RequestId(text)
     }
 
