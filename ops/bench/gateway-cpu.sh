@@ -27,6 +27,8 @@
 # - PROBE: instead, a command run over the measured seconds, `{pid}` replaced by the gateway's
 #   pid and `-- sleep DUR` appended, e.g. PROBE="perf trace -s -o trace.txt -p {pid}".
 set -euo pipefail
+# shellcheck source=ops/bench/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 cd "$(dirname "$0")/../.."
 [ $# -gt 0 ] || set -- target/release
 DIRS=()
@@ -44,34 +46,10 @@ CLIENT_CPUS=${CLIENT_CPUS:-$OTHER_CPUS}
 WORKER_THREADS=${WORKER_THREADS:-1}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-W=$(mktemp -d)
 REDIS_PORT=${REDIS_PORT:-7311}
 GW_PORT=${GW_PORT:-8311}
-PIDS=()
-stop_all() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap 'stop_all; rm -rf "$W"' EXIT
-
-start() { # CPUS NAME CMD...
-    local cpus=$1 name=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$OUT/$name.log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get PATH FILE: GET from the gateway into FILE (bash /dev/tcp; no curl needed)
-get() {
-    exec 3<>"/dev/tcp/127.0.0.1/$GW_PORT" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$1" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
-}
-
 accepted() { # the gateway's accepted-queries counter, summed over its lines (one a table)
-    get /metrics "$W/metrics" && awk '/^pirq_gateway_queries_accepted_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics"
+    get "$GW_PORT" /metrics "$W/metrics" && awk '/^pirq_gateway_queries_accepted_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics"
 }
 
 # cpu_ticks PID: "user system" CPU of a process so far, in clock ticks
@@ -89,15 +67,18 @@ bin() { if [ -x "$1/$2" ]; then echo "$1/$2"; else echo "${DIRS[0]}/$2"; fi; }
 # one_run BIN_DIR NAME PROBE?: one measured run; appends "BIN_DIR us/query" to $OUT/results
 one_run() {
     local b=$1 name=$2 probe=$3
-    start "$REDIS_CPUS" redis redis-server --port "$REDIS_PORT" --save "" --appendonly no --dir "$W"
+    start "$REDIS_CPUS" "$OUT/redis.log" redis-server --port "$REDIS_PORT" --save "" \
+        --appendonly no --dir "$W"
     sleep 0.3
-    start "$GW_CPUS" gateway "$b/pirq-gateway" --redis "redis://127.0.0.1:$REDIS_PORT" \
+    start "$GW_CPUS" "$OUT/gateway.log" "$b/pirq-gateway" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --prefix gwcpu --listen "127.0.0.1:$GW_PORT"
-    start "$WORKER_CPUS" worker "$(bin "$b" pirq-worker)" --redis "redis://127.0.0.1:$REDIS_PORT" \
-        --prefix gwcpu --db "$W/db.pirdb" --backend cpu --threads "$WORKER_THREADS" --consumer cpu0
+    start "$WORKER_CPUS" "$OUT/worker.log" "$(bin "$b" pirq-worker)" \
+        --redis "redis://127.0.0.1:$REDIS_PORT" --prefix gwcpu --db "$W/db.pirdb" --backend cpu \
+        --threads "$WORKER_THREADS" --consumer cpu0
     local redis=${PIDS[0]} gw=${PIDS[1]}
     for _ in $(seq 200); do
-        get /v1/info "$W/info.json" 2>/dev/null && grep -q '"workers":1[,}]' "$W/info.json" && break
+        get "$GW_PORT" /v1/info "$W/info.json" 2>/dev/null &&
+            grep -q '"workers":1[,}]' "$W/info.json" && break
         sleep 0.1
     done
     taskset -c "$CLIENT_CPUS" "$(bin "$b" pirq)" bench load --quiet --duration "$DUR" --warmup "$WARM" \

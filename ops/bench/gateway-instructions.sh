@@ -29,6 +29,8 @@
 # query, and on the poll path the GETs a party query (a poll's count follows the timing: the
 # instructions a request, given too, do not).
 set -euo pipefail
+# shellcheck source=ops/bench/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 cd "$(dirname "$0")/../.."
 [ $# -gt 0 ] || { sed -n '2,30p' "$0" >&2; exit 2; }
 GWS=()
@@ -48,35 +50,11 @@ GW_PORT=${GW_PORT:-8491}
 TOP=${TOP:-40}
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
-W=$(mktemp -d)
-PIDS=()
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap 'stop_all; rm -rf "$W"' EXIT
 trap 'exit 130' INT TERM
-
-start() { # LOG CMD...
-    local log=$1
-    shift
-    "$@" >"$log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get PATH FILE: GET from the gateway into FILE (bash /dev/tcp; no curl needed)
-get() {
-    exec 3<>"/dev/tcp/127.0.0.1/$GW_PORT" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$1" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
-}
 
 # counts: "accepted-queries posts gets" from the gateway's /metrics
 counts() {
-    get /metrics "$W/metrics.txt"
+    get "$GW_PORT" /metrics "$W/metrics.txt"
     awk '/^pirq_gateway_queries_accepted_total[{ ]/ {q += $NF}
         /^pirq_gateway_http_requests_total\{/ && /route="\/v1\/queries"/ && /method="POST"/ {p += $NF}
         /^pirq_gateway_http_requests_total\{/ && /route="\/v1\/queries\/\{id\}"/ && /method="GET"/ {g += $NF}
@@ -90,21 +68,21 @@ one_run() {
     local gw_bin=$1 path=$2 name=$3 L=$OUT/$3 load_args=()
     rm -rf "$L" && mkdir -p "$L"
     [ "$path" != poll ] || load_args=(--poll)
-    start "$L/redis.log" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" \
+    spawn "$L/redis.log" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" \
         --appendonly no --dir "$W"
     for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
     local url=redis://127.0.0.1:$REDIS_PORT gw_args=()
     read -ra gw_args <<<"$GATEWAY_ARGS"
-    start "$L/gateway.log" valgrind --tool=callgrind --callgrind-out-file="$L/callgrind.out.%p" \
+    spawn "$L/gateway.log" valgrind --tool=callgrind --callgrind-out-file="$L/callgrind.out.%p" \
         "$gw_bin" --redis "$url" --prefix gi --listen "127.0.0.1:$GW_PORT" "${gw_args[@]}"
     local gw=${PIDS[-1]} i
     for ((i = 0; i < WORKERS; i++)); do
-        start "$L/worker$i.log" "$BIN_DIR/pirq-worker" --redis "$url" --prefix gi --db "$W/db.pirdb" \
+        spawn "$L/worker$i.log" "$BIN_DIR/pirq-worker" --redis "$url" --prefix gi --db "$W/db.pirdb" \
             --backend cpu --threads 1 --consumer "w$i"
     done
     local ready=
     for _ in $(seq 600); do
-        if get /v1/info "$W/info.json" 2>/dev/null && grep -q "\"workers\":$WORKERS[,}]" "$W/info.json"; then
+        if get "$GW_PORT" /v1/info "$W/info.json" 2>/dev/null && grep -q "\"workers\":${WORKERS}[,}]" "$W/info.json"; then
             ready=1
             break
         fi
@@ -112,7 +90,7 @@ one_run() {
     done
     [ -n "$ready" ] || { tail "$L"/*.log >&2; echo "FAILED: $name: the party did not start" >&2; exit 1; }
     local gw_url=http://127.0.0.1:$GW_PORT
-    start "$L/load.log" "$BIN_DIR/pirq" bench load --quiet --duration $((DUR + 4)) --warmup "$WARM" \
+    spawn "$L/load.log" "$BIN_DIR/pirq" bench load --quiet --duration $((DUR + 4)) --warmup "$WARM" \
         --json "$L/load.json" --party-a "$gw_url" --party-b "$gw_url" --allow-same-party \
         --verify "$W/db.pirdb" --bincode --keys 1 --concurrency "$CLIENTS" "${load_args[@]}"
     local load=${PIDS[-1]} q0 p0 g0 q1 p1 g1

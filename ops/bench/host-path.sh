@@ -45,6 +45,8 @@
 # rewritten after each run) and each run's logs and load report under OUT/runs/; it stops every
 # process it started on exit, and exits non-zero when a process died or an answer was wrong.
 set -euo pipefail
+# shellcheck source=ops/bench/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 cd "$(dirname "$0")/../.."
 D=${2:-.gpu/host-path}
 
@@ -63,7 +65,7 @@ build)
     target=$PWD/target
     tmp=$(mktemp -d)
     # A failed build leaves no worktree registered behind.
-    trap 'rm -rf "$tmp"; git worktree prune' EXIT
+    trap 'rm -rf "$tmp" "$W"; git worktree prune' EXIT
     i=0
     for c in "${commits[@]}"; do
         rev=$(git rev-parse --short "$c^{commit}")
@@ -83,6 +85,7 @@ build)
     echo "$head$(git diff --quiet HEAD || echo ' + uncommitted changes')" >"$D/set-$i-tree/COMMIT"
     copy_redis_server "$D"
     cp "$0" "$D/host-path.sh"
+    mkdir -p "$D/lib" && cp ops/bench/lib/procs.sh "$D/lib/"
     strip "$D"/set-*/pirq* "$D/redis-server" "$D/redis-cli" 2>/dev/null || true
     du -sh "$D"
     exit 0
@@ -126,38 +129,13 @@ mkdir -p "$OUT/runs"
 REDIS_PORT=${REDIS_PORT:-7471}
 GW_PORT=${GW_PORT:-8471}
 HZ=$(getconf CLK_TCK)
-W=$(mktemp -d)
-PIDS=()
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap 'stop_all; rm -rf "$W"' EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-# start CPUS LOG CMD...: a background process pinned to CPUS, logging to LOG
-start() {
-    local cpus=$1 log=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get PATH FILE: GET from the gateway into FILE (bash /dev/tcp; no curl needed)
-get() {
-    exec 3<>"/dev/tcp/127.0.0.1/$GW_PORT" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$1" >&3
-    sed '1,/^\r$/d' <&3 >"$2"
-    exec 3>&-
-}
 
 # accepted: the gateway's accepted party queries so far, summed over its lines (one a table
 # since the counter has a `table` label; one line before)
 accepted() {
-    get /metrics "$W/metrics.txt"
+    get "$GW_PORT" /metrics "$W/metrics.txt"
     awk '/^pirq_gateway_queries_accepted_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics.txt"
 }
 
@@ -256,7 +234,7 @@ one_run() {
     local ready=
     for _ in $(seq 300); do
         alive "$L" "${PIDS[@]}"
-        if get /v1/info "$W/info.json" 2>/dev/null && grep -q "\"workers\":$workers[,}]" "$W/info.json"; then
+        if get "$GW_PORT" /v1/info "$W/info.json" 2>/dev/null && grep -q "\"workers\":${workers}[,}]" "$W/info.json"; then
             ready=1
             break
         fi

@@ -28,6 +28,8 @@
 # and OUT/summary.md (medians per set). RUNS (default 3) runs of each set, alternating. PORT0
 # (default 7481): the first redis-server port (gateways at +1000, workers' metrics at +2000).
 set -euo pipefail
+# shellcheck source=ops/bench/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 [ $# -ge 1 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 SETS=()
@@ -44,24 +46,7 @@ OUT=$(realpath "$OUT")
 rm -f "$OUT/results.txt" "$OUT/results.jsonl" "$OUT/summary.md"
 # Ports: redis-servers from PORT0, gateways from PORT0 + 1000, workers' metrics from PORT0 + 2000.
 PORT0=${PORT0:-7481}
-W=$(mktemp -d)
-PIDS=()
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap 'stop_all; rm -rf "$W"' EXIT
 trap 'exit 130' INT TERM
-
-# get PORT PATH FILE: GET from a gateway or worker into FILE (bash /dev/tcp; no curl needed)
-get() {
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$2" >&3
-    sed '1,/^\r$/d' <&3 >"$3"
-    exec 3>&-
-}
 
 # alive LOGDIR: fails the run if a server of this run (SERVERS) has exited (a port taken by another
 # process on the machine: its server would answer in place of this run's)
@@ -82,21 +67,22 @@ party() {
     local rport=$((PORT0 + n)) gport=$((PORT0 + 1000 + n)) mport=$((PORT0 + 2000 + n))
     local env=()
     [ ! -f "$s/ENV" ] || mapfile -t env <"$s/ENV"
-    "$REDIS" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$W" \
-        >"$L/redis$n.log" 2>&1 &
-    PIDS+=($!) SERVERS+=($!)
+    spawn "$L/redis$n.log" "$REDIS" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$W"
+    SERVERS+=($!)
     [ "$n" != 0 ] || REDIS_PID=$!
     for _ in $(seq 100); do
         (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break
         sleep 0.1
     done
-    env "${env[@]}" "$s/pirq-gateway" --redis "redis://127.0.0.1:$rport" --prefix lone \
-        --listen "127.0.0.1:$gport" >"$L/gateway$n.log" 2>&1 &
-    PIDS+=($!) SERVERS+=($!)
+    spawn "$L/gateway$n.log" env "${env[@]}" "$s/pirq-gateway" --redis "redis://127.0.0.1:$rport" \
+        --prefix lone --listen "127.0.0.1:$gport"
+    SERVERS+=($!)
     [ "$n" != 0 ] || GATEWAY_PID=$!
-    env "${env[@]}" "$s/pirq-worker" --redis "redis://127.0.0.1:$rport" --prefix lone --db "$db" --backend cpu \
-        --threads 1 --consumer "w$n" --metrics-listen "127.0.0.1:$mport" >"$L/worker$n.log" 2>&1 &
-    PIDS+=($!) SERVERS+=($!)
+    spawn "$L/worker$n.log" env "${env[@]}" "$s/pirq-worker" --redis "redis://127.0.0.1:$rport" \
+        --prefix lone --db "$db" --backend cpu --threads 1 --consumer "w$n" \
+        --metrics-listen "127.0.0.1:$mport"
+    SERVERS+=($!)
     [ "$n" != 0 ] || WORKER_PID=$!
     for _ in $(seq 300); do
         alive "$L"
@@ -136,11 +122,10 @@ one_run() {
     local a=http://127.0.0.1:$((PORT0 + 1000)) b=http://127.0.0.1:$((PORT0 + 1000 + PARTIES - 1))
     local same=()
     [ "$PARTIES" -gt 1 ] || same=(--allow-same-party)
-    "$s/pirq" bench load --quiet --duration "$DUR" --warmup "$WARM" --json "$L/load.json" \
-        --party-a "$a" --party-b "$b" "${same[@]}" --keys 1 --concurrency 1 --verify "$db" \
-        >"$L/load.log" 2>&1 &
+    spawn "$L/load.log" "$s/pirq" bench load --quiet --duration "$DUR" --warmup "$WARM" \
+        --json "$L/load.json" --party-a "$a" --party-b "$b" "${same[@]}" --keys 1 --concurrency 1 \
+        --verify "$db"
     local load=$!
-    PIDS+=($load)
     sleep "$WARM"
     scrape before
     sleep "$DUR"

@@ -54,6 +54,8 @@
 #   OUT              results folder (default .gpu/out/queue-scale)
 #   KEEP_LOGS        1: every process's log of every run packed into OUT/logs.tar.gz at the end
 set -euo pipefail
+# shellcheck source=ops/bench/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 cd "$(dirname "$0")/../.."
 D=${2:-.gpu/queue-scale}
 
@@ -67,6 +69,7 @@ build)
     cp target/release/pirq-gateway target/release/pirq-worker target/release/pirq "$D/"
     copy_redis_server "$D"
     cp "$0" "$D/queue-scale.sh"
+    mkdir -p "$D/lib" && cp ops/bench/lib/procs.sh "$D/lib/"
     cp scripts/redis-cluster.sh "$D/redis-cluster.sh"
     git rev-parse --short HEAD >"$D/COMMIT"
     git diff --quiet HEAD || echo "(+ uncommitted changes)" >>"$D/COMMIT"
@@ -108,17 +111,12 @@ REDIS_PORT=7401
 GATEWAY_PORT=8401
 ADMIN_PORT=9401
 HZ=$(getconf CLK_TCK)
-W=$(mktemp -d)
-PIDS=()
 REDIS_PID=
 CLUSTER_DIR=
 # stop_all: the party's processes first (a worker writes what it holds before it exits), then
 # its Redis
 stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
+    stop_pids
     if [ -n "$REDIS_PID" ]; then
         kill "$REDIS_PID" 2>/dev/null || true
         wait "$REDIS_PID" 2>/dev/null || true
@@ -129,7 +127,6 @@ stop_all() {
         CLUSTER_DIR=
     fi
 }
-trap 'stop_all; rm -rf "$W"' EXIT
 trap 'exit 130' INT TERM
 # Thousands of client connections per load process and per gateway.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -141,22 +138,6 @@ fail() {
     tar -czf "$OUT/logs-$1.tar.gz" -C "$W" "logs-$1" 2>/dev/null || true
     echo "logs: $OUT/logs-$1.tar.gz" >&2
     exit 1
-}
-
-# start CPUS LOG CMD...: a background process pinned to CPUS, logging to LOG
-start() {
-    local cpus=$1 log=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get PORT PATH FILE: GET from a local HTTP port into FILE (bash /dev/tcp; no curl needed)
-get() {
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$2" >&3
-    sed '1,/^\r$/d' <&3 >"$3"
-    exec 3>&-
 }
 
 # accepted GATEWAYS: DPF keys accepted so far by the gateways, from their /metrics

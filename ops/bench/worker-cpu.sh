@@ -23,6 +23,8 @@
 # workers built with `--features cuda`), OUT (default a temporary directory: logs, JSON reports,
 # and `results`: one line "BIN_DIR us/key keys/s" a run).
 set -euo pipefail
+# shellcheck source=ops/bench/lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 cd "$(dirname "$0")/../.."
 [ $# -gt 0 ] || set -- target/release
 DIRS=()
@@ -38,33 +40,9 @@ WORKER_CPUS=${WORKER_CPUS:-1}
 OTHER_CPUS=${OTHER_CPUS:-0}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-W=$(mktemp -d)
 REDIS_PORT=${REDIS_PORT:-7321}
 GW_PORT=${GW_PORT:-8321}
 METRICS_PORT=${METRICS_PORT:-9321}
-PIDS=()
-stop_all() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
-trap 'stop_all; rm -rf "$W"' EXIT
-
-start() { # CPUS NAME CMD...
-    local cpus=$1 name=$2
-    shift 2
-    taskset -c "$cpus" "$@" >"$OUT/$name.log" 2>&1 &
-    PIDS+=($!)
-}
-
-# get PORT PATH FILE: GET into FILE (bash /dev/tcp; no curl needed)
-get() {
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
-    printf 'GET %s HTTP/1.0\r\n\r\n' "$2" >&3
-    sed '1,/^\r$/d' <&3 >"$3"
-    exec 3>&-
-}
-
 answered() { # the worker's answered-keys counter, summed over its lines (one a table)
     get "$METRICS_PORT" /metrics "$W/metrics" &&
         awk '/^pirq_worker_keys_answered_total[{ ]/ {s += $NF} END {print s + 0}' "$W/metrics"
@@ -86,11 +64,12 @@ bin() { if [ -x "$1/$2" ]; then echo "$1/$2"; else echo "${DIRS[0]}/$2"; fi; }
 # one_run BIN_DIR NAME: one measured run; appends "BIN_DIR us/key keys/s" to $OUT/results
 one_run() {
     local b=$1 name=$2
-    start "$OTHER_CPUS" redis redis-server --port "$REDIS_PORT" --save "" --appendonly no --dir "$W"
+    start "$OTHER_CPUS" "$OUT/redis.log" redis-server --port "$REDIS_PORT" --save "" \
+        --appendonly no --dir "$W"
     sleep 0.3
-    start "$OTHER_CPUS" gateway "$(bin "$b" pirq-gateway)" --redis "redis://127.0.0.1:$REDIS_PORT" \
-        --prefix wcpu --listen "127.0.0.1:$GW_PORT"
-    start "$WORKER_CPUS" worker "$b/pirq-worker" --redis "redis://127.0.0.1:$REDIS_PORT" \
+    start "$OTHER_CPUS" "$OUT/gateway.log" "$(bin "$b" pirq-gateway)" \
+        --redis "redis://127.0.0.1:$REDIS_PORT" --prefix wcpu --listen "127.0.0.1:$GW_PORT"
+    start "$WORKER_CPUS" "$OUT/worker.log" "$b/pirq-worker" --redis "redis://127.0.0.1:$REDIS_PORT" \
         --prefix wcpu --db "$W/db.pirdb" --backend "$BACKEND" --threads 1 --consumer cpu0 \
         --metrics-listen "127.0.0.1:$METRICS_PORT"
     local worker=${PIDS[2]}
