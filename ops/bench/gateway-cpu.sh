@@ -85,6 +85,7 @@ one_run() {
         --json "$OUT/$name.json" --party-a "http://127.0.0.1:$GW_PORT" \
         --party-b "http://127.0.0.1:$GW_PORT" --allow-same-party --verify "$W/db.pirdb" \
         --bincode --keys 1 --concurrency "$CLIENTS" 2>"$OUT/$name.txt" &
+    PIDS+=("$!") # stopped with the servers on Ctrl-C, not left to run out its time
     local load=$! q0 q1 u0 s0 u1 s1 r0 r1
     sleep "$WARM"
     q0=$(accepted)

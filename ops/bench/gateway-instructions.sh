@@ -50,7 +50,6 @@ GW_PORT=${GW_PORT:-8491}
 TOP=${TOP:-40}
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
-trap 'exit 130' INT TERM
 
 # counts: "accepted-queries posts gets" from the gateway's /metrics
 counts() {

@@ -129,7 +129,6 @@ mkdir -p "$OUT/runs"
 REDIS_PORT=${REDIS_PORT:-7471}
 GW_PORT=${GW_PORT:-8471}
 HZ=$(getconf CLK_TCK)
-trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 # accepted: the gateway's accepted party queries so far, summed over its lines (one a table

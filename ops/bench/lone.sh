@@ -46,7 +46,6 @@ OUT=$(realpath "$OUT")
 rm -f "$OUT/results.txt" "$OUT/results.jsonl" "$OUT/summary.md"
 # Ports: redis-servers from PORT0, gateways from PORT0 + 1000, workers' metrics from PORT0 + 2000.
 PORT0=${PORT0:-7481}
-trap 'exit 130' INT TERM
 
 # alive LOGDIR: fails the run if a server of this run (SERVERS) has exited (a port taken by another
 # process on the machine: its server would answer in place of this run's)

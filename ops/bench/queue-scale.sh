@@ -127,7 +127,6 @@ stop_all() {
         CLUSTER_DIR=
     fi
 }
-trap 'exit 130' INT TERM
 # Thousands of client connections per load process and per gateway.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 

@@ -82,6 +82,7 @@ one_run() {
         --warmup "$WARM" --json "$OUT/$name.json" --party-a "http://127.0.0.1:$GW_PORT" \
         --party-b "http://127.0.0.1:$GW_PORT" --allow-same-party --verify "$W/db.pirdb" \
         --bincode --keys 1 --concurrency "$CLIENTS" 2>"$OUT/$name.txt" &
+    PIDS+=("$!") # stopped with the servers on Ctrl-C, not left to run out its time
     local load=$! k0 k1 u0 s0 u1 s1
     sleep "$WARM"
     k0=$(answered)

@@ -9,9 +9,11 @@
 # Sourcing it makes W (a scratch folder) and PIDS (the processes to stop, empty) and sets the
 # EXIT trap `stop_all; rm -rf "$W"`: whatever way the script ends, every process it started is
 # stopped and the scratch folder removed. A script that must stop more (e.g. a Redis after the
-# processes that write to it) redefines stop_all and calls stop_pids in it. Ctrl-C: a script
-# that sets `trap 'exit 130' INT TERM` exits at once through the EXIT trap; one that does not
-# is ended by the signal, and bash runs the EXIT trap then as well.
+# processes that write to it) redefines stop_all and calls stop_pids in it. Ctrl-C (or a
+# TERM) ends the script through the EXIT trap as soon as its foreground command returns
+# (`exit 130`): without that trap bash goes on with the script whenever the foreground command
+# survives the signal or is not its target (a background process is started with SIGINT
+# ignored, a server's own handler ends it, and the script then waited out its load).
 
 W=$(mktemp -d)
 PIDS=()
@@ -29,6 +31,7 @@ stop_pids() {
 stop_all() { stop_pids; }
 
 trap 'stop_all; rm -rf "$W"' EXIT
+trap 'exit 130' INT TERM
 
 # spawn LOG CMD...: CMD in the background, its output (stdout and stderr) to LOG; its pid joins
 # PIDS (and is $!)
