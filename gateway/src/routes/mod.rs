@@ -255,13 +255,6 @@ impl Format {
 
     /// From `Accept`: bincode only when asked for, JSON otherwise.
     pub fn of_answer(headers: &HeaderMap) -> Format {
-        let mut accepts = headers.get_all(header::ACCEPT).iter();
-        // The clients' own header, one value naming bincode alone: no list to walk.
-        if let (Some(only), None) = (accepts.next(), accepts.next()) {
-            if only.as_bytes().eq_ignore_ascii_case(BINCODE.as_bytes()) {
-                return Format::Bincode;
-            }
-        }
         let wants_bincode = headers
             .get_all(header::ACCEPT)
             .iter()
